@@ -1,0 +1,86 @@
+// Decoder of OpenAI-compatible streaming payloads (/v1/completions and
+// /v1/chat/completions): one SSE data payload in, what it means for the
+// request out. One decoder per request; it keeps the running token count.
+//
+// Token counting (see shared/reference/servers.md): a chunk's tokens come from
+// `usage.completion_tokens` when the server streams cumulative usage
+// (continuous_usage_stats); otherwise each chunk with non-empty text counts as
+// one token and the request's count is marked estimated. A final usage-only
+// chunk gives the true total either way.
+// First token = first chunk with non-empty `text` / `delta.content` /
+// `delta.reasoning_content` / `delta.reasoning`; role-only chunks are not.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace speedmatrix {
+
+enum class ApiKind : std::uint8_t { kCompletions = 0, kChat = 1 };
+
+// How a request's output token count was obtained.
+enum class TokenSource : std::uint8_t {
+  kNone = 0,           // no tokens seen
+  kChunks = 1,         // one per non-empty chunk: an estimate
+  kUsageFinal = 2,     // per-chunk counts estimated, total from the final usage
+  kUsageContinuous = 3 // every chunk's count from cumulative usage: exact
+};
+
+enum class ChunkKind : std::uint8_t {
+  kData = 0,       // a normal chunk (may carry zero tokens, e.g. role-only)
+  kDone = 1,       // "[DONE]"
+  kError = 2,      // a JSON object carrying "error" (mid-stream error event)
+  kMalformed = 3,  // not JSON, or JSON of an unexpected shape
+};
+
+struct ChunkResult {
+  ChunkKind kind = ChunkKind::kData;
+  std::int32_t tokens = 0;     // output tokens this chunk adds (>= 0)
+  bool has_text = false;       // non-empty text/content/reasoning
+  bool first_token = false;    // this chunk carries the request's first token
+  bool finished = false;       // a finish_reason was given in this chunk
+  std::int64_t server_ns = -1; // "sm_t_ns" stamp of the built-in engine (benchmarks), else -1
+};
+
+struct StreamSummary {
+  std::int64_t output_tokens = 0;     // best count so far (usage when given)
+  std::int64_t chunk_tokens = 0;      // sum of ChunkResult::tokens
+  std::int64_t prompt_tokens = -1;    // usage.prompt_tokens, -1 if never given
+  TokenSource source = TokenSource::kNone;
+  std::string finish_reason;          // "" until given
+  std::string error_type;             // for kError / kMalformed chunks
+  std::string error_message;
+  bool done = false;                  // "[DONE]" seen
+};
+
+class OpenAIStreamDecoder {
+ public:
+  explicit OpenAIStreamDecoder(ApiKind api = ApiKind::kCompletions);
+  ~OpenAIStreamDecoder();
+  OpenAIStreamDecoder(OpenAIStreamDecoder&&) noexcept;
+  OpenAIStreamDecoder& operator=(OpenAIStreamDecoder&&) noexcept;
+
+  // REQUIRES: `data` is followed by kSsePadding readable bytes (SseEvent::data is).
+  ChunkResult decode(std::string_view data);
+  // Same, for a payload without padding (copies it first). For tests and cold paths.
+  ChunkResult decode_copy(std::string_view data);
+
+  const StreamSummary& summary() const noexcept { return summary_; }
+  void reset(ApiKind api);
+
+ private:
+  struct Impl;  // simdjson parser state
+  ApiKind api_;
+  StreamSummary summary_;
+  Impl* impl_ = nullptr;
+  std::int64_t last_usage_completion_ = -1;
+};
+
+// Parses a non-streaming error body (an HTTP 4xx/5xx answer) of any of the
+// shapes servers use: {"error":{"message","type","code"}}, {"object":"error",
+// "message",...}, {"error":"text","error_type":...}, or plain text. Returns a
+// one-line message (at most 500 bytes).
+std::string error_message_from_body(std::string_view body);
+
+}  // namespace speedmatrix

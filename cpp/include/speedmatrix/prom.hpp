@@ -1,0 +1,26 @@
+// Prometheus text exposition format (0.0.4) parser: enough for the /metrics
+// pages of SGLang, vLLM, llama.cpp, TGI, TensorRT-LLM and LMDeploy.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace speedmatrix {
+
+struct PromSample {
+  std::string name;  // e.g. "sglang:num_running_reqs", "vllm:e2e_request_latency_seconds_bucket"
+  std::vector<std::pair<std::string, std::string>> labels;
+  double value = 0;  // NaN / +Inf / -Inf are parsed
+};
+
+// Parses a whole page; malformed lines are skipped and counted in *bad_lines.
+std::vector<PromSample> parse_prometheus(std::string_view text, int* bad_lines = nullptr);
+
+// For each wanted name, the sum of the values of all samples with that exact
+// name (summing over labels: tp_rank, dp_rank, engine, ...). NaN when absent.
+std::vector<double> sum_by_name(const std::vector<PromSample>& samples,
+                                const std::vector<std::string>& names);
+
+}  // namespace speedmatrix

@@ -1,0 +1,62 @@
+// Cell figures, derived from raw records exactly as shared/DESIGN.md defines
+// them. Pure functions: no I/O; Python calls them on live and saved records.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "speedmatrix/clock.hpp"
+
+namespace speedmatrix {
+
+// The columns of the records that figures need (views; no ownership).
+struct RecordView {
+  // per request
+  std::span<const ns_t> sent_ns;
+  std::span<const ns_t> first_token_ns;
+  std::span<const ns_t> done_ns;        // kNever = still running at the end
+  std::span<const std::uint8_t> outcome;  // Outcome values
+  std::span<const std::uint8_t> phase;    // Phase values
+  std::span<const std::int64_t> prompt_tokens;
+  // per event
+  std::span<const std::int32_t> ev_request;
+  std::span<const ns_t> ev_t_ns;
+  std::span<const std::int32_t> ev_tokens;
+};
+
+struct Interval {
+  double lo = 0, hi = 0;  // NaN when it cannot be computed (too few bins)
+};
+
+struct CellFigures {
+  double measured_s = 0;          // D = t1 - t0
+  std::int64_t output_tokens = 0; // tokens whose arrival lies in [t0, t1]
+  double total_tok_s = 0;         // output_tokens / D
+  double tbt_ms = 0;              // median gap between token arrivals in the window, chunk gaps spread over their tokens; NaN if none
+  double per_request_tok_s = 0;   // 1000 / tbt_ms
+  double ttft_ms = 0;             // median first_token - sent over window requests sent in [t0, t1]; NaN if none
+  double avg_active = 0;          // time-weighted mean of window requests in flight over [t0, t1]
+  std::int64_t completed = 0;     // window requests that finished OK inside [t0, t1]
+  std::int64_t started = 0;       // window requests sent inside [t0, t1]
+  std::int64_t errors = 0;        // window requests that failed
+  // 95% confidence intervals from per-second bins (t-interval over bins).
+  Interval total_tok_s_ci, tbt_ms_ci, per_request_tok_s_ci, ttft_ms_ci;
+  // Drift: relative change of throughput across the window from a least-squares
+  // line through the per-bin throughput (slope * D / mean), and whether it is
+  // significant (|drift| > 5% and the slope's 95% CI excludes 0).
+  double drift = 0;
+  bool drifting = false;
+  // Percentiles, for the report's extra columns.
+  double ttft_p90_ms = 0, ttft_p99_ms = 0, tbt_p90_ms = 0, tbt_p99_ms = 0;
+  std::vector<double> bin_tok_s;  // per-bin throughput, for plots
+};
+
+// REQUIRES: t1 > t0; spans of one group have equal lengths.
+CellFigures summarize_cell(const RecordView& r, ns_t t0, ns_t t1, double bin_s = 1.0);
+
+// Weighted median / percentile (q in [0,1]) of values with integer weights.
+double weighted_percentile(std::span<const double> values, std::span<const std::int64_t> weights, double q);
+double percentile(std::vector<double> values, double q);  // linear interpolation; NaN if empty
+
+}  // namespace speedmatrix

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs everything speedmatrix needs on a fresh Debian machine and installs
+# the package itself (compiling the C++ core). Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DEB_PACKAGES=(g++ cmake pkg-config libcurl4-openssl-dev nlohmann-json3-dev libfmt-dev
+              libsimdjson-dev libevent-dev libgtest-dev libgmock-dev)
+if [[ "${SPEEDMATRIX_WITH_BROWSER:-0}" == 1 ]]; then DEB_PACKAGES+=(chromium); fi
+
+missing=()
+for p in "${DEB_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  echo "setup: installing Debian packages: ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+PY=${PYTHON:-python3}
+extras="${SPEEDMATRIX_EXTRAS:-}"
+echo "setup: installing speedmatrix${extras:+[$extras]} (compiles the C++ core)"
+$PY -m pip install -q --disable-pip-version-check ".${extras:+[$extras]}"

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Sets everything up and runs every test: the C++ suite (ctest) and the Python
+# suite (pytest, notebooks included). This is the test command of README.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SPEEDMATRIX_WITH_BROWSER=1 SPEEDMATRIX_EXTRAS=test bash scripts/setup.sh
+
+PY=${PYTHON:-python3}
+echo "test: building the C++ test suite"
+cmake -S . -B build/tests -DSPEEDMATRIX_BUILD_TESTS=ON -DSPEEDMATRIX_BUILD_PYTHON=OFF \
+      -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build/tests -j"$(nproc)" >/dev/null
+echo "test: ctest"
+ctest --test-dir build/tests --output-on-failure -j"$(nproc)"
+
+echo "test: pytest"
+# Run from the tests folder against the installed package, not the source tree.
+$PY -m pytest -q tests/python -p no:cacheprovider "$@"
