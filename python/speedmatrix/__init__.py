@@ -1,0 +1,49 @@
+"""speedmatrix: the speed test matrix of an OpenAI-compatible LLM server.
+
+    import speedmatrix as sm
+    with sm.Sim("seed-h200") as sim:                 # the built-in engine
+        run = sm.run(sim.url, sm.Matrix.preset("quick"), out="out/quick")
+    run.matrix("total_tok_s")                        # the seed's table as a DataFrame
+
+The public names are loaded lazily so that `import speedmatrix` stays cheap and
+the pure-Python parts work before the compiled core is imported.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "Matrix": "speedmatrix.matrix",
+    "discover": "speedmatrix.adapters",
+    "register_adapter": "speedmatrix.adapters",
+    "Target": "speedmatrix.adapters",
+    "plan": "speedmatrix.plan",
+    "run": "speedmatrix.sweep",
+    "Sweep": "speedmatrix.sweep",
+    "run_cell": "speedmatrix.sweep",
+    "load": "speedmatrix.results",
+    "concat": "speedmatrix.results",
+    "Run": "speedmatrix.results",
+    "Sim": "speedmatrix.sim",
+    "write_report": "speedmatrix.report",
+    "compare": "speedmatrix.report.compare",
+}
+
+__all__ = sorted(_EXPORTS) + ["__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'speedmatrix' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__
