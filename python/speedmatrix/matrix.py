@@ -1,0 +1,309 @@
+"""The matrix definition: which cells a sweep measures and how.
+
+A :class:`Matrix` is plain data. It is built in Python (notebooks, scripts), from the CLI
+flags, from a preset, or from TOML, and it is saved in every run's metadata so a run says
+exactly what it asked for. ``validate()`` returns every problem at once, each message starting
+with the field it is about; ``check()`` raises them as one ValueError.
+
+Context entries are token counts or a keyword resolved against the server by
+:mod:`speedmatrix.plan`:
+
+- ``"max"`` in ``contexts`` (decode) — the largest context that fits the server's context
+  length together with ``max_output`` and the safety margin;
+- ``"max"`` in ``prefill_contexts`` — the largest prompt the server accepts (one output token);
+- ``"max-decode"`` in ``prefill_contexts`` — the decode ``max`` value, so the prefill phase
+  has a column for the longest decode row too (the seed report's 123K prefill column).
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+from speedmatrix.units import format_tokens, parse_duration, parse_token_list, parse_tokens
+
+__all__ = ["API_KINDS", "PRESETS", "Context", "Matrix", "parse_contexts"]
+
+Context = int | str
+
+API_KINDS = ("completions", "chat")
+DECODE_KEYWORDS = ("max",)
+PREFILL_KEYWORDS = ("max", "max-decode")
+
+
+@dataclass
+class Matrix:
+    """What to measure. Token counts are tokens, durations seconds."""
+
+    contexts: list[Context] = field(default_factory=lambda: [8192])
+    concurrency: list[int] = field(default_factory=lambda: [1])
+    duration_s: float = 30.0
+    max_output: int = 4096
+    prefill_contexts: list[Context] = field(default_factory=list)
+    api: str = "completions"
+    #: merged into every request body (after the fields speedmatrix sets, so it wins)
+    extra: dict[str, Any] = field(default_factory=dict)
+    #: tokens every prompt of a cell shares at its start; 0 = every prompt unique
+    shared_prefix: int = 0
+    repetitions: int = 1
+    warmup: bool = True
+    #: seconds to wait for the server to be idle (no running or waiting requests) before a cell
+    idle_timeout_s: float = 60.0
+    #: a cell whose failed requests exceed this fraction of those started is an ``error``
+    error_threshold: float = 0.05
+
+    # ---- construction -------------------------------------------------------------------
+    def __post_init__(self) -> None:
+        # Accept the forms people type ("8k", "30s") without making validate() guess.
+        self.contexts = _coerce_contexts(self.contexts, DECODE_KEYWORDS)
+        self.prefill_contexts = _coerce_contexts(self.prefill_contexts, PREFILL_KEYWORDS)
+        if isinstance(self.concurrency, (str, int)) and not isinstance(self.concurrency, bool):
+            self.concurrency = _coerce_int_list(self.concurrency)
+        else:
+            self.concurrency = list(self.concurrency)
+        if isinstance(self.duration_s, str):
+            self.duration_s = parse_duration(self.duration_s)
+        if isinstance(self.idle_timeout_s, str):
+            self.idle_timeout_s = parse_duration(self.idle_timeout_s)
+        if isinstance(self.max_output, str):
+            self.max_output = parse_tokens(self.max_output)
+        if isinstance(self.shared_prefix, str):
+            self.shared_prefix = parse_tokens(self.shared_prefix)
+        self.extra = dict(self.extra or {})
+
+    @classmethod
+    def preset(cls, name: str) -> Matrix:
+        """A named matrix: ``"seed"`` (the seed report's) or ``"quick"`` (small, for demos)."""
+        try:
+            factory = PRESETS[name]
+        except KeyError:
+            raise ValueError(
+                f"unknown matrix preset {name!r}; presets: {', '.join(sorted(PRESETS))}"
+            ) from None
+        return factory()
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Matrix:
+        """From a mapping with this class's field names; ``duration``/``idle_timeout`` are
+        accepted for ``duration_s``/``idle_timeout_s``. Unknown keys are an error."""
+        data = dict(data)
+        for short, full in (("duration", "duration_s"), ("idle_timeout", "idle_timeout_s")):
+            if short in data:
+                if full in data:
+                    raise ValueError(f"{short}: given together with {full}")
+                data[full] = data.pop(short)
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(
+                f"{unknown[0]}: unknown matrix field (known: {', '.join(sorted(known))})"
+            )
+        try:
+            return cls(**data)
+        except ValueError as exc:
+            raise ValueError(str(exc)) from None
+
+    @classmethod
+    def from_toml(cls, source: str | Path) -> Matrix:
+        """From a TOML file path or TOML text. The keys may sit at top level or under
+        ``[matrix]``; ``[matrix.extra]`` / ``[extra]`` holds the extra request fields."""
+        if isinstance(source, Path) or (
+            isinstance(source, str) and "\n" not in source and "=" not in source
+        ):
+            text = Path(source).read_text(encoding="utf-8")
+        else:
+            text = source
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ValueError(f"matrix TOML does not parse: {exc}") from None
+        if "matrix" in data and isinstance(data["matrix"], dict):
+            data = data["matrix"]
+        return cls.from_dict(data)
+
+    # ---- output ---------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return copy.deepcopy(asdict(self))
+
+    def to_toml(self) -> str:
+        """TOML text that :meth:`from_toml` reads back to an equal Matrix."""
+        data = self.to_dict()
+        extra = data.pop("extra")
+        doc: dict[str, Any] = {"matrix": data}
+        if extra:
+            data["extra"] = extra
+        return tomli_w.dumps(doc)
+
+    def save_toml(self, path: str | Path) -> None:
+        Path(path).write_text(self.to_toml(), encoding="utf-8")
+
+    def labels(self) -> list[str]:
+        """Decode context labels as given (keywords stay as they are)."""
+        return [c if isinstance(c, str) else format_tokens(c) for c in self.contexts]
+
+    # ---- validation -----------------------------------------------------------------------
+    def validate(self) -> list[str]:
+        """Every problem, one message each, starting with the field name; [] when valid."""
+        errors: list[str] = []
+        _check_contexts(errors, "contexts", self.contexts, DECODE_KEYWORDS, allow_empty=False)
+        _check_contexts(
+            errors, "prefill_contexts", self.prefill_contexts, PREFILL_KEYWORDS, allow_empty=True
+        )
+        if not self.concurrency:
+            errors.append("concurrency: at least one level is needed")
+        for n in self.concurrency:
+            if not _is_positive_int(n):
+                errors.append(f"concurrency: {n!r} is not a positive integer")
+        if len(set(self.concurrency)) != len(self.concurrency):
+            errors.append("concurrency: levels repeat")
+        if not _is_number(self.duration_s) or self.duration_s <= 0:
+            errors.append(f"duration_s: {self.duration_s!r} is not a positive number of seconds")
+        if not _is_positive_int(self.max_output):
+            errors.append(f"max_output: {self.max_output!r} is not a positive integer")
+        if self.api not in API_KINDS:
+            errors.append(f"api: {self.api!r} is not one of {', '.join(API_KINDS)}")
+        if not isinstance(self.extra, dict):
+            errors.append("extra: must be a table of request fields")
+        else:
+            for key in self.extra:
+                if not isinstance(key, str):
+                    errors.append(f"extra: key {key!r} is not a string")
+            for reserved in ("stream", "prompt", "messages"):
+                if reserved in self.extra:
+                    errors.append(f"extra: {reserved!r} is set by speedmatrix and cannot be given")
+        if not (isinstance(self.shared_prefix, int) and not isinstance(self.shared_prefix, bool)):
+            errors.append(f"shared_prefix: {self.shared_prefix!r} is not an integer")
+        elif self.shared_prefix < 0:
+            errors.append(f"shared_prefix: {self.shared_prefix} is negative")
+        else:
+            smallest = [c for c in self.contexts + self.prefill_contexts if _is_positive_int(c)]
+            if self.shared_prefix and smallest and self.shared_prefix >= min(smallest):
+                errors.append(
+                    f"shared_prefix: {self.shared_prefix} tokens leaves no unique part in the "
+                    f"{min(smallest)}-token context"
+                )
+        if not _is_positive_int(self.repetitions):
+            errors.append(f"repetitions: {self.repetitions!r} is not a positive integer")
+        if not isinstance(self.warmup, bool):
+            errors.append(f"warmup: {self.warmup!r} is not true or false")
+        if not _is_number(self.idle_timeout_s) or self.idle_timeout_s < 0:
+            errors.append(f"idle_timeout_s: {self.idle_timeout_s!r} is not a number of seconds")
+        if not _is_number(self.error_threshold) or not 0 <= self.error_threshold <= 1:
+            errors.append(f"error_threshold: {self.error_threshold!r} is not a fraction in [0, 1]")
+        return errors
+
+    def check(self) -> Matrix:
+        """Raise ValueError listing every problem; return self when valid."""
+        errors = self.validate()
+        if errors:
+            raise ValueError("invalid matrix:\n  " + "\n  ".join(errors))
+        return self
+
+
+# ---- helpers ------------------------------------------------------------------------------
+def _is_positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _coerce_contexts(value: Any, keywords: tuple[str, ...]) -> list[Context]:
+    if value is None:
+        return []
+    if isinstance(value, (str, int)) and not isinstance(value, bool):
+        value = [value] if isinstance(value, int) else value
+    out: list[Context] = []
+    items = value.split(",") if isinstance(value, str) else list(value)
+    for item in items:
+        if isinstance(item, str):
+            text = item.strip()
+            if not text:
+                continue
+            if text.lower() in keywords:
+                out.append(text.lower())
+                continue
+            try:
+                out.append(parse_tokens(text))
+            except ValueError:
+                out.append(text)  # kept so validate() reports it with the field name
+        else:
+            out.append(item)
+    return out
+
+
+def _coerce_int_list(value: str | int) -> list[Any]:
+    if isinstance(value, int):
+        return [value]
+    out: list[Any] = []
+    for item in value.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        try:
+            out.append(int(item))
+        except ValueError:
+            out.append(item)
+    return out
+
+
+def _check_contexts(
+    errors: list[str], name: str, values: list, keywords: tuple[str, ...], allow_empty: bool
+) -> None:
+    if not values and not allow_empty:
+        errors.append(f"{name}: at least one context is needed")
+    seen: set = set()
+    for value in values:
+        if isinstance(value, str):
+            if value not in keywords:
+                errors.append(
+                    f"{name}: {value!r} is neither a token count (8192, 8k) nor one of "
+                    f"{', '.join(repr(k) for k in keywords)}"
+                )
+        elif not _is_positive_int(value):
+            errors.append(f"{name}: {value!r} is not a positive token count")
+        if value in seen:
+            errors.append(f"{name}: {value!r} is listed twice")
+        seen.add(value)
+
+
+def _seed() -> Matrix:
+    return Matrix(
+        contexts=[8192, 16384, 32768, 65536, "max"],
+        concurrency=[1, 2, 4, 8, 16, 32, 64, 128],
+        duration_s=30.0,
+        max_output=4096,
+        prefill_contexts=[8192, 16384, 32768, 65536, "max-decode", "max"],
+        api="completions",
+    )
+
+
+def _quick() -> Matrix:
+    return Matrix(
+        contexts=[1024, 4096],
+        concurrency=[1, 4],
+        duration_s=3.0,
+        max_output=256,
+        prefill_contexts=[1024, 4096],
+        api="completions",
+        idle_timeout_s=10.0,
+    )
+
+
+PRESETS = {"seed": _seed, "quick": _quick}
+
+
+def parse_contexts(text: str | list, *, prefill: bool = False) -> list[Context]:
+    """Contexts from CLI text (``"8k,16k,max"``); ValueError names the bad item."""
+    return parse_token_list(text, keywords=PREFILL_KEYWORDS if prefill else DECODE_KEYWORDS)
