@@ -1,0 +1,765 @@
+"""Running a matrix: discovery, planning, the prefill phase, decode cells, statuses.
+
+One `Sweep` measures one server with one `Matrix` (DESIGN.md, "Measurement
+definitions"):
+
+* the target is probed once (`speedmatrix.adapters.discover`), the cells are
+  planned (`speedmatrix.plan.plan`: over-capacity cells are never run);
+* before every cell the server must be seen idle; a cell that starts on a busy
+  server is flagged `busy_at_start`;
+* a decode cell warms the prefix cache with its N prompts (max_tokens=1), then
+  measures a closed-loop window of D seconds; at its end everything in flight is
+  cancelled. The prefill figure of context C is the cold TTFT of the N=1 warm-up
+  ("measured during decode warm-up"); contexts without such a cell get a
+  standalone prefill cell (one cold request per repetition);
+* figures come from the raw records through `_core.summarize_cell`, the same
+  function that recomputes them from a saved run;
+* `run.json` is rewritten atomically after every cell, so a crash or Ctrl-C loses
+  at most the cell in progress, and `--resume` continues without redoing cells.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import os
+import platform
+import socket
+import sys
+import threading
+import time
+import urllib.parse
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from speedmatrix import __version__, runfile
+from speedmatrix.errors import SpeedmatrixError
+
+# A cell whose failed requests exceed this share of the requests it started is
+# an `error` cell.
+ERROR_SHARE = 0.10
+# The share of the window after the first requests' TTFT in which requests that
+# were in flight but not streaming count as waiting (client-side queue signal).
+QUEUE_GAP_REQUESTS = 0.5
+# The client is the bottleneck when its thread used this share of a core.
+CLIENT_BOUND_CPU_SHARE = 0.85
+
+
+def _utc_now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
+
+
+def _finite(x: Any) -> float | None:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _interval(ci: Any) -> list[float | None] | None:
+    if not ci:
+        return None
+    lo, hi = _finite(ci[0]), _finite(ci[1])
+    return None if lo is None or hi is None else [lo, hi]
+
+
+@dataclass
+class CellOutcome:
+    """What a measured cell adds to run.json, and its raw records."""
+
+    cell: dict
+    records: dict | None = None
+
+
+@dataclass
+class _Live:
+    """Progress state shared with the display thread."""
+
+    index: int = 0
+    total: int = 0
+    label: str = ""
+    started: float = 0.0
+    duration_s: float = 0.0
+    runner: Any = None
+    eta_s: float = 0.0
+    lines: list = field(default_factory=list)
+
+
+class Progress:
+    """One status line on a terminal (a line per cell otherwise): the current
+    cell, its live tok/s and the ETA of the whole matrix."""
+
+    def __init__(self, enabled: bool, stream=None):
+        self.stream = stream or sys.stderr
+        self.enabled = enabled
+        self.tty = enabled and hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.live = _Live()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start_cell(self, index: int, total: int, label: str, duration_s: float, eta_s: float,
+                   runner: Any = None) -> None:
+        self.live = _Live(index, total, label, time.monotonic(), duration_s, runner, eta_s)
+        if not self.enabled:
+            return
+        if self.tty:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, daemon=True)
+                self._thread.start()
+        else:
+            print(f"[{index}/{total}] {label} (ETA {_fmt_eta(eta_s)})", file=self.stream,
+                  flush=True)
+
+    def end_cell(self, summary: str) -> None:
+        if not self.enabled:
+            return
+        live = self.live
+        line = f"[{live.index}/{live.total}] {live.label}: {summary}"
+        if self.tty:
+            self.stream.write("\r\033[K" + line + "\n")
+            self.stream.flush()
+        else:
+            print(line, file=self.stream, flush=True)
+        self.live = _Live()
+
+    def message(self, text: str) -> None:
+        if self.enabled:
+            if self.tty:
+                self.stream.write("\r\033[K")
+            print(text, file=self.stream, flush=True)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=1)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(0.25):
+            live = self.live
+            if not live.label:
+                continue
+            tok_s = ""
+            runner = live.runner
+            if runner is not None:
+                p = runner.progress()
+                t0 = p.get("window_start_ns", -1)
+                if t0 and t0 > 0:
+                    from speedmatrix._native import _core
+
+                    el = max((_core.now_ns() - t0) / 1e9, 1e-3)
+                    tok_s = f" {p['tokens'] / el:,.1f} tok/s, {el:.0f}/{live.duration_s:.0f}s"
+                else:
+                    tok_s = " warming up"
+            el_cell = time.monotonic() - live.started
+            eta = max(live.eta_s - el_cell, 0)
+            self.stream.write(f"\r\033[K[{live.index}/{live.total}] {live.label}:{tok_s}"
+                              f"  ETA {_fmt_eta(eta)}")
+            self.stream.flush()
+
+
+def _fmt_eta(seconds: float) -> str:
+    seconds = int(max(seconds, 0))
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+class Sweep:
+    """A matrix run against one server.
+
+    `Sweep(url, matrix, out=DIR).execute()` measures every planned cell and
+    returns 0 (130 when interrupted). `Sweep.run_result()` gives the saved run
+    as a `speedmatrix.results.Run`.
+    """
+
+    def __init__(self, url: str, matrix, out: str | os.PathLike, *, api_key: str | None = None,
+                 model: str | None = None, overrides: dict | None = None,
+                 info: dict | None = None, progress: bool = True, report: bool = True,
+                 target=None, resume_doc: dict | None = None):
+        self.url = url.rstrip("/")
+        self.matrix = matrix
+        self.out = Path(out)
+        self.api_key = api_key
+        self.model = model
+        self.overrides = dict(overrides or {})
+        self.info = dict(info or {})
+        self.report = report
+        self.progress = Progress(progress)
+        self.target = target
+        self.doc: dict = resume_doc or {}
+        self.cells: dict[str, dict] = {}
+        if resume_doc:
+            for c in resume_doc.get("cells", []):
+                if c.get("id"):
+                    self.cells[c["id"]] = c
+        self.interrupted = False
+        self._secrets = [s for s in (api_key,) if s]
+
+    # ------------------------------------------------------------------ API
+    def execute(self) -> int:
+        from speedmatrix.adapters import discover
+        from speedmatrix.plan import plan
+
+        self.out.mkdir(parents=True, exist_ok=True)
+        if self.target is None:
+            self.target = discover(self.url, api_key=self.api_key, model=self.model,
+                                   overrides=self.overrides)
+        planned = plan(self.matrix, self.target)
+        if not self.doc:
+            self.doc = {"schema": runfile.SCHEMA, "meta": self._meta(), "cells": []}
+        self.doc["meta"]["run"]["interrupted"] = False
+        self.doc["meta"]["run"].pop("finished_at", None)
+        self._write()
+
+        todo = [c for c in planned if c.id not in self.cells]
+        prefill_from_warmup = self._prefill_from_warmup(planned)
+        runnable = [c for c in todo if not (c.phase == "prefill" and c.id in prefill_from_warmup)]
+        self._eta_rates: dict[int, float] = {}
+        total = len(runnable)
+        try:
+            for i, cell in enumerate(runnable, 1):
+                eta = self._eta(runnable[i - 1:])
+                if getattr(cell, "status", None) in ("over_capacity", "error"):
+                    self._store(self._unrun_cell(cell))
+                    continue
+                self.progress.start_cell(i, total, self._label(cell), self._cell_time(cell), eta)
+                if cell.phase == "prefill":
+                    outcome = self._measure_prefill(cell)
+                else:
+                    outcome = self._measure_decode(cell, prefill_from_warmup)
+                if outcome is None:  # interrupted
+                    break
+                self.progress.end_cell(self._summary(outcome.cell))
+        except KeyboardInterrupt:
+            self.interrupted = True
+        finally:
+            self.progress.close()
+            self._finish()
+        return 130 if self.interrupted else 0
+
+    def run_result(self):
+        from speedmatrix.results import load
+
+        return load(self.out)
+
+    # ------------------------------------------------------------ planning
+    def _prefill_from_warmup(self, planned) -> dict[str, str]:
+        """Prefill cell id -> id of the decode cell whose N=1 warm-up measures it."""
+        decode_n1 = {(c.context, c.repetition): c for c in planned
+                     if c.phase == "decode" and c.concurrency == 1
+                     and getattr(c, "status", None) not in ("over_capacity", "error")}
+        out = {}
+        if getattr(self.matrix, "prefill_mode", "warmup") != "warmup":
+            return out
+        for c in planned:
+            if c.phase == "prefill" and (c.context, c.repetition) in decode_n1:
+                out[c.id] = decode_n1[(c.context, c.repetition)].id
+        # the decode cell needs the prefill cell's identity back
+        self._warmup_prefill = {v: k for k, v in out.items()}
+        self._planned = {c.id: c for c in planned}
+        return out
+
+    def _cell_time(self, cell) -> float:
+        return float(self.matrix.duration_s) if cell.phase == "decode" else 0.0
+
+    def _eta(self, remaining) -> float:
+        rate = 10_000.0  # prompt tok/s assumed until the first prefill is measured
+        measured = [c.get("prompt_tok_s") for c in self.cells.values()
+                    if c.get("phase") == "prefill" and c.get("prompt_tok_s")]
+        if measured:
+            rate = float(np.median(measured))
+        total = 0.0
+        for c in remaining:
+            if getattr(c, "status", None) in ("over_capacity", "error"):
+                continue
+            if c.phase == "prefill":
+                total += c.context / rate + 0.5
+            else:
+                total += self.matrix.duration_s + c.concurrency * c.context / rate * 0.5 + 0.5
+        return total
+
+    @staticmethod
+    def _label(cell) -> str:
+        if cell.phase == "prefill":
+            return f"prefill {cell.label}"
+        return f"decode {cell.label} x {cell.concurrency}"
+
+    # ------------------------------------------------------------ measuring
+    def _endpoint(self) -> str:
+        path = "/v1/chat/completions" if self.matrix.api == "chat" else "/v1/completions"
+        return self.target.base_url.rstrip("/") + path
+
+    def _spec(self, concurrency: int, bodies: list[bytes], warmup: list[bytes],
+              duration_s: float, max_requests: int = 0):
+        from speedmatrix._native import _core
+
+        spec = _core.CellSpec()
+        spec.url = self._endpoint()
+        if self.api_key:
+            spec.api_key = self.api_key
+        spec.api = _core.ApiKind.chat if self.matrix.api == "chat" else _core.ApiKind.completions
+        spec.bodies = bodies
+        spec.warmup_bodies = warmup
+        spec.concurrency = concurrency
+        spec.duration_s = float(duration_s)
+        spec.max_requests = int(max_requests)
+        spec.idle_timeout_s = float(getattr(self.matrix, "request_idle_timeout_s", 120.0))
+        names = self._metric_names()
+        if names and self.target.metrics_url:
+            spec.metrics_url = self.target.metrics_url
+            spec.metric_names = names
+            spec.metrics_interval_s = 0.25
+        return spec
+
+    def _metric_names(self) -> list[str]:
+        m = self.target.metrics
+        return [n for n in (m.running, m.waiting, m.kv_usage) if n] if m else []
+
+    def _run_spec(self, spec):
+        """Runs a cell on a worker thread so Ctrl-C stays responsive; returns
+        (result, interrupted)."""
+        from speedmatrix._native import _core
+
+        runner = _core.CellRunner(spec)
+        self.progress.live.runner = runner
+        box: dict = {}
+
+        def work():
+            try:
+                box["result"] = runner.run()
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                box["error"] = exc
+
+        t = threading.Thread(target=work, name="speedmatrix-cell", daemon=True)
+        t.start()
+        interrupted = False
+        try:
+            while t.is_alive():
+                t.join(0.2)
+        except KeyboardInterrupt:
+            interrupted = True
+            runner.stop()
+            t.join()
+        self.progress.live.runner = None
+        if "error" in box:
+            raise box["error"]
+        return box["result"], interrupted
+
+    def _wait_idle(self) -> tuple[bool, float]:
+        """Waits until the server reports no running and no waiting requests.
+        Returns (idle, seconds waited). Without metrics the server is assumed idle."""
+        from speedmatrix.adapters import read_load
+
+        timeout = float(getattr(self.matrix, "idle_timeout_s", 60.0))
+        start = time.monotonic()
+        while True:
+            load = read_load(self.target, api_key=self.api_key)
+            if load is None:  # no metrics or unreachable: nothing to wait for
+                return True, time.monotonic() - start
+            running, waiting = load
+            if (running or 0) == 0 and (waiting or 0) == 0:
+                return True, time.monotonic() - start
+            if time.monotonic() - start > timeout:
+                return False, time.monotonic() - start
+            time.sleep(0.2)
+
+    def _prompts(self, context: int, count: int, repetition: int):
+        from speedmatrix.prompts import PromptFactory
+
+        key = (context, repetition)
+        cache = self.__dict__.setdefault("_prompt_factories", {})
+        if key not in cache:
+            cache[key] = PromptFactory(self.target, context, api=self.matrix.api,
+                                       shared_prefix=getattr(self.matrix, "shared_prefix", 0),
+                                       seed=hash((self.doc["meta"]["run"]["seed"], context,
+                                                  repetition)) & 0xFFFFFFFF,
+                                       api_key=self.api_key)
+        return cache[key].prompts(count)
+
+    def _bodies(self, prompts, max_tokens: int) -> list[bytes]:
+        from speedmatrix.prompts import request_body
+
+        return [request_body(self.target, self.matrix.api, p, max_tokens,
+                             extra=getattr(self.matrix, "extra_body", None)) for p in prompts]
+
+    def _measure_prefill(self, cell) -> CellOutcome | None:
+        idle, _ = self._wait_idle()
+        prompts = self._prompts(cell.context, 1, cell.repetition + 1000)
+        bodies = self._bodies(prompts, 1)
+        spec = self._spec(1, bodies, [], duration_s=max(600.0, cell.context / 100.0),
+                          max_requests=1)
+        res, interrupted = self._run_spec(spec)
+        if interrupted:
+            self.interrupted = True
+            return None
+        req = res.requests
+        rows = np.flatnonzero(req["phase"] == 1)
+        out = self._prefill_cell(cell, res, rows, idle)
+        self._store(out)
+        return out
+
+    def _prefill_cell(self, cell, res, rows, idle: bool, source_id: str | None = None):
+        req = res.requests
+        base = self._base_cell(cell)
+        errors: dict[str, int] = {}
+        ttfts = []
+        reported = []
+        for i in rows:
+            if req["outcome"][i] == 3:
+                kind = req["error_kind"][i] or "unknown"
+                errors[kind] = errors.get(kind, 0) + 1
+            elif req["first_token_ns"][i] > 0:
+                ttfts.append((req["first_token_ns"][i] - req["sent_ns"][i]) / 1e6)
+            if req["prompt_tokens"][i] >= 0:
+                reported.append(int(req["prompt_tokens"][i]))
+        ttft = float(np.median(ttfts)) if ttfts else None
+        base.update({
+            "status": "valid" if ttft is not None else "error",
+            "prompt_tok_s": cell.context / (ttft / 1000.0) if ttft else None,
+            "ttft_ms": ttft,
+            "completed": len(ttfts),
+            "errors": errors,
+            "errors_total": sum(errors.values()),
+            "prompt_tokens": _prompt_check(cell.context, reported),
+            "flags": [] if idle else ["busy_at_start"],
+        })
+        if base["prompt_tokens"]["exact"] is False:
+            base["flags"].append("prompt_mismatch")
+        if source_id:
+            base["measured_in"] = source_id
+        if fatal := getattr(res, "fatal_error", ""):
+            base["reason"] = fatal
+        if ttft is None and not base.get("reason"):
+            base["reason"] = "no first token: " + ", ".join(f"{k} x{v}" for k, v in errors.items())
+        records = self._save_records(base["id"], res)
+        base["records"] = records
+        return CellOutcome(base)
+
+    def _measure_decode(self, cell, prefill_from_warmup) -> CellOutcome | None:
+        idle, waited = self._wait_idle()
+        n, c = cell.concurrency, cell.context
+        prompts = self._prompts(c, n, cell.repetition)
+        bodies = self._bodies(prompts, self.matrix.max_output)
+        warm = self._bodies(prompts, 1) if getattr(self.matrix, "warmup", True) else []
+        spec = self._spec(n, bodies, warm, self.matrix.duration_s)
+        res, interrupted = self._run_spec(spec)
+        if interrupted:
+            self.interrupted = True
+            return None
+        out = self._decode_cell(cell, res, idle)
+        self._store(out)
+        prefill_id = getattr(self, "_warmup_prefill", {}).get(cell.id)
+        if prefill_id and prefill_id not in self.cells:
+            rows = np.flatnonzero(res.requests["phase"] == 0)[:1]
+            pcell = self._planned[prefill_id]
+            self._store(self._prefill_cell(pcell, res, rows, idle, source_id=cell.id))
+        return out
+
+    def _decode_cell(self, cell, res, idle: bool) -> CellOutcome:
+        from speedmatrix._native import _core
+
+        base = self._base_cell(cell)
+        req, ev = res.requests, res.events
+        t0, t1 = int(res.window_start_ns), int(res.window_end_ns)
+        window = req["phase"] == 1
+        errors: dict[str, int] = {}
+        for kind, outcome in zip(np.asarray(req["error_kind"], dtype=object)[window],
+                                 req["outcome"][window]):
+            if outcome == 3:
+                errors[kind or "unknown"] = errors.get(kind or "unknown", 0) + 1
+        flags: list[str] = [] if idle else ["busy_at_start"]
+        if t0 <= 0 or t1 <= t0:
+            base.update({"status": "error", "errors": errors,
+                         "errors_total": sum(errors.values()),
+                         "reason": res.fatal_error or "the window never started "
+                         "(every warm-up request failed?)", "flags": flags})
+            base["records"] = self._save_records(base["id"], res)
+            return CellOutcome(base)
+
+        fig = _core.summarize_cell(req, ev, t0, t1, 1.0)
+        server = self._server_view(res, t0, t1)
+        reported = [int(x) for x in req["prompt_tokens"][window] if x >= 0]
+        ptok = _prompt_check(cell.context, reported)
+        base.update({
+            "total_tok_s": _finite(fig["total_tok_s"]),
+            "per_request_tok_s": _finite(fig["per_request_tok_s"]),
+            "ttft_ms": _finite(fig["ttft_ms"]),
+            "tbt_ms": _finite(fig["tbt_ms"]),
+            "avg_active": _finite(fig["avg_active"]),
+            "completed": int(fig["completed"]),
+            "output_tokens": int(fig["output_tokens"]),
+            "measured_s": _finite(fig["measured_s"]) or 0.0,
+            "started": int(fig["started"]),
+            "errors": errors,
+            "errors_total": sum(errors.values()),
+            "t0_ns": t0,
+            "t1_ns": t1,
+            "ci": {k: _interval(fig.get(f"{k}_ci")) for k in
+                   ("total_tok_s", "per_request_tok_s", "ttft_ms", "tbt_ms")},
+            "ttft_p90_ms": _finite(fig.get("ttft_p90_ms")),
+            "ttft_p99_ms": _finite(fig.get("ttft_p99_ms")),
+            "tbt_p90_ms": _finite(fig.get("tbt_p90_ms")),
+            "tbt_p99_ms": _finite(fig.get("tbt_p99_ms")),
+            "drift": _finite(fig.get("drift")),
+            "server": server,
+            "prompt_tokens": ptok,
+            "client": {"cpu_s": res.client_cpu_s, "loop_lag_max_ms": res.loop_lag_max_ms},
+        })
+        if fig.get("drifting"):
+            flags.append("drift")
+        if ptok["exact"] is False:
+            flags.append("prompt_mismatch")
+        sources = req["token_source"][window]
+        if len(sources) and np.any(sources == 1):
+            flags.append("estimated_tokens")
+        if res.client_cpu_s > CLIENT_BOUND_CPU_SHARE * (t1 - t0) / 1e9 * 1.0:
+            flags.append("client_bound")
+        if server and server.get("running_mean") is not None:
+            if server["running_mean"] > cell.concurrency * 1.1 + 0.5:
+                flags.append("server_running_mismatch")
+        base["flags"] = flags
+
+        started = max(int(fig["started"]), 1)
+        queued_client = _client_queue_signal(req, t0, t1)
+        base["queue_gap"] = queued_client
+        status, reason = "valid", None
+        if base["errors_total"] > ERROR_SHARE * started or base["output_tokens"] == 0:
+            status = "error"
+            reason = f"{base['errors_total']} of {started} requests failed: " + ", ".join(
+                f"{k} x{v}" for k, v in sorted(errors.items())) if errors else \
+                "no output tokens in the window"
+        elif server and server.get("waiting_max"):
+            status = "queued"
+            reason = (f"the server reported up to {server['waiting_max']:g} waiting requests "
+                      "during the window")
+        elif not server and queued_client > QUEUE_GAP_REQUESTS:
+            status = "queued"
+            reason = (f"on average {queued_client:.1f} requests were in flight without "
+                      "streaming (no server metrics)")
+        base["status"] = status
+        if reason:
+            base["reason"] = reason
+        base["records"] = self._save_records(base["id"], res)
+        return CellOutcome(base)
+
+    def _server_view(self, res, t0: int, t1: int) -> dict | None:
+        met = res.metrics
+        names = list(met.get("names", []))
+        if not names or len(met["t_ns"]) == 0:
+            return None
+        t = np.asarray(met["t_ns"])
+        vals = np.asarray(met["values"], dtype=float).reshape(len(t), len(names))
+        inside = (t >= t0) & (t <= t1)
+        if not inside.any():
+            return None
+        m = self.target.metrics
+        out: dict = {"samples": int(inside.sum()), "poll_failures": int(met.get("failures", 0))}
+
+        def col(name):
+            if name and name in names:
+                v = vals[inside, names.index(name)]
+                v = v[np.isfinite(v)]
+                return v if len(v) else None
+            return None
+
+        running, waiting, kv = col(m.running), col(m.waiting), col(m.kv_usage)
+        out["running_mean"] = float(running.mean()) if running is not None else None
+        out["running_max"] = float(running.max()) if running is not None else None
+        out["waiting_max"] = float(waiting.max()) if waiting is not None else None
+        out["kv_usage_max"] = float(kv.max()) if kv is not None else None
+        if all(out[k] is None for k in ("running_mean", "waiting_max", "kv_usage_max")):
+            return None
+        return out
+
+    # ------------------------------------------------------------ cells
+    def _base_cell(self, cell) -> dict:
+        return {
+            "id": cell.id,
+            "phase": cell.phase,
+            "context": int(cell.context),
+            "label": cell.label,
+            "concurrency": int(cell.concurrency),
+            "repetition": int(cell.repetition),
+            "status": None,
+            "total_tok_s": None,
+            "per_request_tok_s": None,
+            "prompt_tok_s": None,
+            "ttft_ms": None,
+            "tbt_ms": None,
+            "avg_active": None,
+            "completed": 0,
+            "output_tokens": 0,
+            "measured_s": 0.0,
+            "errors": {},
+        }
+
+    def _unrun_cell(self, cell) -> CellOutcome:
+        base = self._base_cell(cell)
+        base["status"] = cell.status
+        if getattr(cell, "reason", None):
+            base["reason"] = cell.reason
+        return CellOutcome(base)
+
+    def _save_records(self, cell_id: str, res) -> str:
+        met = dict(res.metrics)
+        return runfile.save_records(self.out, cell_id, res.requests, res.events, met)
+
+    def _store(self, outcome: CellOutcome) -> None:
+        from speedmatrix.redact import redact_known
+
+        cell = redact_known(outcome.cell, self._secrets) if self._secrets else outcome.cell
+        self.cells[cell["id"]] = cell
+        self._write()
+
+    def _write(self) -> None:
+        order = {"prefill": 0, "decode": 1}
+        self.doc["cells"] = sorted(self.cells.values(), key=lambda c: (
+            order.get(c["phase"], 2), c["context"], c["concurrency"], c.get("repetition", 0)))
+        runfile.write_run(self.out, self.doc)
+
+    def _finish(self) -> None:
+        run = self.doc.setdefault("meta", {}).setdefault("run", {})
+        run["finished_at"] = _utc_now()
+        run["interrupted"] = self.interrupted
+        if self.doc.get("cells") is not None:
+            self._write()
+        if self.report:
+            try:
+                from speedmatrix.report import write_report
+
+                md, html = write_report(self.out)
+                self.progress.message(f"report: {md} and {html}")
+            except Exception as exc:  # noqa: BLE001 - the measurements are safe on disk
+                self.progress.message(f"speedmatrix: the report could not be written: {exc}")
+        if self.interrupted:
+            self.progress.message(f"interrupted: finished cells are in {self.out / 'run.json'}; "
+                                  f"continue with `speedmatrix run --resume {self.out}`")
+
+    def _summary(self, cell: dict) -> str:
+        if cell["phase"] == "prefill":
+            if cell.get("prompt_tok_s"):
+                return f"{cell['prompt_tok_s']:,.0f} prompt tok/s, TTFT {cell['ttft_ms']:,.0f} ms"
+            return cell["status"]
+        if cell.get("total_tok_s") is None:
+            return f"{cell['status']}" + (f" ({cell['reason']})" if cell.get("reason") else "")
+        s = (f"{cell['total_tok_s']:,.1f} tok/s, TTFT {cell['ttft_ms'] or 0:,.0f} ms, "
+             f"TBT {cell['tbt_ms'] or 0:.1f} ms")
+        if cell["status"] != "valid":
+            s += f" [{cell['status']}]"
+        return s
+
+    # ------------------------------------------------------------ metadata
+    def _meta(self) -> dict:
+        from speedmatrix.hardware import detect_hardware
+        from speedmatrix.redact import redact
+
+        t = self.target
+        host = urllib.parse.urlsplit(self.url).hostname or ""
+        local = host in ("127.0.0.1", "localhost", "::1") or host == socket.gethostname()
+        hardware = detect_hardware(local=local, given=self.info.get("hardware") or {})
+        engine = dict(t.engine_info()) if hasattr(t, "engine_info") else {}
+        engine.update({k: v for k, v in (self.info.get("engine") or {}).items() if v})
+        launch = self.info.get("launch_command")
+        matrix = self.matrix.to_dict() if hasattr(self.matrix, "to_dict") else {}
+        return {
+            "target": {"url": _strip_credentials(self.url), "model": t.model,
+                       "api": self.matrix.api},
+            "engine": engine,
+            "hardware": hardware,
+            "run": {
+                "served_model": t.model,
+                "revision": self.info.get("revision"),
+                "tool": "speedmatrix",
+                "tool_version": __version__,
+                "decode_test": "Fixed duration",
+                "prefill_mode": "Measured during decode warm-up"
+                if getattr(self.matrix, "prefill_mode", "warmup") == "warmup"
+                else "Separate cold requests",
+                "duration_s": float(self.matrix.duration_s),
+                "max_output": int(self.matrix.max_output),
+                "started_at": _utc_now(),
+                "interrupted": False,
+                "launch_command": redact(launch) if launch else None,
+                "matrix": matrix,
+                "seed": int.from_bytes(os.urandom(4), "little"),
+            },
+            "capacity": t.capacity_dict() if hasattr(t, "capacity_dict") else {},
+            "client": {"host": platform.node(), "cpus": os.cpu_count(),
+                       "python": platform.python_version()},
+        }
+
+
+def _strip_credentials(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    netloc = parts.hostname or ""
+    if parts.port:
+        netloc += f":{parts.port}"
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def _prompt_check(asked: int, reported: list[int]) -> dict:
+    if not reported:
+        return {"asked": int(asked), "reported_min": None, "reported_max": None, "exact": None}
+    lo, hi = min(reported), max(reported)
+    return {"asked": int(asked), "reported_min": lo, "reported_max": hi,
+            "exact": bool(lo == asked and hi == asked)}
+
+
+def _client_queue_signal(req: dict, t0: int, t1: int) -> float:
+    """Time-weighted mean number of window requests that were in flight but not
+    yet streaming, over the part of the window after the median TTFT of the
+    first wave. A server that runs every request at once streams all of them;
+    one that queues holds some without tokens for long stretches."""
+    window = req["phase"] == 1
+    sent = req["sent_ns"][window].astype(np.int64)
+    first = req["first_token_ns"][window].astype(np.int64)
+    done = req["done_ns"][window].astype(np.int64)
+    if len(sent) == 0:
+        return 0.0
+    ttft = first[first > 0] - sent[first > 0]
+    start = t0 + (int(np.median(ttft)) * 2 if len(ttft) else 0)
+    if start >= t1:
+        return 0.0
+    end = np.where(done > 0, done, t1)
+    wait_end = np.where(first > 0, np.minimum(first, end), end)
+    a = np.clip(sent, start, t1)
+    b = np.clip(wait_end, start, t1)
+    return float(np.sum(np.maximum(b - a, 0)) / (t1 - start))
+
+
+def run(url: str, matrix, out: str | os.PathLike | None = None, **kwargs):
+    """Measures `matrix` against the server at `url` and returns the saved run
+    (`speedmatrix.results.Run`). `out` defaults to a new temporary folder."""
+    import tempfile
+
+    if out is None:
+        out = tempfile.mkdtemp(prefix="speedmatrix-")
+    sweep = Sweep(url, matrix, out, **kwargs)
+    code = sweep.execute()
+    if code == 130:
+        raise KeyboardInterrupt
+    return sweep.run_result()
+
+
+def resume(out: str | os.PathLike, *, api_key: str | None = None, progress: bool = True,
+           report: bool = True) -> int:
+    """Continues the interrupted run saved in `out`: cells already in run.json are kept."""
+    from speedmatrix.matrix import Matrix
+
+    out = Path(out)
+    try:
+        doc = runfile.read_run(out)
+    except (FileNotFoundError, ValueError) as exc:
+        raise SpeedmatrixError(f"cannot resume {out}: {exc}") from exc
+    meta = doc["meta"]
+    matrix = Matrix.from_dict(meta["run"]["matrix"])
+    given = {k: v["value"] for k, v in meta.get("capacity", {}).items()
+             if isinstance(v, dict) and v.get("source") == "given"}
+    sweep = Sweep(meta["target"]["url"], matrix, out, api_key=api_key,
+                  model=meta["target"].get("model"), overrides=given, progress=progress,
+                  report=report, resume_doc=doc)
+    return sweep.execute()
