@@ -38,7 +38,9 @@ class SseParser {
   // one makes feed() return kEventTooLarge and the parser unusable until reset().
   explicit SseParser(std::size_t max_event_bytes = 16u << 20);
 
-  // Parses n bytes, calling sink.on_event for each complete event.
+  // Parses n bytes, calling sink.on_event for each complete event. After
+  // kStopped the bytes of this call that followed the stopping event are
+  // dropped; a later feed() continues with its own bytes.
   SseStatus feed(const char* bytes, std::size_t n, SseSink& sink);
   SseStatus feed(std::string_view bytes, SseSink& sink) { return feed(bytes.data(), bytes.size(), sink); }
 
@@ -51,13 +53,21 @@ class SseParser {
   void reset();
 
  private:
+  enum class Step { kOk, kStopped, kTooLarge };
+  Step process_line(const char* p, std::size_t n, SseSink& sink);
+  Step dispatch(SseSink& sink);
+
   std::size_t max_event_bytes_;
-  std::string line_;   // the current unfinished line
-  std::string data_;   // data of the current event (+ kSsePadding capacity)
+  std::string line_;  // the current unfinished line, carried across feeds
+  // Data of the current event in [0, data_len_); data_.size() >= data_len_ +
+  // kSsePadding always, so the padding bytes are allocated and initialised.
+  std::string data_;
+  std::size_t data_len_ = 0;
   std::string event_;
-  std::string id_;
-  bool have_data_ = false;
-  bool last_was_cr_ = false;
+  std::string id_;           // last event ID: persists across events (WHATWG)
+  bool have_data_ = false;   // a "data" field was seen in the current event
+  bool pending_ = false;     // any field of the current event was seen
+  bool last_was_cr_ = false; // the previous feed ended in '\r'
   bool too_large_ = false;
   std::size_t events_ = 0;
   std::size_t comments_ = 0;
