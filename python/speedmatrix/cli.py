@@ -235,21 +235,21 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from speedmatrix.report import write_report
-
     if not (args.dir / "run.json").is_file():
         raise UsageError(f"{args.dir} holds no run.json")
+    from speedmatrix.report import write_report
+
     md, html = write_report(args.dir)
     print(f"wrote {md}\nwrote {html}")
     return 0
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from speedmatrix.report.compare import write_compare
-
     for d in (args.dir_a, args.dir_b):
         if not (d / "run.json").is_file():
             raise UsageError(f"{d} holds no run.json")
+    from speedmatrix.report.compare import write_compare
+
     paths = write_compare(args.dir_a, args.dir_b, args.out or args.dir_b)
     for p in paths:
         print(f"wrote {p}")
