@@ -1,4 +1,4 @@
-"""The `speedmatrix` command line (contract in docs/cli.md and DESIGN.md).
+"""The `speedmatrix` command line (the contract of DESIGN.md, plus flags).
 
     speedmatrix run --url URL --contexts 8k,16k --concurrency 1,2,4 --out DIR
     speedmatrix sim [--port P] [--profile NAME]

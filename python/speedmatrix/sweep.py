@@ -498,6 +498,8 @@ class Sweep:
             "errors_total": sum(errors.values()),
             "t0_ns": t0,
             "t1_ns": t1,
+            "warmup_start_ns": int(res.warmup_start_ns),
+            "end_ns": int(res.end_ns),
             "ci": {k: _interval(fig.get(f"{k}_ci")) for k in
                    ("total_tok_s", "per_request_tok_s", "ttft_ms", "tbt_ms")},
             "ttft_p90_ms": _finite(fig.get("ttft_p90_ms")),
