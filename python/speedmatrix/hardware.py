@@ -1,0 +1,107 @@
+"""What the run ran on: GPU and VRAM from ``nvidia-smi`` when the server is local, OS, CPU."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+from collections.abc import Callable
+from typing import Any
+
+Runner = Callable[[list[str]], str]
+
+
+def _run_nvidia_smi(cmd: list[str]) -> str:
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=10, check=True)
+    return out.stdout
+
+
+def _short_gpu_name(name: str) -> str:
+    """``NVIDIA H200 NVL`` → ``H200 NVL`` (the vendor prefix says nothing here)."""
+    name = name.strip()
+    for prefix in ("NVIDIA ", "Nvidia "):
+        if name.startswith(prefix):
+            return name[len(prefix):]
+    return name
+
+
+def _cpu_name() -> str | None:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or None
+
+
+def query_gpus(runner: Runner | None = None) -> list[dict[str, Any]]:
+    """GPUs as ``[{"name", "vram_gb"}]`` from nvidia-smi; ``[]`` when absent or failing."""
+    cmd = ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"]
+    if runner is None:
+        if shutil.which("nvidia-smi") is None:
+            return []
+        runner = _run_nvidia_smi
+    try:
+        text = runner(cmd)
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return []
+    gpus = []
+    for line in (text or "").splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) < 2 or not parts[0]:
+            continue
+        mem = parts[1].split()
+        try:
+            mib = float(mem[0])
+        except (IndexError, ValueError):
+            continue
+        unit = mem[1].lower() if len(mem) > 1 else "mib"
+        # nvidia-smi reports MiB; GPUs are sold by GiB-ish "GB" (81559 MiB -> 80 GB).
+        gb = mib / 1024 if unit == "mib" else mib
+        gpus.append({"name": _short_gpu_name(parts[0]), "vram_gb": round(gb)})
+    return gpus
+
+
+def detect_hardware(
+    local: bool,
+    given: dict[str, Any] | None = None,
+    runner: Runner | None = None,
+) -> dict[str, Any]:
+    """``{type, gpu, vram_gb, os, cpu, gpu_count}`` of the machine the server runs on.
+
+    When ``local`` (the server runs on this machine) the GPU comes from
+    ``nvidia-smi``; otherwise GPU fields stay ``None`` unless ``given``. Values in
+    ``given`` that are not None override whatever was detected. The OS and CPU
+    describe this machine only when ``local``.
+    """
+    hw: dict[str, Any] = {"type": None, "gpu": None, "vram_gb": None, "os": None,
+                          "cpu": None, "gpu_count": None, "source": "given"}
+    if local:
+        hw["os"] = platform.system().lower() or None
+        hw["cpu"] = _cpu_name()
+        hw["source"] = "detected"
+        gpus = query_gpus(runner)
+        if gpus:
+            hw["type"] = "Discrete GPU"
+            hw["gpu"] = gpus[0]["name"]
+            hw["vram_gb"] = gpus[0]["vram_gb"]
+            hw["gpu_count"] = len(gpus)
+            if len(gpus) > 1 and len({g["name"] for g in gpus}) == 1:
+                hw["gpu"] = f"{len(gpus)}× {gpus[0]['name']}"
+                hw["vram_gb"] = sum(g["vram_gb"] for g in gpus)
+        else:
+            hw["type"] = "CPU"
+    for k, v in (given or {}).items():
+        if v is not None:
+            hw[k] = v
+    if given and any(v is not None for v in given.values()) and local:
+        hw["source"] = "detected+given"
+    return hw
+
+
+def client_info() -> dict[str, Any]:
+    """The benchmark client's host: name and CPU count."""
+    return {"host": platform.node() or None, "cpus": os.cpu_count()}

@@ -1,0 +1,107 @@
+"""Secrets out of everything speedmatrix writes.
+
+``redact(text)`` replaces the values of the usual secret-bearing flags, headers,
+query parameters and environment assignments, and anything shaped like an API
+key, by ``<redacted>``. ``redact_known(obj, secrets)`` replaces every known
+secret value (the API key the user passed, say) anywhere in a JSON-like object.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+REDACTED = "<redacted>"
+
+_FLAG_NAMES = (
+    r"api[-_]?key|hf[-_]token|token|auth[-_]?token|access[-_]token|password|passwd|secret"
+    r"|client[-_]secret|bearer"
+)
+_VALUE = r"""(?:"[^"]*"|'[^']*'|[^\s"']+)"""
+
+_PATTERNS: list[tuple[re.Pattern[str], str]] = [
+    # --api-key X, --api-key=X, --hf-token X, --token X, -H/--header handled below
+    (re.compile(rf"(?i)((?<![\w-])--?(?:{_FLAG_NAMES})(?:=|\s+))({_VALUE})"), r"\1" + REDACTED),
+    # api-key style headers: x-api-key: X, api-key: X
+    (re.compile(r"(?i)(\b(?:x-)?api-key\s*:\s*)([^\s\"',;]+)"), r"\1" + REDACTED),
+    # Authorization: Bearer X / Basic X ; also 'Authorization: X'
+    (
+        re.compile(r"(?i)(authorization\s*[:=]\s*(?:bearer|basic|token)?\s*)([^\s\"',;]+)"),
+        r"\1" + REDACTED,
+    ),
+    # bare Bearer X
+    (re.compile(r"(?i)(\bbearer\s+)(?!<redacted>)([A-Za-z0-9._~+/=\-]+)"), r"\1" + REDACTED),
+    # env-style NAME=VALUE where NAME looks secret (OPENAI_API_KEY, HF_TOKEN, MY_SECRET, ...)
+    (
+        re.compile(
+            r"(?i)\b([A-Z0-9_]*(?:API_?KEY|TOKEN|SECRET|PASSWORD|PASSWD)[A-Z0-9_]*\s*=\s*)"
+            rf"(?!<redacted>)({_VALUE})"
+        ),
+        r"\1" + REDACTED,
+    ),
+    # query / key-value style: token=X, api_key=X, key=X, access_token=X (URLs, JSON-ish text)
+    (
+        re.compile(
+            r"(?i)([?&;\s,{(]|^)((?:api[-_]?key|key|token|access[-_]token|auth|"
+            r"password|secret|sig|signature)\s*=\s*)(?!<redacted>)([^\s&#\"',;)}]+)"
+        ),
+        r"\1\2" + REDACTED,
+    ),
+    # JSON style "api_key": "X"
+    (
+        re.compile(
+            r"""(?i)(["'](?:api[-_]?key|token|hf[-_]token|access[-_]token|authorization|"""
+            r"""password|secret)["']\s*:\s*["'])([^"']+)(["'])"""
+        ),
+        r"\1" + REDACTED + r"\3",
+    ),
+    # user:password@ in URLs
+    (re.compile(r"(?i)(\b[a-z][a-z0-9+.\-]*://[^/\s:@]+:)([^@\s/]+)(@)"), r"\1" + REDACTED + r"\3"),
+    # key-shaped tokens: sk-..., sk-proj-..., hf_..., ghp_..., xoxb-..., AKIA...
+    (
+        re.compile(
+            r"\b(?:sk-[A-Za-z0-9_\-]{8,}|hf_[A-Za-z0-9]{16,}|gh[pousr]_[A-Za-z0-9]{20,}"
+            r"|xox[abpr]-[A-Za-z0-9\-]{10,}|AKIA[0-9A-Z]{16})\b"
+        ),
+        REDACTED,
+    ),
+]
+
+
+def redact(text: str) -> str:
+    """Replace secret values in ``text`` by ``<redacted>``; other text stays as it was."""
+    if not text:
+        return text
+    out = str(text)
+    for pattern, repl in _PATTERNS:
+        out = pattern.sub(repl, out)
+    # A quoted value redacted by the flag rule keeps no quotes; tidy '<redacted>' doubling.
+    return out.replace(f"{REDACTED}{REDACTED}", REDACTED)
+
+
+def redact_known(obj: Any, secrets: list[str] | tuple[str, ...] | None) -> Any:
+    """Return a copy of ``obj`` (dict / list / str / scalars) with every known secret replaced.
+
+    Dict keys are scanned too. Secrets shorter than 4 characters are ignored
+    (replacing them would mangle ordinary text); empty/None secrets are skipped.
+    """
+    vals = sorted({s for s in (secrets or []) if isinstance(s, str) and len(s) >= 4},
+                  key=len, reverse=True)
+    if not vals:
+        return obj
+
+    def walk(x: Any) -> Any:
+        if isinstance(x, str):
+            for s in vals:
+                if s in x:
+                    x = x.replace(s, REDACTED)
+            return x
+        if isinstance(x, dict):
+            return {walk(k): walk(v) for k, v in x.items()}
+        if isinstance(x, list):
+            return [walk(v) for v in x]
+        if isinstance(x, tuple):
+            return tuple(walk(v) for v in x)
+        return x
+
+    return walk(obj)

@@ -1,0 +1,228 @@
+"""Number and label formatting exactly as the seed report writes them.
+
+Every function takes ``None`` or NaN and returns the em dash ``"—"`` for it, so
+callers never have to special-case missing figures.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+DASH = "—"
+
+STATUS_TEXT = {
+    "valid": "Valid",
+    "queued": "Requests queued",
+    "over_capacity": "Over capacity",
+    "error": "Error",
+}
+
+PHASE_TEXT = {"prefill": "Prefill", "decode": "Sustained decode"}
+
+QUEUED_LEGEND = (
+    "Requests queued: the server could not run all requests at once, so some waited in a queue."
+)
+OVER_CAPACITY_LEGEND = (
+    "Over capacity: not run because this many requests at this context would exceed the "
+    "server's KV cache."
+)
+LEGEND = f"{QUEUED_LEGEND} {OVER_CAPACITY_LEGEND}"
+TTFT_NOTE = (
+    "TTFT is measured after the benchmark warms the server's prompt cache, "
+    "so it mostly excludes prefill."
+)
+MATRIX_CAPTION = "total tok/s · rows are context length, columns are simultaneous requests"
+PREFILL_CAPTION = "prompt tok/s by context length"
+ALL_CAPTION = "Latencies are medians. Total tok/s is output across all simultaneous requests."
+
+ALL_COLUMNS = [
+    "Phase",
+    "Context",
+    "Requests at once",
+    "Status",
+    "Total tok/s",
+    "Per request tok/s",
+    "TTFT",
+    "Time between tokens",
+    "Average active requests",
+    "Completed requests",
+    "Output tokens",
+    "Measured for",
+]
+
+_CODES = {
+    "discrete_gpu": "Discrete GPU",
+    "integrated_gpu": "Integrated GPU",
+    "cpu": "CPU",
+    "fixed_duration": "Fixed duration",
+    "fixed_requests": "Fixed request count",
+    "decode_warmup": "Measured during decode warm-up",
+    "during_decode_warmup": "Measured during decode warm-up",
+    "measured_during_decode_warmup": "Measured during decode warm-up",
+    "separate": "Separate prefill cells",
+    "skip": "Not measured",
+}
+
+
+def missing(v: Any) -> bool:
+    """True for None, NaN (any float type, pandas NA) and empty strings."""
+    if v is None:
+        return True
+    if isinstance(v, str):
+        return v == ""
+    if isinstance(v, (bool, int)):
+        return False
+    try:
+        return math.isnan(float(v))
+    except (TypeError, ValueError):
+        return v is getattr(__import__("pandas"), "NA", object())
+
+
+def tok_s(v: Any) -> str:
+    """Throughput as in the tables: ``10.4K`` from 10,000 up, else ``1,583.9``."""
+    if missing(v):
+        return DASH
+    v = float(v)
+    if abs(v) >= 10_000:
+        return f"{v / 1000:,.1f}K"
+    return f"{v:,.1f}"
+
+
+def tok_s_short(v: Any) -> str:
+    """Throughput as in the prefill list: ``10.4K`` from 10,000 up, else ``9,995``."""
+    if missing(v):
+        return DASH
+    v = float(v)
+    if abs(v) >= 10_000:
+        return f"{v / 1000:,.1f}K"
+    return f"{v:,.0f}"
+
+
+def ms(v: Any) -> str:
+    """Whole milliseconds: ``790 ms``, ``1,590 ms`` (TTFT)."""
+    if missing(v):
+        return DASH
+    return f"{float(v):,.0f} ms"
+
+
+def ms1(v: Any) -> str:
+    """Milliseconds with one decimal: ``16.8 ms`` (time between tokens)."""
+    if missing(v):
+        return DASH
+    return f"{float(v):,.1f} ms"
+
+
+def one(v: Any) -> str:
+    """One decimal with thousands separators: ``98.1``."""
+    if missing(v):
+        return DASH
+    return f"{float(v):,.1f}"
+
+
+def count(v: Any) -> str:
+    """An integer count: ``1,779``."""
+    if missing(v):
+        return DASH
+    return f"{round(float(v)):,d}"
+
+
+def seconds(v: Any) -> str:
+    """A measured duration: ``30.0 s``."""
+    if missing(v):
+        return DASH
+    return f"{float(v):,.1f} s"
+
+
+def plain_seconds(v: Any) -> str:
+    """A configured duration: ``30 s`` (``2.5 s`` when fractional)."""
+    if missing(v):
+        return DASH
+    v = float(v)
+    return f"{v:,.0f} s" if v == int(v) else f"{v:,g} s"
+
+
+def tokens(v: Any) -> str:
+    """A token budget: ``4,096 tokens``."""
+    if missing(v):
+        return DASH
+    return f"{count(v)} tokens"
+
+
+def gigabytes(v: Any) -> str:
+    """``141 GB`` (one decimal when fractional)."""
+    if missing(v):
+        return DASH
+    v = float(v)
+    return f"{v:,.0f} GB" if abs(v - round(v)) < 0.05 else f"{v:,.1f} GB"
+
+
+def percent(v: Any) -> str:
+    """A fraction shown as a signed percentage: ``+3.2%``."""
+    if missing(v):
+        return DASH
+    return f"{float(v) * 100:+.1f}%"
+
+
+def ratio(v: Any) -> str:
+    """A ratio: ``1.07×``."""
+    if missing(v):
+        return DASH
+    return f"{float(v):.2f}×"
+
+
+def context_label(c: Any) -> str:
+    """Context length in K (1024 tokens): ``8K``, ``123K``; small values as they are."""
+    if missing(c):
+        return DASH
+    c = int(c)
+    if c < 1024:
+        return str(c)
+    k = c / 1024
+    if abs(k - round(k)) < 0.05:
+        return f"{round(k)}K"
+    return f"{k:.1f}K"
+
+
+def status_text(status: Any) -> str:
+    if missing(status):
+        return "Not measured"
+    return STATUS_TEXT.get(str(status), str(status).replace("_", " ").capitalize())
+
+
+def phase_text(phase: Any) -> str:
+    return PHASE_TEXT.get(str(phase), str(phase).capitalize())
+
+
+def code_text(v: Any) -> str:
+    """Human text for the enum-like metadata values (``fixed_duration`` → ``Fixed duration``)."""
+    if missing(v):
+        return DASH
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    return _CODES.get(str(v), str(v))
+
+
+def ci(lo: Any, hi: Any, fmt=one) -> str:
+    """A 95% interval ``59.1–59.5``; a dash when either end is unknown."""
+    if missing(lo) or missing(hi):
+        return DASH
+    a, b = fmt(lo), fmt(hi)
+    unit = ""
+    for suffix in (" ms", " s"):
+        if a.endswith(suffix) and b.endswith(suffix):
+            a, unit = a[: -len(suffix)], suffix
+            b = b[: -len(suffix)]
+    return f"{a}–{b}{unit}"
+
+
+def range_text(values: list[int], fmt=str) -> str:
+    """``(8K–123K)`` style span of sorted values; one value gives ``(8K)``."""
+    if not values:
+        return ""
+    lo, hi = min(values), max(values)
+    return f"({fmt(lo)})" if lo == hi else f"({fmt(lo)}–{fmt(hi)})"
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    return f"{n} {word if n == 1 else (many or word + 's')}"

@@ -1,0 +1,425 @@
+"""The report's content, independent of the output format (Markdown and HTML render it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from speedmatrix.redact import redact
+from speedmatrix.report import formatting as fmt
+
+if TYPE_CHECKING:  # pragma: no cover
+    from speedmatrix.results import Run
+
+FLAG_TEXT = {
+    "busy_at_start": "Busy at start: the server was not idle when the cell began.",
+    "drift": "Drift: throughput changed significantly across the window.",
+    "prompt_mismatch": "Prompt mismatch: the server counted a different prompt length than asked.",
+    "estimated_tokens": "Estimated tokens: output tokens were estimated, not counted per chunk.",
+    "client_bound": "Client bound: the benchmark client was busy enough to limit the figures.",
+    "interrupted": "Interrupted: the run stopped during or after this cell.",
+    "server_running_mismatch": "Server running mismatch: the server ran fewer requests than sent.",
+}
+FLAG_SHORT = {
+    "busy_at_start": "Busy at start",
+    "drift": "Drift",
+    "prompt_mismatch": "Prompt mismatch",
+    "estimated_tokens": "Estimated tokens",
+    "client_bound": "Client bound",
+    "interrupted": "Interrupted",
+    "server_running_mismatch": "Server running mismatch",
+}
+CAPACITY_NAMES = {"kv_tokens": "KV cache capacity", "context_length": "Context length",
+                  "max_running": "Max running requests"}
+
+
+@dataclass
+class Table:
+    columns: list[str]
+    rows: list[list[Any]]  # a cell is a str or a list of str (stacked lines)
+    caption: str = ""
+    note: str = ""
+    classes: list[list[str]] = field(default_factory=list)  # per-row css classes per cell
+
+
+@dataclass
+class Section:
+    title: str
+    items: list[tuple[str, str]] | None = None  # definition list
+    table: Table | None = None
+    text: list[str] = field(default_factory=list)  # paragraphs after the table
+    code: str | None = None
+    anchor: str = ""
+    charts: list[str] = field(default_factory=list)  # names of charts shown in this section
+
+
+@dataclass
+class Report:
+    title: str
+    subtitle: str
+    engine_line: str
+    matrix_line: str
+    notes: list[str]
+    sections: list[Section]
+
+
+def _get(d: dict | None, *keys: str) -> Any:
+    for k in keys:
+        if d and not fmt.missing(d.get(k)):
+            return d.get(k)
+    return None
+
+
+def model_name(meta: dict) -> str:
+    run, target, eng = meta.get("run") or {}, meta.get("target") or {}, meta.get("engine") or {}
+    return str(_get(target, "model_name") or _get(run, "model_name", "model")
+               or _get(eng, "model") or _get(target, "model") or _get(run, "served_model")
+               or "Unknown model")
+
+
+def hardware_name(meta: dict) -> str:
+    hw = meta.get("hardware") or {}
+    return str(_get(hw, "gpu") or _get(hw, "cpu") or "unknown hardware")
+
+
+def _items(pairs: list[tuple[str, Any]]) -> list[tuple[str, str]]:
+    return [(k, str(v)) for k, v in pairs if not fmt.missing(v)]
+
+
+def header_lines(run: Run) -> tuple[str, str, str, str]:
+    meta = run.meta
+    eng = meta.get("engine") or {}
+    title = "Speed test matrix"
+    subtitle = f"{model_name(meta)} on {hardware_name(meta)}"
+    parts = [str(eng[k]) for k in ("name", "version", "quantization") if not fmt.missing(eng.get(k))]
+    engine_line = " · ".join(parts) if parts else "unknown engine"
+    md = run.matrix_definition
+    ctx, conc, pre = md["contexts"], md["concurrency"], md["prefill_contexts"]
+    pieces = []
+    if ctx or conc:
+        pieces.append(
+            f"{fmt.plural(len(ctx), 'context')} {fmt.range_text(ctx, fmt.context_label)} × "
+            f"{fmt.plural(len(conc), 'concurrency level')} {fmt.range_text(conc)}".replace(
+                "  ", " ").strip())
+    if pre:
+        pieces.append("prefill at " + ", ".join(fmt.context_label(c) for c in pre))
+    return title, subtitle, engine_line, " · ".join(pieces)
+
+
+def hardware_section(run: Run) -> Section:
+    hw = run.meta.get("hardware") or {}
+    items = _items([
+        ("Type", fmt.code_text(hw.get("type")) if hw.get("type") else None),
+        ("GPU", hw.get("gpu")),
+        ("VRAM", fmt.gigabytes(hw["vram_gb"]) if not fmt.missing(hw.get("vram_gb")) else None),
+        ("OS", hw.get("os")),
+        ("CPU", hw.get("cpu")),
+    ])
+    return Section("Hardware", items=items or [("Type", "Not recorded")], anchor="hardware")
+
+
+def engine_section(run: Run) -> Section:
+    e = run.meta.get("engine") or {}
+    items = _items([
+        ("Engine", e.get("name")), ("Version", e.get("version")),
+        ("Quantization", e.get("quantization")), ("Backend", e.get("backend")),
+        ("Repository", e.get("repository")), ("Build", e.get("build")),
+        ("Commit", e.get("commit")),
+    ])
+    return Section("Engine", items=items or [("Engine", "Not recorded")], anchor="engine")
+
+
+def run_section(run: Run) -> Section:
+    r = run.meta.get("run") or {}
+    t = run.meta.get("target") or {}
+    tool = r.get("tool")
+    if tool and r.get("tool_version"):
+        tool = f"{tool} v{r['tool_version']}"
+    status = None
+    if r.get("interrupted"):
+        status = "Interrupted"
+    items = _items([
+        ("Served model", r.get("served_model") or t.get("model")),
+        ("Revision", r.get("revision")),
+        ("Benchmark tool", tool),
+        ("Decode test", fmt.code_text(r["decode_test"]) if r.get("decode_test") else None),
+        ("Prefill mode", fmt.code_text(r["prefill_mode"]) if r.get("prefill_mode") else None),
+        ("Time per measurement",
+         fmt.plain_seconds(r["duration_s"]) if not fmt.missing(r.get("duration_s")) else None),
+        ("Max output", fmt.tokens(r["max_output"]) if not fmt.missing(r.get("max_output"))
+         else None),
+        ("API", t.get("api")),
+        ("Target", redact(str(t["url"])) if t.get("url") else None),
+        ("Started", r.get("started_at")),
+        ("Finished", r.get("finished_at")),
+        ("Status", status),
+    ])
+    return Section("Run", items=items, anchor="run")
+
+
+def launch_section(run: Run) -> Section:
+    cmd = (run.meta.get("run") or {}).get("launch_command")
+    if fmt.missing(cmd):
+        return Section("Launch command", text=["Not given."], anchor="launch-command")
+    return Section("Launch command", code=redact(str(cmd)), anchor="launch-command")
+
+
+def prefill_section(run: Run) -> Section:
+    pre = run.prefill()
+    rows, classes = [], []
+    for _, p in pre.iterrows():
+        st = p["status"]
+        if st in (None, "over_capacity", "error") or fmt.missing(p["prompt_tok_s"]):
+            text = fmt.status_text(st) if st else "Not measured"
+            rows.append([f"{p['label']} context", text, "", ""])
+            classes.append(["", "status", "", ""])
+            continue
+        spread = fmt.DASH
+        if int(p["repetitions"]) > 1 or not fmt.missing(p["prompt_tok_s_lo"]):
+            spread = fmt.ci(p["prompt_tok_s_lo"], p["prompt_tok_s_hi"], fmt.tok_s_short)
+        rows.append([f"{p['label']} context", fmt.tok_s_short(p["prompt_tok_s"]),
+                     f"{fmt.ms(p['ttft_ms'])} TTFT", spread])
+        classes.append(["", "num", "sub", "sub"])
+    cols = ["Context", "Prompt tok/s", "TTFT", "Range"]
+    if all(r[3] in ("", fmt.DASH) for r in rows):  # one repetition each: no spread to show
+        cols, rows, classes = cols[:3], [r[:3] for r in rows], [c[:3] for c in classes]
+    tbl = Table(cols, rows, caption=fmt.PREFILL_CAPTION, classes=classes)
+    text = [] if rows else ["No prefill cells were measured."]
+    return Section("Prefill", table=tbl, text=text, anchor="prefill",
+                   charts=["prefill_vs_context"])
+
+
+def _cell_lines(status: str | None, total: Any, ttft: Any, errors_total: Any) -> list[str]:
+    if status is None:
+        return ["Not measured"]
+    if status == "over_capacity":
+        return ["Over capacity"]
+    if status == "error":
+        lines = ["Error"]
+        if not fmt.missing(errors_total) and int(errors_total):
+            lines.append(f"{fmt.count(errors_total)} failed")
+        return lines
+    lines = [fmt.tok_s(total)]
+    if status == "queued":
+        lines.append("Requests queued")
+    lines.append(f"{fmt.ms(ttft)} TTFT")
+    return lines
+
+
+def decode_section(run: Run) -> Section:
+    tot = run.matrix("total_tok_s", numeric=True)
+    ttft = run.matrix("ttft_ms", numeric=True)
+    err = run.matrix("errors_total", numeric=True) if "errors_total" in run.cells else None
+    st = run.statuses()
+    rows, classes = [], []
+    for i, label in enumerate(tot.index):
+        row: list[Any] = [str(label)]
+        cls = ["ctx"]
+        for j, _n in enumerate(tot.columns):
+            s = st.iat[i, j]
+            e = err.iat[i, j] if err is not None else None
+            row.append(_cell_lines(s, tot.iat[i, j], ttft.iat[i, j], e))
+            cls.append({"over_capacity": "over", "queued": "queued", "error": "error",
+                        None: "missing"}.get(s, "valid"))
+        rows.append(row)
+        classes.append(cls)
+    tbl = Table(["Context"] + [str(c) for c in tot.columns], rows, caption=fmt.MATRIX_CAPTION,
+                note=fmt.LEGEND, classes=classes)
+    text = [fmt.TTFT_NOTE]
+    if run.interrupted or any(s is None for s in st.to_numpy().ravel()):
+        text.append("Not measured: the run ended before this cell was reached.")
+    return Section("Sustained decode", table=tbl, text=text, anchor="sustained-decode",
+                   charts=["decode_heatmap"])
+
+
+def _all_row(c: dict) -> list[str]:
+    phase = c.get("phase")
+    status = c.get("status")
+    if status == "over_capacity":
+        return [fmt.phase_text(phase), c["label"], fmt.count(c["concurrency"]),
+                fmt.status_text(status)] + [fmt.DASH] * 8
+    if phase == "prefill":
+        return [fmt.phase_text(phase), c["label"], fmt.count(c["concurrency"]),
+                fmt.status_text(status), fmt.tok_s(c.get("prompt_tok_s")), fmt.DASH,
+                fmt.ms(c.get("ttft_ms")), fmt.DASH, fmt.DASH, fmt.count(c.get("completed")),
+                fmt.DASH, fmt.DASH]
+    return [fmt.phase_text(phase), c["label"], fmt.count(c["concurrency"]),
+            fmt.status_text(status), fmt.tok_s(c.get("total_tok_s")),
+            fmt.tok_s(c.get("per_request_tok_s")), fmt.ms(c.get("ttft_ms")),
+            fmt.ms1(c.get("tbt_ms")), fmt.one(c.get("avg_active")),
+            fmt.count(c.get("completed")), fmt.count(c.get("output_tokens")),
+            fmt.seconds(c.get("measured_s"))]
+
+
+def _ordered_cells(run: Run) -> list[dict]:
+    df = run.cells
+    if df.empty:
+        return []
+    order = {"prefill": 0, "decode": 1}
+    df = df.assign(_p=df["phase"].map(order).fillna(2))
+    df = df.sort_values(["_p", "context", "concurrency", "repetition"], kind="stable")
+    return [r.to_dict() for _, r in df.iterrows()]
+
+
+def all_section(run: Run) -> Section:
+    rows = [_all_row(c) for c in _ordered_cells(run)]
+    classes = [["", "", "num", "status"] + ["num"] * 8 for _ in rows]
+    tbl = Table(list(fmt.ALL_COLUMNS), rows, caption=fmt.ALL_CAPTION, note=fmt.LEGEND,
+                classes=classes)
+    return Section("All measurements", table=tbl, anchor="all-measurements")
+
+
+def ci_section(run: Run) -> Section:
+    rows = []
+    for c in _ordered_cells(run):
+        if c["phase"] != "decode" or c["status"] == "over_capacity":
+            continue
+        rows.append([
+            c["label"], fmt.count(c["concurrency"]), fmt.status_text(c["status"]),
+            fmt.tok_s(c.get("total_tok_s")),
+            fmt.ci(c.get("total_tok_s_lo"), c.get("total_tok_s_hi"), fmt.tok_s),
+            fmt.tok_s(c.get("per_request_tok_s")),
+            fmt.ci(c.get("per_request_tok_s_lo"), c.get("per_request_tok_s_hi"), fmt.tok_s),
+            fmt.ci(c.get("ttft_ms_lo"), c.get("ttft_ms_hi"), fmt.ms),
+            fmt.ms(c.get("ttft_p90_ms")), fmt.ms(c.get("ttft_p99_ms")),
+            fmt.ci(c.get("tbt_ms_lo"), c.get("tbt_ms_hi"), fmt.ms1),
+            fmt.ms1(c.get("tbt_p90_ms")), fmt.ms1(c.get("tbt_p99_ms")),
+            fmt.percent(c.get("drift")),
+        ])
+    cols = ["Context", "Requests at once", "Status", "Total tok/s", "95% CI",
+            "Per request tok/s", "95% CI", "TTFT 95% CI", "TTFT p90", "TTFT p99",
+            "Time between tokens 95% CI", "TBT p90", "TBT p99", "Drift"]
+    tbl = Table(cols, rows, caption=(
+        "95% confidence intervals from per-second bins of each window (t-interval); "
+        "p90/p99 are tails over the window's requests and tokens; drift is the relative change "
+        "of throughput across the window."),
+        classes=[["", "num", "status"] + ["num"] * 11 for _ in rows])
+    text = [] if rows else ["No decode cell was measured."]
+    return Section("Confidence intervals and tails", table=tbl, text=text,
+                   anchor="confidence-intervals", charts=["total_vs_concurrency",
+                                                          "per_request_vs_concurrency"])
+
+
+def flags_section(run: Run) -> Section:
+    rows = []
+    seen: list[str] = []
+    for c in _ordered_cells(run):
+        flags = c.get("flags")
+        flags = list(flags) if isinstance(flags, (list, tuple, np.ndarray)) else []
+        pt = {k: c.get(f"prompt_tokens_{k}") for k in ("asked", "reported_min", "reported_max")}
+        prompt = fmt.DASH
+        if not fmt.missing(pt["asked"]):
+            rep = [v for v in (pt["reported_min"], pt["reported_max"]) if not fmt.missing(v)]
+            if rep:
+                lo, hi = int(min(rep)), int(max(rep))
+                r = fmt.count(lo) if lo == hi else f"{fmt.count(lo)}–{fmt.count(hi)}"
+                prompt = f"asked {fmt.count(pt['asked'])}, server counted {r}"
+        if not flags and c.get("status") == "valid":
+            continue
+        if not flags and c.get("status") == "over_capacity":
+            continue
+        for f in flags:
+            if f not in seen:
+                seen.append(f)
+        reason = c.get("reason")
+        rows.append([fmt.phase_text(c["phase"]), c["label"], fmt.count(c["concurrency"]),
+                     fmt.status_text(c["status"]),
+                     ", ".join(FLAG_SHORT.get(f, f) for f in flags) or fmt.DASH,
+                     prompt if "prompt_mismatch" in flags else fmt.DASH,
+                     str(reason) if not fmt.missing(reason) else fmt.DASH])
+    tbl = Table(["Phase", "Context", "Requests at once", "Status", "Flags", "Prompt tokens",
+                 "Reason"], rows, caption="Cells that are flagged or not valid, and why.",
+                note=" ".join(FLAG_TEXT.get(f, f) for f in seen))
+    text = [] if rows else ["No cell was flagged: every measured cell is valid."]
+    return Section("Flags", table=tbl, text=text, anchor="flags")
+
+
+def server_section(run: Run) -> Section:
+    rows = []
+    for c in _ordered_cells(run):
+        if c["phase"] != "decode" or c["status"] == "over_capacity":
+            continue
+        srv = [c.get(f"server_{k}") for k in ("running_mean", "running_max", "waiting_max",
+                                               "kv_usage_max")]
+        kv = srv[3]
+        rows.append([c["label"], fmt.count(c["concurrency"]), fmt.status_text(c["status"]),
+                     fmt.one(c.get("avg_active")), fmt.one(srv[0]), fmt.count(srv[1]),
+                     fmt.count(srv[2]),
+                     fmt.DASH if fmt.missing(kv) else f"{float(kv) * 100:.1f}%"])
+    have = any(any(x != fmt.DASH for x in r[4:]) for r in rows)
+    tbl = Table(["Context", "Requests at once", "Status", "Average active (client)",
+                 "Running (server, mean)", "Running (server, max)", "Waiting (server, max)",
+                 "KV cache use (max)"], rows,
+                caption="The server's own view from /metrics, sampled during each window.")
+    text = [] if have else ["The server exposed no /metrics samples for these cells."]
+    return Section("Server-side view", table=tbl if rows else None, text=text,
+                   anchor="server-view")
+
+
+def capacity_section(run: Run) -> Section:
+    cap = run.meta.get("capacity") or {}
+    rows = []
+    for k, v in cap.items():
+        if isinstance(v, dict):
+            val, src = v.get("value"), v.get("source")
+        else:
+            val, src = v, None
+        name = CAPACITY_NAMES.get(k, k.replace("_", " ").capitalize())
+        shown = fmt.count(val) if isinstance(val, (int, float)) and not fmt.missing(val) else (
+            fmt.DASH if fmt.missing(val) else str(val))
+        if k in ("kv_tokens", "context_length") and shown != fmt.DASH:
+            shown += " tokens"
+        rows.append([name, shown, {"probed": "Probed from the server", "given": "Given by the user",
+                                   "default": "Default"}.get(src, fmt.code_text(src))])
+    tbl = Table(["Value", "Used", "Source"], rows,
+                caption="What the plan used, and whether it was probed from the server or given.")
+    text = [] if rows else ["No capacity values were recorded."]
+    return Section("Capacity", table=tbl if rows else None, text=text, anchor="capacity")
+
+
+def errors_section(run: Run) -> Section | None:
+    rows = []
+    for c in _ordered_cells(run):
+        errs = c.get("errors") if isinstance(c.get("errors"), dict) else {}
+        if not errs:
+            continue
+        kinds = ", ".join(f"{k} × {fmt.count(v)}" for k, v in sorted(errs.items()))
+        rows.append([fmt.phase_text(c["phase"]), c["label"], fmt.count(c["concurrency"]),
+                     fmt.status_text(c["status"]), fmt.count(sum(errs.values())), kinds])
+    if not rows:
+        return None
+    return Section("Errors", table=Table(["Phase", "Context", "Requests at once", "Status",
+                                          "Failed requests", "By kind"], rows,
+                                         caption="Failed requests by kind."), anchor="errors")
+
+
+def missing_section(run: Run) -> Section | None:
+    miss = run.missing_cells()
+    if not miss:
+        return None
+    rows = [[fmt.phase_text(p), fmt.context_label(c), fmt.count(n)] for p, c, n in miss]
+    return Section("Not measured", table=Table(["Phase", "Context", "Requests at once"], rows,
+                                               caption="Cells of the matrix this run never "
+                                                       "reached."), anchor="not-measured")
+
+
+def build(run: Run) -> Report:
+    title, subtitle, engine_line, matrix_line = header_lines(run)
+    notes = []
+    if run.interrupted:
+        n_miss = len(run.missing_cells())
+        notes.append("This run was interrupted"
+                     + (f": {fmt.plural(n_miss, 'cell')} of the matrix not measured." if n_miss
+                        else "."))
+    sections = [hardware_section(run), engine_section(run), run_section(run),
+                launch_section(run), prefill_section(run), decode_section(run),
+                all_section(run), ci_section(run), flags_section(run), server_section(run),
+                capacity_section(run)]
+    for extra in (errors_section(run), missing_section(run)):
+        if extra is not None:
+            sections.append(extra)
+    sections.append(Section("Charts", anchor="charts", charts=[
+        "ttft_vs_context", "tbt_distribution", "throughput_over_time"]))
+    return Report(title, subtitle, engine_line, matrix_line, notes, sections)

@@ -1,0 +1,438 @@
+"""A saved run as an object: tidy frames for pandas work, the seed's matrix, records.
+
+    import speedmatrix as sm
+    run = sm.load("out/seed")
+    run.cells                      # one row per cell, every run.json field
+    run.matrix("total_tok_s")      # rows = context, columns = concurrency
+    run.requests                   # every request of every cell, times in ms from t0
+    run.tokens("decode-c8192-n4-r0")
+    sm.concat([run_a, run_b], ["before", "after"])
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from speedmatrix.runfile import load_records, read_run
+
+STATUS_TEXT = {"over_capacity": "Over capacity", "error": "Error", "queued": "Requests queued",
+               "valid": "Valid"}
+NOT_MEASURED = "Not measured"
+OUTCOME_TEXT = {0: "pending", 1: "ok", 2: "cancelled", 3: "error"}
+PHASE_TEXT = {0: "warmup", 1: "window"}
+CI_FIGURES = ("total_tok_s", "per_request_tok_s", "ttft_ms", "tbt_ms", "prompt_tok_s")
+FIGURE_ALIASES = {"ttft": "ttft_ms", "tbt": "tbt_ms", "total": "total_tok_s",
+                  "per_request": "per_request_tok_s", "prompt": "prompt_tok_s",
+                  "active": "avg_active"}
+_MS = 1e6
+
+
+def _context_label(c: int) -> str:
+    from speedmatrix.report.formatting import context_label
+
+    return context_label(c)
+
+
+def _flatten_cell(cell: dict) -> dict:
+    row: dict[str, Any] = {}
+    for k, v in cell.items():
+        if k == "ci" and isinstance(v, dict):
+            for fig, iv in v.items():
+                lo, hi = (iv if isinstance(iv, (list, tuple)) and len(iv) == 2 else (None, None))
+                row[f"{fig}_lo"] = np.nan if lo is None else float(lo)
+                row[f"{fig}_hi"] = np.nan if hi is None else float(hi)
+        elif k == "server":
+            for sk in ("running_mean", "running_max", "waiting_max", "kv_usage_max"):
+                sv = v.get(sk) if isinstance(v, dict) else None
+                row[f"server_{sk}"] = np.nan if sv is None else float(sv)
+        elif k == "prompt_tokens" and isinstance(v, dict):
+            for pk, pv in v.items():
+                row[f"prompt_tokens_{pk}"] = pv
+        else:
+            row[k] = v
+    row.setdefault("id", f"{cell['phase']}-c{cell['context']}-n{cell['concurrency']}-r"
+                         f"{cell.get('repetition', 0)}")
+    row.setdefault("repetition", 0)
+    if not row.get("label"):
+        row["label"] = _context_label(cell["context"])
+    row.setdefault("flags", [])
+    if row["flags"] is None:
+        row["flags"] = []
+    errs = row.get("errors") or {}
+    row["errors"] = errs
+    row.setdefault("errors_total", int(sum(errs.values())) if isinstance(errs, dict) else 0)
+    return row
+
+
+class Run:
+    """One saved run (``DIR/run.json`` plus ``DIR/records``)."""
+
+    def __init__(self, doc: dict, path: str | os.PathLike | None = None,
+                 label: str | None = None) -> None:
+        self.doc = doc
+        self.path = Path(path) if path is not None else None
+        self.meta: dict = doc.get("meta") or {}
+        self._label = label
+        self._records_cache: dict[str, dict] = {}
+
+    # ---- metadata -------------------------------------------------------------------------
+    @property
+    def label(self) -> str:
+        if self._label:
+            return self._label
+        eng = self.meta.get("engine") or {}
+        if eng.get("name") or eng.get("version"):
+            return " ".join(str(x) for x in (eng.get("name"), eng.get("version")) if x)
+        return self.path.name if self.path else "run"
+
+    @property
+    def interrupted(self) -> bool:
+        return bool((self.meta.get("run") or {}).get("interrupted"))
+
+    @property
+    def matrix_definition(self) -> dict:
+        """Contexts, concurrency levels and prefill contexts (from meta, else from the cells)."""
+        m = dict((self.meta.get("run") or {}).get("matrix") or {})
+        cells = self.doc.get("cells") or []
+        dec = [c for c in cells if c["phase"] == "decode"]
+        pre = [c for c in cells if c["phase"] == "prefill"]
+
+        def ints(v):
+            out = []
+            for x in v or []:
+                try:
+                    out.append(int(x))
+                except (TypeError, ValueError):
+                    continue
+            return out
+
+        contexts = ints(m.get("contexts")) or sorted({c["context"] for c in dec})
+        conc = ints(m.get("concurrency") or m.get("concurrencies")) or sorted(
+            {c["concurrency"] for c in dec})
+        pcs = ints(m.get("prefill_contexts")) or sorted({c["context"] for c in pre})
+        # cells may hold resolved values ("max") not in the definition
+        contexts = sorted(set(contexts) | {c["context"] for c in dec})
+        conc = sorted(set(conc) | {c["concurrency"] for c in dec})
+        pcs = sorted(set(pcs) | {c["context"] for c in pre})
+        return {"contexts": contexts, "concurrency": conc, "prefill_contexts": pcs}
+
+    # ---- frames ---------------------------------------------------------------------------
+    @cached_property
+    def cells(self) -> pd.DataFrame:
+        rows = [_flatten_cell(c) for c in self.doc.get("cells") or []]
+        df = pd.DataFrame(rows)
+        if df.empty:
+            df = pd.DataFrame(columns=["id", "phase", "context", "concurrency", "status",
+                                       "label", "repetition"])
+        for fig in CI_FIGURES:
+            for side in ("lo", "hi"):
+                if f"{fig}_{side}" not in df:
+                    df[f"{fig}_{side}"] = np.nan
+        num = ["total_tok_s", "per_request_tok_s", "prompt_tok_s", "ttft_ms", "tbt_ms",
+               "avg_active", "measured_s", "ttft_p90_ms", "ttft_p99_ms", "tbt_p90_ms",
+               "tbt_p99_ms", "drift"]
+        for col in num:
+            if col in df:
+                df[col] = pd.to_numeric(df[col], errors="coerce").astype(float)
+        return df
+
+    def cell(self, cell_id: str) -> dict:
+        for c in self.doc.get("cells") or []:
+            if _flatten_cell(c)["id"] == cell_id:
+                return c
+        raise KeyError(f"no cell {cell_id!r} in this run")
+
+    def records(self, cell_id: str) -> dict | None:
+        """Raw records of a cell (``requests``, ``events``, ``metrics``), or None if not saved."""
+        if cell_id in self._records_cache:
+            return self._records_cache[cell_id]
+        c = self.cell(cell_id)
+        rel = c.get("records")
+        rec = None
+        if rel and self.path is not None and (self.path / rel).is_file():
+            rec = load_records(self.path, rel)
+        self._records_cache[cell_id] = rec
+        return rec
+
+    def _t0(self, cell: dict, rec: dict) -> int:
+        if cell.get("t0_ns") is not None:
+            return int(cell["t0_ns"])
+        r = rec["requests"]
+        if "sent_ns" in r and len(r["sent_ns"]):
+            win = r["sent_ns"][(r.get("phase", np.ones(len(r["sent_ns"]))) == 1)]
+            win = win[win >= 0]
+            if len(win):
+                return int(win.min())
+            return int(r["sent_ns"][r["sent_ns"] >= 0].min())
+        return 0
+
+    def _request_frame(self, cell: dict, rec: dict) -> pd.DataFrame:
+        r = rec["requests"]
+        if not r:
+            return pd.DataFrame()
+        t0 = self._t0(cell, rec)
+        n = len(next(iter(r.values())))
+        df = pd.DataFrame({"request": np.arange(n)})
+        cid = _flatten_cell(cell)["id"]
+        df.insert(0, "cell", cid)
+        for k, v in r.items():
+            if k.endswith("_ns"):
+                a = v.astype(np.int64)
+                df[k[:-3] + "_ms"] = np.where(a >= 0, (a - t0) / _MS, np.nan)
+            elif k == "phase":
+                df["phase"] = [PHASE_TEXT.get(int(x), str(x)) for x in v]
+            elif k == "outcome":
+                df["outcome"] = [OUTCOME_TEXT.get(int(x), str(x)) for x in v]
+            else:
+                df[k] = v
+        if {"first_token_ms", "sent_ms"} <= set(df):
+            df["ttft_ms"] = df["first_token_ms"] - df["sent_ms"]
+        if {"done_ms", "first_token_ms", "output_tokens"} <= set(df):
+            dur = (df["done_ms"] - df["first_token_ms"]) / 1000
+            toks = df["output_tokens"].astype(float) - 1
+            df["tok_s"] = np.where((dur > 0) & (toks > 0), toks / dur, np.nan)
+        df["context"] = cell["context"]
+        df["concurrency"] = cell["concurrency"]
+        df["cell_phase"] = cell["phase"]
+        return df
+
+    @cached_property
+    def requests(self) -> pd.DataFrame:
+        """Every saved request of every cell; ``*_ms`` columns are relative to the cell's t0."""
+        frames = []
+        for c in self.doc.get("cells") or []:
+            cid = _flatten_cell(c)["id"]
+            rec = self.records(cid)
+            if rec is None:
+                continue
+            f = self._request_frame(c, rec)
+            if not f.empty:
+                frames.append(f)
+        if not frames:
+            return pd.DataFrame(columns=["cell", "request", "phase", "sent_ms", "first_token_ms",
+                                         "done_ms", "ttft_ms", "output_tokens", "outcome"])
+        return pd.concat(frames, ignore_index=True)
+
+    def tokens(self, cell_id: str) -> pd.DataFrame:
+        """Token events of a cell: request, ``t_ms`` from t0, tokens, gap per token (ms)."""
+        rec = self.records(cell_id)
+        cols = ["request", "t_ms", "tokens", "gap_ms", "in_window"]
+        if rec is None or not rec["events"]:
+            return pd.DataFrame(columns=cols)
+        cell = self.cell(cell_id)
+        ev = rec["events"]
+        t0 = self._t0(cell, rec)
+        t = ev["t_ns"].astype(np.int64)
+        req = ev["request"].astype(np.int64)
+        tok = ev["tokens"].astype(np.int64)
+        order = np.lexsort((t, req))
+        t, req, tok = t[order], req[order], tok[order]
+        same = np.r_[False, req[1:] == req[:-1]] if len(req) else np.zeros(0, bool)
+        gap = np.where(same, np.r_[0, np.diff(t)] / _MS / np.maximum(tok, 1), np.nan)
+        t1 = cell.get("t1_ns")
+        inw = (t >= t0) & ((t <= int(t1)) if t1 is not None else True)
+        df = pd.DataFrame({"request": req, "t_ms": (t - t0) / _MS, "tokens": tok,
+                           "gap_ms": gap, "in_window": inw})
+        return df.sort_values("t_ms", kind="stable").reset_index(drop=True)
+
+    def tbt_samples(self, cell_id: str) -> np.ndarray:
+        """Per-token gaps (ms) inside the window, a chunk's gap repeated for each of its tokens."""
+        df = self.tokens(cell_id)
+        if df.empty:
+            return np.zeros(0)
+        d = df[df["in_window"] & df["gap_ms"].notna()]
+        return np.repeat(d["gap_ms"].to_numpy(float), d["tokens"].to_numpy(int))
+
+    def bins(self, cell_id: str, bin_s: float = 1.0) -> np.ndarray:
+        """Output tok/s per ``bin_s`` bin of the window (for plots and Welch tests)."""
+        rec = self.records(cell_id)
+        cell = self.cell(cell_id)
+        if rec is None or not rec["events"] or cell.get("t1_ns") is None:
+            return np.zeros(0)
+        t0, t1 = self._t0(cell, rec), int(cell["t1_ns"])
+        nb = max(1, round((t1 - t0) / 1e9 / bin_s))
+        edges = t0 + (np.arange(nb + 1) * (t1 - t0) / nb)
+        ev = rec["events"]
+        counts = np.histogram(ev["t_ns"], bins=edges, weights=ev["tokens"])[0]
+        return counts / ((t1 - t0) / nb / 1e9)
+
+    def server_metrics(self, cell_id: str) -> pd.DataFrame:
+        """The /metrics samples of a cell: ``t_ms`` from t0 and one column per metric."""
+        rec = self.records(cell_id)
+        if rec is None or not rec["metrics"]["names"]:
+            return pd.DataFrame(columns=["t_ms"])
+        m = rec["metrics"]
+        t0 = self._t0(self.cell(cell_id), rec)
+        df = pd.DataFrame(np.asarray(m["values"], float), columns=m["names"])
+        df.insert(0, "t_ms", (np.asarray(m["t_ns"], np.int64) - t0) / _MS)
+        return df
+
+    # ---- the seed's tables ----------------------------------------------------------------
+    def _decode(self) -> pd.DataFrame:
+        df = self.cells
+        return df[df["phase"] == "decode"] if "phase" in df else df
+
+    def matrix(self, figure: str = "total_tok_s", numeric: bool = False,
+               aggregate: str = "median") -> pd.DataFrame:
+        """Decode cells pivoted: rows = context label (context order), columns = concurrency.
+
+        With ``numeric=False`` a cell without a number holds its status text
+        ("Over capacity", "Error", or "Not measured" for cells an interrupted
+        run never reached); with ``numeric=True`` those are NaN. Repetitions are
+        combined by ``aggregate`` (median by default).
+        """
+        figure = FIGURE_ALIASES.get(figure, figure)
+        dec = self._decode()
+        md = self.matrix_definition
+        contexts, conc = md["contexts"], md["concurrency"]
+        if figure not in dec.columns and not dec.empty:
+            raise KeyError(f"no figure {figure!r} in the cells (have: {sorted(dec.columns)})")
+        labels = {}
+        for c in contexts:
+            sub = dec[dec["context"] == c]
+            labels[c] = sub["label"].iloc[0] if len(sub) else _context_label(c)
+        out = pd.DataFrame(index=pd.Index([labels[c] for c in contexts], name="context"),
+                           columns=pd.Index(conc, name="concurrency"),
+                           dtype=float if numeric else object)
+        for c in contexts:
+            for n in conc:
+                sub = dec[(dec["context"] == c) & (dec["concurrency"] == n)]
+                val: Any = np.nan
+                if len(sub):
+                    nums = pd.to_numeric(sub[figure], errors="coerce").dropna()
+                    if len(nums):
+                        val = float(getattr(nums, aggregate)())
+                    elif not numeric:
+                        st = _combined_status(sub["status"].tolist())
+                        val = STATUS_TEXT.get(st, st) if st != "valid" else np.nan
+                elif not numeric:
+                    val = NOT_MEASURED
+                out.loc[labels[c], n] = val
+        return out
+
+    def statuses(self) -> pd.DataFrame:
+        """The status of each decode cell in the matrix layout (``None`` = not measured)."""
+        dec = self._decode()
+        md = self.matrix_definition
+        out = pd.DataFrame(index=pd.Index([_label_for(dec, c) for c in md["contexts"]],
+                                          name="context"),
+                           columns=pd.Index(md["concurrency"], name="concurrency"), dtype=object)
+        for c in md["contexts"]:
+            for n in md["concurrency"]:
+                sub = dec[(dec["context"] == c) & (dec["concurrency"] == n)]
+                out.loc[_label_for(dec, c), n] = (
+                    _combined_status(sub["status"].tolist()) if len(sub) else None)
+        return out
+
+    def prefill(self) -> pd.DataFrame:
+        """Prefill figures per context (median over repetitions), in context order."""
+        df = self.cells
+        pre = df[df["phase"] == "prefill"] if "phase" in df else df
+        rows = []
+        for c in self.matrix_definition["prefill_contexts"]:
+            sub = pre[pre["context"] == c]
+            ok = sub[sub["status"].isin(["valid", "queued"])]
+            use = ok if len(ok) else sub
+            rows.append({
+                "context": c,
+                "label": sub["label"].iloc[0] if len(sub) else _context_label(c),
+                "status": _combined_status(sub["status"].tolist()) if len(sub) else None,
+                "prompt_tok_s": float(use["prompt_tok_s"].median()) if len(use) else np.nan,
+                "ttft_ms": float(use["ttft_ms"].median()) if len(use) else np.nan,
+                "prompt_tok_s_lo": _safe_min(use, "prompt_tok_s_lo", "prompt_tok_s", len(use)),
+                "prompt_tok_s_hi": _safe_max(use, "prompt_tok_s_hi", "prompt_tok_s", len(use)),
+                "repetitions": len(sub),
+            })
+        return pd.DataFrame(rows, columns=["context", "label", "status", "prompt_tok_s",
+                                           "ttft_ms", "prompt_tok_s_lo", "prompt_tok_s_hi",
+                                           "repetitions"])
+
+    def missing_cells(self) -> list[tuple[str, int, int]]:
+        """(phase, context, concurrency) of the matrix that have no cell (interrupted runs)."""
+        md = self.matrix_definition
+        have = {(c["phase"], c["context"], c["concurrency"]) for c in self.doc.get("cells") or []}
+        want = [("prefill", c, 1) for c in md["prefill_contexts"]]
+        want += [("decode", c, n) for c in md["contexts"] for n in md["concurrency"]]
+        return [w for w in want if w not in have]
+
+    def __repr__(self) -> str:
+        n = len(self.doc.get("cells") or [])
+        extra = ", interrupted" if self.interrupted else ""
+        return f"<speedmatrix Run {self.label!r}: {n} cells{extra} at {self.path}>"
+
+    def _repr_html_(self) -> str:  # notebooks
+        return f"<p>{self!r}</p>" + self.matrix("total_tok_s").to_html(na_rep="—")
+
+
+def _label_for(dec: pd.DataFrame, c: int) -> str:
+    sub = dec[dec["context"] == c]
+    return sub["label"].iloc[0] if len(sub) else _context_label(c)
+
+
+def _safe_min(df: pd.DataFrame, col: str, fallback: str, n: int) -> float:
+    if n == 0:
+        return np.nan
+    if col in df and df[col].notna().any():
+        return float(df[col].min())
+    return float(df[fallback].min()) if n > 1 else np.nan
+
+
+def _safe_max(df: pd.DataFrame, col: str, fallback: str, n: int) -> float:
+    if n == 0:
+        return np.nan
+    if col in df and df[col].notna().any():
+        return float(df[col].max())
+    return float(df[fallback].max()) if n > 1 else np.nan
+
+
+def _combined_status(statuses: list[str]) -> str:
+    """One status for repeated cells: over capacity wins, then all-error, then queued."""
+    s = [x for x in statuses if x]
+    if not s:
+        return "valid"
+    if "over_capacity" in s:
+        return "over_capacity"
+    if all(x == "error" for x in s):
+        return "error"
+    if "queued" in s:
+        return "queued"
+    if "error" in s:
+        return "error"
+    return "valid"
+
+
+def load(run_dir: str | os.PathLike, label: str | None = None, strict: bool = True) -> Run:
+    """Load a saved run folder (``DIR/run.json`` and its records)."""
+    p = Path(run_dir)
+    doc = read_run(p, strict=strict)
+    folder = p.parent if p.suffix == ".json" and p.is_file() else p
+    return Run(doc, folder, label=label)
+
+
+def concat(runs: Iterable[Run], labels: Iterable[str] | None = None,
+           frame: str = "cells") -> pd.DataFrame:
+    """One frame of several runs' ``cells`` (or ``requests``/``prefill``) with a ``run`` column."""
+    runs = list(runs)
+    labels = list(labels) if labels is not None else [r.label for r in runs]
+    if len(labels) != len(runs):
+        raise ValueError(f"{len(runs)} runs but {len(labels)} labels")
+    if len(set(labels)) != len(labels):
+        labels = [f"{lab} #{i + 1}" for i, lab in enumerate(labels)]
+    frames = []
+    for r, lab in zip(runs, labels):
+        f = r.prefill() if frame == "prefill" else getattr(r, frame)
+        f = f.copy()
+        f.insert(0, "run", lab)
+        frames.append(f)
+    if not frames:
+        return pd.DataFrame(columns=["run"])
+    out = pd.concat(frames, ignore_index=True)
+    out["run"] = pd.Categorical(out["run"], categories=labels, ordered=True)
+    return out

@@ -1,0 +1,245 @@
+"""Saved runs on disk: ``DIR/run.json`` and ``DIR/records/<cell id>.npz``.
+
+``write_run`` is atomic (temp file in the same folder, fsync, ``os.replace``), so
+a reader never sees half a file and a crash loses at most the cell in progress.
+``read_run`` checks the ``speedmatrix.run/1`` contract and names what is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SCHEMA = "speedmatrix.run/1"
+RUN_FILE = "run.json"
+RECORDS_DIR = "records"
+
+# DESIGN.md's cell contract: every cell carries these (figures may be null).
+REQUIRED_CELL_FIELDS = (
+    "phase",
+    "context",
+    "concurrency",
+    "status",
+    "total_tok_s",
+    "per_request_tok_s",
+    "prompt_tok_s",
+    "ttft_ms",
+    "tbt_ms",
+    "avg_active",
+    "completed",
+    "output_tokens",
+    "measured_s",
+    "errors",
+)
+PHASES = ("prefill", "decode")
+STATUSES = ("valid", "queued", "over_capacity", "error")
+
+
+class RunFileError(ValueError):
+    """A saved run that cannot be read: the message names the file and the field."""
+
+
+def _clean(obj: Any) -> Any:
+    """JSON-safe copy: NaN/inf become null, numpy scalars and arrays become Python values."""
+    if isinstance(obj, dict):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return [_clean(v) for v in obj.tolist()]
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def write_run(run_dir: str | os.PathLike, run: dict, secrets: list[str] | None = None) -> Path:
+    """Write ``run`` as ``run_dir/run.json`` atomically and return its path.
+
+    The schema field is filled in when absent. ``secrets`` (API keys, tokens)
+    are replaced by ``<redacted>`` anywhere in the document, and the launch
+    command and target URL are passed through :func:`speedmatrix.redact.redact`.
+    """
+    from speedmatrix.redact import redact, redact_known
+
+    doc = _clean(run)
+    doc.setdefault("schema", SCHEMA)
+    doc.setdefault("meta", {})
+    doc.setdefault("cells", [])
+    meta = doc["meta"]
+    rmeta = meta.get("run")
+    if isinstance(rmeta, dict) and isinstance(rmeta.get("launch_command"), str):
+        rmeta["launch_command"] = redact(rmeta["launch_command"])
+    target = meta.get("target")
+    if isinstance(target, dict) and isinstance(target.get("url"), str):
+        target["url"] = redact(target["url"])
+    if secrets:
+        doc = redact_known(doc, secrets)
+    path = Path(run_dir) / RUN_FILE
+    text = json.dumps(doc, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
+    _atomic_write(path, text.encode("utf-8"))
+    return path
+
+
+def validate_run(doc: Any, source: str = RUN_FILE, strict: bool = True) -> dict:
+    """Check the ``speedmatrix.run/1`` contract; raise :class:`RunFileError` naming the problem.
+
+    ``strict`` requires every DESIGN.md cell field; otherwise only the fields that
+    identify a cell (phase, context, concurrency, status) are required.
+    """
+    if not isinstance(doc, dict):
+        raise RunFileError(f"{source}: expected a JSON object, got {type(doc).__name__}")
+    schema = doc.get("schema")
+    if schema is None:
+        raise RunFileError(f"{source}: missing field 'schema' (expected {SCHEMA!r})")
+    if schema != SCHEMA:
+        raise RunFileError(f"{source}: unsupported schema {schema!r} (expected {SCHEMA!r})")
+    if not isinstance(doc.get("meta", {}), dict):
+        raise RunFileError(f"{source}: field 'meta' must be an object")
+    cells = doc.get("cells")
+    if cells is None:
+        raise RunFileError(f"{source}: missing field 'cells'")
+    if not isinstance(cells, list):
+        raise RunFileError(f"{source}: field 'cells' must be a list")
+    required = REQUIRED_CELL_FIELDS if strict else REQUIRED_CELL_FIELDS[:4]
+    for i, cell in enumerate(cells):
+        if not isinstance(cell, dict):
+            raise RunFileError(f"{source}: cells[{i}] must be an object")
+        name = f"cells[{i}]" + (f" ({cell['id']})" if "id" in cell else "")
+        for field in required:
+            if field not in cell:
+                raise RunFileError(f"{source}: {name} is missing field {field!r}")
+        if cell["phase"] not in PHASES:
+            raise RunFileError(
+                f"{source}: {name} field 'phase' is {cell['phase']!r}, expected one of {PHASES}"
+            )
+        if cell["status"] not in STATUSES:
+            raise RunFileError(
+                f"{source}: {name} field 'status' is {cell['status']!r}, "
+                f"expected one of {STATUSES}"
+            )
+        for field in ("context", "concurrency"):
+            if not isinstance(cell[field], int) or isinstance(cell[field], bool):
+                raise RunFileError(f"{source}: {name} field {field!r} must be an integer")
+    return doc
+
+
+def read_run(run_dir: str | os.PathLike, strict: bool = True) -> dict:
+    """Read and validate ``run_dir/run.json`` (or a path to the file itself)."""
+    p = Path(run_dir)
+    path = p if p.suffix == ".json" and p.is_file() else p / RUN_FILE
+    if not path.is_file():
+        if not p.exists():
+            raise FileNotFoundError(f"no saved run at {p}: the folder does not exist")
+        raise FileNotFoundError(f"no saved run at {p}: {RUN_FILE} is missing")
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise RunFileError(f"{path}: not valid JSON ({exc})") from exc
+    return validate_run(doc, str(path), strict=strict)
+
+
+def _records_relpath(cell_id: str) -> str:
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in str(cell_id))
+    return f"{RECORDS_DIR}/{safe}.npz"
+
+
+def _as_array(v: Any) -> np.ndarray:
+    if isinstance(v, np.ndarray):
+        return v
+    if isinstance(v, (list, tuple)) and v and all(isinstance(x, str) for x in v):
+        return np.asarray(v, dtype=np.str_)
+    return np.asarray(v)
+
+
+def save_records(
+    run_dir: str | os.PathLike,
+    cell_id: str,
+    requests: dict,
+    events: dict,
+    metrics: dict | None = None,
+) -> str:
+    """Save one cell's raw records as ``records/<cell id>.npz``; return the relative path.
+
+    Arrays are stored as ``req_<name>``, ``ev_<name>``, and ``met_names``,
+    ``met_t_ns``, ``met_values`` (plus ``met_failures``); strings as unicode arrays.
+    """
+    arrays: dict[str, np.ndarray] = {}
+    for k, v in (requests or {}).items():
+        arrays[f"req_{k}"] = _as_array(v)
+    for k, v in (events or {}).items():
+        arrays[f"ev_{k}"] = _as_array(v)
+    metrics = metrics or {}
+    names = [str(n) for n in metrics.get("names", [])]
+    arrays["met_names"] = np.asarray(names, dtype=np.str_)
+    arrays["met_t_ns"] = np.asarray(metrics.get("t_ns", []), dtype=np.int64)
+    values = np.asarray(metrics.get("values", []), dtype=np.float64)
+    arrays["met_values"] = values.reshape(len(arrays["met_t_ns"]), len(names))
+    arrays["met_failures"] = np.asarray(int(metrics.get("failures", 0) or 0))
+    for k, a in arrays.items():
+        if a.dtype == object:
+            raise RunFileError(f"records for {cell_id}: array {k!r} has Python objects")
+    rel = _records_relpath(cell_id)
+    path = Path(run_dir) / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".npz", dir=path.parent)
+    os.close(fd)
+    try:
+        np.savez_compressed(tmp, **arrays)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return rel
+
+
+def load_records(run_dir: str | os.PathLike, relpath: str) -> dict:
+    """Load a cell's records: ``{"requests": {...}, "events": {...}, "metrics": {...}}``."""
+    path = Path(run_dir) / relpath
+    if not path.is_file():
+        raise FileNotFoundError(f"records file missing: {path}")
+    requests: dict[str, np.ndarray] = {}
+    events: dict[str, np.ndarray] = {}
+    metrics: dict[str, Any] = {"names": [], "t_ns": np.zeros(0, np.int64),
+                               "values": np.zeros((0, 0)), "failures": 0}
+    with np.load(path, allow_pickle=False) as z:
+        for key in z.files:
+            a = z[key]
+            if key.startswith("req_"):
+                requests[key[4:]] = a
+            elif key.startswith("ev_"):
+                events[key[3:]] = a
+            elif key == "met_names":
+                metrics["names"] = [str(x) for x in a.tolist()]
+            elif key == "met_failures":
+                metrics["failures"] = int(a)
+            elif key.startswith("met_"):
+                metrics[key[4:]] = a
+    return {"requests": requests, "events": events, "metrics": metrics}
