@@ -1,0 +1,91 @@
+// speedmatrix-sim: the built-in engine's executable. See docs/internals.md §2.
+#include <sys/resource.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "server.hpp"
+
+namespace {
+
+const char kUsage[] =
+    "usage: speedmatrix-sim --profile PATH.json [--host 127.0.0.1] [--port 0] [--flavour sglang|vllm]\n"
+    "                       [--set key=value ...] [--unpaced] [--stamp]\n"
+    "                       [--fault-http500 P] [--fault-malformed P] [--fault-drop P] [--fault-stall P]\n"
+    "                       [--seed N]\n";
+
+// 4096 concurrent streams need more descriptors than the usual soft limit.
+void raise_nofile() {
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+    r.rlim_cur = r.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &r);
+  }
+}
+
+bool parse_share(const char* s, double& out) {
+  char* end = nullptr;
+  out = std::strtod(s, &end);
+  return end && *end == '\0' && out >= 0.0 && out <= 1.0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using speedmatrix::sim::ServerOptions;
+  ServerOptions opt;
+  std::string profile_path, flavour;
+  std::vector<std::string> sets;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&](const char* name) -> const char* {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "speedmatrix-sim: %s needs a value\n%s", name, kUsage);
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    auto share = [&](const char* name, double& out) {
+      const char* v = value(name);
+      if (!parse_share(v, out)) {
+        std::fprintf(stderr, "speedmatrix-sim: %s wants a share in [0, 1], got '%s'\n", name, v);
+        std::exit(2);
+      }
+    };
+    if (a == "--profile") profile_path = value("--profile");
+    else if (a == "--host") opt.host = value("--host");
+    else if (a == "--port") opt.port = std::atoi(value("--port"));
+    else if (a == "--flavour" || a == "--flavor") flavour = value("--flavour");
+    else if (a == "--set") sets.emplace_back(value("--set"));
+    else if (a == "--unpaced") opt.unpaced = true;
+    else if (a == "--stamp") opt.stamp = true;
+    else if (a == "--fault-http500") share("--fault-http500", opt.fault_http500);
+    else if (a == "--fault-malformed") share("--fault-malformed", opt.fault_malformed);
+    else if (a == "--fault-drop") share("--fault-drop", opt.fault_drop);
+    else if (a == "--fault-stall") share("--fault-stall", opt.fault_stall);
+    else if (a == "--seed") opt.seed = std::strtoull(value("--seed"), nullptr, 10);
+    else if (a == "-h" || a == "--help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else {
+      std::fprintf(stderr, "speedmatrix-sim: unknown argument '%s'\n%s", a.c_str(), kUsage);
+      return 2;
+    }
+  }
+  if (profile_path.empty()) {
+    std::fprintf(stderr, "speedmatrix-sim: --profile is required\n%s", kUsage);
+    return 2;
+  }
+  if (!flavour.empty()) sets.push_back("flavour=\"" + flavour + "\"");
+  try {
+    opt.profile = speedmatrix::sim::load_profile(profile_path, sets);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "speedmatrix-sim: %s\n", e.what());
+    return 2;
+  }
+  raise_nofile();
+  return speedmatrix::sim::run_server(opt);
+}

@@ -1,0 +1,144 @@
+// Profiles: JSON <-> Profile, with "--set key=value" overrides.
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+#include "speedmatrix/sim.hpp"
+
+namespace speedmatrix::sim {
+namespace {
+
+using nlohmann::json;
+
+// Keys that document a profile and are not model parameters.
+bool is_note_key(const std::string& k) {
+  return k == "description" || k == "fit" || k == "notes" || (!k.empty() && k[0] == '_');
+}
+
+// Applies "a.b.c=value" to j. The value is parsed as JSON when possible.
+void apply_override(json& j, const std::string& kv) {
+  auto eq = kv.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw std::runtime_error("bad --set '" + kv + "': expected key=value");
+  std::string key = kv.substr(0, eq), val = kv.substr(eq + 1);
+  json v = json::parse(val, nullptr, /*allow_exceptions=*/false);
+  if (v.is_discarded()) v = val;
+  json* node = &j;
+  std::size_t start = 0;
+  while (true) {
+    auto dot = key.find('.', start);
+    std::string part = key.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    if (dot == std::string::npos) {
+      (*node)[part] = v;
+      break;
+    }
+    node = &(*node)[part];
+    start = dot + 1;
+  }
+}
+
+template <class T>
+void get(const json& j, const char* key, T& out) {
+  auto it = j.find(key);
+  if (it == j.end()) return;
+  try {
+    out = it->get<T>();
+  } catch (const std::exception& e) {
+    throw std::runtime_error(std::string("profile field '") + key + "': " + e.what());
+  }
+}
+
+}  // namespace
+
+Profile parse_profile(const std::string& text, const std::vector<std::string>& overrides) {
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) throw std::runtime_error("profile is not a JSON object");
+  for (const auto& o : overrides) apply_override(j, o);
+  Profile p;
+  static const char* kKeys[] = {
+      "name", "model", "flavour", "version", "mode", "context_length", "kv_tokens",
+      "max_running", "block_size", "chunk_tokens", "default_max_tokens", "vocab_size",
+      "prefix_cache", "step_base_ms", "step_per_seq_ms", "step_per_seq2_ms",
+      "step_per_kv_token_ns", "prefill_per_token_us", "prefill_per_token_ctx_ns",
+      "prefill_chunk_overhead_ms", "frontend_overhead_ms", "frontend_per_token_us",
+      "fixed_ttft_ms", "fixed_itl_ms", "trace_capacity"};
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    bool known = is_note_key(it.key());
+    for (const char* k : kKeys) known = known || it.key() == k;
+    if (!known) throw std::runtime_error("unknown profile field '" + it.key() + "'");
+  }
+  get(j, "name", p.name);
+  get(j, "model", p.model);
+  get(j, "flavour", p.flavour);
+  get(j, "version", p.version);
+  get(j, "mode", p.mode);
+  get(j, "context_length", p.context_length);
+  get(j, "kv_tokens", p.kv_tokens);
+  get(j, "max_running", p.max_running);
+  get(j, "block_size", p.block_size);
+  get(j, "chunk_tokens", p.chunk_tokens);
+  get(j, "default_max_tokens", p.default_max_tokens);
+  get(j, "vocab_size", p.vocab_size);
+  get(j, "prefix_cache", p.prefix_cache);
+  get(j, "step_base_ms", p.step_base_ms);
+  get(j, "step_per_seq_ms", p.step_per_seq_ms);
+  get(j, "step_per_seq2_ms", p.step_per_seq2_ms);
+  get(j, "step_per_kv_token_ns", p.step_per_kv_token_ns);
+  get(j, "prefill_per_token_us", p.prefill_per_token_us);
+  get(j, "prefill_per_token_ctx_ns", p.prefill_per_token_ctx_ns);
+  get(j, "prefill_chunk_overhead_ms", p.prefill_chunk_overhead_ms);
+  get(j, "frontend_overhead_ms", p.frontend_overhead_ms);
+  get(j, "frontend_per_token_us", p.frontend_per_token_us);
+  get(j, "fixed_ttft_ms", p.fixed_ttft_ms);
+  get(j, "fixed_itl_ms", p.fixed_itl_ms);
+  get(j, "trace_capacity", p.trace_capacity);
+  if (p.flavour != "sglang" && p.flavour != "vllm")
+    throw std::runtime_error("flavour must be 'sglang' or 'vllm', not '" + p.flavour + "'");
+  if (p.mode != "batched" && p.mode != "fixed")
+    throw std::runtime_error("mode must be 'batched' or 'fixed', not '" + p.mode + "'");
+  if (p.context_length <= 0 || p.kv_tokens <= 0 || p.max_running <= 0 || p.block_size <= 0 ||
+      p.chunk_tokens <= 0 || p.vocab_size <= 0 || p.trace_capacity <= 0)
+    throw std::runtime_error("profile sizes must be positive");
+  return p;
+}
+
+Profile load_profile(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream f(path);
+  if (!f) throw std::runtime_error("cannot read profile " + path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return parse_profile(ss.str(), overrides);
+}
+
+std::string profile_to_json(const Profile& p) {
+  json j = {{"name", p.name},
+            {"model", p.model},
+            {"flavour", p.flavour},
+            {"version", p.version},
+            {"mode", p.mode},
+            {"context_length", p.context_length},
+            {"kv_tokens", p.kv_tokens},
+            {"max_running", p.max_running},
+            {"block_size", p.block_size},
+            {"chunk_tokens", p.chunk_tokens},
+            {"default_max_tokens", p.default_max_tokens},
+            {"vocab_size", p.vocab_size},
+            {"prefix_cache", p.prefix_cache},
+            {"step_base_ms", p.step_base_ms},
+            {"step_per_seq_ms", p.step_per_seq_ms},
+            {"step_per_seq2_ms", p.step_per_seq2_ms},
+            {"step_per_kv_token_ns", p.step_per_kv_token_ns},
+            {"prefill_per_token_us", p.prefill_per_token_us},
+            {"prefill_per_token_ctx_ns", p.prefill_per_token_ctx_ns},
+            {"prefill_chunk_overhead_ms", p.prefill_chunk_overhead_ms},
+            {"frontend_overhead_ms", p.frontend_overhead_ms},
+            {"frontend_per_token_us", p.frontend_per_token_us},
+            {"fixed_ttft_ms", p.fixed_ttft_ms},
+            {"fixed_itl_ms", p.fixed_itl_ms},
+            {"trace_capacity", p.trace_capacity}};
+  return j.dump();
+}
+
+}  // namespace speedmatrix::sim

@@ -1,0 +1,26 @@
+// The built-in engine's HTTP server (libevent evhttp, one event loop).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "speedmatrix/sim.hpp"
+
+namespace speedmatrix::sim {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 0;  // 0 = pick a free port
+  Profile profile;
+  bool unpaced = false;  // emit tokens as fast as the sockets take them
+  bool stamp = false;    // add "sm_t_ns" (CLOCK_MONOTONIC send time) to every chunk
+  // Shares of requests (0..1) given each fault at random; deterministic by seed.
+  double fault_http500 = 0, fault_malformed = 0, fault_drop = 0, fault_stall = 0;
+  std::uint64_t seed = 1;
+};
+
+// Runs until SIGTERM/SIGINT. Prints "speedmatrix-sim listening on HOST:PORT" to
+// stdout once accepting. Returns the process exit status.
+int run_server(const ServerOptions& opts);
+
+}  // namespace speedmatrix::sim

@@ -1,0 +1,296 @@
+"""The built-in engine: start, query and stop `speedmatrix-sim`.
+
+    from speedmatrix.sim import Sim
+    with Sim("seed-h200") as sim:
+        print(sim.url)            # http://127.0.0.1:PORT
+        sim.state()               # GET /sim/state
+        sim.trace()               # GET /sim/trace: the decode steps the engine ran
+
+The binary's CLI and endpoints are described in docs/internals.md §2; profiles
+are the JSON files beside this module in ``profiles/`` (names = file stems).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+_PROFILES = Path(__file__).resolve().parent / "profiles"
+_LISTEN_PREFIX = "speedmatrix-sim listening on "
+
+__all__ = ["Sim", "SimError", "list_profiles", "profile_path", "load_profile", "main"]
+
+
+class SimError(RuntimeError):
+    """The built-in engine could not be started or did not answer."""
+
+
+def list_profiles() -> list[str]:
+    """Names of the shipped profiles (file stems in speedmatrix/profiles/)."""
+    return sorted(p.stem for p in _PROFILES.glob("*.json"))
+
+
+def profile_path(name: str | os.PathLike[str]) -> Path:
+    """Path of a profile given by name (``"seed-h200"``) or by path to a JSON file."""
+    p = Path(name)
+    if p.suffix == ".json" and p.is_file():
+        return p
+    cand = _PROFILES / f"{name}.json"
+    if not cand.is_file():
+        raise ValueError(f"unknown sim profile {str(name)!r}; shipped: {', '.join(list_profiles())}")
+    return cand
+
+
+def load_profile(name: str | os.PathLike[str]) -> dict[str, Any]:
+    """The profile's JSON as a dict."""
+    return json.loads(profile_path(name).read_text())
+
+
+def _binary() -> Path:
+    try:
+        from speedmatrix import _native
+    except ImportError:  # _core not built: find the binary the same way _native does
+        override = os.environ.get("SPEEDMATRIX_SIM_BINARY")
+        path = Path(override) if override else Path(__file__).resolve().parent / "_bin" / "speedmatrix-sim"
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"the built-in engine binary is missing at {path}; build with -DSPEEDMATRIX_INPLACE=ON"
+            ) from None
+        return path
+    return _native.sim_binary()
+
+
+def _fmt_value(v: Any) -> str:
+    return v if isinstance(v, str) and not v.startswith(("{", "[")) else json.dumps(v)
+
+
+class Sim:
+    """Runs `speedmatrix-sim` in a child process for the life of the object (or `with` block).
+
+    profile: a shipped profile name or a path to a JSON profile.
+    flavour: "sglang" or "vllm" (metric names, owned_by, error shapes); None = the profile's.
+    port: 0 picks a free port. unpaced: emit tokens as fast as the sockets take them.
+    stamp: add "sm_t_ns" (CLOCK_MONOTONIC send time) to every chunk.
+    faults: shares of requests given a fault at random, keys "http500", "malformed",
+        "drop", "stall" (values 0..1); seed makes them reproducible.
+    overrides: profile fields to override, {"fixed_itl_ms": 10, ...}.
+    """
+
+    def __init__(
+        self,
+        profile: str | os.PathLike[str] = "seed-h200",
+        flavour: str | None = None,
+        port: int = 0,
+        unpaced: bool = False,
+        stamp: bool = False,
+        faults: Mapping[str, float] | None = None,
+        overrides: Mapping[str, Any] | None = None,
+        *,
+        seed: int | None = None,
+        extra_args: Sequence[str] = (),
+        start_timeout_s: float = 10.0,
+        start: bool = True,
+    ) -> None:
+        self.profile = str(profile)
+        self.port: int = port
+        self.url: str = ""
+        self._proc: subprocess.Popen[str] | None = None
+        args = [str(_binary()), "--profile", str(profile_path(profile)), "--port", str(port)]
+        if flavour:
+            args += ["--flavour", flavour]
+        if unpaced:
+            args.append("--unpaced")
+        if stamp:
+            args.append("--stamp")
+        for kind, share in (faults or {}).items():
+            kind = kind.replace("_", "").replace("http500", "http500")
+            if kind not in ("http500", "malformed", "drop", "stall"):
+                raise ValueError(f"unknown fault {kind!r}: use http500, malformed, drop, stall")
+            args += [f"--fault-{kind}", repr(float(share))]
+        if seed is not None:
+            args += ["--seed", str(int(seed))]
+        for k, v in (overrides or {}).items():
+            args += ["--set", f"{k}={_fmt_value(v)}"]
+        args += list(extra_args)
+        self.args = args
+        self._timeout = start_timeout_s
+        if start:
+            self.start()
+
+    # --- lifecycle ---
+    def start(self) -> "Sim":
+        if self._proc is not None:
+            return self
+        self._proc = subprocess.Popen(
+            self.args,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,  # Ctrl-C in a notebook reaches us, not the child
+        )
+        line = self._read_listen_line()
+        self.port = int(line.rsplit(":", 1)[1])
+        self.url = f"http://127.0.0.1:{self.port}"
+        # Keep draining the pipes so the child never blocks on a full one.
+        self._stderr_tail: list[str] = []
+        threading.Thread(target=self._drain, daemon=True).start()
+        deadline = time.monotonic() + self._timeout
+        while True:
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline or self._proc.poll() is not None:
+                self.stop()
+                raise SimError("speedmatrix-sim started but /health does not answer")
+            time.sleep(0.02)
+        return self
+
+    def _read_listen_line(self) -> str:
+        assert self._proc is not None and self._proc.stdout is not None
+        result: list[str] = []
+
+        def read() -> None:
+            assert self._proc is not None and self._proc.stdout is not None
+            result.append(self._proc.stdout.readline())
+
+        t = threading.Thread(target=read, daemon=True)
+        t.start()
+        t.join(self._timeout)
+        line = result[0].strip() if result else ""
+        if not line.startswith(_LISTEN_PREFIX):
+            err = ""
+            if self._proc.poll() is not None and self._proc.stderr is not None:
+                err = self._proc.stderr.read().strip()
+            self.stop()
+            raise SimError(f"speedmatrix-sim did not start: {err or line or 'no listening line'}")
+        return line
+
+    def _drain(self) -> None:
+        proc = self._proc
+        if proc is None or proc.stderr is None:
+            return
+        for line in proc.stderr:
+            self._stderr_tail = (self._stderr_tail + [line])[-50:]
+
+    def stop(self, timeout_s: float = 5.0) -> int | None:
+        """Stops the engine (SIGTERM, then SIGKILL). Returns its exit status."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        for f in (proc.stdout, proc.stderr):
+            try:
+                if f is not None:
+                    f.close()
+            except OSError:
+                pass
+        return proc.returncode
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def __enter__(self) -> "Sim":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def __del__(self) -> None:  # never leave an orphan behind
+        try:
+            self.stop(timeout_s=1.0)
+        except Exception:
+            pass
+
+    # --- queries ---
+    def get_json(self, path: str, timeout_s: float = 10.0) -> Any:
+        with urllib.request.urlopen(self.url + path, timeout=timeout_s) as r:
+            return json.loads(r.read())
+
+    def state(self) -> dict[str, Any]:
+        """GET /sim/state: running, waiting, KV use, cache counters, tokens sent, profile."""
+        return self.get_json("/sim/state")
+
+    def trace(self, last: int | None = None, since_ns: int | None = None) -> list[dict[str, int]]:
+        """GET /sim/trace: the recent decode steps [{t_ns, batch, kv_tokens, step_ns, ...}]."""
+        q = []
+        if last is not None:
+            q.append(f"last={int(last)}")
+        if since_ns is not None:
+            q.append(f"since_ns={int(since_ns)}")
+        return self.get_json("/sim/trace" + ("?" + "&".join(q) if q else ""))
+
+    def wait_idle(self, timeout_s: float = 30.0) -> bool:
+        """Waits until nothing is running or waiting. Returns False on timeout."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            s = self.state()
+            if s["running"] == 0 and s["waiting"] == 0 and s["frontend"] == 0:
+                return True
+            time.sleep(0.02)
+        return False
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`speedmatrix sim`: runs the built-in engine in the foreground until Ctrl-C."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="speedmatrix sim", description="Run the built-in engine.")
+    ap.add_argument("--profile", default="seed-h200", help=f"one of {', '.join(list_profiles())} or a .json path")
+    ap.add_argument("--port", type=int, default=8000)
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--flavour", choices=["sglang", "vllm"], default=None)
+    ap.add_argument("--unpaced", action="store_true")
+    ap.add_argument("--stamp", action="store_true")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a profile field")
+    ap.add_argument("--list", action="store_true", help="list the shipped profiles and exit")
+    a = ap.parse_args(list(argv) if argv is not None else None)
+    if a.list:
+        for name in list_profiles():
+            print(f"{name:12s} {load_profile(name).get('description', '')}")
+        return 0
+    try:
+        args = [str(_binary()), "--profile", str(profile_path(a.profile)), "--port", str(a.port), "--host", a.host]
+    except (ValueError, FileNotFoundError) as e:
+        print(f"speedmatrix sim: {e}", file=sys.stderr)
+        return 2
+    if a.flavour:
+        args += ["--flavour", a.flavour]
+    if a.unpaced:
+        args.append("--unpaced")
+    if a.stamp:
+        args.append("--stamp")
+    for kv in a.set:
+        args += ["--set", kv]
+    proc = subprocess.Popen(args)
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            return proc.wait(5) or 0
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            return proc.wait()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
