@@ -2,8 +2,8 @@
 
 A :class:`Matrix` is plain data. It is built in Python (notebooks, scripts), from the CLI
 flags, from a preset, or from TOML, and it is saved in every run's metadata so a run says
-exactly what it asked for. ``validate()`` returns every problem at once, each message starting
-with the field it is about; ``check()`` raises them as one ValueError.
+exactly what it asked for. ``problems()`` returns every problem at once, each message starting
+with the field it is about; ``validate()`` raises them as one ValueError.
 
 Context entries are token counts or a keyword resolved against the server by
 :mod:`speedmatrix.plan`:
@@ -152,7 +152,24 @@ class Matrix:
         return [c if isinstance(c, str) else format_tokens(c) for c in self.contexts]
 
     # ---- validation -----------------------------------------------------------------------
-    def validate(self) -> list[str]:
+    @property
+    def extra_body(self) -> dict[str, Any]:
+        """Alias of :attr:`extra` (the name of the CLI's ``--extra-body``)."""
+        return self.extra
+
+    @extra_body.setter
+    def extra_body(self, value: dict[str, Any]) -> None:
+        self.extra = dict(value)
+
+    def validate(self) -> Matrix:
+        """Raise ValueError listing every problem (each line starts with the field name);
+        return self when valid."""
+        errors = self.problems()
+        if errors:
+            raise ValueError("invalid matrix: " + "; ".join(errors))
+        return self
+
+    def problems(self) -> list[str]:
         """Every problem, one message each, starting with the field name; [] when valid."""
         errors: list[str] = []
         _check_contexts(errors, "contexts", self.contexts, DECODE_KEYWORDS, allow_empty=False)
@@ -201,13 +218,6 @@ class Matrix:
         if not _is_number(self.error_threshold) or not 0 <= self.error_threshold <= 1:
             errors.append(f"error_threshold: {self.error_threshold!r} is not a fraction in [0, 1]")
         return errors
-
-    def check(self) -> Matrix:
-        """Raise ValueError listing every problem; return self when valid."""
-        errors = self.validate()
-        if errors:
-            raise ValueError("invalid matrix:\n  " + "\n  ".join(errors))
-        return self
 
 
 # ---- helpers ------------------------------------------------------------------------------

@@ -13,12 +13,14 @@ def test_seed_preset_is_the_seed_matrix():
     assert m.max_output == 4096
     assert m.api == "completions"
     assert m.shared_prefix == 0
-    assert m.validate() == []
+    assert m.problems() == []
+    assert m.validate() is m
 
 
 def test_quick_preset_is_small_and_valid():
     m = Matrix.preset("quick")
-    assert m.validate() == []
+    assert m.problems() == []
+    assert m.validate() is m
     assert len(m.contexts) * len(m.concurrency) <= 6
     assert m.duration_s <= 5
 
@@ -64,15 +66,15 @@ def test_human_forms_are_coerced():
 )
 def test_validation_names_the_field(changes, message):
     m = Matrix(**{**Matrix.preset("seed").to_dict(), **changes})
-    errors = m.validate()
+    errors = m.problems()
     assert any(message in e for e in errors), errors
-    with pytest.raises(ValueError, match="invalid matrix"):
-        m.check()
+    with pytest.raises(ValueError, match="invalid matrix: .*" + message.split(":")[0]):
+        m.validate()
 
 
 def test_validate_reports_every_problem():
     m = Matrix(contexts=[0], concurrency=[0], max_output=0)
-    fields_named = {e.split(":")[0] for e in m.validate()}
+    fields_named = {e.split(":")[0] for e in m.problems()}
     assert fields_named == {"contexts", "concurrency", "max_output"}
 
 
@@ -128,3 +130,10 @@ def test_parse_contexts_for_cli():
     assert parse_contexts("8k,max-decode,max", prefill=True) == [8192, "max-decode", "max"]
     with pytest.raises(ValueError, match="max-decode"):
         parse_contexts("8k,max-decode")
+
+
+def test_extra_body_alias():
+    m = Matrix()
+    m.extra_body = {"temperature": 0}
+    assert m.extra == {"temperature": 0}
+    assert m.extra_body is m.extra

@@ -1,0 +1,62 @@
+"""LMDeploy ``api_server``: recognised by ``owned_by`` or its metric names; tokenize is
+``/v1/encode``; no capacity endpoint."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from speedmatrix.adapters.base import (
+    USAGE_FINAL,
+    Adapter,
+    MetricsSpec,
+    OutputControl,
+    ProbeContext,
+    TokenizeSpec,
+)
+
+
+class LMDeployAdapter(Adapter):
+    name = "lmdeploy"
+    owned_by = ("lmdeploy",)
+    repository = "github.com/InternLM/lmdeploy"
+    metrics = MetricsSpec(
+        running="lmdeploy:num_requests_running",
+        waiting="lmdeploy:num_requests_waiting",
+        kv_usage="lmdeploy:gpu_cache_usage_perc",
+        path="/metrics",
+    )
+    tokenize = (TokenizeSpec("/v1/encode", "lmdeploy"),)
+    output = OutputControl(
+        forced=True,
+        ignore_eos=True,
+        min_tokens_field="min_new_tokens",
+        chat_max_fields=("max_completion_tokens",),
+    )
+    token_id_prompts = False
+    stream_options = USAGE_FINAL
+
+    def probe(self, ctx: ProbeContext) -> dict[str, Any] | None:
+        samples = ctx.get_metrics("/metrics")
+        has_metrics = bool(samples) and any(n.startswith("lmdeploy:") for n, _l, _v in samples)
+        if not has_metrics and not ctx.owned_by_matches(self):
+            return None
+        found: dict[str, Any] = {
+            "warnings": [
+                (
+                    "LMDeploy exposes no KV capacity: over-capacity cells cannot be predicted "
+                    "(give --kv-capacity)"
+                )
+            ],
+            "capacity_detail": {},
+        }
+        found["context_length"] = ctx.max_model_len()
+        if found["context_length"]:
+            found["capacity_detail"]["context_length"] = "/v1/models max_model_len"
+        if samples is None:
+            found["metrics"] = MetricsSpec(
+                running=self.metrics.running,
+                waiting=self.metrics.waiting,
+                kv_usage=self.metrics.kv_usage,
+                path=None,
+            )
+        return found

@@ -1,0 +1,93 @@
+"""vLLM (V1): ``/version``; the KV pool is the ``vllm:cache_config_info`` gauge's labels
+(``num_gpu_blocks`` × ``block_size``, per ``engine``); ``max_model_len`` in /v1/models.
+Metrics are always on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from speedmatrix.adapters.base import (
+    USAGE_CONTINUOUS,
+    Adapter,
+    MetricsSpec,
+    OutputControl,
+    ProbeContext,
+    TokenizeSpec,
+    first_metric,
+    positive_int,
+    split_version,
+)
+from speedmatrix.adapters.sglang import kv_from_server_info, server_info
+
+
+def kv_from_cache_config(samples: list[tuple[str, dict[str, str], float]]) -> int | None:
+    """Sum over engines (data-parallel ranks) of num_gpu_blocks × block_size."""
+    per_engine: dict[str, int] = {}
+    for name, labels, _value in samples:
+        if name != "vllm:cache_config_info":
+            continue
+        blocks = positive_int(labels.get("num_gpu_blocks"))
+        size = positive_int(labels.get("block_size"))
+        if blocks and size:
+            per_engine[labels.get("engine", "0")] = blocks * size
+    return sum(per_engine.values()) if per_engine else None
+
+
+class VLLMAdapter(Adapter):
+    name = "vllm"
+    owned_by = ("vllm",)
+    repository = "github.com/vllm-project/vllm"
+    metrics = MetricsSpec(
+        running="vllm:num_requests_running",
+        waiting="vllm:num_requests_waiting",
+        kv_usage="vllm:kv_cache_usage_perc",
+        path="/metrics",
+    )
+    tokenize = (TokenizeSpec("/tokenize", "openai", messages=True),)
+    output = OutputControl(forced=True, ignore_eos=True, min_tokens_field="min_tokens")
+    token_id_prompts = True
+    stream_options = USAGE_CONTINUOUS
+    # only with VLLM_SERVER_DEV_MODE=1; a 404 there means "not available"
+    cache_reset = "/reset_prefix_cache"
+
+    def probe(self, ctx: ProbeContext) -> dict[str, Any] | None:
+        samples = ctx.get_metrics("/metrics")
+        has_vllm_metrics = bool(samples) and any(n.startswith("vllm:") for n, _l, _v in samples)
+        if not has_vllm_metrics and not ctx.owned_by_matches(self):
+            return None
+        found: dict[str, Any] = {"warnings": [], "capacity_detail": {}}
+        version = ctx.get_dict("/version")
+        if version:
+            found["version"], found["commit"] = split_version(version.get("version"))
+        found["context_length"] = ctx.max_model_len()
+        found["capacity_detail"]["context_length"] = "/v1/models max_model_len"
+        kv = kv_from_cache_config(samples or [])
+        if kv:
+            found["kv_tokens"] = kv
+            found["capacity_detail"]["kv_tokens"] = (
+                "vllm:cache_config_info num_gpu_blocks × block_size"
+            )
+        else:
+            # vLLM-compatible servers (the built-in engine's vllm flavour) may offer it here
+            path, info = server_info(ctx)
+            if info is not None:
+                found["kv_tokens"], detail = kv_from_server_info(info)
+                found["capacity_detail"]["kv_tokens"] = f"{path} {detail}"
+                found["max_running"] = positive_int(info.get("max_running_requests"))
+                found["capacity_detail"]["max_running"] = f"{path} max_running_requests"
+            else:
+                found["warnings"].append(
+                    "vLLM's vllm:cache_config_info gauge is missing: KV capacity unknown "
+                    "(give --kv-capacity)"
+                )
+        if samples is not None:
+            found["metrics"] = MetricsSpec(
+                running="vllm:num_requests_running",
+                waiting="vllm:num_requests_waiting",
+                kv_usage=first_metric(
+                    samples, "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"
+                )
+                or "vllm:kv_cache_usage_perc",
+                path="/metrics",
+            )
+        return found
