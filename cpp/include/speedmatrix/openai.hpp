@@ -74,7 +74,11 @@ class OpenAIStreamDecoder {
   ApiKind api_;
   StreamSummary summary_;
   Impl* impl_ = nullptr;
+  // Cumulative usage.completion_tokens already turned into chunk tokens
+  // (continuous usage), -1 before the first one.
   std::int64_t last_usage_completion_ = -1;
+  std::int64_t final_usage_completion_ = -1;  // total from a final usage, -1 if none
+  bool seen_text_ = false;
 };
 
 // Parses a non-streaming error body (an HTTP 4xx/5xx answer) of any of the
