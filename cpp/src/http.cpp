@@ -1,0 +1,734 @@
+#include "speedmatrix/http.hpp"
+
+#include <curl/curl.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+#include <stdexcept>
+#include <string_view>
+
+#include "speedmatrix/cell.hpp"
+#include "speedmatrix/sse.hpp"
+
+namespace speedmatrix {
+namespace {
+
+constexpr std::size_t kMaxCollectedBody = 64u << 10;  // error / non-SSE bodies kept for the message
+constexpr int kMaxEpollEvents = 1024;
+
+void global_init() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) throw std::runtime_error("curl_global_init failed");
+  });
+}
+
+// One line, bounded: error messages end up in tables and JSON.
+std::string one_line(std::string s, std::size_t max = 500) {
+  for (char& c : s) {
+    if (c == '\n' || c == '\r' || c == '\t') c = ' ';
+  }
+  while (!s.empty() && s.back() == ' ') s.pop_back();
+  if (s.size() > max) s.resize(max);
+  return s;
+}
+
+bool iequals_prefix(std::string_view s, std::string_view prefix) {
+  if (s.size() < prefix.size()) return false;
+  for (std::size_t i = 0; i < prefix.size(); ++i) {
+    char a = s[i];
+    if (a >= 'A' && a <= 'Z') a = static_cast<char>(a - 'A' + 'a');
+    if (a != prefix[i]) return false;
+  }
+  return true;
+}
+
+// A body whose content type is not text/event-stream is still read as SSE
+// when it starts like one (some servers send text/plain or no type).
+bool looks_like_sse(std::string_view s) {
+  std::size_t i = 0;
+  if (s.substr(0, 3) == "\xEF\xBB\xBF") i = 3;
+  while (i < s.size() && (s[i] == '\n' || s[i] == '\r')) ++i;
+  s.remove_prefix(i);
+  if (s.empty()) return false;
+  for (std::string_view field : {"data:", ":", "event:", "id:", "retry:"}) {
+    const std::size_t n = std::min(s.size(), field.size());
+    if (s.substr(0, n) == field.substr(0, n)) return true;
+  }
+  return false;
+}
+
+// Error kind of a libcurl failure (see records.hpp).
+const char* kind_of(CURLcode code, bool connected) {
+  switch (code) {
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_COULDNT_RESOLVE_PROXY:
+    case CURLE_COULDNT_CONNECT:
+      return "connect";
+    case CURLE_OPERATION_TIMEDOUT:
+      return connected ? "stall" : "connect_timeout";
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_PEER_FAILED_VERIFICATION:
+    case CURLE_SSL_CERTPROBLEM:
+    case CURLE_SSL_CIPHER:
+    case CURLE_SSL_CACERT_BADFILE:
+    case CURLE_SSL_ENGINE_NOTFOUND:
+    case CURLE_SSL_ENGINE_SETFAILED:
+    case CURLE_SSL_ENGINE_INITFAILED:
+    case CURLE_SSL_SHUTDOWN_FAILED:
+    case CURLE_SSL_CRL_BADFILE:
+    case CURLE_SSL_ISSUER_ERROR:
+    case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
+    case CURLE_SSL_INVALIDCERTSTATUS:
+    case CURLE_SSL_CLIENTCERT:
+    case CURLE_USE_SSL_FAILED:
+      return "tls";
+    case CURLE_RECV_ERROR:
+    case CURLE_SEND_ERROR:
+    case CURLE_PARTIAL_FILE:
+    case CURLE_GOT_NOTHING:
+      return "connection_reset";
+    default:
+      return "transport";
+  }
+}
+
+}  // namespace
+
+std::string check_url(const std::string& url) {
+  global_init();
+  CURLU* u = curl_url();
+  if (!u) return "out of memory";
+  std::string why;
+  const CURLUcode rc = curl_url_set(u, CURLUPART_URL, url.c_str(), 0);
+  if (rc != CURLUE_OK) {
+    why = std::string("invalid URL: ") + curl_url_strerror(rc);
+  } else {
+    char* scheme = nullptr;
+    if (curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) == CURLUE_OK && scheme) {
+      const std::string_view s(scheme);
+      if (s != "http" && s != "https") why = "unsupported URL scheme " + std::string(s) + " (http or https)";
+      curl_free(scheme);
+    }
+  }
+  curl_url_cleanup(u);
+  return why;
+}
+
+// ---------------------------------------------------------------------------
+// One transfer: an easy handle with its parser state, reused across requests
+// (the connection lives in the multi handle's cache, not in the easy handle).
+struct Transfer final : SseSink {
+  CurlTransport::Impl* engine = nullptr;
+  CURL* easy = nullptr;
+  std::int32_t id = -1;
+  SseParser parser;
+  OpenAIStreamDecoder decoder;
+  long status = 0;
+  bool event_stream_type = false;  // Content-Type: text/event-stream
+  enum class Body : std::uint8_t { kUnknown, kSse, kError, kNotSse } body = Body::kUnknown;
+  bool headers_started = false;
+  bool stream_finished = false;  // [DONE] or a finish reason seen
+  ns_t last_activity_ns = kNever;
+  ns_t last_read_ns = kNever;
+  std::string collected;  // body of an error / non-SSE answer (bounded)
+  std::string err_kind;   // our own verdict, set before we abort a transfer
+  std::string err_msg;
+  char errbuf[CURL_ERROR_SIZE];
+
+  Transfer(std::size_t max_event_bytes, ApiKind api) : parser(max_event_bytes), decoder(api) {}
+
+  void reset_for(std::int32_t new_id, ApiKind api, ns_t now) {
+    id = new_id;
+    parser.reset();
+    decoder.reset(api);
+    status = 0;
+    event_stream_type = false;
+    body = Body::kUnknown;
+    headers_started = false;
+    stream_finished = false;
+    last_activity_ns = now;
+    last_read_ns = kNever;
+    collected.clear();
+    err_kind.clear();
+    err_msg.clear();
+    errbuf[0] = '\0';
+  }
+
+  bool on_event(const SseEvent& ev) override;
+};
+
+struct CurlTransport::Impl {
+  HttpOptions opt;
+  CellRecords& records;
+  CellProgress* progress;
+  CURLM* multi = nullptr;
+  curl_slist* header_list = nullptr;
+  int epfd = -1;
+  int wakefd = -1;
+  std::atomic<bool> woken{false};
+  ns_t timer_ns = kNever;    // libcurl's requested timeout, absolute
+  ns_t read_ns = 0;          // the clock read of the current socket read
+  ns_t idle_ns = 0;
+  ns_t sweep_every_ns = 0;
+  ns_t next_sweep_ns = 0;
+  long buffer_size = CURL_MAX_WRITE_SIZE;
+  double lag_max_ms = 0;
+  std::int64_t connections_opened = 0;
+  std::vector<Transfer*> by_id;              // request id -> active transfer (or null)
+  std::vector<std::unique_ptr<Transfer>> all;
+  std::vector<Transfer*> free_list;
+  std::vector<Transfer*> active;             // for the idle sweep
+  std::vector<std::int32_t>* finished_out = nullptr;  // set while poll() runs
+  std::vector<std::int32_t> pending_failures;        // failed in start(), reported by poll()
+
+  Impl(HttpOptions o, CellRecords& r, CellProgress* p) : opt(std::move(o)), records(r), progress(p) {}
+
+  ~Impl() {
+    for (auto& t : all) {
+      if (t->easy) {
+        if (t->id >= 0) curl_multi_remove_handle(multi, t->easy);
+        curl_easy_cleanup(t->easy);
+      }
+    }
+    if (multi) curl_multi_cleanup(multi);
+    if (header_list) curl_slist_free_all(header_list);
+    if (wakefd >= 0) close(wakefd);
+    if (epfd >= 0) close(epfd);
+  }
+
+  RequestRecord& rec(std::int32_t id) { return records.requests[static_cast<std::size_t>(id)]; }
+
+  // --- libcurl callbacks ---------------------------------------------------
+  static int on_socket(CURL*, curl_socket_t s, int what, void* userp, void* socketp) {
+    auto* self = static_cast<Impl*>(userp);
+    if (what == CURL_POLL_REMOVE) {
+      if (socketp) {
+        epoll_ctl(self->epfd, EPOLL_CTL_DEL, s, nullptr);
+        curl_multi_assign(self->multi, s, nullptr);
+      }
+      return 0;
+    }
+    epoll_event ev{};
+    ev.events = (what & CURL_POLL_IN ? EPOLLIN : 0u) | (what & CURL_POLL_OUT ? EPOLLOUT : 0u);
+    ev.data.fd = s;
+    if (socketp) {
+      if (epoll_ctl(self->epfd, EPOLL_CTL_MOD, s, &ev) != 0 && errno == ENOENT) {
+        epoll_ctl(self->epfd, EPOLL_CTL_ADD, s, &ev);
+      }
+    } else {
+      if (epoll_ctl(self->epfd, EPOLL_CTL_ADD, s, &ev) != 0 && errno == EEXIST) {
+        epoll_ctl(self->epfd, EPOLL_CTL_MOD, s, &ev);
+      }
+      // Any non-null marker: "this socket is in our epoll set".
+      curl_multi_assign(self->multi, s, self);
+    }
+    return 0;
+  }
+
+  static int on_timer(CURLM*, long timeout_ms, void* userp) {
+    auto* self = static_cast<Impl*>(userp);
+    self->timer_ns = timeout_ms < 0 ? kNever : now_ns() + static_cast<ns_t>(timeout_ms) * 1'000'000;
+    return 0;
+  }
+
+  static size_t on_header(char* ptr, size_t size, size_t nmemb, void* userp) {
+    auto* t = static_cast<Transfer*>(userp);
+    const size_t n = size * nmemb;
+    Impl* self = t->engine;
+    const ns_t now = self->read_ns;
+    t->last_activity_ns = now;
+    if (!t->headers_started) {
+      t->headers_started = true;
+      self->rec(t->id).first_byte_ns = now;
+    }
+    const std::string_view line(ptr, n);
+    if (line.substr(0, 5) == "HTTP/") {
+      // A status line (also after 1xx): restart header state.
+      const std::size_t sp = line.find(' ');
+      t->status = sp == std::string_view::npos ? 0 : std::strtol(line.data() + sp + 1, nullptr, 10);
+      t->event_stream_type = false;
+    } else if (iequals_prefix(line, "content-type:")) {
+      std::string_view v = line.substr(13);
+      while (!v.empty() && v.front() == ' ') v.remove_prefix(1);
+      t->event_stream_type = iequals_prefix(v, "text/event-stream");
+    }
+    return n;
+  }
+
+  static size_t on_write(char* ptr, size_t size, size_t nmemb, void* userp) {
+    auto* t = static_cast<Transfer*>(userp);
+    const size_t n = size * nmemb;
+    Impl* self = t->engine;
+    // The clock was read once for this socket read, before any parsing.
+    t->last_activity_ns = t->last_read_ns = self->read_ns;
+    if (t->body == Transfer::Body::kUnknown) {
+      if (t->status >= 400 || t->status < 200) {
+        t->body = Transfer::Body::kError;
+      } else if (t->event_stream_type || looks_like_sse(std::string_view(ptr, n))) {
+        t->body = Transfer::Body::kSse;
+      } else {
+        t->body = Transfer::Body::kNotSse;
+      }
+    }
+    if (t->body != Transfer::Body::kSse) {
+      const std::size_t room = kMaxCollectedBody - std::min(kMaxCollectedBody, t->collected.size());
+      t->collected.append(ptr, std::min(room, n));
+      if (t->body == Transfer::Body::kNotSse && t->collected.size() >= kMaxCollectedBody) {
+        t->err_kind = "not_sse";
+        return 0;  // enough to say what it was; abort
+      }
+      return n;
+    }
+    switch (t->parser.feed(ptr, n, *t)) {
+      case SseStatus::kOk:
+        return n;
+      case SseStatus::kEventTooLarge:
+        t->err_kind = "event_too_large";
+        t->err_msg = "an event exceeded " + std::to_string(self->opt.max_event_bytes) + " bytes";
+        return 0;
+      case SseStatus::kStopped:
+        return 0;  // on_event set the verdict
+    }
+    return n;
+  }
+
+  // --- transfers -----------------------------------------------------------
+  Transfer* acquire() {
+    if (!free_list.empty()) {
+      Transfer* t = free_list.back();
+      free_list.pop_back();
+      return t;
+    }
+    auto t = std::make_unique<Transfer>(opt.max_event_bytes, opt.api);
+    t->engine = this;
+    t->easy = curl_easy_init();
+    if (!t->easy) throw std::runtime_error("curl_easy_init failed");
+    CURL* e = t->easy;
+    CURLcode rc = CURLE_OK;
+    auto set = [&](CURLoption o, auto v) {
+      if (rc == CURLE_OK) rc = curl_easy_setopt(e, o, v);
+    };
+    set(CURLOPT_URL, opt.url.c_str());
+    set(CURLOPT_POST, 1L);
+    set(CURLOPT_HTTPHEADER, header_list);
+    // One stream per connection: cancelling one closes exactly its connection.
+    set(CURLOPT_HTTP_VERSION, static_cast<long>(CURL_HTTP_VERSION_1_1));
+    set(CURLOPT_NOSIGNAL, 1L);
+    set(CURLOPT_TCP_NODELAY, 1L);
+    set(CURLOPT_TCP_KEEPALIVE, 1L);
+    set(CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(opt.connect_timeout_s * 1000));
+    set(CURLOPT_BUFFERSIZE, buffer_size);
+    set(CURLOPT_WRITEFUNCTION, &Impl::on_write);
+    set(CURLOPT_WRITEDATA, t.get());
+    set(CURLOPT_HEADERFUNCTION, &Impl::on_header);
+    set(CURLOPT_HEADERDATA, t.get());
+    set(CURLOPT_PRIVATE, t.get());
+    set(CURLOPT_ERRORBUFFER, t->errbuf);
+    if (rc != CURLE_OK) {
+      curl_easy_cleanup(e);
+      throw std::runtime_error(std::string("curl_easy_setopt: ") + curl_easy_strerror(rc));
+    }
+    all.push_back(std::move(t));
+    return all.back().get();
+  }
+
+  void release(Transfer* t) {
+    if (t->id >= 0 && static_cast<std::size_t>(t->id) < by_id.size()) by_id[static_cast<std::size_t>(t->id)] = nullptr;
+    t->id = -1;
+    auto it = std::find(active.begin(), active.end(), t);
+    if (it != active.end()) {
+      *it = active.back();
+      active.pop_back();
+    }
+    free_list.push_back(t);
+  }
+
+  // Fills the record of a transfer that ended (code from CURLMSG_DONE, or
+  // `forced_kind` for our own stall/cancel verdicts), detaches it, and
+  // reports it finished.
+  void finish(Transfer* t, CURLcode code, const char* forced_kind, std::string forced_msg) {
+    const ns_t now = now_ns();
+    long new_connections = 0;
+    if (curl_easy_getinfo(t->easy, CURLINFO_NUM_CONNECTS, &new_connections) == CURLE_OK) {
+      connections_opened += new_connections;
+    }
+    curl_multi_remove_handle(multi, t->easy);
+    RequestRecord& r = rec(t->id);
+    const StreamSummary& s = t->decoder.summary();
+    r.http_status = static_cast<std::int32_t>(t->status);
+    r.output_tokens = s.output_tokens;
+    r.prompt_tokens = s.prompt_tokens;
+    r.token_source = s.source;
+    r.finish_reason = s.finish_reason;
+
+    std::string kind;
+    std::string msg;
+    if (forced_kind) {
+      kind = forced_kind;
+      msg = std::move(forced_msg);
+    } else if (!t->err_kind.empty()) {
+      kind = t->err_kind;
+      msg = t->err_msg;
+      if (kind == "not_sse" && msg.empty()) msg = error_message_from_body(t->collected);
+    } else if (t->status >= 400) {
+      kind = "http_" + std::to_string(t->status);
+      msg = t->collected.empty() ? "HTTP " + std::to_string(t->status) : error_message_from_body(t->collected);
+    } else if (t->stream_finished && (code == CURLE_OK || code == CURLE_PARTIAL_FILE ||
+                                      code == CURLE_RECV_ERROR || code == CURLE_GOT_NOTHING)) {
+      // Complete: the connection may have broken after the last event; the
+      // stream was whole, so that does not make the request fail.
+    } else if (code == CURLE_OK) {
+      if (t->status != 0 && (t->status < 200 || t->status >= 300)) {
+        kind = "transport";
+        msg = "unexpected HTTP status " + std::to_string(t->status);
+      } else if (t->body == Transfer::Body::kNotSse || t->body == Transfer::Body::kUnknown) {
+        kind = "not_sse";
+        msg = t->collected.empty() ? "empty response body" : error_message_from_body(t->collected);
+      } else {
+        kind = "incomplete_stream";
+        msg = t->parser.has_partial() ? "the stream ended in the middle of an event"
+                                      : "the stream ended without [DONE] or a finish reason";
+      }
+    } else {
+      curl_off_t connect_us = 0;
+      curl_easy_getinfo(t->easy, CURLINFO_CONNECT_TIME_T, &connect_us);
+      kind = kind_of(code, connect_us > 0);
+      msg = std::string(curl_easy_strerror(code));
+      if (t->errbuf[0]) msg += std::string(": ") + t->errbuf;
+    }
+
+    if (kind.empty()) {
+      r.outcome = Outcome::kOk;
+      r.done_ns = t->last_read_ns != kNever ? t->last_read_ns : now;
+    } else if (kind == "cancelled") {
+      r.outcome = Outcome::kCancelled;
+      r.done_ns = now;
+    } else {
+      r.outcome = Outcome::kError;
+      r.error_kind = std::move(kind);
+      r.error_message = one_line(std::move(msg));
+      r.done_ns = now;
+    }
+    const std::int32_t id = t->id;
+    release(t);
+    // A cancellation is the caller's own act; everything else is reported by poll().
+    if (finished_out && r.outcome != Outcome::kCancelled) finished_out->push_back(id);
+  }
+
+  void drain_messages() {
+    int left = 0;
+    while (CURLMsg* m = curl_multi_info_read(multi, &left)) {
+      if (m->msg != CURLMSG_DONE) continue;
+      Transfer* t = nullptr;
+      curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, reinterpret_cast<char**>(&t));
+      const CURLcode code = m->data.result;  // read before remove_handle invalidates m
+      if (t && t->id >= 0) finish(t, code, nullptr, {});
+    }
+  }
+
+  void socket_action(curl_socket_t s, int mask) {
+    int running = 0;
+    const CURLMcode mc = curl_multi_socket_action(multi, s, mask, &running);
+    if (mc != CURLM_OK && mc != CURLM_BAD_SOCKET) {
+      throw std::runtime_error(std::string("curl_multi_socket_action: ") + curl_multi_strerror(mc));
+    }
+  }
+
+  void sweep(ns_t now) {
+    // Walk a copy: finish() edits `active`.
+    std::vector<Transfer*> stalled;
+    for (Transfer* t : active) {
+      if (now - t->last_activity_ns > idle_ns) stalled.push_back(t);
+    }
+    for (Transfer* t : stalled) {
+      finish(t, CURLE_OK, "stall",
+             "no bytes for " + std::to_string(opt.idle_timeout_s) + " s (idle timeout)");
+    }
+  }
+};
+
+bool Transfer::on_event(const SseEvent& ev) {
+  CurlTransport::Impl* self = engine;
+  const ChunkResult c = decoder.decode(ev.data);
+  RequestRecord& r = self->rec(id);
+  switch (c.kind) {
+    case ChunkKind::kData:
+      if (ev.event == "error") {
+        err_kind = "stream_error";
+        err_msg = error_message_from_body(ev.data);
+        return false;
+      }
+      if (c.first_token && r.first_token_ns == kNever) r.first_token_ns = self->read_ns;
+      if (c.tokens > 0) {
+        if (self->opt.record_events) {
+          EventColumns& e = self->records.events;
+          e.request.push_back(id);
+          e.t_ns.push_back(self->read_ns);
+          e.tokens.push_back(c.tokens);
+          e.server_ns.push_back(self->opt.server_stamps ? c.server_ns : kNever);
+        }
+        if (self->progress && r.phase == Phase::kWindow) {
+          self->progress->tokens.fetch_add(c.tokens, std::memory_order_relaxed);
+        }
+      }
+      if (c.finished) stream_finished = true;
+      return true;
+    case ChunkKind::kDone:
+      stream_finished = true;
+      return true;
+    case ChunkKind::kError:
+      err_kind = "stream_error";
+      err_msg = decoder.summary().error_message;
+      if (err_msg.empty()) err_msg = error_message_from_body(ev.data);
+      return false;
+    case ChunkKind::kMalformed:
+      err_kind = "malformed_event";
+      err_msg = decoder.summary().error_message;
+      if (err_msg.empty()) err_msg = "unreadable event: " + std::string(ev.data.substr(0, 120));
+      return false;
+  }
+  return true;
+}
+
+// ---------------------------------------------------------------------------
+CurlTransport::CurlTransport(HttpOptions options, CellRecords& records, CellProgress* progress) {
+  if (std::string why = check_url(options.url); !why.empty()) throw std::invalid_argument(why);
+  impl_ = std::make_unique<Impl>(std::move(options), records, progress);
+  Impl& m = *impl_;
+  const HttpOptions& o = m.opt;
+
+  m.epfd = epoll_create1(EPOLL_CLOEXEC);
+  m.wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (m.epfd < 0 || m.wakefd < 0) throw std::runtime_error(std::string("epoll/eventfd: ") + std::strerror(errno));
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = m.wakefd;
+  epoll_ctl(m.epfd, EPOLL_CTL_ADD, m.wakefd, &ev);
+
+  m.multi = curl_multi_init();
+  if (!m.multi) throw std::runtime_error("curl_multi_init failed");
+  const long n = std::max<long>(o.max_concurrency, 1);
+  CURLMcode mc = CURLM_OK;
+  auto mset = [&](CURLMoption opt, auto v) {
+    if (mc == CURLM_OK) mc = curl_multi_setopt(m.multi, opt, v);
+  };
+  mset(CURLMOPT_SOCKETFUNCTION, &Impl::on_socket);
+  mset(CURLMOPT_SOCKETDATA, &m);
+  mset(CURLMOPT_TIMERFUNCTION, &Impl::on_timer);
+  mset(CURLMOPT_TIMERDATA, &m);
+  // Never cap connections below the concurrency, and keep them all cached so
+  // every refill reuses its kept-alive connection.
+  mset(CURLMOPT_MAX_HOST_CONNECTIONS, 0L);
+  mset(CURLMOPT_MAX_TOTAL_CONNECTIONS, 0L);
+  mset(CURLMOPT_MAXCONNECTS, n + 16);
+  if (mc != CURLM_OK) throw std::runtime_error(std::string("curl_multi_setopt: ") + curl_multi_strerror(mc));
+
+  // Receive buffer: large for few streams (long non-streamed error bodies,
+  // fat chunks), bounded in total for thousands (it is allocated per handle).
+  m.buffer_size = std::clamp<long>((64L << 20) / n, CURL_MAX_WRITE_SIZE, 512L << 10);
+
+  // Headers built once and shared by every transfer. "Expect:" turns off
+  // 100-continue, which would stall a large prompt upload for a round trip.
+  auto add = [&](const std::string& h) {
+    curl_slist* l = curl_slist_append(m.header_list, h.c_str());
+    if (!l) throw std::runtime_error("curl_slist_append failed");
+    m.header_list = l;
+  };
+  add("Content-Type: application/json");
+  add("Accept: text/event-stream");
+  add("Expect:");
+  if (!o.api_key.empty()) add("Authorization: Bearer " + o.api_key);
+  for (const std::string& h : o.headers) add(h);
+
+  m.idle_ns = static_cast<ns_t>(std::max(o.idle_timeout_s, 0.001) * 1e9);
+  m.sweep_every_ns = std::clamp<ns_t>(m.idle_ns / 10, 5'000'000, 250'000'000);
+  m.next_sweep_ns = now_ns() + m.sweep_every_ns;
+}
+
+CurlTransport::~CurlTransport() = default;
+
+void CurlTransport::start(std::int32_t id, std::string_view body) {
+  Impl& m = *impl_;
+  Transfer* t = m.acquire();
+  const ns_t now = now_ns();
+  t->reset_for(id, m.opt.api, now);
+  if (m.by_id.size() <= static_cast<std::size_t>(id)) m.by_id.resize(static_cast<std::size_t>(id) + 1 + m.by_id.size() / 2, nullptr);
+  m.by_id[static_cast<std::size_t>(id)] = t;
+  m.active.push_back(t);
+  RequestRecord& r = m.rec(id);
+  r.sent_ns = now;
+  // The body is sent from the caller's buffer: no copy per request.
+  CURLcode rc = curl_easy_setopt(t->easy, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
+  if (rc == CURLE_OK) rc = curl_easy_setopt(t->easy, CURLOPT_POSTFIELDS, body.data());
+  if (rc != CURLE_OK) {
+    r.outcome = Outcome::kError;
+    r.error_kind = "transport";
+    r.error_message = std::string("curl_easy_setopt: ") + curl_easy_strerror(rc);
+    r.done_ns = now;
+    m.release(t);
+    // Reported at the next poll, as the contract says.
+    m.pending_failures.push_back(id);
+    return;
+  }
+  const CURLMcode mc = curl_multi_add_handle(m.multi, t->easy);
+  if (mc != CURLM_OK) {
+    r.outcome = Outcome::kError;
+    r.error_kind = "transport";
+    r.error_message = std::string("curl_multi_add_handle: ") + curl_multi_strerror(mc);
+    r.done_ns = now;
+    m.release(t);
+    m.pending_failures.push_back(id);
+  }
+}
+
+void CurlTransport::cancel(std::int32_t id) {
+  Impl& m = *impl_;
+  if (id < 0 || static_cast<std::size_t>(id) >= m.by_id.size()) return;
+  Transfer* t = m.by_id[static_cast<std::size_t>(id)];
+  if (!t) return;
+  // Removing an unfinished transfer closes its connection: the server sees
+  // the disconnect and can abort the request.
+  m.finish(t, CURLE_OK, "cancelled", {});
+}
+
+void CurlTransport::poll(ns_t deadline_ns, std::vector<std::int32_t>& finished) {
+  Impl& m = *impl_;
+  const std::size_t before = finished.size();
+  m.finished_out = &finished;
+  finished.insert(finished.end(), m.pending_failures.begin(), m.pending_failures.end());
+  m.pending_failures.clear();
+  epoll_event events[kMaxEpollEvents];
+  for (;;) {
+    ns_t now = now_ns();
+    if (m.timer_ns != kNever && m.timer_ns <= now) {
+      m.timer_ns = kNever;
+      m.read_ns = now;
+      m.socket_action(CURL_SOCKET_TIMEOUT, 0);
+      m.drain_messages();
+      continue;
+    }
+    if (now >= m.next_sweep_ns) {
+      m.sweep(now);
+      m.next_sweep_ns = now + m.sweep_every_ns;
+    }
+    if (finished.size() > before || now >= deadline_ns || m.woken.exchange(false)) break;
+
+    ns_t wake_at = std::min(deadline_ns, m.next_sweep_ns);
+    if (m.timer_ns != kNever) wake_at = std::min(wake_at, m.timer_ns);
+    const ns_t wait = std::max<ns_t>(wake_at - now, 0);
+    const timespec ts{static_cast<time_t>(wait / 1'000'000'000), static_cast<long>(wait % 1'000'000'000)};
+    const int n = epoll_pwait2(m.epfd, events, kMaxEpollEvents, &ts, nullptr);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw std::runtime_error(std::string("epoll_pwait2: ") + std::strerror(errno));
+    }
+    if (n == 0) {
+      const double lag_ms = static_cast<double>(now_ns() - wake_at) / 1e6;
+      m.lag_max_ms = std::max(m.lag_max_ms, lag_ms);
+      continue;
+    }
+    for (int i = 0; i < n; ++i) {
+      const int fd = events[i].data.fd;
+      if (fd == m.wakefd) {
+        std::uint64_t v;
+        while (read(m.wakefd, &v, sizeof v) > 0) {
+        }
+        m.woken.store(true);
+        continue;
+      }
+      const std::uint32_t e = events[i].events;
+      const int mask = (e & EPOLLIN ? CURL_CSELECT_IN : 0) | (e & EPOLLOUT ? CURL_CSELECT_OUT : 0) |
+                       (e & (EPOLLERR | EPOLLHUP) ? CURL_CSELECT_ERR : 0);
+      // One clock read per socket read, before libcurl reads and we parse.
+      m.read_ns = now_ns();
+      m.socket_action(fd, mask);
+    }
+    m.drain_messages();
+  }
+  m.finished_out = nullptr;
+}
+
+void CurlTransport::wake() noexcept {
+  const std::uint64_t one = 1;
+  impl_->woken.store(true);
+  [[maybe_unused]] ssize_t r = write(impl_->wakefd, &one, sizeof one);
+}
+
+double CurlTransport::loop_lag_max_ms() const noexcept { return impl_->lag_max_ms; }
+
+std::int64_t CurlTransport::connections_opened() const noexcept { return impl_->connections_opened; }
+
+// ---------------------------------------------------------------------------
+struct HttpGetter::Impl {
+  CURL* easy = nullptr;
+  curl_slist* headers = nullptr;
+  std::string body;
+  char errbuf[CURL_ERROR_SIZE];
+
+  static size_t on_write(char* ptr, size_t size, size_t nmemb, void* userp) {
+    auto* self = static_cast<Impl*>(userp);
+    const size_t n = size * nmemb;
+    if (self->body.size() + n > (64u << 20)) return 0;  // a /metrics page is never this large
+    self->body.append(ptr, n);
+    return n;
+  }
+};
+
+HttpGetter::HttpGetter(std::vector<std::string> headers, std::string api_key, double timeout_s)
+    : impl_(std::make_unique<Impl>()) {
+  global_init();
+  impl_->easy = curl_easy_init();
+  if (!impl_->easy) return;  // get() reports it
+  if (!api_key.empty()) headers.push_back("Authorization: Bearer " + api_key);
+  for (const std::string& h : headers) {
+    if (curl_slist* l = curl_slist_append(impl_->headers, h.c_str())) impl_->headers = l;
+  }
+  CURL* e = impl_->easy;
+  curl_easy_setopt(e, CURLOPT_HTTPHEADER, impl_->headers);
+  curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
+  curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, static_cast<long>(timeout_s * 1000));
+  curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(timeout_s * 1000));
+  curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, "");
+  curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, &Impl::on_write);
+  curl_easy_setopt(e, CURLOPT_WRITEDATA, impl_.get());
+  curl_easy_setopt(e, CURLOPT_ERRORBUFFER, impl_->errbuf);
+}
+
+HttpGetter::~HttpGetter() {
+  if (impl_->easy) curl_easy_cleanup(impl_->easy);
+  if (impl_->headers) curl_slist_free_all(impl_->headers);
+}
+
+bool HttpGetter::get(const std::string& url, std::string* body, std::string* error) {
+  Impl& m = *impl_;
+  if (!m.easy) {
+    if (error) *error = "curl_easy_init failed";
+    return false;
+  }
+  m.body.clear();
+  m.errbuf[0] = '\0';
+  CURLcode rc = curl_easy_setopt(m.easy, CURLOPT_URL, url.c_str());
+  if (rc == CURLE_OK) rc = curl_easy_perform(m.easy);
+  if (rc != CURLE_OK) {
+    if (error) *error = one_line(std::string(curl_easy_strerror(rc)) + (m.errbuf[0] ? std::string(": ") + m.errbuf : ""));
+    return false;
+  }
+  long status = 0;
+  curl_easy_getinfo(m.easy, CURLINFO_RESPONSE_CODE, &status);
+  if (status < 200 || status >= 300) {
+    if (error) *error = "HTTP " + std::to_string(status);
+    return false;
+  }
+  if (body) body->swap(m.body);
+  return true;
+}
+
+}  // namespace speedmatrix
