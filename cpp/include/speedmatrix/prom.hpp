@@ -19,7 +19,8 @@ struct PromSample {
 std::vector<PromSample> parse_prometheus(std::string_view text, int* bad_lines = nullptr);
 
 // For each wanted name, the sum of the values of all samples with that exact
-// name (summing over labels: tp_rank, dp_rank, engine, ...). NaN when absent.
+// name (summing over labels: tp_rank, dp_rank, engine, ...). NaN samples are
+// skipped; NaN when no sample with a number has that name.
 std::vector<double> sum_by_name(const std::vector<PromSample>& samples,
                                 const std::vector<std::string>& names);
 
