@@ -1,0 +1,181 @@
+#include "speedmatrix/cell.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <exception>
+#include <limits>
+#include <mutex>
+#include <thread>
+
+#include "speedmatrix/http.hpp"
+#include "speedmatrix/prom.hpp"
+#include "speedmatrix/scheduler.hpp"
+
+namespace speedmatrix {
+namespace {
+
+// Polls /metrics on its own thread (a blocking easy handle must not sit in
+// the streaming loop) every interval, on an absolute schedule so a slow
+// scrape does not shift later ones. Failures are counted, never fatal.
+class MetricsSampler {
+ public:
+  MetricsSampler(const CellSpec& spec, MetricSamples& out) : spec_(spec), out_(out) {
+    out_.names = spec.metric_names;
+    if (spec.metrics_url.empty()) return;
+    thread_ = std::thread([this] { loop(); });
+  }
+  ~MetricsSampler() { finish(); }
+
+  void finish() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void loop() {
+    const double interval_s = spec_.metrics_interval_s > 0 ? spec_.metrics_interval_s : 0.25;
+    const ns_t interval = static_cast<ns_t>(interval_s * 1e9);
+    // A scrape may take at most a few intervals (and never less than 1 s).
+    HttpGetter getter(spec_.headers, spec_.api_key, std::max(1.0, 4 * interval_s));
+    std::string body, error;
+    const ns_t start = now_ns();
+    for (std::int64_t k = 0;; ++k) {
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        const ns_t due = start + k * interval;
+        const ns_t wait = std::max<ns_t>(due - now_ns(), 0);
+        cv_.wait_for(lock, std::chrono::nanoseconds(wait), [this] { return stop_; });
+        if (stop_) return;
+      }
+      const ns_t t = now_ns();  // the sample is stamped when the scrape was asked
+      if (!getter.get(spec_.metrics_url, &body, &error)) {
+        ++out_.failures;
+        continue;
+      }
+      const std::vector<double> values = sum_by_name(parse_prometheus(body), out_.names);
+      out_.t_ns.push_back(t);
+      out_.values.insert(out_.values.end(), values.begin(), values.end());
+      // Catch up without a burst when a scrape overran several intervals.
+      const ns_t behind = (now_ns() - start) / interval;
+      if (behind > k + 1) k = behind - 1;
+    }
+  }
+
+  const CellSpec& spec_;
+  MetricSamples& out_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+ns_t seconds_to_ns(double s) {
+  if (!(s > 0)) return 0;
+  if (s > 1e9) return std::numeric_limits<ns_t>::max() / 4;
+  return static_cast<ns_t>(s * 1e9);
+}
+
+}  // namespace
+
+struct CellRunner::Impl {
+  CellSpec spec;
+  CellProgress progress;
+  std::atomic<bool> stop{false};
+  std::atomic<bool> ran{false};
+  std::mutex transport_mu;          // guards `transport` against stop() racing its destruction
+  Transport* transport = nullptr;
+};
+
+CellRunner::CellRunner(CellSpec spec) : impl_(std::make_unique<Impl>()) { impl_->spec = std::move(spec); }
+
+CellRunner::~CellRunner() = default;
+
+const CellProgress& CellRunner::progress() const noexcept { return impl_->progress; }
+
+void CellRunner::stop() noexcept {
+  impl_->stop.store(true);
+  std::lock_guard<std::mutex> lock(impl_->transport_mu);
+  if (impl_->transport) impl_->transport->wake();
+}
+
+CellResult CellRunner::run() {
+  CellResult res;
+  Impl& m = *impl_;
+  const CellSpec& spec = m.spec;
+  res.metrics.names = spec.metric_names;
+  if (m.ran.exchange(true)) {
+    res.fatal_error = "CellRunner::run() may be called only once";
+    return res;
+  }
+  if (spec.url.empty()) res.fatal_error = "CellSpec.url is empty";
+  else if (spec.bodies.empty()) res.fatal_error = "CellSpec.bodies is empty";
+  else if (spec.concurrency < 1) res.fatal_error = "CellSpec.concurrency must be >= 1";
+  else if (!(spec.duration_s > 0) && spec.max_requests <= 0)
+    res.fatal_error = "CellSpec needs duration_s > 0 or max_requests > 0";
+  else if (std::string why = check_url(spec.url); !why.empty()) res.fatal_error = why;
+  if (!res.fatal_error.empty()) return res;
+
+  HttpOptions opt;
+  opt.url = spec.url;
+  opt.headers = spec.headers;
+  opt.api_key = spec.api_key;
+  opt.api = spec.api;
+  opt.connect_timeout_s = spec.connect_timeout_s;
+  opt.idle_timeout_s = spec.idle_timeout_s;
+  opt.max_event_bytes = spec.max_event_bytes;
+  opt.record_events = spec.record_events;
+  opt.server_stamps = spec.server_stamps;
+  opt.max_concurrency = std::max<std::int32_t>(spec.concurrency, static_cast<std::int32_t>(spec.warmup_bodies.size()));
+
+  ClosedLoopPlan plan;
+  plan.warmup_bodies.assign(spec.warmup_bodies.begin(), spec.warmup_bodies.end());
+  plan.bodies.assign(spec.bodies.begin(), spec.bodies.end());
+  plan.warmup_timeout_ns = seconds_to_ns(spec.warmup_timeout_s);
+  plan.concurrency = spec.concurrency;
+  plan.duration_ns = seconds_to_ns(spec.duration_s);
+  plan.max_requests = spec.max_requests;
+
+  CellRecords records;
+  records.events.request.reserve(1u << 16);
+  records.events.t_ns.reserve(1u << 16);
+  records.events.tokens.reserve(1u << 16);
+  records.events.server_ns.reserve(1u << 16);
+  try {
+    CurlTransport transport(opt, records, &m.progress);
+    {
+      std::lock_guard<std::mutex> lock(m.transport_mu);
+      m.transport = &transport;
+    }
+    struct Detach {
+      Impl& m;
+      ~Detach() {
+        std::lock_guard<std::mutex> lock(m.transport_mu);
+        m.transport = nullptr;
+      }
+    } detach{m};
+    MetricsSampler sampler(spec, res.metrics);
+    SystemClock clock;
+    const ns_t cpu0 = thread_cpu_ns();
+    const ScheduleTimes times = run_closed_loop(plan, transport, clock, records, m.stop, &m.progress);
+    res.client_cpu_s = static_cast<double>(thread_cpu_ns() - cpu0) / 1e9;
+    sampler.finish();
+    res.warmup_start_ns = times.warmup_start_ns;
+    res.window_start_ns = times.window_start_ns;
+    res.window_end_ns = times.window_end_ns;
+    res.end_ns = times.end_ns;
+    res.stopped = times.stopped;
+    res.loop_lag_max_ms = transport.loop_lag_max_ms();
+  } catch (const std::exception& e) {
+    res.fatal_error = e.what();
+  }
+  res.requests = std::move(records.requests);
+  res.events = std::move(records.events);
+  return res;
+}
+
+}  // namespace speedmatrix

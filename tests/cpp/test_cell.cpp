@@ -1,0 +1,204 @@
+// CellRunner end to end against the loopback server: warm-up, the closed-loop
+// window and its cancellation, the /metrics sampler, stop(), fatal errors.
+#include "speedmatrix/cell.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <thread>
+
+#include "loopback_server.hpp"
+
+namespace speedmatrix {
+namespace {
+
+using testing::LoopbackServer;
+using testing::RouteLog;
+
+constexpr ns_t kMs = 1'000'000;
+
+struct CellTest : ::testing::Test {
+  RouteLog log;
+  LoopbackServer server{testing::openai_routes(log)};
+
+  CellSpec spec(const std::string& path) {
+    CellSpec s;
+    s.url = server.url(path);
+    s.bodies = {R"({"prompt":"a","stream":true})", R"({"prompt":"b","stream":true})"};
+    s.concurrency = 4;
+    s.duration_s = 0.5;
+    s.idle_timeout_s = 2;
+    return s;
+  }
+  void wait_disconnects(int n) {
+    for (int i = 0; i < 200 && log.disconnects.load() < n; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+};
+
+TEST_F(CellTest, WarmupThenClosedLoopWindowThenCancellation) {
+  CellSpec s = spec("/sse?n=5&itl_ms=20");  // ~80 ms per request
+  s.warmup_bodies = {"w0", "w1", "w2", "w3"};
+  CellRunner runner(s);
+  const CellResult res = runner.run();
+  ASSERT_TRUE(res.fatal_error.empty()) << res.fatal_error;
+  EXPECT_FALSE(res.stopped);
+  EXPECT_NE(res.warmup_start_ns, kNever);
+  EXPECT_GT(res.window_start_ns, res.warmup_start_ns);
+  EXPECT_EQ(res.window_end_ns - res.window_start_ns, 500 * kMs);
+  EXPECT_GE(res.end_ns, res.window_end_ns);
+  EXPECT_LT(res.end_ns - res.window_end_ns, 50 * kMs);
+
+  int warm = 0, ok = 0, cancelled = 0;
+  for (const RequestRecord& r : res.requests) {
+    if (r.phase == Phase::kWarmup) {
+      ++warm;
+      EXPECT_EQ(r.outcome, Outcome::kOk);
+      EXPECT_LT(r.sent_ns - res.warmup_start_ns, 20 * kMs);  // all sent at once
+      continue;
+    }
+    EXPECT_GE(r.sent_ns, res.window_start_ns);
+    EXPECT_EQ(r.body, r.slot % 2);
+    if (r.outcome == Outcome::kOk) ++ok;
+    if (r.outcome == Outcome::kCancelled) {
+      ++cancelled;
+      EXPECT_GE(r.done_ns, res.window_end_ns);
+    }
+    EXPECT_NE(r.outcome, Outcome::kError) << r.error_kind << ": " << r.error_message;
+  }
+  EXPECT_EQ(warm, 4);
+  EXPECT_EQ(cancelled, 4);  // every slot was busy at t0 + D
+  EXPECT_GE(ok, 16);        // 4 slots x ~6 rounds of 80 ms in 500 ms
+  EXPECT_EQ(runner.progress().completed.load(), ok);
+  EXPECT_GT(runner.progress().tokens.load(), ok * 5 - 1);
+  EXPECT_EQ(runner.progress().in_flight.load(), 0);
+  // Kept-alive connections: warm-up and every refill share the first four.
+  EXPECT_EQ(server.connections.load(), 4);
+  wait_disconnects(4);
+  EXPECT_EQ(log.disconnects.load(), 4);  // the cancelled streams were closed
+  EXPECT_GT(res.events.size(), static_cast<std::size_t>(ok * 5));
+  EXPECT_GT(res.client_cpu_s, 0);
+  EXPECT_LT(res.client_cpu_s, 0.5);
+  EXPECT_GE(res.loop_lag_max_ms, 0);
+}
+
+TEST_F(CellTest, MaxRequestsEndsWhenTheLastFinishes) {
+  CellSpec s = spec("/sse?n=2&itl_ms=5");
+  s.concurrency = 3;
+  s.duration_s = 0;
+  s.max_requests = 10;
+  const CellResult res = CellRunner(s).run();
+  ASSERT_TRUE(res.fatal_error.empty()) << res.fatal_error;
+  ASSERT_EQ(res.requests.size(), 10u);
+  ns_t last = 0;
+  for (const RequestRecord& r : res.requests) {
+    EXPECT_EQ(r.outcome, Outcome::kOk);
+    last = std::max(last, r.done_ns);
+  }
+  EXPECT_EQ(res.window_end_ns, last);
+}
+
+TEST_F(CellTest, MetricsAreSampledAndSummedOverLabels) {
+  CellSpec s = spec("/sse?n=3&itl_ms=20");
+  s.metrics_url = server.url("/metrics");
+  s.metrics_interval_s = 0.05;
+  s.metric_names = {"sglang:num_running_reqs", "sglang:num_queue_reqs", "absent"};
+  const CellResult res = CellRunner(s).run();
+  ASSERT_TRUE(res.fatal_error.empty()) << res.fatal_error;
+  const MetricSamples& m = res.metrics;
+  EXPECT_EQ(m.names, s.metric_names);
+  EXPECT_EQ(m.failures, 0);
+  ASSERT_GE(m.t_ns.size(), 5u);
+  ASSERT_EQ(m.values.size(), m.t_ns.size() * 3);
+  EXPECT_EQ(m.values[0], 7.0);
+  EXPECT_EQ(m.values[1], 1.0);
+  EXPECT_TRUE(std::isnan(m.values[2]));
+  for (std::size_t i = 1; i < m.t_ns.size(); ++i) EXPECT_GT(m.t_ns[i], m.t_ns[i - 1]);
+}
+
+TEST_F(CellTest, MetricsFailuresAreCountedNotFatal) {
+  CellSpec s = spec("/sse?n=3&itl_ms=20");
+  s.duration_s = 0.3;
+  s.metrics_url = "http://127.0.0.1:" + std::to_string(testing::refused_port()) + "/metrics";
+  s.metrics_interval_s = 0.05;
+  s.metric_names = {"x"};
+  const CellResult res = CellRunner(s).run();
+  EXPECT_TRUE(res.fatal_error.empty());
+  EXPECT_GT(res.metrics.failures, 2);
+  EXPECT_TRUE(res.metrics.t_ns.empty());
+  EXPECT_GT(res.requests.size(), 4u);
+}
+
+TEST_F(CellTest, StopFromAnotherThreadEndsEarlyAndKeepsRecords) {
+  CellSpec s = spec("/sse?n=10000&itl_ms=10");
+  s.duration_s = 60;
+  CellRunner runner(s);
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    runner.stop();
+  });
+  const ns_t t = now_ns();
+  const CellResult res = runner.run();
+  stopper.join();
+  EXPECT_LT(now_ns() - t, 1'000 * kMs);
+  EXPECT_TRUE(res.stopped);
+  ASSERT_EQ(res.requests.size(), 4u);
+  for (const RequestRecord& r : res.requests) {
+    EXPECT_EQ(r.outcome, Outcome::kCancelled);
+    EXPECT_GT(r.output_tokens, 5);
+  }
+  EXPECT_GT(res.events.size(), 20u);
+}
+
+TEST_F(CellTest, StopDuringWarmupSkipsTheWindow) {
+  CellSpec s = spec("/sse?n=10000&itl_ms=10");
+  s.warmup_bodies = {"w"};
+  CellRunner runner(s);
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    runner.stop();
+  });
+  const CellResult res = runner.run();
+  stopper.join();
+  EXPECT_TRUE(res.stopped);
+  EXPECT_EQ(res.window_start_ns, kNever);
+  ASSERT_EQ(res.requests.size(), 1u);
+  EXPECT_EQ(res.requests[0].outcome, Outcome::kCancelled);
+}
+
+TEST_F(CellTest, RefusedEndpointFailsEveryRequestWithoutSpinning) {
+  CellSpec s = spec("/");
+  s.url = "http://127.0.0.1:" + std::to_string(testing::refused_port()) + "/v1/completions";
+  s.concurrency = 2;
+  s.duration_s = 0.3;
+  const CellResult res = CellRunner(s).run();
+  EXPECT_TRUE(res.fatal_error.empty());
+  ASSERT_FALSE(res.requests.empty());
+  EXPECT_LE(res.requests.size(), 2u * 8);  // one attempt per slot per 50 ms
+  for (const RequestRecord& r : res.requests) {
+    if (r.outcome == Outcome::kCancelled) continue;
+    EXPECT_EQ(r.outcome, Outcome::kError);
+    EXPECT_EQ(r.error_kind, "connect");
+  }
+}
+
+TEST(CellSpecCheck, FatalErrorsInsteadOfRunning) {
+  CellSpec s;
+  s.bodies = {"{}"};
+  s.url = "ftp://127.0.0.1/x";
+  EXPECT_NE(CellRunner(s).run().fatal_error, "");
+  s.url = "http://127.0.0.1:1/v1/completions";
+  s.bodies.clear();
+  EXPECT_NE(CellRunner(s).run().fatal_error, "");
+  s.bodies = {"{}"};
+  s.concurrency = 0;
+  EXPECT_NE(CellRunner(s).run().fatal_error, "");
+  s.concurrency = 1;
+  s.duration_s = 0;
+  EXPECT_NE(CellRunner(s).run().fatal_error, "");
+  CellRunner twice(s);
+  twice.run();
+  EXPECT_NE(twice.run().fatal_error.find("once"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace speedmatrix
