@@ -1,9 +1,15 @@
 // speedmatrix._core: wiring only. Each area registers its own bindings.
 #include <pybind11/pybind11.h>
 
+#include "register.hpp"
+
 namespace py = pybind11;
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "speedmatrix compiled core: streaming client, parsers, statistics";
   m.attr("version") = "0.1.0";
+  speedmatrix::bindings::register_clock(m);
+  speedmatrix::bindings::register_prom(m);
+  speedmatrix::bindings::register_stats(m);
+  speedmatrix::bindings::register_cell(m);
 }

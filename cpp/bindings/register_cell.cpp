@@ -1,0 +1,212 @@
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "register.hpp"
+#include "speedmatrix/cell.hpp"
+
+namespace py = pybind11;
+
+namespace speedmatrix::bindings {
+namespace {
+
+// CellResult as Python sees it: scalars plus dicts of numpy arrays, built
+// once when run() returns.
+struct PyCellResult {
+  ns_t warmup_start_ns = kNever, window_start_ns = kNever, window_end_ns = kNever, end_ns = kNever;
+  double client_cpu_s = 0, loop_lag_max_ms = 0;
+  bool stopped = false;
+  std::string fatal_error;
+  py::dict requests, events, metrics;
+};
+
+// Hands a vector's buffer to numpy without copying: the array owns it.
+template <class T>
+py::array_t<T> adopt(std::vector<T>&& v) {
+  auto* heap = new std::vector<T>(std::move(v));
+  py::capsule owner(heap, [](void* p) { delete static_cast<std::vector<T>*>(p); });
+  return py::array_t<T>({static_cast<py::ssize_t>(heap->size())}, {static_cast<py::ssize_t>(sizeof(T))},
+                        heap->data(), owner);
+}
+
+template <class T, class F>
+py::array_t<T> request_column(const std::vector<RequestRecord>& rs, F get) {
+  py::array_t<T> a(static_cast<py::ssize_t>(rs.size()));
+  T* p = a.mutable_data();
+  for (std::size_t i = 0; i < rs.size(); ++i) p[i] = static_cast<T>(get(rs[i]));
+  return a;
+}
+
+template <class F>
+py::list string_column(const std::vector<RequestRecord>& rs, F get) {
+  py::list l(rs.size());
+  for (std::size_t i = 0; i < rs.size(); ++i) l[i] = to_str(get(rs[i]));
+  return l;
+}
+
+PyCellResult to_python(CellResult&& r) {
+  PyCellResult out;
+  out.warmup_start_ns = r.warmup_start_ns;
+  out.window_start_ns = r.window_start_ns;
+  out.window_end_ns = r.window_end_ns;
+  out.end_ns = r.end_ns;
+  out.client_cpu_s = r.client_cpu_s;
+  out.loop_lag_max_ms = r.loop_lag_max_ms;
+  out.stopped = r.stopped;
+  out.fatal_error = r.fatal_error;
+
+  const auto& q = r.requests;
+  py::dict& d = out.requests;
+  d["slot"] = request_column<std::int32_t>(q, [](const RequestRecord& x) { return x.slot; });
+  d["body"] = request_column<std::int32_t>(q, [](const RequestRecord& x) { return x.body; });
+  d["phase"] = request_column<std::uint8_t>(q, [](const RequestRecord& x) { return x.phase; });
+  d["scheduled_ns"] = request_column<std::int64_t>(q, [](const RequestRecord& x) { return x.scheduled_ns; });
+  d["sent_ns"] = request_column<std::int64_t>(q, [](const RequestRecord& x) { return x.sent_ns; });
+  d["first_byte_ns"] = request_column<std::int64_t>(q, [](const RequestRecord& x) { return x.first_byte_ns; });
+  d["first_token_ns"] = request_column<std::int64_t>(q, [](const RequestRecord& x) { return x.first_token_ns; });
+  d["done_ns"] = request_column<std::int64_t>(q, [](const RequestRecord& x) { return x.done_ns; });
+  d["http_status"] = request_column<std::int32_t>(q, [](const RequestRecord& x) { return x.http_status; });
+  d["prompt_tokens"] = request_column<std::int64_t>(q, [](const RequestRecord& x) { return x.prompt_tokens; });
+  d["output_tokens"] = request_column<std::int64_t>(q, [](const RequestRecord& x) { return x.output_tokens; });
+  d["token_source"] = request_column<std::uint8_t>(q, [](const RequestRecord& x) { return x.token_source; });
+  d["outcome"] = request_column<std::uint8_t>(q, [](const RequestRecord& x) { return x.outcome; });
+  d["finish_reason"] = string_column(q, [](const RequestRecord& x) -> const std::string& { return x.finish_reason; });
+  d["error_kind"] = string_column(q, [](const RequestRecord& x) -> const std::string& { return x.error_kind; });
+  d["error_message"] = string_column(q, [](const RequestRecord& x) -> const std::string& { return x.error_message; });
+
+  EventColumns& e = r.events;
+  out.events["request"] = adopt(std::move(e.request));
+  out.events["t_ns"] = adopt(std::move(e.t_ns));
+  out.events["tokens"] = adopt(std::move(e.tokens));
+  out.events["server_ns"] = adopt(std::move(e.server_ns));
+
+  MetricSamples& ms = r.metrics;
+  py::list names;
+  for (const std::string& n : ms.names) names.append(to_str(n));
+  const auto rows = static_cast<py::ssize_t>(ms.t_ns.size());
+  const auto cols = static_cast<py::ssize_t>(ms.names.size());
+  py::array_t<double> values({rows, cols});
+  if (rows * cols > 0) std::copy(ms.values.begin(), ms.values.begin() + rows * cols, values.mutable_data());
+  out.metrics["names"] = names;
+  out.metrics["t_ns"] = adopt(std::move(ms.t_ns));
+  out.metrics["values"] = values;
+  out.metrics["failures"] = ms.failures;
+  return out;
+}
+
+std::vector<std::string> bodies_from(const py::iterable& items) {
+  std::vector<std::string> out;
+  for (py::handle h : items) {
+    if (py::isinstance<py::bytes>(h)) {
+      out.emplace_back(h.cast<std::string>());
+    } else if (py::isinstance<py::str>(h)) {
+      out.emplace_back(h.cast<std::string>());  // UTF-8
+    } else if (py::isinstance<py::bytearray>(h) || PyObject_CheckBuffer(h.ptr())) {
+      out.emplace_back(py::bytes(py::reinterpret_borrow<py::object>(h)).cast<std::string>());
+    } else {
+      throw py::type_error("request bodies must be bytes or str");
+    }
+  }
+  return out;
+}
+
+py::list bodies_to(const std::vector<std::string>& bodies) {
+  py::list l;
+  for (const std::string& b : bodies) l.append(py::bytes(b));
+  return l;
+}
+
+}  // namespace
+
+void register_cell(py::module_& m) {
+  py::enum_<ApiKind>(m, "ApiKind")
+      .value("completions", ApiKind::kCompletions)
+      .value("chat", ApiKind::kChat);
+
+  py::class_<CellSpec>(m, "CellSpec", "What one cell sends, to where, for how long (see cell.hpp).")
+      .def(py::init<>())
+      .def_readwrite("url", &CellSpec::url)
+      .def_readwrite("headers", &CellSpec::headers)
+      // Write-only in spirit: readable so a caller can copy a spec, but
+      // never shown by repr().
+      .def_readwrite("api_key", &CellSpec::api_key)
+      .def_readwrite("api", &CellSpec::api)
+      .def_property(
+          "warmup_bodies", [](const CellSpec& s) { return bodies_to(s.warmup_bodies); },
+          [](CellSpec& s, const py::iterable& v) { s.warmup_bodies = bodies_from(v); })
+      .def_readwrite("warmup_timeout_s", &CellSpec::warmup_timeout_s)
+      .def_property(
+          "bodies", [](const CellSpec& s) { return bodies_to(s.bodies); },
+          [](CellSpec& s, const py::iterable& v) { s.bodies = bodies_from(v); })
+      .def_readwrite("concurrency", &CellSpec::concurrency)
+      .def_readwrite("duration_s", &CellSpec::duration_s)
+      .def_readwrite("max_requests", &CellSpec::max_requests)
+      .def_readwrite("connect_timeout_s", &CellSpec::connect_timeout_s)
+      .def_readwrite("idle_timeout_s", &CellSpec::idle_timeout_s)
+      .def_readwrite("max_event_bytes", &CellSpec::max_event_bytes)
+      .def_readwrite("record_events", &CellSpec::record_events)
+      .def_readwrite("server_stamps", &CellSpec::server_stamps)
+      .def_readwrite("metrics_url", &CellSpec::metrics_url)
+      .def_readwrite("metrics_interval_s", &CellSpec::metrics_interval_s)
+      .def_readwrite("metric_names", &CellSpec::metric_names)
+      .def("__repr__", [](const CellSpec& s) {
+        return "<CellSpec url=" + s.url + " concurrency=" + std::to_string(s.concurrency) +
+               " bodies=" + std::to_string(s.bodies.size()) + " warmup=" + std::to_string(s.warmup_bodies.size()) +
+               " duration_s=" + std::to_string(s.duration_s) + (s.api_key.empty() ? "" : " api_key=***") + ">";
+      });
+
+  py::class_<PyCellResult>(m, "CellResult", "Raw records and timings of one cell.")
+      .def_readonly("warmup_start_ns", &PyCellResult::warmup_start_ns)
+      .def_readonly("window_start_ns", &PyCellResult::window_start_ns)
+      .def_readonly("window_end_ns", &PyCellResult::window_end_ns)
+      .def_readonly("end_ns", &PyCellResult::end_ns)
+      .def_readonly("client_cpu_s", &PyCellResult::client_cpu_s)
+      .def_readonly("loop_lag_max_ms", &PyCellResult::loop_lag_max_ms)
+      .def_readonly("stopped", &PyCellResult::stopped)
+      .def_readonly("fatal_error", &PyCellResult::fatal_error)
+      .def_readonly("requests", &PyCellResult::requests)
+      .def_readonly("events", &PyCellResult::events)
+      .def_readonly("metrics", &PyCellResult::metrics)
+      .def("__repr__", [](const PyCellResult& r) {
+        return "<CellResult requests=" + std::to_string(py::len(r.requests["slot"])) +
+               " events=" + std::to_string(py::len(r.events["t_ns"])) +
+               (r.fatal_error.empty() ? "" : " fatal_error=" + r.fatal_error) + ">";
+      });
+
+  py::class_<CellRunner>(m, "CellRunner", "Runs one cell; run() once, stop()/progress() from any thread.")
+      .def(py::init<CellSpec>(), py::arg("spec"))
+      .def(
+          "run",
+          [](CellRunner& runner) {
+            CellResult r;
+            {
+              // Safe without the GIL: the runner copied its CellSpec at
+              // construction and run() touches only C++ state it owns (no
+              // Python object is read or written until the GIL is back).
+              // `runner` stays alive: this call's `self` holds a reference.
+              // Releasing it lets other threads (progress displays, stop()
+              // on Ctrl-C) run for the whole cell.
+              py::gil_scoped_release nogil;
+              r = runner.run();
+            }
+            return to_python(std::move(r));
+          },
+          "Runs warm-up and window on this thread with the GIL released; returns a CellResult.")
+      .def("stop", &CellRunner::stop, py::call_guard<py::gil_scoped_release>(),
+           "Ends the cell early from another thread; in-flight requests are cancelled, records kept.")
+      .def("progress", [](const CellRunner& runner) {
+        const CellProgress& p = runner.progress();
+        py::dict d;
+        d["tokens"] = p.tokens.load(std::memory_order_relaxed);
+        d["completed"] = p.completed.load(std::memory_order_relaxed);
+        d["errors"] = p.errors.load(std::memory_order_relaxed);
+        d["in_flight"] = p.in_flight.load(std::memory_order_relaxed);
+        d["window_start_ns"] = p.window_start_ns.load(std::memory_order_relaxed);
+        return d;
+      });
+}
+
+}  // namespace speedmatrix::bindings
