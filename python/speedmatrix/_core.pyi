@@ -1,0 +1,143 @@
+"""Type stubs of the compiled core (cpp/bindings). See docs/internals.md section 1."""
+
+from __future__ import annotations
+
+import enum
+from typing import Iterable, TypedDict
+
+import numpy as np
+import numpy.typing as npt
+
+version: str
+
+class ApiKind(enum.Enum):
+    completions = 0
+    chat = 1
+
+class CellSpec:
+    """What one cell sends, to where, for how long. Lists are copied in and out:
+    assign a new list rather than appending to the one a getter returned."""
+
+    url: str
+    headers: list[str]
+    api_key: str  # sent as "Authorization: Bearer ..."; never logged, never in repr()
+    api: ApiKind
+    warmup_timeout_s: float
+    concurrency: int
+    duration_s: float
+    max_requests: int
+    connect_timeout_s: float
+    idle_timeout_s: float
+    max_event_bytes: int
+    record_events: bool
+    server_stamps: bool
+    metrics_url: str
+    metrics_interval_s: float
+    metric_names: list[str]
+    def __init__(self) -> None: ...
+    @property
+    def bodies(self) -> list[bytes]: ...
+    @bodies.setter
+    def bodies(self, value: Iterable[bytes | str]) -> None: ...
+    @property
+    def warmup_bodies(self) -> list[bytes]: ...
+    @warmup_bodies.setter
+    def warmup_bodies(self, value: Iterable[bytes | str]) -> None: ...
+
+class Requests(TypedDict):
+    slot: npt.NDArray[np.int32]
+    body: npt.NDArray[np.int32]
+    phase: npt.NDArray[np.uint8]  # 0 warm-up, 1 window
+    scheduled_ns: npt.NDArray[np.int64]  # -1 = never
+    sent_ns: npt.NDArray[np.int64]
+    first_byte_ns: npt.NDArray[np.int64]
+    first_token_ns: npt.NDArray[np.int64]
+    done_ns: npt.NDArray[np.int64]
+    http_status: npt.NDArray[np.int32]
+    prompt_tokens: npt.NDArray[np.int64]  # -1 unknown
+    output_tokens: npt.NDArray[np.int64]
+    token_source: npt.NDArray[np.uint8]  # 0 none, 1 chunks, 2 usage_final, 3 usage_continuous
+    outcome: npt.NDArray[np.uint8]  # 0 pending, 1 ok, 2 cancelled, 3 error
+    finish_reason: list[str]
+    error_kind: list[str]
+    error_message: list[str]
+
+class Events(TypedDict):
+    request: npt.NDArray[np.int32]
+    t_ns: npt.NDArray[np.int64]
+    tokens: npt.NDArray[np.int32]
+    server_ns: npt.NDArray[np.int64]  # -1 unless CellSpec.server_stamps
+
+class Metrics(TypedDict):
+    names: list[str]
+    t_ns: npt.NDArray[np.int64]  # (T,)
+    values: npt.NDArray[np.float64]  # (T, len(names)); NaN where absent
+    failures: int
+
+class Progress(TypedDict):
+    tokens: int
+    completed: int
+    errors: int
+    in_flight: int
+    window_start_ns: int
+
+class CellResult:
+    @property
+    def warmup_start_ns(self) -> int: ...
+    @property
+    def window_start_ns(self) -> int: ...
+    @property
+    def window_end_ns(self) -> int: ...
+    @property
+    def end_ns(self) -> int: ...
+    @property
+    def client_cpu_s(self) -> float: ...
+    @property
+    def loop_lag_max_ms(self) -> float: ...
+    @property
+    def stopped(self) -> bool: ...
+    @property
+    def fatal_error(self) -> str: ...
+    @property
+    def requests(self) -> Requests: ...
+    @property
+    def events(self) -> Events: ...
+    @property
+    def metrics(self) -> Metrics: ...
+
+class CellRunner:
+    def __init__(self, spec: CellSpec) -> None: ...
+    def run(self) -> CellResult:
+        """Runs the cell on the calling thread with the GIL released; call once."""
+    def stop(self) -> None:
+        """From another thread: ends the cell early, keeps the records."""
+    def progress(self) -> Progress: ...
+
+class Figures(TypedDict):
+    measured_s: float
+    output_tokens: int
+    total_tok_s: float
+    tbt_ms: float
+    per_request_tok_s: float
+    ttft_ms: float
+    avg_active: float
+    completed: int
+    started: int
+    errors: int
+    total_tok_s_ci: list[float]  # [lo, hi]
+    tbt_ms_ci: list[float]
+    per_request_tok_s_ci: list[float]
+    ttft_ms_ci: list[float]
+    drift: float
+    drifting: bool
+    ttft_p90_ms: float
+    ttft_p99_ms: float
+    tbt_p90_ms: float
+    tbt_p99_ms: float
+    bin_tok_s: list[float]
+
+def summarize_cell(
+    requests: Requests | dict, events: Events | dict, t0_ns: int, t1_ns: int, bin_s: float = 1.0
+) -> Figures: ...
+def parse_prometheus(text: str) -> list[tuple[str, dict[str, str], float]]: ...
+def now_ns() -> int: ...
