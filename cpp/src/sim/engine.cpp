@@ -109,7 +109,9 @@ struct Engine::Impl {
   void release(Req& r) {
     reserved -= r.reserved;
     r.reserved = 0;
-    for (std::size_t i = 0; i < r.pinned_blocks; ++i) unpin(r.spec.block_hashes[i]);
+    // Tail blocks first, so LRU eviction trims prompts from their end (as a
+    // radix cache evicts leaves) and the shared head stays matchable.
+    for (std::size_t i = r.pinned_blocks; i-- > 0;) unpin(r.spec.block_hashes[i]);
     r.pinned_blocks = 0;
   }
 
