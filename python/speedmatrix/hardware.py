@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -65,6 +66,19 @@ def query_gpus(runner: Runner | None = None) -> list[dict[str, Any]]:
     return gpus
 
 
+def parse_gb(v: Any) -> float | None:
+    """``"141 GB"``, ``"141GB"``, ``141``, ``"80 GiB"`` → GB as a number; None if unreadable."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return v
+    m = re.match(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(?:([GgMmTt])i?[Bb]?)?\s*$", str(v))
+    if not m:
+        return None
+    x = float(m.group(1))
+    unit = (m.group(2) or "g").lower()
+    x = x / 1024 if unit == "m" else x * 1024 if unit == "t" else x
+    return int(x) if x == int(x) else round(x, 1)
+
+
 def detect_hardware(
     local: bool,
     given: dict[str, Any] | None = None,
@@ -95,8 +109,13 @@ def detect_hardware(
         else:
             hw["type"] = "CPU"
     for k, v in (given or {}).items():
-        if v is not None:
-            hw[k] = v
+        if v is None or v == "":
+            continue
+        if k in ("vram", "vram_gb"):
+            gb = parse_gb(v)
+            hw["vram_gb"] = gb if gb is not None else v
+            continue
+        hw[k] = v
     if given and any(v is not None for v in given.values()) and local:
         hw["source"] = "detected+given"
     return hw

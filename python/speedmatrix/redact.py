@@ -34,7 +34,7 @@ _PATTERNS: list[tuple[re.Pattern[str], str]] = [
     # env-style NAME=VALUE where NAME looks secret (OPENAI_API_KEY, HF_TOKEN, MY_SECRET, ...)
     (
         re.compile(
-            r"(?i)\b([A-Z0-9_]*(?:API_?KEY|TOKEN|SECRET|PASSWORD|PASSWD)[A-Z0-9_]*\s*=\s*)"
+            r"\b([A-Z0-9_]*(?:API_?KEY|TOKEN|SECRET|PASSWORD|PASSWD)[A-Z0-9_]*\s*=\s*)"
             rf"(?!<redacted>)({_VALUE})"
         ),
         r"\1" + REDACTED,

@@ -79,12 +79,23 @@ def _atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
+def _redact_strings(obj: Any, fn) -> Any:
+    if isinstance(obj, str):
+        return fn(obj)
+    if isinstance(obj, dict):
+        return {k: _redact_strings(v, fn) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_redact_strings(v, fn) for v in obj]
+    return obj
+
+
 def write_run(run_dir: str | os.PathLike, run: dict, secrets: list[str] | None = None) -> Path:
     """Write ``run`` as ``run_dir/run.json`` atomically and return its path.
 
-    The schema field is filled in when absent. ``secrets`` (API keys, tokens)
-    are replaced by ``<redacted>`` anywhere in the document, and the launch
-    command and target URL are passed through :func:`speedmatrix.redact.redact`.
+    The schema field is filled in when absent. Every string (launch command,
+    target URL, error messages, reasons) is passed through
+    :func:`speedmatrix.redact.redact`, and ``secrets`` (API keys, tokens) are
+    replaced by ``<redacted>`` anywhere in the document.
     """
     from speedmatrix.redact import redact, redact_known
 
@@ -92,13 +103,7 @@ def write_run(run_dir: str | os.PathLike, run: dict, secrets: list[str] | None =
     doc.setdefault("schema", SCHEMA)
     doc.setdefault("meta", {})
     doc.setdefault("cells", [])
-    meta = doc["meta"]
-    rmeta = meta.get("run")
-    if isinstance(rmeta, dict) and isinstance(rmeta.get("launch_command"), str):
-        rmeta["launch_command"] = redact(rmeta["launch_command"])
-    target = meta.get("target")
-    if isinstance(target, dict) and isinstance(target.get("url"), str):
-        target["url"] = redact(target["url"])
+    doc = _redact_strings(doc, redact)
     if secrets:
         doc = redact_known(doc, secrets)
     path = Path(run_dir) / RUN_FILE

@@ -239,10 +239,10 @@ def _stream(rng, start_ns: int, end_ns: int, tbt_ms: float, max_tokens: int,
 
 
 def _decode_cell(rng, c: int, n: int, t_start: int, duration_s: float, max_output: int,
-                 error: bool, drift: float, prompt_extra: int):
+                 error: bool, drift: float, prompt_extra: int, speed: float = 1.0):
     cell = _Cell()
-    tbt = decode_tbt_ms(c, n)
-    ttft = warm_ttft_ms(c, n)
+    tbt = decode_tbt_ms(c, n) / speed
+    ttft = warm_ttft_ms(c, n) / speed
     cold = c / prefill_rate(c) * 1000
     # warm-up: N cold prompts, one token each
     for s in range(n):
@@ -349,9 +349,7 @@ def build_run(
             drift = 0.25 if (c, n) == DRIFT_CELL else 0.0
             extra = 3 if (c, n) == MISMATCH_CELL else 0
             req, ev, met, t0, t1 = _decode_cell(
-                rng, c, n, t, duration_s, max_output, is_err, drift, extra)
-            if speed != 1.0:
-                ev["t_ns"] = (t0 + (ev["t_ns"] - t0) / speed).astype(np.int64)
+                rng, c, n, t, duration_s, max_output, is_err, drift, extra, speed)
             fig = summarize(req, ev, t0, t1)
             kinds: dict[str, int] = {}
             for k, ph in zip(req["error_kind"].tolist(), req["phase"].tolist()):
@@ -426,3 +424,40 @@ def build_run(
     from speedmatrix.runfile import read_run
 
     return read_run(out)
+
+
+_SHARED: dict[str, Path] = {}
+_SHARED_ROOT: list[Path] = []
+
+
+def shared_run(name: str = "full", report: bool = False, **kwargs) -> Path:
+    """A synthetic run built once per test process (read-only for callers: copy to modify).
+
+    ``name`` picks the variant: "full" (the seed-shaped matrix), "interrupted",
+    "faster" (10% faster, other seed), "norecords"; ``report`` also writes its report.
+    """
+    import atexit
+    import shutil
+    import tempfile
+
+    key = name + (":report" if report else "")
+    if key in _SHARED:
+        return _SHARED[key]
+    if not _SHARED_ROOT:
+        root = Path(tempfile.mkdtemp(prefix="speedmatrix-synthetic-"))
+        _SHARED_ROOT.append(root)
+        atexit.register(shutil.rmtree, root, True)
+    path = _SHARED_ROOT[0] / key.replace(":", "-")
+    variants = {
+        "full": {},
+        "interrupted": {"interrupted": True},
+        "faster": {"speed": 1.1, "seed": 1, "engine_version": "0.5.7"},
+        "norecords": {"with_records": False},
+    }
+    build_run(path, **{**variants.get(name, {}), **kwargs})
+    if report:
+        from speedmatrix.report import write_report
+
+        write_report(path)
+    _SHARED[key] = path
+    return path

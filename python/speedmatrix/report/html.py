@@ -44,6 +44,8 @@ table.matrix td.over { background: repeating-linear-gradient(45deg, #eceef2, #ec
                        color: var(--muted); }
 table.matrix td.error { color: var(--error); font-weight: 600; }
 table.matrix td.queued { outline: 2px dashed var(--queued); outline-offset: -3px; }
+table.matrix td.better { background: #dcf1d8; }
+table.matrix td.worse { background: #f8dcd8; }
 table.matrix td.missing { color: var(--muted); font-style: italic; }
 table.prefill td.sub { color: var(--muted); }
 td.status { text-align: left; }

@@ -12,6 +12,8 @@ CHART_TITLES = {
     "prefill_vs_context": "Prefill prompt tok/s versus context",
     "tbt_distribution": "Time between tokens of one cell",
     "throughput_over_time": "Throughput across one cell's window",
+    "ratio_heatmap": "Total tok/s, B / A, by context and concurrency",
+    "total_overlay": "Total tok/s versus simultaneous requests, both runs",
 }
 
 

@@ -81,8 +81,7 @@ def decode_heatmap(run: Run, figure: str = "total_tok_s") -> Figure:
             return fig
         data = vals.to_numpy(float)
         masked = np.ma.masked_invalid(data)
-        cmap = matplotlib.colormaps["viridis"].copy()
-        cmap.set_bad("white")
+        cmap = matplotlib.colormaps["viridis"].with_extremes(bad="white")
         finite = data[np.isfinite(data)]
         vmin = float(finite.min()) if finite.size else 0.0
         vmax = float(finite.max()) if finite.size else 1.0

@@ -80,8 +80,15 @@ def model_name(meta: dict) -> str:
 
 
 def hardware_name(meta: dict) -> str:
+    """``H200 NVL 141GB`` as the seed's title writes it (GPU, then its memory)."""
     hw = meta.get("hardware") or {}
-    return str(_get(hw, "gpu") or _get(hw, "cpu") or "unknown hardware")
+    gpu = _get(hw, "gpu")
+    if gpu is None:
+        return str(_get(hw, "cpu") or "unknown hardware")
+    vram = _vram(hw)
+    if vram and vram.endswith(" GB") and not str(gpu).endswith("GB"):
+        return f"{gpu} {vram[:-3]}GB"
+    return str(gpu)
 
 
 def _items(pairs: list[tuple[str, Any]]) -> list[tuple[str, str]]:
@@ -108,12 +115,24 @@ def header_lines(run: Run) -> tuple[str, str, str, str]:
     return title, subtitle, engine_line, " · ".join(pieces)
 
 
+def _vram(hw: dict) -> str | None:
+    v = hw.get("vram_gb")
+    if fmt.missing(v):
+        v = hw.get("vram")
+    if fmt.missing(v):
+        return None
+    try:
+        return fmt.gigabytes(float(v))
+    except (TypeError, ValueError):
+        return str(v)
+
+
 def hardware_section(run: Run) -> Section:
     hw = run.meta.get("hardware") or {}
     items = _items([
         ("Type", fmt.code_text(hw.get("type")) if hw.get("type") else None),
         ("GPU", hw.get("gpu")),
-        ("VRAM", fmt.gigabytes(hw["vram_gb"]) if not fmt.missing(hw.get("vram_gb")) else None),
+        ("VRAM", _vram(hw)),
         ("OS", hw.get("os")),
         ("CPU", hw.get("cpu")),
     ])
@@ -371,9 +390,12 @@ def capacity_section(run: Run) -> Section:
             fmt.DASH if fmt.missing(val) else str(val))
         if k in ("kv_tokens", "context_length") and shown != fmt.DASH:
             shown += " tokens"
+        detail = v.get("detail") if isinstance(v, dict) else None
         rows.append([name, shown, {"probed": "Probed from the server", "given": "Given by the user",
-                                   "default": "Default"}.get(src, fmt.code_text(src))])
-    tbl = Table(["Value", "Used", "Source"], rows,
+                                   "default": "Default", "missing": "Not available"}.get(
+                                       src, fmt.code_text(src)),
+                     fmt.DASH if fmt.missing(detail) else str(detail)])
+    tbl = Table(["Value", "Used", "Source", "Detail"], rows,
                 caption="What the plan used, and whether it was probed from the server or given.")
     text = [] if rows else ["No capacity values were recorded."]
     return Section("Capacity", table=tbl if rows else None, text=text, anchor="capacity")

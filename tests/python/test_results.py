@@ -1,0 +1,181 @@
+"""Saved runs as objects: frames, the matrix pivot, records, interrupted runs, metadata."""
+
+import json
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+import synthetic
+
+import speedmatrix.results as results
+from speedmatrix.hardware import detect_hardware, parse_gb, query_gpus
+from speedmatrix.runfile import RunFileError
+
+LABELS = ["8K", "16K", "32K", "64K", "123K"]
+
+
+@pytest.fixture(scope="module")
+def run():
+    return results.load(synthetic.shared_run("full"))
+
+
+@pytest.fixture(scope="module")
+def doc():
+    return json.loads((synthetic.shared_run("full") / "run.json").read_text())
+
+
+def test_cells_frame_has_every_field_and_split_intervals(run, doc):
+    cells = run.cells
+    assert len(cells) == len(doc["cells"])
+    for c in doc["cells"]:
+        for k in c:
+            if k not in ("ci", "server", "prompt_tokens"):
+                assert k in cells.columns, k
+    for col in ("total_tok_s_lo", "total_tok_s_hi", "ttft_ms_lo", "tbt_ms_hi",
+                "server_waiting_max", "prompt_tokens_asked"):
+        assert col in cells.columns
+    row = cells.set_index("id").loc["decode-c8192-n4-r0"]
+    src = next(c for c in doc["cells"] if c["id"] == "decode-c8192-n4-r0")
+    assert row["total_tok_s"] == pytest.approx(src["total_tok_s"])
+    assert row["total_tok_s_lo"] == pytest.approx(src["ci"]["total_tok_s"][0])
+    assert row["total_tok_s_lo"] < row["total_tok_s"] < row["total_tok_s_hi"]
+
+
+def test_matrix_is_the_seed_table(run, doc):
+    m = run.matrix("total_tok_s")
+    assert list(m.index) == LABELS
+    assert list(m.columns) == [1, 2, 4, 8, 16, 32, 64, 128]
+    over = [(c["label"], c["concurrency"]) for c in doc["cells"]
+            if c["status"] == "over_capacity"]
+    assert over and all(m.loc[lab, n] == "Over capacity" for lab, n in over)
+    src = {(c["label"], c["concurrency"]): c for c in doc["cells"] if c["phase"] == "decode"}
+    assert m.loc["8K", 64] == pytest.approx(src[("8K", 64)]["total_tok_s"])  # queued keeps it
+    numeric = run.matrix("total_tok_s", numeric=True)
+    assert numeric.dtypes.map(lambda d: d.kind == "f").all()
+    assert np.isnan(numeric.loc["123K", 16])
+    assert run.matrix("ttft").loc["8K", 1] == pytest.approx(src[("8K", 1)]["ttft_ms"])
+    with pytest.raises(KeyError):
+        run.matrix("no_such_figure")
+
+
+def test_statuses_and_prefill(run):
+    st = run.statuses()
+    assert st.loc["8K", 64] == "queued" and st.loc["32K", 16] == "error"
+    assert st.loc["8K", 128] == "over_capacity" and st.loc["8K", 1] == "valid"
+    pre = run.prefill()
+    assert pre["label"].tolist() == ["8K", "16K", "32K", "64K", "123K", "128K"]
+    assert (pre["prompt_tok_s"].diff().dropna() < 0).all()  # prefill slows with context
+    assert pre["prompt_tok_s"].iloc[0] == pytest.approx(8192 / (pre["ttft_ms"].iloc[0] / 1000))
+
+
+def test_requests_are_relative_to_t0(run):
+    r = run.requests
+    cell = r[r["cell"] == "decode-c8192-n4-r0"]
+    win = cell[cell["phase"] == "window"]
+    assert len(win) == 4 and (win["sent_ms"].abs() < 1).all()
+    assert (cell[cell["phase"] == "warmup"]["sent_ms"] < 0).all()
+    assert (win["ttft_ms"] > 0).all()
+    assert set(r["outcome"]) <= {"ok", "cancelled", "error", "pending"}
+    err = r[r["cell"] == "decode-c32768-n16-r0"]
+    assert (err["error_kind"] == "http_500").any()
+    assert {"context", "concurrency", "tok_s"} <= set(r.columns)
+
+
+def test_token_records_agree_with_figures(run):
+    cid = "decode-c16384-n8-r0"
+    c = run.cells.set_index("id").loc[cid]
+    tok = run.tokens(cid)
+    assert {"request", "t_ms", "tokens", "gap_ms", "in_window"} <= set(tok.columns)
+    assert tok["t_ms"].is_monotonic_increasing
+    assert tok.loc[tok["in_window"], "tokens"].sum() == c["output_tokens"]
+    assert np.median(run.tbt_samples(cid)) == pytest.approx(c["tbt_ms"])
+    bins = run.bins(cid)
+    assert len(bins) == round(c["measured_s"])
+    assert bins.mean() == pytest.approx(c["total_tok_s"], rel=1e-6)
+    met = run.server_metrics(cid)
+    assert "sglang:num_running_reqs" in met.columns and met["t_ms"].min() < 0
+
+
+def test_concat_adds_a_run_column(run):
+    other = results.load(synthetic.shared_run("faster"))
+    both = results.concat([run, other], ["before", "after"])
+    assert len(both) == len(run.cells) + len(other.cells)
+    assert list(both["run"].cat.categories) == ["before", "after"]
+    piv = both[both["phase"] == "decode"].pivot_table(
+        index=["context", "concurrency"], columns="run", values="total_tok_s", observed=True)
+    assert (piv["after"] / piv["before"]).median() == pytest.approx(1.1, rel=0.03)
+    pre = results.concat([run, other], ["a", "b"], frame="prefill")
+    assert len(pre) == 12
+    with pytest.raises(ValueError):
+        results.concat([run], ["a", "b"])
+
+
+def test_interrupted_run(tmp_path):
+    r = results.load(synthetic.shared_run("interrupted"))
+    assert r.interrupted
+    m = r.matrix("total_tok_s")
+    assert list(m.index) == LABELS
+    assert (m == "Not measured").to_numpy().sum() == len(
+        [x for x in r.missing_cells() if x[0] == "decode"])
+    assert r.missing_cells()
+    assert r.statuses().isna().to_numpy().sum() > 0
+    assert "interrupted" in repr(r)
+
+
+def test_run_without_records(tmp_path):
+    r = results.load(synthetic.shared_run("norecords"))
+    assert r.records("decode-c8192-n1-r0") is None
+    assert r.tokens("decode-c8192-n1-r0").empty
+    assert r.requests.empty
+    assert r.bins("decode-c8192-n1-r0").size == 0
+
+
+def test_load_errors(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        results.load(tmp_path / "absent")
+    src = synthetic.shared_run("full")
+    shutil.copy(src / "run.json", tmp_path / "run.json")
+    d = json.loads((tmp_path / "run.json").read_text())
+    del d["cells"][3]["measured_s"]
+    (tmp_path / "run.json").write_text(json.dumps(d))
+    with pytest.raises(RunFileError, match="measured_s"):
+        results.load(tmp_path)
+    assert len(results.load(tmp_path, strict=False).cells) == len(d["cells"])
+
+
+def test_cell_with_repetitions_uses_the_median(tmp_path):
+    synthetic.build_run(tmp_path, contexts=(8192,), concurrency=(1, 2), prefill_contexts=(8192,),
+                        duration_s=2.0)
+    d = json.loads((tmp_path / "run.json").read_text())
+    extra = dict(d["cells"][1], id="decode-c8192-n1-r1", repetition=1, total_tok_s=1000.0)
+    extra2 = dict(d["cells"][1], id="decode-c8192-n1-r2", repetition=2, total_tok_s=2000.0)
+    d["cells"] += [extra, extra2]
+    (tmp_path / "run.json").write_text(json.dumps(d))
+    r = results.load(tmp_path)
+    assert r.matrix("total_tok_s").loc["8K", 1] == 1000.0
+    assert isinstance(r.cells, pd.DataFrame) and len(r.cells) == 5
+
+
+def test_detect_hardware_from_nvidia_smi():
+    out = "NVIDIA H200 NVL, 143771 MiB\n"
+    hw = detect_hardware(True, runner=lambda cmd: out)
+    assert hw["gpu"] == "H200 NVL" and hw["type"] == "Discrete GPU" and hw["vram_gb"] == 140
+    assert hw["os"] and hw["gpu_count"] == 1
+    two = detect_hardware(True, runner=lambda cmd: out * 2)
+    assert two["gpu"] == "2× H200 NVL" and two["gpu_count"] == 2
+
+
+def test_detect_hardware_absent_failed_and_given():
+    def boom(cmd):
+        raise OSError("nvidia-smi: not found")
+
+    assert query_gpus(boom) == []
+    assert query_gpus(lambda cmd: "garbage\n") == []
+    hw = detect_hardware(True, runner=boom)
+    assert hw["gpu"] is None and hw["type"] == "CPU"
+    remote = detect_hardware(False, given={"gpu": "H200 NVL", "vram": "141 GB", "os": None})
+    assert remote["gpu"] == "H200 NVL" and remote["vram_gb"] == 141 and remote["os"] is None
+    over = detect_hardware(True, given={"gpu": "B200"}, runner=lambda c: "NVIDIA H100, 81559 MiB")
+    assert over["gpu"] == "B200" and over["vram_gb"] == 80
+    assert parse_gb("24576 MiB") == 24 and parse_gb("80GiB") == 80 and parse_gb("big") is None

@@ -1,0 +1,135 @@
+"""run.json and records on disk: atomic writes, the schema check, npz round trips."""
+
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+
+from speedmatrix.runfile import (
+    SCHEMA,
+    RunFileError,
+    load_records,
+    read_run,
+    save_records,
+    write_run,
+)
+
+
+def _cell(**kw):
+    c = {"id": "decode-c8192-n4-r0", "phase": "decode", "context": 8192, "concurrency": 4,
+         "status": "valid", "total_tok_s": 221.9, "per_request_tok_s": 55.6,
+         "prompt_tok_s": None, "ttft_ms": 200.0, "tbt_ms": 18.0, "avg_active": 4.0,
+         "completed": 0, "output_tokens": 6656, "measured_s": 30.0, "errors": {}}
+    c.update(kw)
+    return c
+
+
+def _doc(*cells):
+    return {"schema": SCHEMA, "meta": {"run": {"interrupted": False}}, "cells": list(cells)}
+
+
+def test_round_trip_and_nan_becomes_null(tmp_path):
+    doc = _doc(_cell(ttft_ms=float("nan"), tbt_ms=np.float64(17.5), completed=np.int64(3)))
+    path = write_run(tmp_path, doc)
+    assert path == tmp_path / "run.json"
+    raw = json.loads(path.read_text())
+    assert raw["cells"][0]["ttft_ms"] is None
+    assert raw["cells"][0]["tbt_ms"] == 17.5 and raw["cells"][0]["completed"] == 3
+    back = read_run(tmp_path)
+    assert back["cells"][0]["output_tokens"] == 6656
+    assert read_run(path)["schema"] == SCHEMA  # a path to the file works too
+
+
+def test_write_is_atomic_and_leaves_no_temp_files(tmp_path):
+    write_run(tmp_path, _doc(_cell()))
+    before = (tmp_path / "run.json").read_text()
+    with pytest.raises(TypeError):
+        write_run(tmp_path, _doc(_cell(extra=object())))  # not JSON: nothing replaced
+    assert (tmp_path / "run.json").read_text() == before
+    write_run(tmp_path, _doc(_cell(), _cell(id="decode-c8192-n8-r0", concurrency=8)))
+    assert len(read_run(tmp_path)["cells"]) == 2
+    assert sorted(os.listdir(tmp_path)) == ["run.json"]
+
+
+def test_write_redacts_launch_command_url_and_known_secrets(tmp_path):
+    doc = _doc(_cell(reason="failed with key sk-abcdefghijkl0123"))
+    doc["meta"]["run"]["launch_command"] = "sglang serve --api-key topsecret99 --port 8000"
+    doc["meta"]["target"] = {"url": "http://h:8000/v1?api_key=urlsecret77"}
+    doc["meta"]["note"] = "key given: knownsecret55"
+    write_run(tmp_path, doc, secrets=["knownsecret55"])
+    text = (tmp_path / "run.json").read_text()
+    for s in ("topsecret99", "urlsecret77", "knownsecret55", "sk-abcdefghijkl0123"):
+        assert s not in text
+    assert "--port 8000" in text
+
+
+@pytest.mark.parametrize("mutate,message", [
+    (lambda d: d.pop("schema"), "missing field 'schema'"),
+    (lambda d: d.update(schema="speedmatrix.run/0"), "unsupported schema"),
+    (lambda d: d.pop("cells"), "missing field 'cells'"),
+    (lambda d: d["cells"][0].pop("tbt_ms"), "decode-c8192-n4-r0) is missing field 'tbt_ms'"),
+    (lambda d: d["cells"][0].pop("status"), "missing field 'status'"),
+    (lambda d: d["cells"][0].update(status="great"), "field 'status' is 'great'"),
+    (lambda d: d["cells"][0].update(phase="warmup"), "field 'phase' is 'warmup'"),
+    (lambda d: d["cells"][0].update(context="8k"), "field 'context' must be an integer"),
+])
+def test_schema_errors_name_the_problem(tmp_path, mutate, message):
+    doc = _doc(_cell())
+    mutate(doc)
+    (tmp_path / "run.json").write_text(json.dumps(doc))
+    with pytest.raises(RunFileError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        read_run(tmp_path)
+
+
+def test_non_strict_only_needs_identity_fields(tmp_path):
+    c = _cell()
+    del c["tbt_ms"], c["errors"]
+    (tmp_path / "run.json").write_text(json.dumps(_doc(c)))
+    with pytest.raises(RunFileError):
+        read_run(tmp_path)
+    assert read_run(tmp_path, strict=False)["cells"][0]["context"] == 8192
+
+
+def test_missing_folder_file_and_bad_json(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        read_run(tmp_path / "nope")
+    with pytest.raises(FileNotFoundError, match="run.json is missing"):
+        read_run(tmp_path)
+    (tmp_path / "run.json").write_text("{broken")
+    with pytest.raises(RunFileError, match="not valid JSON"):
+        read_run(tmp_path)
+
+
+def test_records_round_trip(tmp_path):
+    req = {"slot": np.arange(3, dtype=np.int32), "phase": np.array([0, 1, 1], np.uint8),
+           "sent_ns": np.array([1, 2, -1], np.int64),
+           "error_kind": ["", "http_500", ""], "finish_reason": ["length", "", ""]}
+    ev = {"request": np.array([0, 1, 1], np.int32), "t_ns": np.array([5, 6, 7], np.int64),
+          "tokens": np.array([1, 2, 1], np.int32), "server_ns": np.full(3, -1, np.int64)}
+    met = {"names": ["sglang:num_running_reqs", "sglang:num_queue_reqs"],
+           "t_ns": [10, 20], "values": [[1.0, 0.0], [2.0, float("nan")]], "failures": 2}
+    rel = save_records(tmp_path, "decode-c8192-n4-r0", req, ev, met)
+    assert rel == "records/decode-c8192-n4-r0.npz"
+    with np.load(tmp_path / rel, allow_pickle=False) as z:
+        assert {"req_slot", "req_error_kind", "ev_t_ns", "met_names", "met_t_ns",
+                "met_values"} <= set(z.files)
+        assert z["req_error_kind"].dtype.kind == "U"
+    back = load_records(tmp_path, rel)
+    assert back["requests"]["error_kind"].tolist() == ["", "http_500", ""]
+    assert back["requests"]["sent_ns"].dtype == np.int64
+    assert back["events"]["tokens"].tolist() == [1, 2, 1]
+    assert back["metrics"]["names"] == met["names"]
+    assert back["metrics"]["values"].shape == (2, 2)
+    assert math.isnan(back["metrics"]["values"][1, 1])
+    assert back["metrics"]["failures"] == 2
+    assert not [p for p in (tmp_path / "records").iterdir() if p.name.startswith(".")]
+
+
+def test_records_without_metrics_and_missing_file(tmp_path):
+    rel = save_records(tmp_path, "prefill-c8192-r0", {"slot": [0]}, {"t_ns": [1]}, None)
+    back = load_records(tmp_path, rel)
+    assert back["metrics"]["names"] == [] and back["metrics"]["values"].shape == (0, 0)
+    with pytest.raises(FileNotFoundError, match="records file missing"):
+        load_records(tmp_path, "records/none.npz")
