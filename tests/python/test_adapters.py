@@ -23,6 +23,7 @@ from speedmatrix.adapters import (
     get_adapter,
     normalise_url,
     parse_prometheus,
+    read_load,
     register_adapter,
     registered_adapters,
     unregister_adapter,
@@ -149,11 +150,17 @@ def test_recorded_discovery(path: Path):
             assert any(text in w for w in target.warnings), (text, target.warnings)
         if "load" in case:
             assert target.read_load() == case["load"]
+            assert read_load(target) == (case["load"]["running"], case["load"]["waiting"])
+        elif not target.metrics.available:
+            assert read_load(target) is None
         for route, fields in case.get("requests_contain", {}).items():
             bodies = server.bodies(*route.split(" ", 1))
             assert bodies and all(b.items() >= fields.items() for b in bodies), bodies
         if path.parent.name in ENGINES:
             assert target.engine == path.parent.name
+        assert target.probed[0] == "/v1/models"
+        if target.tokenize is not None:
+            assert target.tokenize.path in target.probed
 
 
 def test_seed_capacity_is_probed_and_overrides_are_given():
@@ -422,6 +429,7 @@ def test_target_defaults_and_capacity_rules():
     with pytest.raises(ValueError, match="unknown capacity"):
         t.set_capacity("kv", 1, "given")
     assert t.endpoint("chat") == "http://h:1/v1/chat/completions"
+    assert t.base_url == "http://h:1"
     assert t.metrics_url is None
     assert t.engine_meta()["name"] == "generic"
 

@@ -137,7 +137,7 @@ class MetricsSpec:
         return out
 
 
-@dataclass
+@dataclass(frozen=True)
 class TokenizeSpec:
     """How to ask the server how many tokens a text (or a chat) is.
 
@@ -297,6 +297,11 @@ class Target:
         self.capacity[name] = Capacity(None if value is None else int(value), source, detail)
 
     # -- URLs --
+    @property
+    def base_url(self) -> str:
+        """Alias of :attr:`url` (the server's base URL, without ``/v1``)."""
+        return self.url
+
     def endpoint(self, api: str) -> str:
         """Full URL of the generation endpoint for ``api`` ("completions" | "chat")."""
         if api == "completions":
@@ -361,6 +366,23 @@ def strip_credentials(url: str) -> str:
         host = f"[{host}]"
     netloc = host + (f":{parts.port}" if parts.port else "")
     return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def read_load(
+    target: Target, api_key: str | None = None, timeout_s: float = 5.0
+) -> tuple[float | None, float | None] | None:
+    """(running, waiting) requests the server reports now, for the idle check before a cell.
+    None when the target has no metrics or they cannot be read right now."""
+    if target.metrics_url is None:
+        return None
+    client = HttpClient(target.url, api_key or target.api_key, timeout_s)
+    try:
+        load = target.read_load(client)
+    except (HttpError, ConnectError, ValueError):
+        return None
+    if load is None:
+        return None
+    return load["running"], load["waiting"]
 
 
 # ---- probing ------------------------------------------------------------------------------

@@ -103,10 +103,10 @@ def discover(
     if "metrics_path" in overrides:
         target.metrics.path = overrides["metrics_path"] or None
     _check_metrics(target, ctx)
-    _check_tokenize(target, client, found)
     _check_sim(target, ctx)
+    _check_tokenize(target, client, found)
     _apply_overrides(target, overrides)
-    target.probed = list(dict.fromkeys(ctx.answered))
+    target.probed = list(dict.fromkeys([*ctx.answered, *target.probed]))
     return target
 
 

@@ -1,0 +1,676 @@
+"""Prompts of an exact token length, and the request bodies that carry them.
+
+Every request of a cell gets a prompt of exactly ``context`` tokens as the server counts them
+(``usage.prompt_tokens``). Prompts are unique per request: a salt (a few words or token ids
+derived from the seed and the request's index) sits at the very start, so no two requests
+share a prefix. With ``shared_prefix = K`` the first K tokens are the same for every request
+of the factory and the salt follows them.
+
+How the length is made exact, in order of preference:
+
+1. ``token_ids`` — the engine takes a list of token ids as ``prompt`` (vLLM, SGLang,
+   TensorRT-LLM, llama.cpp; completions API only). Ids of ordinary words are taken from the
+   tokenize endpoint (or an assumed range of ids when there is none). One tiny request checks
+   the engine accepts them and learns whether it adds tokens of its own (a BOS).
+2. ``tokenizer`` — a user-given local tokenizer (``callable(text) -> int | list``) counts
+   the text (chat: plus the chat template's tokens, learnt once).
+3. ``tokenize`` — text built from common words, counted by the server's tokenize endpoint
+   (with ``messages`` for the chat API where the endpoint applies the chat template) and
+   adjusted until the count is exact.
+4. ``usage`` — no way to count: two tiny non-streaming requests learn the server's overhead
+   and tokens per word from ``usage.prompt_tokens``; prompts are built from that and marked
+   unverified, and the runner checks ``usage.prompt_tokens`` of every request.
+
+The runner checks the reported prompt tokens of every request against ``Prompt.tokens``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from speedmatrix.adapters.base import Target, TokenizeSpec
+from speedmatrix.http import HttpClient, HttpError
+
+__all__ = [
+    "METHODS",
+    "WORDS",
+    "Prompt",
+    "PromptError",
+    "PromptFactory",
+    "build_prompts",
+    "clear_calibrations",
+    "request_body",
+]
+
+METHODS = ("token_ids", "tokenizer", "tokenize", "usage")
+
+#: Common short English words; nearly every BPE / SentencePiece vocabulary has each of them,
+#: with its leading space, as one token, so that a text of k words is close to k tokens.
+WORDS: tuple[str, ...] = (
+    "the",
+    "of",
+    "and",
+    "to",
+    "in",
+    "is",
+    "that",
+    "for",
+    "it",
+    "as",
+    "was",
+    "with",
+    "be",
+    "by",
+    "on",
+    "not",
+    "he",
+    "this",
+    "are",
+    "or",
+    "his",
+    "from",
+    "at",
+    "which",
+    "but",
+    "have",
+    "an",
+    "had",
+    "they",
+    "you",
+    "were",
+    "their",
+    "one",
+    "all",
+    "we",
+    "can",
+    "her",
+    "has",
+    "there",
+    "been",
+    "if",
+    "more",
+    "when",
+    "will",
+    "would",
+    "who",
+    "so",
+    "no",
+    "she",
+    "other",
+    "its",
+    "may",
+    "these",
+    "what",
+    "them",
+    "than",
+    "some",
+    "him",
+    "time",
+    "into",
+    "only",
+    "do",
+    "first",
+    "any",
+    "new",
+    "very",
+    "my",
+    "also",
+    "after",
+    "our",
+    "most",
+    "made",
+    "over",
+    "such",
+    "where",
+    "your",
+    "well",
+    "way",
+    "each",
+    "many",
+    "before",
+    "must",
+    "through",
+    "back",
+    "years",
+    "much",
+    "under",
+    "should",
+    "people",
+    "because",
+    "good",
+    "same",
+    "used",
+    "those",
+    "both",
+    "day",
+    "work",
+    "three",
+    "state",
+    "life",
+    "still",
+    "how",
+    "world",
+    "own",
+    "between",
+    "high",
+    "last",
+    "city",
+    "long",
+    "while",
+    "house",
+    "might",
+    "great",
+    "year",
+    "since",
+    "small",
+    "part",
+    "place",
+    "end",
+    "found",
+    "again",
+    "take",
+    "during",
+    "without",
+    "around",
+    "home",
+    "old",
+    "country",
+    "form",
+    "water",
+    "system",
+    "every",
+    "name",
+    "case",
+    "public",
+    "course",
+    "company",
+    "right",
+    "point",
+    "group",
+    "hand",
+    "number",
+    "off",
+    "order",
+    "market",
+    "power",
+    "report",
+    "area",
+    "book",
+    "line",
+    "game",
+    "family",
+    "side",
+    "level",
+    "half",
+    "early",
+    "young",
+    "fact",
+    "free",
+    "head",
+    "money",
+    "light",
+    "story",
+    "body",
+    "music",
+    "word",
+    "field",
+    "team",
+    "idea",
+    "road",
+    "view",
+    "paper",
+    "door",
+    "kind",
+    "child",
+    "night",
+    "plan",
+    "rate",
+    "table",
+    "class",
+    "price",
+    "color",
+    "river",
+    "tree",
+    "stone",
+    "ship",
+    "bird",
+    "fish",
+    "horse",
+    "green",
+    "blue",
+    "red",
+    "black",
+    "white",
+    "open",
+    "close",
+    "south",
+    "north",
+    "east",
+    "west",
+)
+
+SALT_WORDS = 8  # words (or ids) of per-request salt
+_MAX_FIT_ROUNDS = 8
+
+
+class PromptError(RuntimeError):
+    """A prompt of the asked length could not be made."""
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One request's prompt.
+
+    ``payload`` is a list of token ids, a text, or chat messages; ``tokens`` the prompt
+    tokens the server should report; ``verified`` says the count was confirmed for this exact
+    payload (False for the ``usage`` method: the runner's per-request check decides).
+    """
+
+    payload: list[int] | str | list[dict[str, str]]
+    tokens: int
+    method: str
+    verified: bool
+    index: int = 0
+    shared_prefix: int = 0
+
+    @property
+    def kind(self) -> str:
+        if isinstance(self.payload, str):
+            return "text"
+        if self.payload and isinstance(self.payload[0], dict):
+            return "messages"
+        return "token_ids"
+
+
+# ---- counting -----------------------------------------------------------------------------
+@dataclass
+class _Calibration:
+    """What one target+api needs learnt once: the method, token-id pool, overheads."""
+
+    method: str
+    overhead: int = 0  # tokens the server adds (BOS, chat template) around the payload
+    ids: list[int] = field(default_factory=list)  # token-id pool of ordinary words
+    per_word: float = 1.0  # usage method: tokens per filler word
+    note: str = ""
+
+
+_CALIBRATIONS: dict[tuple, _Calibration] = {}
+
+
+def clear_calibrations() -> None:
+    """Forget what was learnt about servers (after a server restarts with other settings)."""
+    _CALIBRATIONS.clear()
+
+
+class PromptFactory:
+    """Prompts of ``context`` tokens for one target and API.
+
+    ``prompts(n)`` returns n unique prompts (indices 0..n-1; the same seed and index give the
+    same prompt). ``client`` (or ``api_key``) is used for the tokenize endpoint and
+    calibration requests; ``tokenizer`` is an optional local tokenizer.
+    """
+
+    def __init__(
+        self,
+        target: Target,
+        context: int,
+        *,
+        api: str = "completions",
+        shared_prefix: int = 0,
+        seed: int | str = 0,
+        tokenizer: Callable[[str], int | list] | None = None,
+        client: HttpClient | None = None,
+        api_key: str | None = None,
+        timeout_s: float = 120.0,
+    ) -> None:
+        if api not in ("completions", "chat"):
+            raise ValueError(f"api: {api!r} is not one of completions, chat")
+        if not isinstance(context, int) or context <= 0:
+            raise ValueError(f"context: {context!r} is not a positive token count")
+        if shared_prefix < 0 or (shared_prefix and shared_prefix >= context):
+            raise ValueError(
+                f"shared_prefix: {shared_prefix} must be below the context ({context})"
+            )
+        self.target = target
+        self.context = context
+        self.api = api
+        self.shared_prefix = shared_prefix
+        self.seed = seed
+        self.tokenizer = tokenizer
+        self.client = client or HttpClient(target.url, api_key or target.api_key, timeout_s)
+        self._cal: _Calibration | None = None
+        self._filler_words: int | None = None  # words of filler that gave the exact count
+
+    # -- public --
+    @property
+    def method(self) -> str:
+        return self._calibration().method
+
+    def prompts(self, n: int, start: int = 0) -> list[Prompt]:
+        return [self.prompt(i) for i in range(start, start + n)]
+
+    def prompt(self, index: int) -> Prompt:
+        cal = self._calibration()
+        if cal.method == "token_ids":
+            return self._token_id_prompt(index, cal)
+        return self._text_prompt(index, cal)
+
+    # -- calibration --
+    def _calibration(self) -> _Calibration:
+        if self._cal is None:
+            key = (
+                self.target.url,
+                self.target.model,
+                self.api,
+                self.target.token_id_prompts,
+                self.target.tokenize,
+                id(self.tokenizer),
+            )
+            if key not in _CALIBRATIONS:
+                _CALIBRATIONS[key] = self._calibrate()
+            self._cal = _CALIBRATIONS[key]
+        return self._cal
+
+    def _calibrate(self) -> _Calibration:
+        if self.api == "completions" and self.target.token_id_prompts:
+            cal = self._calibrate_token_ids()
+            if cal is not None:
+                return cal
+        if self.tokenizer is not None:
+            overhead = 0
+            if self.api == "chat":
+                overhead = self._chat_overhead()
+            return _Calibration("tokenizer", overhead=overhead)
+        tok = self.target.tokenize
+        if tok is not None and (self.api == "completions" or tok.messages):
+            cal = _Calibration("tokenize")
+            one: Any = WORDS[0]
+            if self.api == "chat":
+                one = [{"role": "user", "content": one}]
+            try:
+                cal.overhead = max(0, self._counter(cal)(one) - 1)
+            except (HttpError, ValueError) as exc:
+                raise PromptError(f"the tokenize endpoint {tok.path} failed: {exc}") from None
+            return cal
+        return self._calibrate_usage()
+
+    def _calibrate_token_ids(self) -> _Calibration | None:
+        pool, source = self._id_pool()
+        probe = _pick(pool, 16, _rng(self.seed, "probe"))
+        try:
+            reported = self._usage_prompt_tokens(probe)
+        except (HttpError, PromptError):
+            return None
+        overhead = reported - len(probe)
+        if overhead < 0 or overhead > 8:
+            return None  # the server does not take these ids literally: use text
+        return _Calibration("token_ids", overhead=overhead, ids=pool, note=source)
+
+    def _id_pool(self) -> tuple[list[int], str]:
+        tok = self.target.tokenize
+        if tok is not None:
+            try:
+                words = _count_ids(self.client, tok, self.target.model, " ".join(WORDS))[1]
+                one = _count_ids(self.client, tok, self.target.model, WORDS[0])[1]
+                two = _count_ids(self.client, tok, self.target.model, WORDS[1])[1]
+            except (HttpError, ValueError):
+                words = one = two = None
+            if words and one and two:
+                head = _common_prefix(one, two)
+                tail = _common_prefix(one[::-1], two[::-1])
+                body = words[head : len(words) - tail] if tail else words[head:]
+                pool = list(dict.fromkeys(body))
+                if len(pool) >= 32:
+                    return pool, "ids of common words from the tokenize endpoint"
+        # No tokenizer to ask: ids in this range are ordinary tokens in every vocabulary of
+        # 32k tokens or more; the calibration request confirms the server takes them.
+        return list(range(1000, 30000)), "assumed ordinary ids 1000..29999"
+
+    def _chat_overhead(self) -> int:
+        """Tokens the chat template adds around a user message, from usage."""
+        text = " ".join(_words(_rng(self.seed, "chat"), 32))
+        local = _local_count(self.tokenizer, text)
+        return self._usage_prompt_tokens(text) - local
+
+    def _calibrate_usage(self) -> _Calibration:
+        rng = _rng(self.seed, "usage")
+        small = " ".join(_words(rng, 32))
+        large = small + " " + " ".join(_words(rng, 96))
+        n_small = self._usage_prompt_tokens(small)
+        n_large = self._usage_prompt_tokens(large)
+        per_word = (n_large - n_small) / 96
+        if per_word <= 0:
+            raise PromptError(
+                f"usage.prompt_tokens did not grow with the prompt ({n_small} then {n_large})"
+            )
+        overhead = round(n_small - 32 * per_word)
+        return _Calibration(
+            "usage",
+            overhead=overhead,
+            per_word=per_word,
+            note="calibrated from usage.prompt_tokens; prompt lengths unverified",
+        )
+
+    def _usage_prompt_tokens(self, payload: list[int] | str) -> int:
+        """usage.prompt_tokens of one tiny non-streaming request."""
+        body = json.loads(request_body(self.target, self.api, payload, 1, stream=False, extra=None))
+        path = "/v1/chat/completions" if self.api == "chat" else "/v1/completions"
+        answer = self.client.post_json(path, body)
+        usage = answer.get("usage") if isinstance(answer, dict) else None
+        tokens = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+        if not isinstance(tokens, int):
+            raise PromptError(f"{path} answered without usage.prompt_tokens")
+        return tokens
+
+    # -- token-id prompts --
+    def _token_id_prompt(self, index: int, cal: _Calibration) -> Prompt:
+        body_len = self.context - cal.overhead
+        prefix_len = max(0, self.shared_prefix - cal.overhead) if self.shared_prefix else 0
+        if body_len < SALT_WORDS + prefix_len:
+            raise PromptError(
+                f"context {self.context} is too short for a unique prompt "
+                f"({cal.overhead} server tokens + {SALT_WORDS} salt)"
+            )
+        prefix = _pick(cal.ids, prefix_len, _rng(self.seed, "prefix"))
+        salt = _salt_ids(cal.ids, self.seed, index)
+        filler_rng = _rng(self.seed, "filler")
+        filler = _pick(cal.ids, body_len - prefix_len - len(salt), filler_rng)
+        ids = prefix + salt + filler
+        return Prompt(ids, self.context, "token_ids", True, index, self.shared_prefix)
+
+    # -- text prompts --
+    def _text_prompt(self, index: int, cal: _Calibration) -> Prompt:
+        prefix_words = _words(_rng(self.seed, "prefix"), self._prefix_word_count(cal))
+        salt = _salt_words(self.seed, index)
+        filler_rng_seed = (self.seed, "filler")
+
+        def make(k: int) -> str | list[dict[str, str]]:
+            filler = _words(_rng(*filler_rng_seed), k)
+            text = " ".join(prefix_words + salt + filler)
+            if self.api == "chat":
+                return [{"role": "user", "content": text}]
+            return text
+
+        fixed = len(prefix_words) + len(salt)
+        if cal.method == "usage":
+            k = round((self.context - cal.overhead) / cal.per_word) - fixed
+            if k < 0:
+                raise PromptError(f"context {self.context} is too short for a unique prompt")
+            return Prompt(make(k), self.context, "usage", False, index, self.shared_prefix)
+
+        count = self._counter(cal)
+        k0 = self._filler_words
+        if k0 is None:
+            k0 = self.context - cal.overhead - fixed
+        k = self._fit(make, count, max(k0, 0))
+        self._filler_words = k
+        return Prompt(make(k), self.context, cal.method, True, index, self.shared_prefix)
+
+    def _prefix_word_count(self, cal: _Calibration) -> int:
+        if not self.shared_prefix:
+            return 0
+        # approximate for text: words are about one token each
+        return max(0, round((self.shared_prefix - cal.overhead) / cal.per_word))
+
+    def _counter(self, cal: _Calibration) -> Callable[[Any], int]:
+        if cal.method == "tokenizer":
+            tokenizer = self.tokenizer
+
+            def count_local(payload: Any) -> int:
+                text = payload[0]["content"] if isinstance(payload, list) else payload
+                return _local_count(tokenizer, text) + cal.overhead
+
+            return count_local
+        tok = self.target.tokenize
+        assert tok is not None
+
+        def count_remote(payload: Any) -> int:
+            if isinstance(payload, list):
+                answer = self.client.post_json(
+                    tok.path, tok.request(self.target.model, messages=payload)
+                )
+            else:
+                answer = self.client.post_json(tok.path, tok.request(self.target.model, payload))
+            return tok.parse(answer)[0]
+
+        return count_remote
+
+    def _fit(self, make: Callable[[int], Any], count: Callable[[Any], int], k: int) -> int:
+        """Filler words k such that count(make(k)) == context."""
+        seen: dict[int, int] = {}
+        for _ in range(_MAX_FIT_ROUNDS):
+            n = count(make(k))
+            seen[k] = n
+            if n == self.context:
+                return k
+            step = self.context - n
+            k_next = max(0, k + step)
+            if k_next in seen:  # oscillating: walk one word at a time
+                k_next = k + (1 if step > 0 else -1)
+                if k_next in seen or k_next < 0:
+                    break
+            k = k_next
+        raise PromptError(
+            f"could not make a prompt of exactly {self.context} tokens "
+            f"(counts seen: {sorted(set(seen.values()))[:6]})"
+        )
+
+
+def build_prompts(
+    target: Target,
+    context: int,
+    n: int,
+    *,
+    api: str = "completions",
+    shared_prefix: int = 0,
+    seed: int | str = 0,
+    tokenizer: Callable[[str], int | list] | None = None,
+    client: HttpClient | None = None,
+) -> list[Prompt]:
+    """n unique prompts of exactly ``context`` tokens (see :class:`PromptFactory`)."""
+    factory = PromptFactory(
+        target,
+        context,
+        api=api,
+        shared_prefix=shared_prefix,
+        seed=seed,
+        tokenizer=tokenizer,
+        client=client,
+    )
+    return factory.prompts(n)
+
+
+# ---- request bodies -----------------------------------------------------------------------
+def request_body(
+    target: Target,
+    api: str,
+    prompt: Prompt | list[int] | str | list[dict[str, str]],
+    max_tokens: int,
+    stream: bool = True,
+    extra: dict[str, Any] | None = None,
+) -> bytes:
+    """The JSON body of one generation request.
+
+    Sets the model, the prompt (``prompt`` for completions, ``messages`` for chat), the
+    engine's fields that force the output to ``max_tokens`` (ignore_eos / min_tokens where it
+    has them), ``stream`` and, when streaming, the engine's ``stream_options`` (usage in every
+    chunk where supported). ``extra`` is merged last and wins.
+    """
+    payload = prompt.payload if isinstance(prompt, Prompt) else prompt
+    body: dict[str, Any] = {}
+    if target.model:
+        body["model"] = target.model
+    if api == "completions":
+        if isinstance(payload, list) and payload and isinstance(payload[0], dict):
+            raise ValueError("chat messages cannot be sent to the completions API")
+        body["prompt"] = payload
+    elif api == "chat":
+        if isinstance(payload, str):
+            payload = [{"role": "user", "content": payload}]
+        elif not (isinstance(payload, list) and payload and isinstance(payload[0], dict)):
+            raise ValueError("token-id prompts cannot be sent to the chat API")
+        body["messages"] = payload
+    else:
+        raise ValueError(f"api: {api!r} is not one of completions, chat")
+    body.update(target.output.fields(api, max_tokens))
+    body["stream"] = bool(stream)
+    if stream and target.stream_options is not None:
+        body["stream_options"] = dict(target.stream_options)
+    if extra:
+        body.update(extra)
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+# ---- helpers ------------------------------------------------------------------------------
+def _rng(*key: Any) -> random.Random:
+    digest = hashlib.sha256(repr(key).encode()).digest()
+    return random.Random(int.from_bytes(digest[:8], "big"))
+
+
+def _words(rng: random.Random, k: int) -> list[str]:
+    return [WORDS[rng.randrange(len(WORDS))] for _ in range(k)]
+
+
+def _pick(pool: list[int], k: int, rng: random.Random) -> list[int]:
+    return [pool[rng.randrange(len(pool))] for _ in range(k)]
+
+
+def _salt_words(seed: int | str, index: int) -> list[str]:
+    """SALT_WORDS words: the first two spell the index, lowest digit first (so the very first
+    word already differs between requests; unique for len(WORDS)**2 requests), the rest come
+    from the seed and the index."""
+    v = len(WORDS)
+    head = [WORDS[index % v], WORDS[(index // v) % v]]
+    return head + _words(_rng(seed, "salt", index), SALT_WORDS - 2)
+
+
+def _salt_ids(pool: list[int], seed: int | str, index: int) -> list[int]:
+    v = len(pool)
+    head = [pool[index % v], pool[(index // v) % v]]
+    return head + _pick(pool, SALT_WORDS - 2, _rng(seed, "salt", index))
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _count_ids(
+    client: HttpClient, tok: TokenizeSpec, model: str | None, text: str
+) -> tuple[int, list[int] | None]:
+    return tok.parse(client.post_json(tok.path, tok.request(model, text)))
+
+
+def _local_count(tokenizer: Callable[[str], int | list] | None, text: str) -> int:
+    assert tokenizer is not None
+    result = tokenizer(text)
+    return result if isinstance(result, int) else len(result)
