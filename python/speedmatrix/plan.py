@@ -1,0 +1,253 @@
+"""The ordered list of cells a sweep runs, with the cells it must not run already marked.
+
+``plan(matrix, target)`` resolves the ``max`` contexts against the server's context length,
+then lists the prefill cells followed by the decode cells (context by context, concurrency
+by concurrency, repetitions innermost). A cell the server cannot hold is not dropped: it is
+kept with a status and a reason, and the sweep moves on.
+
+Rules (DESIGN.md "Status"):
+
+- **over_capacity** — decode: N × (C + max_output) > KV capacity in tokens; prefill:
+  C + 1 > KV capacity. Not run.
+- **error** — the context does not fit the server's context length (decode:
+  C + max_output > context length; prefill: C + 1 > context length), or ``max`` was asked
+  for and the context length is unknown. Not run.
+- KV capacity unknown: no cell is marked over capacity and the plan carries a warning.
+
+``max`` (safety margin rule):
+
+- decode: ``context_length - max_output - margin``, margin = min(1024, context_length // 16)
+  tokens (room for the chat template, a BOS and the server's own reserve), rounded down to a
+  multiple of 1024 when at least 8192, else of 64. 131072 with 4096 output → 125952 ("123K").
+- prefill: ``context_length - 64`` (one output token plus slack), rounded down to a multiple
+  of 64. 131072 → 131008 ("128K").
+- ``max-decode`` in the prefill contexts is the decode value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from speedmatrix.matrix import Matrix
+from speedmatrix.units import format_tokens
+
+__all__ = [
+    "DECODE_MARGIN_MAX",
+    "PREFILL_MARGIN",
+    "Plan",
+    "PlannedCell",
+    "decode_max",
+    "plan",
+    "prefill_max",
+]
+
+DECODE_MARGIN_MAX = 1024
+PREFILL_MARGIN = 64
+#: output tokens of a prefill cell (the first token is what is timed)
+PREFILL_OUTPUT = 1
+
+
+def decode_max(context_length: int, max_output: int) -> int:
+    """The largest decode context that fits ``context_length`` with ``max_output`` and the
+    safety margin; 0 when nothing fits."""
+    margin = min(DECODE_MARGIN_MAX, context_length // 16)
+    avail = context_length - max_output - margin
+    if avail <= 0:
+        return 0
+    step = 1024 if avail >= 8192 else 64
+    return max(0, avail // step * step)
+
+
+def prefill_max(context_length: int) -> int:
+    """The largest prefill context: ``context_length`` less PREFILL_MARGIN, a multiple of 64."""
+    avail = context_length - PREFILL_MARGIN
+    return max(0, avail // 64 * 64)
+
+
+@dataclass
+class PlannedCell:
+    """One cell to measure (``status`` None) or not to run (``over_capacity`` / ``error``)."""
+
+    id: str
+    phase: str  # "prefill" | "decode"
+    context: int
+    label: str
+    concurrency: int
+    repetition: int
+    max_output: int
+    #: what the matrix said: the token count, "max" or "max-decode"
+    spec: int | str
+    status: str | None = None
+    reason: str | None = None
+    #: tokens the cell needs in the KV cache: N × (C + output)
+    kv_needed: int = 0
+    #: N is above the server's running cap: the cell is expected to queue
+    expect_queued: bool = False
+
+    @property
+    def runnable(self) -> bool:
+        return self.status is None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Plan(list):
+    """A list of PlannedCell in run order, with ``warnings``, the resolved ``contexts`` /
+    ``prefill_contexts`` and the capacity figures it was planned against."""
+
+    def __init__(self, cells: list[PlannedCell] = (), **attrs: Any) -> None:
+        super().__init__(cells)
+        self.warnings: list[str] = list(attrs.get("warnings", []))
+        self.contexts: list[int] = list(attrs.get("contexts", []))
+        self.prefill_contexts: list[int] = list(attrs.get("prefill_contexts", []))
+        self.kv_tokens: int | None = attrs.get("kv_tokens")
+        self.context_length: int | None = attrs.get("context_length")
+        self.max_running: int | None = attrs.get("max_running")
+
+    def runnable(self) -> list[PlannedCell]:
+        return [c for c in self if c.runnable]
+
+    def by_id(self) -> dict[str, PlannedCell]:
+        return {c.id: c for c in self}
+
+    def over_capacity(self) -> list[tuple[int, int]]:
+        """(context, concurrency) of the decode cells marked over capacity."""
+        return sorted(
+            {
+                (c.context, c.concurrency)
+                for c in self
+                if c.phase == "decode" and c.status == "over_capacity"
+            }
+        )
+
+
+def plan(
+    matrix: Matrix,
+    target: Any = None,
+    *,
+    kv_tokens: int | None = None,
+    context_length: int | None = None,
+    max_running: int | None = None,
+) -> Plan:
+    """Plan ``matrix`` against ``target`` (a Target, or anything with ``kv_tokens``,
+    ``context_length`` and ``max_running`` attributes); the keyword arguments, when given,
+    replace the target's figures. Invalid matrices raise ValueError."""
+    matrix.validate()
+    kv = kv_tokens if kv_tokens is not None else getattr(target, "kv_tokens", None)
+    ctx_len = (
+        context_length if context_length is not None else getattr(target, "context_length", None)
+    )
+    cap = max_running if max_running is not None else getattr(target, "max_running", None)
+    warnings: list[str] = []
+    if kv is None:
+        warnings.append(
+            "KV capacity unknown: no cell is marked over capacity; cells the server cannot "
+            "hold will queue or fail (give --kv-capacity)"
+        )
+    if ctx_len is None:
+        warnings.append(
+            "context length unknown: contexts are not checked against it and 'max' cannot be "
+            "resolved (give --context-length)"
+        )
+
+    dmax = decode_max(ctx_len, matrix.max_output) if ctx_len else None
+    pmax = prefill_max(ctx_len) if ctx_len else None
+    if ctx_len and dmax == 0:
+        warnings.append(
+            f"no decode context fits the context length {ctx_len} with max output "
+            f"{matrix.max_output}"
+        )
+
+    cells: list[PlannedCell] = []
+    prefill_resolved = _resolve(
+        matrix.prefill_contexts, {"max": pmax, "max-decode": dmax}, "prefill_contexts", warnings
+    )
+    decode_resolved = _resolve(matrix.contexts, {"max": dmax}, "contexts", warnings)
+
+    for spec, context in prefill_resolved:
+        for r in range(matrix.repetitions):
+            cells.append(_cell("prefill", spec, context, 1, r, PREFILL_OUTPUT, kv, ctx_len, cap))
+    for spec, context in decode_resolved:
+        for n in matrix.concurrency:
+            for r in range(matrix.repetitions):
+                cells.append(
+                    _cell("decode", spec, context, n, r, matrix.max_output, kv, ctx_len, cap)
+                )
+    return Plan(
+        cells,
+        warnings=warnings,
+        contexts=[c for _s, c in decode_resolved if c],
+        prefill_contexts=[c for _s, c in prefill_resolved if c],
+        kv_tokens=kv,
+        context_length=ctx_len,
+        max_running=cap,
+    )
+
+
+def _resolve(
+    specs: list[int | str], keywords: dict[str, int | None], name: str, warnings: list[str]
+) -> list[tuple[int | str, int]]:
+    """(spec, tokens) per distinct context; tokens 0 = could not be resolved."""
+    out: list[tuple[int | str, int]] = []
+    seen: dict[int, int | str] = {}
+    for spec in specs:
+        tokens = keywords.get(spec) if isinstance(spec, str) else spec
+        tokens = int(tokens or 0)
+        if tokens and tokens in seen:
+            warnings.append(
+                f"{name}: {spec!r} resolves to {tokens} tokens, the same as {seen[tokens]!r}; "
+                "measured once"
+            )
+            continue
+        if tokens:
+            seen[tokens] = spec
+        out.append((spec, tokens))
+    return out
+
+
+def _cell(
+    phase: str,
+    spec: int | str,
+    context: int,
+    n: int,
+    r: int,
+    output: int,
+    kv: int | None,
+    ctx_len: int | None,
+    cap: int | None,
+) -> PlannedCell:
+    if context:
+        cid = f"{phase}-c{context}-r{r}" if phase == "prefill" else f"decode-c{context}-n{n}-r{r}"
+        label = format_tokens(context)
+    else:
+        cid = f"{phase}-{spec}-r{r}" if phase == "prefill" else f"decode-{spec}-n{n}-r{r}"
+        label = str(spec)
+    need = n * (context + output)
+    cell = PlannedCell(cid, phase, context, label, n, r, output, spec, kv_needed=need)
+    if not context:
+        cell.status = "error"
+        cell.reason = (
+            f"context {spec!r} needs the server's context length, which was not found "
+            "(give --context-length)"
+            if ctx_len is None
+            else f"context {spec!r}: nothing fits the context length {ctx_len} with "
+            f"{output} output tokens"
+        )
+        return cell
+    if ctx_len is not None and context + output > ctx_len:
+        what = "max output" if phase == "decode" else "one output token"
+        cell.status = "error"
+        cell.reason = (
+            f"context {context} + {what} {output} = {context + output} tokens exceeds the "
+            f"server's context length {ctx_len}"
+        )
+        return cell
+    if kv is not None and need > kv:
+        cell.status = "over_capacity"
+        cell.reason = f"{n} × ({context} + {output}) = {need:,} tokens > KV capacity {kv:,} tokens"
+        return cell
+    if cap is not None and n > cap:
+        cell.expect_queued = True
+    return cell
