@@ -3,8 +3,12 @@ served by an in-process HTTP server on 127.0.0.1."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import re
 import socket
+import subprocess
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -32,6 +36,36 @@ from speedmatrix.adapters.base import Capacity, split_version, strip_credentials
 from speedmatrix.errors import TargetError
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "discovery"
+SIM = Path(__file__).resolve().parents[2] / "python" / "speedmatrix" / "_bin" / "speedmatrix-sim"
+PROFILES = SIM.parents[1] / "profiles"
+
+
+@contextlib.contextmanager
+def start_sim(flavour: str = "sglang", profile: str = "seed-h200", *extra: str):
+    """The built-in engine on 127.0.0.1 (port 0); skips the test when it is not built."""
+    path = PROFILES / f"{profile}.json"
+    if not os.access(SIM, os.X_OK) or not path.is_file():
+        pytest.skip("the built-in engine (binary and profile) is not built")
+    cmd = [str(SIM), "--profile", str(path), "--host", "127.0.0.1", "--port", "0"]
+    proc = subprocess.Popen(
+        [*cmd, "--flavour", flavour, "--unpaced", *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        line = proc.stdout.readline()
+        match = re.search(r"listening on 127\.0\.0\.1:(\d+)", line)
+        if not match:
+            pytest.skip(f"the built-in engine did not start: {line!r}")
+        yield f"http://127.0.0.1:{match.group(1)}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 # ---- an in-process server answering from a route table ------------------------------------
@@ -463,3 +497,46 @@ def test_http_timeout_is_a_connect_error():
             client.get_json("/v1/models")
     finally:
         listener.close()
+
+
+# ---- the built-in engine ------------------------------------------------------------------
+@pytest.mark.parametrize("flavour", ["sglang", "vllm"])
+def test_discovery_of_the_built_in_engine(flavour):
+    profile = json.loads((PROFILES / "seed-h200.json").read_text())
+    with start_sim(flavour) as url:
+        target = discover(url)
+        assert target.read_load() is not None
+        assert read_load(target) == (0.0, 0.0)
+    assert target.engine == flavour
+    assert target.model == profile["model"]
+    assert target.kv_tokens == profile["kv_tokens"]
+    assert target.context_length == profile["context_length"]
+    assert target.capacity["kv_tokens"].source == "probed"
+    assert target.metrics.available and target.tokenize is not None
+    assert target.info["simulated"] is True
+    if flavour == "sglang":
+        assert target.max_running == profile["max_running"]
+        assert target.version == profile["version"]
+
+
+def test_seed_plan_against_the_built_in_engine():
+    from speedmatrix.matrix import Matrix
+    from speedmatrix.plan import plan
+
+    with start_sim("sglang") as url:
+        target = discover(url)
+    p = plan(Matrix.preset("seed"), target)
+    over = {(c.label, c.concurrency) for c in p if c.status == "over_capacity"}
+    assert over == {
+        ("8K", 128),
+        ("16K", 128),
+        ("32K", 64),
+        ("32K", 128),
+        ("64K", 32),
+        ("64K", 64),
+        ("64K", 128),
+        ("123K", 16),
+        ("123K", 32),
+        ("123K", 64),
+        ("123K", 128),
+    }

@@ -5,10 +5,6 @@ built-in engine itself."""
 from __future__ import annotations
 
 import json
-import os
-import re
-import subprocess
-from pathlib import Path
 
 import pytest
 from speedmatrix.adapters import (
@@ -29,9 +25,7 @@ from speedmatrix.prompts import (
     clear_calibrations,
     request_body,
 )
-from test_adapters import FakeServer
-
-SIM = Path(__file__).resolve().parents[2] / "python" / "speedmatrix" / "_bin" / "speedmatrix-sim"
+from test_adapters import FakeServer, start_sim
 
 
 @pytest.fixture(autouse=True)
@@ -352,42 +346,16 @@ def test_request_body_is_compact_utf8_bytes():
 
 
 # ---- the built-in engine ------------------------------------------------------------------
-@pytest.fixture
-def sim():
-    if not os.access(SIM, os.X_OK):
-        pytest.skip("the built-in engine binary is not built")
-    profiles = sorted((SIM.parents[1] / "profiles").glob("*.json"))
-    if not profiles:
-        pytest.skip("no engine profile")
-    proc = subprocess.Popen(
-        [
-            str(SIM),
-            "--profile",
-            str(profiles[0]),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "0",
-            "--unpaced",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        line = proc.stdout.readline()
-        match = re.search(r"listening on 127\.0\.0\.1:(\d+)", line)
-        if not match:
-            pytest.skip(f"the built-in engine did not start: {line!r}")
-        yield f"http://127.0.0.1:{match.group(1)}"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+@pytest.fixture(params=["sglang", "vllm"])
+def sim(request):
+    with start_sim(request.param) as url:
+        yield url
 
 
 @pytest.mark.parametrize("api", ["completions", "chat"])
 def test_prompts_are_exact_on_the_built_in_engine(sim, api):
     target = discover(sim)
+    assert target.info.get("simulated")
     for context in (100, 2048):
         prompts = build_prompts(target, context, 3, api=api, seed=api)
         for p in prompts:
