@@ -1,0 +1,320 @@
+// Cell figures against hand-computed values (DESIGN.md "Measurement
+// definitions"), plus percentile helpers, confidence intervals and drift.
+#include "speedmatrix/stats.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "speedmatrix/records.hpp"
+
+namespace speedmatrix {
+namespace {
+
+constexpr ns_t kMs = 1'000'000;
+constexpr ns_t kS = 1'000'000'000;
+
+// Owned columns with a RecordView over them.
+struct Records {
+  std::vector<ns_t> sent, first, done;
+  std::vector<std::uint8_t> outcome, phase;
+  std::vector<std::int64_t> prompt;
+  std::vector<std::int32_t> ev_req;
+  std::vector<ns_t> ev_t;
+  std::vector<std::int32_t> ev_tok;
+
+  int add_request(Phase ph, ns_t s, ns_t ft, ns_t d, Outcome o) {
+    sent.push_back(s);
+    first.push_back(ft);
+    done.push_back(d);
+    outcome.push_back(static_cast<std::uint8_t>(o));
+    phase.push_back(static_cast<std::uint8_t>(ph));
+    prompt.push_back(100);
+    return static_cast<int>(sent.size()) - 1;
+  }
+  void add_event(int req, ns_t t, int tokens) {
+    ev_req.push_back(req);
+    ev_t.push_back(t);
+    ev_tok.push_back(tokens);
+  }
+  RecordView view() const {
+    return RecordView{sent,   first,  done, outcome, phase,
+                      prompt, ev_req, ev_t, ev_tok};
+  }
+};
+
+// Half-width of a 95% t-interval for two values (df = 1): t = 12.7062.
+double half_width_2(double a, double b) {
+  const double sd = std::abs(a - b) / std::sqrt(2.0);
+  return 12.7062 * sd / std::sqrt(2.0);
+}
+
+// Two window requests, one warm-up request and one failed request over a
+// 2 s window; every figure below is computed by hand in the comments.
+Records two_requests() {
+  Records r;
+  // Request 0: sent at 0, tokens at 0.1 (first), 0.3, 0.7 (2 tokens), 1.5; done
+  // OK at 1.5.
+  int a = r.add_request(Phase::kWindow, 0, 100 * kMs, 1500 * kMs, Outcome::kOk);
+  // Request 1: sent at 0.5, tokens at 0.7 (first), 0.75, 0.85, 2.5 (after t1);
+  // still running.
+  int b = r.add_request(Phase::kWindow, 500 * kMs, 700 * kMs, kNever,
+                        Outcome::kCancelled);
+  // Warm-up request: its events (even inside the window) never count.
+  int w = r.add_request(Phase::kWarmup, -1 * kS, -900 * kMs, 200 * kMs,
+                        Outcome::kOk);
+  // Failed request: sent at 1.9, error at 1.95, no tokens.
+  r.add_request(Phase::kWindow, 1900 * kMs, kNever, 1950 * kMs,
+                Outcome::kError);
+  r.add_event(w, -900 * kMs, 3);
+  r.add_event(a, 100 * kMs, 1);
+  r.add_event(w, 150 * kMs, 5);
+  r.add_event(a, 300 * kMs, 1);
+  r.add_event(a, 700 * kMs, 2);
+  r.add_event(b, 700 * kMs, 1);
+  r.add_event(b, 750 * kMs, 1);
+  r.add_event(b, 850 * kMs, 1);
+  r.add_event(a, 1500 * kMs, 1);
+  r.add_event(b, 2500 * kMs, 1);
+  return r;
+}
+
+TEST(SummarizeCell, HandComputedTwoRequests) {
+  const Records r = two_requests();
+  const CellFigures f = summarize_cell(r.view(), 0, 2 * kS, 1.0);
+  EXPECT_DOUBLE_EQ(f.measured_s, 2.0);
+  // Tokens in [0, 2]: request 0: 1+1+2+1, request 1: 1+1+1 (2.5 is outside).
+  EXPECT_EQ(f.output_tokens, 8);
+  EXPECT_DOUBLE_EQ(f.total_tok_s, 4.0);
+  // Gaps (ms per token, weight): a: 200 (1), 400/2=200 (2), 800 (1); b: 50 (1),
+  // 100 (1). Expanded: 50 100 200 200 200 800 -> median (200+200)/2.
+  EXPECT_DOUBLE_EQ(f.tbt_ms, 200.0);
+  EXPECT_DOUBLE_EQ(f.per_request_tok_s, 5.0);
+  // p90: rank 0.9*5 = 4.5 -> 200 + 0.5*(800-200).
+  EXPECT_DOUBLE_EQ(f.tbt_p90_ms, 500.0);
+  // TTFT: a 100 ms, b 200 ms (the failed one has no first token).
+  EXPECT_DOUBLE_EQ(f.ttft_ms, 150.0);
+  EXPECT_DOUBLE_EQ(f.ttft_p90_ms, 190.0);
+  // In flight: a [0, 1.5], b [0.5, 2.0] (running at t1), failed [1.9, 1.95]
+  // -> 3.05 s / 2 s.
+  EXPECT_DOUBLE_EQ(f.avg_active, 1.525);
+  EXPECT_EQ(f.completed, 1);
+  EXPECT_EQ(f.started, 3);
+  EXPECT_EQ(f.errors, 1);
+  // Bins: [0,1): 4 + 3 tokens; [1,2]: 1 token.
+  ASSERT_EQ(f.bin_tok_s.size(), 2u);
+  EXPECT_DOUBLE_EQ(f.bin_tok_s[0], 7.0);
+  EXPECT_DOUBLE_EQ(f.bin_tok_s[1], 1.0);
+  EXPECT_NEAR(f.total_tok_s_ci.lo, 4.0 - half_width_2(7, 1), 1e-9);
+  EXPECT_NEAR(f.total_tok_s_ci.hi, 4.0 + half_width_2(7, 1), 1e-9);
+  // Per-bin tbt medians: bin 0 {50,100,200,200,200} -> 200; bin 1 {800}.
+  EXPECT_NEAR(f.tbt_ms_ci.lo, 500.0 - half_width_2(200, 800), 1e-9);
+  EXPECT_NEAR(f.tbt_ms_ci.hi, 500.0 + half_width_2(200, 800), 1e-9);
+  EXPECT_NEAR(f.per_request_tok_s_ci.lo, 1000.0 / f.tbt_ms_ci.hi, 1e-12);
+  EXPECT_TRUE(std::isinf(f.per_request_tok_s_ci.hi)); // lower tbt bound <= 0
+  // Both TTFTs fall in bin 0: one bin, no interval.
+  EXPECT_TRUE(std::isnan(f.ttft_ms_ci.lo));
+  // Two bins: drift from the line through (0.5, 7), (1.5, 1): slope -6 tok/s/s
+  // * 2 s / 4 tok/s.
+  EXPECT_DOUBLE_EQ(f.drift, -3.0);
+  EXPECT_FALSE(f.drifting); // two bins cannot show significance
+}
+
+TEST(SummarizeCell, EventOrderWithinColumnsDoesNotMatter) {
+  Records r = two_requests();
+  const CellFigures ref = summarize_cell(r.view(), 0, 2 * kS);
+  std::mt19937 rng(7);
+  std::vector<std::size_t> idx(r.ev_t.size());
+  for (std::size_t i = 0; i < idx.size(); ++i)
+    idx[i] = i;
+  std::shuffle(idx.begin(), idx.end(), rng);
+  Records s = r;
+  for (std::size_t i = 0; i < idx.size(); ++i) {
+    s.ev_req[i] = r.ev_req[idx[i]];
+    s.ev_t[i] = r.ev_t[idx[i]];
+    s.ev_tok[i] = r.ev_tok[idx[i]];
+  }
+  const CellFigures f = summarize_cell(s.view(), 0, 2 * kS);
+  EXPECT_DOUBLE_EQ(f.tbt_ms, ref.tbt_ms);
+  EXPECT_DOUBLE_EQ(f.tbt_p90_ms, ref.tbt_p90_ms);
+  EXPECT_EQ(f.output_tokens, ref.output_tokens);
+}
+
+TEST(SummarizeCell, EventsOfOneReadAreOneArrival) {
+  Records r;
+  int a = r.add_request(Phase::kWindow, 0, 0, kNever, Outcome::kCancelled);
+  r.add_event(a, 0, 1);
+  r.add_event(a, 100 * kMs, 1); // two chunks read together at 100 ms
+  r.add_event(a, 100 * kMs, 1);
+  r.add_event(a, 200 * kMs, 1);
+  // Arrivals: 0 (1), 100 (2), 200 (1) -> gaps 50 ms x2, 100 ms x1 -> median 50.
+  // (Counting the second chunk as a 0 ms gap would give a median of 100.)
+  const CellFigures f = summarize_cell(r.view(), 0, kS);
+  EXPECT_DOUBLE_EQ(f.tbt_ms, 50.0);
+  EXPECT_EQ(f.output_tokens, 4);
+}
+
+TEST(SummarizeCell, MultiTokenChunkSpreadsItsGap) {
+  Records r;
+  int a =
+      r.add_request(Phase::kWindow, 0, 10 * kMs, kNever, Outcome::kCancelled);
+  r.add_event(a, 10 * kMs, 1);
+  r.add_event(a, 110 * kMs, 4); // 100 ms over 4 tokens: 25 ms each
+  r.add_event(a, 150 * kMs, 1); // 40 ms
+  // Expanded: 25 25 25 25 40 -> median 25; unweighted per-chunk gaps would
+  // give 70.
+  const CellFigures f = summarize_cell(r.view(), 0, kS);
+  EXPECT_DOUBLE_EQ(f.tbt_ms, 25.0);
+  EXPECT_DOUBLE_EQ(f.per_request_tok_s, 40.0);
+  EXPECT_DOUBLE_EQ(f.ttft_ms, 10.0);
+}
+
+TEST(SummarizeCell, GapIntoWindowCountsGapOutOfWindowDoesNot) {
+  Records r;
+  int a = r.add_request(Phase::kWindow, 0, 0, kNever, Outcome::kCancelled);
+  r.add_event(a, 900 * kMs, 1); // before t0 = 1 s
+  r.add_event(a, 1100 * kMs,
+              1); // gap 200 ms, later event in the window: counts
+  r.add_event(a, 1150 * kMs, 1); // 50 ms
+  r.add_event(a, 2300 * kMs, 1); // after t1 = 2 s: not counted
+  const CellFigures f = summarize_cell(r.view(), 1 * kS, 2 * kS);
+  EXPECT_EQ(f.output_tokens, 2);
+  EXPECT_DOUBLE_EQ(f.tbt_ms, 125.0); // median of {200, 50}
+  EXPECT_EQ(f.started, 0);           // sent before t0
+  EXPECT_TRUE(std::isnan(f.ttft_ms));
+  EXPECT_DOUBLE_EQ(f.avg_active, 1.0); // in flight over the whole window
+}
+
+TEST(SummarizeCell, EmptyWindowGivesZerosAndNaNs) {
+  Records r;
+  r.add_request(Phase::kWarmup, 0, 10 * kMs, 20 * kMs, Outcome::kOk);
+  r.add_event(0, 10 * kMs, 3);
+  const CellFigures f = summarize_cell(r.view(), 0, 3 * kS);
+  EXPECT_EQ(f.output_tokens, 0);
+  EXPECT_DOUBLE_EQ(f.total_tok_s, 0.0);
+  EXPECT_TRUE(std::isnan(f.tbt_ms));
+  EXPECT_TRUE(std::isnan(f.per_request_tok_s));
+  EXPECT_TRUE(std::isnan(f.ttft_ms));
+  EXPECT_TRUE(std::isnan(f.tbt_ms_ci.lo));
+  EXPECT_DOUBLE_EQ(f.avg_active, 0.0);
+  EXPECT_EQ(f.completed, 0);
+  EXPECT_DOUBLE_EQ(f.drift, 0.0);
+  EXPECT_FALSE(f.drifting);
+  // t1 <= t0 is refused without crashing.
+  EXPECT_DOUBLE_EQ(summarize_cell(r.view(), 5, 5).measured_s, 0.0);
+}
+
+TEST(SummarizeCell, PartialLastBinIsMergedIntoTheLastBin) {
+  Records r;
+  int a = r.add_request(Phase::kWindow, 0, 0, kNever, Outcome::kCancelled);
+  for (int i = 0; i < 25; ++i)
+    r.add_event(a, i * 100 * kMs, 1); // 10 tok/s over 2.5 s
+  const CellFigures f = summarize_cell(r.view(), 0, 2500 * kMs);
+  ASSERT_EQ(f.bin_tok_s.size(), 2u); // [0,1) and [1,2.5]
+  EXPECT_DOUBLE_EQ(f.bin_tok_s[0], 10.0);
+  EXPECT_DOUBLE_EQ(f.bin_tok_s[1], 10.0);
+  EXPECT_DOUBLE_EQ(f.total_tok_s, 10.0);
+}
+
+TEST(SummarizeCell, FlatThroughputHasTightIntervalAndNoDrift) {
+  // Alternating 19 and 21 tokens per bin over ten 1-s bins (one request).
+  Records r;
+  int a = r.add_request(Phase::kWindow, 0, 0, kNever, Outcome::kCancelled);
+  for (int k = 0; k < 10; ++k) {
+    const int n = k % 2 == 0 ? 19 : 21;
+    for (int i = 0; i < n; ++i)
+      r.add_event(a, k * kS + (i * kS) / n + 1, 1);
+  }
+  const CellFigures f = summarize_cell(r.view(), 0, 10 * kS);
+  EXPECT_EQ(f.output_tokens, 200);
+  EXPECT_DOUBLE_EQ(f.total_tok_s, 20.0);
+  // sd of {19,21,...} = sqrt(10/9); t(9) = 2.2622.
+  const double half = 2.2622 * std::sqrt(10.0 / 9.0) / std::sqrt(10.0);
+  EXPECT_NEAR(f.total_tok_s_ci.lo, 20.0 - half, 1e-9);
+  EXPECT_NEAR(f.total_tok_s_ci.hi, 20.0 + half, 1e-9);
+  // Per-bin tbt medians alternate 1000/19 and 1000/21 ms (a bin's one gap that
+  // crosses from the previous bin does not move its median): the interval is
+  // centred on their mean, which need not contain the pooled median.
+  const double mid = (1000.0 / 19 + 1000.0 / 21) / 2;
+  EXPECT_NEAR((f.tbt_ms_ci.lo + f.tbt_ms_ci.hi) / 2, mid, 1e-3);
+  const double tbt_half =
+      2.2622 * std::sqrt(10.0 / 9.0) * (1000.0 / 19 - mid) / std::sqrt(10.0);
+  EXPECT_NEAR(f.tbt_ms_ci.hi - mid, tbt_half, 1e-3);
+  EXPECT_NEAR(f.per_request_tok_s_ci.lo, 1000.0 / f.tbt_ms_ci.hi, 1e-12);
+  EXPECT_NEAR(f.per_request_tok_s_ci.hi, 1000.0 / f.tbt_ms_ci.lo, 1e-12);
+  // slope = 5 / 82.5 tok/s per s -> drift = slope * 10 / 20 ~ 0.03: under 5%.
+  EXPECT_NEAR(f.drift, 5.0 / 82.5 * 10.0 / 20.0, 1e-12);
+  EXPECT_FALSE(f.drifting);
+}
+
+TEST(SummarizeCell, RampIsDetectedAsDrift) {
+  // Tokens per bin 10, 15, ..., 55: slope 5 tok/s per s, mean 32.5 -> drift
+  // 50/32.5.
+  Records r;
+  int a = r.add_request(Phase::kWindow, 0, 0, kNever, Outcome::kCancelled);
+  for (int k = 0; k < 10; ++k) {
+    const int n = 10 + 5 * k + (k % 3 == 0 ? 1 : 0); // a little noise
+    for (int i = 0; i < n; ++i)
+      r.add_event(a, k * kS + (i * kS) / n + 1, 1);
+  }
+  const CellFigures f = summarize_cell(r.view(), 0, 10 * kS);
+  EXPECT_GT(f.drift, 1.4);
+  EXPECT_LT(f.drift, 1.6);
+  EXPECT_TRUE(f.drifting);
+}
+
+TEST(SummarizeCell, TtftIntervalFromBinsOfSendTime) {
+  // Requests sent every 0.5 s over 4 s with TTFT 100 or 120 ms.
+  Records r;
+  for (int i = 0; i < 8; ++i) {
+    const ns_t s = i * 500 * kMs;
+    const ns_t ttft = (i % 2 == 0 ? 100 : 120) * kMs;
+    int id =
+        r.add_request(Phase::kWindow, s, s + ttft, s + 400 * kMs, Outcome::kOk);
+    r.add_event(id, s + ttft, 1);
+    r.add_event(id, s + ttft + 20 * kMs, 1);
+  }
+  const CellFigures f = summarize_cell(r.view(), 0, 4 * kS);
+  EXPECT_DOUBLE_EQ(f.ttft_ms, 110.0);
+  // Each 1-s bin holds one 100 and one 120 ms request: median 110 in every bin.
+  EXPECT_NEAR(f.ttft_ms_ci.lo, 110.0, 1e-9);
+  EXPECT_NEAR(f.ttft_ms_ci.hi, 110.0, 1e-9);
+  EXPECT_EQ(f.completed, 8);
+  EXPECT_EQ(f.started, 8);
+  EXPECT_DOUBLE_EQ(f.tbt_ms, 20.0);
+  EXPECT_NEAR(f.avg_active, 8 * 0.4 / 4.0, 1e-12);
+}
+
+TEST(Percentile, LinearInterpolation) {
+  EXPECT_DOUBLE_EQ(percentile({4, 1, 3, 2}, 0.5), 2.5);
+  EXPECT_DOUBLE_EQ(percentile({4, 1, 3, 2}, 0.0), 1.0);
+  EXPECT_DOUBLE_EQ(percentile({4, 1, 3, 2}, 1.0), 4.0);
+  EXPECT_DOUBLE_EQ(percentile({10, 20}, 0.9), 19.0);
+  EXPECT_DOUBLE_EQ(percentile({7}, 0.99), 7.0);
+  EXPECT_TRUE(std::isnan(percentile({}, 0.5)));
+}
+
+TEST(Percentile, WeightedIsPercentileOfExpandedValues) {
+  const std::vector<double> v = {10, 1, 5};
+  const std::vector<std::int64_t> w = {1, 3, 2};         // 1 1 1 5 5 10
+  EXPECT_DOUBLE_EQ(weighted_percentile(v, w, 0.5), 3.0); // (1 + 5) / 2
+  EXPECT_DOUBLE_EQ(weighted_percentile(v, w, 0.0), 1.0);
+  EXPECT_DOUBLE_EQ(weighted_percentile(v, w, 1.0), 10.0);
+  EXPECT_DOUBLE_EQ(weighted_percentile(v, w, 0.9),
+                   percentile({1, 1, 1, 5, 5, 10}, 0.9));
+  const std::vector<double> u = {3, 9, 1, 7};
+  const std::vector<std::int64_t> ones = {1, 1, 1, 1};
+  for (double q : {0.1, 0.5, 0.77, 0.99}) {
+    EXPECT_DOUBLE_EQ(weighted_percentile(u, ones, q),
+                     percentile({3, 9, 1, 7}, q))
+        << q;
+  }
+  const std::vector<std::int64_t> zeros = {0, 0, 0, 0};
+  EXPECT_TRUE(std::isnan(weighted_percentile(u, zeros, 0.5)));
+  EXPECT_TRUE(std::isnan(weighted_percentile({}, {}, 0.5)));
+}
+
+} // namespace
+} // namespace speedmatrix
