@@ -32,11 +32,12 @@ else:  # pragma: no cover - Python 3.10
 
 from speedmatrix.units import format_tokens, parse_duration, parse_token_list, parse_tokens
 
-__all__ = ["API_KINDS", "PRESETS", "Context", "Matrix", "parse_contexts"]
+__all__ = ["API_KINDS", "PREFILL_MODES", "PRESETS", "Context", "Matrix", "parse_contexts"]
 
 Context = int | str
 
 API_KINDS = ("completions", "chat")
+PREFILL_MODES = ("warmup", "separate")
 DECODE_KEYWORDS = ("max",)
 PREFILL_KEYWORDS = ("max", "max-decode")
 
@@ -61,6 +62,13 @@ class Matrix:
     idle_timeout_s: float = 60.0
     #: a cell whose failed requests exceed this fraction of those started is an ``error``
     error_threshold: float = 0.05
+    #: ``warmup``: a prefill figure comes from the cold first token of the N=1 decode
+    #: warm-up of the same context (the seed's "measured during decode warm-up"), measured
+    #: on its own only where no such decode cell runs; ``separate``: every prefill cell is
+    #: measured on its own
+    prefill_mode: str = "warmup"
+    #: seconds a request may receive nothing before it is cancelled as stalled
+    request_idle_timeout_s: float = 120.0
 
     # ---- construction -------------------------------------------------------------------
     def __post_init__(self) -> None:
@@ -75,6 +83,8 @@ class Matrix:
             self.duration_s = parse_duration(self.duration_s)
         if isinstance(self.idle_timeout_s, str):
             self.idle_timeout_s = parse_duration(self.idle_timeout_s)
+        if isinstance(self.request_idle_timeout_s, str):
+            self.request_idle_timeout_s = parse_duration(self.request_idle_timeout_s)
         if isinstance(self.max_output, str):
             self.max_output = parse_tokens(self.max_output)
         if isinstance(self.shared_prefix, str):
@@ -97,7 +107,13 @@ class Matrix:
         """From a mapping with this class's field names; ``duration``/``idle_timeout`` are
         accepted for ``duration_s``/``idle_timeout_s``. Unknown keys are an error."""
         data = dict(data)
-        for short, full in (("duration", "duration_s"), ("idle_timeout", "idle_timeout_s")):
+        aliases = (
+            ("duration", "duration_s"),
+            ("idle_timeout", "idle_timeout_s"),
+            ("request_idle_timeout", "request_idle_timeout_s"),
+            ("extra_body", "extra"),
+        )
+        for short, full in aliases:
             if short in data:
                 if full in data:
                     raise ValueError(f"{short}: given together with {full}")
@@ -141,6 +157,9 @@ class Matrix:
         extra = data.pop("extra")
         doc: dict[str, Any] = {"matrix": data}
         if extra:
+            nulls = _null_paths(extra, "extra")
+            if nulls:
+                raise ValueError(f"{nulls[0]}: TOML has no null; leave the field out instead")
             data["extra"] = extra
         return tomli_w.dumps(doc)
 
@@ -217,10 +236,29 @@ class Matrix:
             errors.append(f"idle_timeout_s: {self.idle_timeout_s!r} is not a number of seconds")
         if not _is_number(self.error_threshold) or not 0 <= self.error_threshold <= 1:
             errors.append(f"error_threshold: {self.error_threshold!r} is not a fraction in [0, 1]")
+        if self.prefill_mode not in PREFILL_MODES:
+            errors.append(
+                f"prefill_mode: {self.prefill_mode!r} is not one of {', '.join(PREFILL_MODES)}"
+            )
+        if not _is_number(self.request_idle_timeout_s) or self.request_idle_timeout_s <= 0:
+            errors.append(
+                f"request_idle_timeout_s: {self.request_idle_timeout_s!r} is not a positive "
+                "number of seconds"
+            )
         return errors
 
 
 # ---- helpers ------------------------------------------------------------------------------
+def _null_paths(value: Any, path: str) -> list[str]:
+    if value is None:
+        return [path]
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in _null_paths(v, f"{path}.{k}")]
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in _null_paths(v, f"{path}[{i}]")]
+    return []
+
+
 def _is_positive_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 

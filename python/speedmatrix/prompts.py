@@ -345,6 +345,8 @@ class PromptFactory:
         self.client = client or HttpClient(target.url, api_key or target.api_key, timeout_s)
         self._cal: _Calibration | None = None
         self._filler_words: int | None = None  # words of filler that gave the exact count
+        # the filler is the same for every index (only the start differs): made once
+        self._filler_cache: dict[str, list] = {}
 
     # -- public --
     @property
@@ -476,21 +478,19 @@ class PromptFactory:
                 f"context {self.context} is too short for a unique prompt "
                 f"({cal.overhead} server tokens + {SALT_WORDS} salt)"
             )
-        prefix = _pick(cal.ids, prefix_len, _rng(self.seed, "prefix"))
+        prefix = self._filler("prefix-ids", prefix_len, cal)
         salt = _salt_ids(cal.ids, self.seed, index)
-        filler_rng = _rng(self.seed, "filler")
-        filler = _pick(cal.ids, body_len - prefix_len - len(salt), filler_rng)
+        filler = self._filler("filler-ids", body_len - prefix_len - len(salt), cal)
         ids = prefix + salt + filler
         return Prompt(ids, self.context, "token_ids", True, index, self.shared_prefix)
 
     # -- text prompts --
     def _text_prompt(self, index: int, cal: _Calibration) -> Prompt:
-        prefix_words = _words(_rng(self.seed, "prefix"), self._prefix_word_count(cal))
+        prefix_words = self._filler("prefix-words", self._prefix_word_count(cal), cal)
         salt = _salt_words(self.seed, index)
-        filler_rng_seed = (self.seed, "filler")
 
         def make(k: int) -> str | list[dict[str, str]]:
-            filler = _words(_rng(*filler_rng_seed), k)
+            filler = self._filler("filler-words", k, cal)
             text = " ".join(prefix_words + salt + filler)
             if self.api == "chat":
                 return [{"role": "user", "content": text}]
@@ -510,6 +510,18 @@ class PromptFactory:
         k = self._fit(make, count, max(k0, 0))
         self._filler_words = k
         return Prompt(make(k), self.context, cal.method, True, index, self.shared_prefix)
+
+    def _filler(self, kind: str, k: int, cal: _Calibration) -> list:
+        """The first k items of this factory's ``kind`` sequence (seeded, fixed per factory)."""
+        have = self._filler_cache.get(kind, [])
+        if len(have) < k:
+            rng = _rng(self.seed, kind)
+            if kind.endswith("-ids"):
+                have = _pick(cal.ids, max(k, 2 * len(have)), rng)
+            else:
+                have = _words(rng, max(k, 2 * len(have)))
+            self._filler_cache[kind] = have
+        return have[:k]
 
     def _prefix_word_count(self, cal: _Calibration) -> int:
         if not self.shared_prefix:

@@ -192,6 +192,8 @@ def test_recorded_discovery(path: Path):
             assert bodies and all(b.items() >= fields.items() for b in bodies), bodies
         if path.parent.name in ENGINES:
             assert target.engine == path.parent.name
+        back = Target.from_dict(json.loads(json.dumps(target.to_dict())), api_key="k")
+        assert back == target and back.api_key == "k"
         assert target.probed[0] == "/v1/models"
         if target.tokenize is not None:
             assert target.tokenize.path in target.probed

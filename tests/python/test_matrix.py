@@ -62,6 +62,8 @@ def test_human_forms_are_coerced():
         ({"warmup": "yes"}, "warmup: 'yes' is not true or false"),
         ({"idle_timeout_s": -1}, "idle_timeout_s: -1"),
         ({"error_threshold": 1.5}, "error_threshold: 1.5 is not a fraction"),
+        ({"prefill_mode": "after"}, "prefill_mode: 'after' is not one of warmup, separate"),
+        ({"request_idle_timeout_s": 0}, "request_idle_timeout_s: 0 is not a positive"),
     ],
 )
 def test_validation_names_the_field(changes, message):
@@ -137,3 +139,16 @@ def test_extra_body_alias():
     m.extra_body = {"temperature": 0}
     assert m.extra == {"temperature": 0}
     assert m.extra_body is m.extra
+
+
+def test_to_toml_refuses_nulls_naming_the_field():
+    m = Matrix(extra={"stop": None, "a": {"b": [1, None]}})
+    with pytest.raises(ValueError, match=r"extra\.stop: TOML has no null"):
+        m.to_toml()
+
+
+def test_from_dict_accepts_the_cli_names():
+    m = Matrix.from_dict({"extra_body": {"temperature": 0}, "request_idle_timeout": "2m"})
+    assert m.extra == {"temperature": 0}
+    assert m.request_idle_timeout_s == 120.0
+    assert Matrix.from_dict(m.to_dict()) == m

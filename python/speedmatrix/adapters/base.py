@@ -335,6 +335,29 @@ class Target:
         out["metrics_url"] = self.metrics_url
         return copy.deepcopy(out)
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], api_key: str | None = None) -> Target:
+        """The Target :meth:`to_dict` described (e.g. from a saved run, to resume it)."""
+        data = dict(data)
+        data.pop("metrics_url", None)
+        known = {f.name for f in dataclasses.fields(cls)}
+        data = {k: v for k, v in data.items() if k in known}
+        if isinstance(data.get("capacity"), dict):
+            data["capacity"] = {
+                k: Capacity(v.get("value"), v.get("source", "missing"), v.get("detail", ""))
+                for k, v in data["capacity"].items()
+                if isinstance(v, dict)
+            }
+        if isinstance(data.get("metrics"), dict):
+            data["metrics"] = MetricsSpec(**data["metrics"])
+        if isinstance(data.get("tokenize"), dict):
+            data["tokenize"] = TokenizeSpec(**data["tokenize"])
+        if isinstance(data.get("output"), dict):
+            out = dict(data["output"])
+            out["chat_max_fields"] = tuple(out.get("chat_max_fields") or ())
+            data["output"] = OutputControl(**out)
+        return cls(**data).with_api_key(api_key)
+
     def engine_meta(self) -> dict[str, Any]:
         """``meta.engine`` of run.json."""
         return {
