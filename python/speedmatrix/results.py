@@ -294,18 +294,16 @@ class Run:
         contexts, conc = md["contexts"], md["concurrency"]
         if figure not in dec.columns and not dec.empty:
             raise KeyError(f"no figure {figure!r} in the cells (have: {sorted(dec.columns)})")
-        labels = {}
-        for c in contexts:
-            sub = dec[dec["context"] == c]
-            labels[c] = sub["label"].iloc[0] if len(sub) else _context_label(c)
+        labels = self._labels(dec, contexts)
         out = pd.DataFrame(index=pd.Index([labels[c] for c in contexts], name="context"),
                            columns=pd.Index(conc, name="concurrency"),
                            dtype=float if numeric else object)
-        for c in contexts:
-            for n in conc:
-                sub = dec[(dec["context"] == c) & (dec["concurrency"] == n)]
+        groups = self._groups(dec)
+        for i, c in enumerate(contexts):
+            for j, n in enumerate(conc):
                 val: Any = np.nan
-                if len(sub):
+                sub = groups.get((c, n))
+                if sub is not None:
                     nums = pd.to_numeric(sub[figure], errors="coerce").dropna()
                     if len(nums):
                         val = float(getattr(nums, aggregate)())
@@ -314,21 +312,31 @@ class Run:
                         val = STATUS_TEXT.get(st, st) if st != "valid" else np.nan
                 elif not numeric:
                     val = NOT_MEASURED
-                out.loc[labels[c], n] = val
+                out.iat[i, j] = val
         return out
+
+    @staticmethod
+    def _labels(dec: pd.DataFrame, contexts: list[int]) -> dict[int, str]:
+        have = dict(zip(dec["context"], dec["label"])) if len(dec) else {}
+        return {c: have.get(c) or _context_label(c) for c in contexts}
+
+    def _groups(self, dec: pd.DataFrame) -> dict[tuple[int, int], pd.DataFrame]:
+        if dec.empty:
+            return {}
+        return {(int(k[0]), int(k[1])): g for k, g in dec.groupby(["context", "concurrency"])}
 
     def statuses(self) -> pd.DataFrame:
         """The status of each decode cell in the matrix layout (``None`` = not measured)."""
         dec = self._decode()
         md = self.matrix_definition
-        out = pd.DataFrame(index=pd.Index([_label_for(dec, c) for c in md["contexts"]],
-                                          name="context"),
+        labels = self._labels(dec, md["contexts"])
+        out = pd.DataFrame(index=pd.Index([labels[c] for c in md["contexts"]], name="context"),
                            columns=pd.Index(md["concurrency"], name="concurrency"), dtype=object)
-        for c in md["contexts"]:
-            for n in md["concurrency"]:
-                sub = dec[(dec["context"] == c) & (dec["concurrency"] == n)]
-                out.loc[_label_for(dec, c), n] = (
-                    _combined_status(sub["status"].tolist()) if len(sub) else None)
+        groups = self._groups(dec)
+        for i, c in enumerate(md["contexts"]):
+            for j, n in enumerate(md["concurrency"]):
+                sub = groups.get((c, n))
+                out.iat[i, j] = None if sub is None else _combined_status(sub["status"].tolist())
         return out
 
     def prefill(self) -> pd.DataFrame:
@@ -369,11 +377,6 @@ class Run:
 
     def _repr_html_(self) -> str:  # notebooks
         return f"<p>{self!r}</p>" + self.matrix("total_tok_s").to_html(na_rep="—")
-
-
-def _label_for(dec: pd.DataFrame, c: int) -> str:
-    sub = dec[dec["context"] == c]
-    return sub["label"].iloc[0] if len(sub) else _context_label(c)
 
 
 def _safe_min(df: pd.DataFrame, col: str, fallback: str, n: int) -> float:

@@ -110,8 +110,9 @@ def compare(run_a: Run, run_b: Run) -> pd.DataFrame:
     a, b = _agg(run_a), _agg(run_b)
     m = pd.merge(a, b, on=KEY, how="outer", suffixes=("_a", "_b"), sort=False)
     m["label"] = m["label_a"].fillna(m["label_b"]) if len(m) else m.get("label_a")
-    m["status_a"] = m["status_a"].where(m["status_a"].notna(), None)
-    m["status_b"] = m["status_b"].where(m["status_b"].notna(), None)
+    for col in ("status_a", "status_b"):
+        m[col] = pd.Series([x if isinstance(x, str) else None for x in m[col]], index=m.index,
+                           dtype=object)
     m["status_changed"] = [sa != sb for sa, sb in zip(m["status_a"], m["status_b"])]
     for f in FIGURES:
         va, vb = m[f"{f}_a"].astype(float), m[f"{f}_b"].astype(float)
@@ -376,7 +377,7 @@ def write_compare(dir_a: str | os.PathLike, dir_b: str | os.PathLike,
     out.mkdir(parents=True, exist_ok=True)
     svgs: dict[str, str] = {}
     if charts:
-        for name, fig in (("ratio_heatmap", ratio_heatmap(ra, rb)),
+        for name, fig in (("ratio_heatmap", ratio_heatmap(ra, rb, df=df)),
                           ("total_overlay", total_overlay(ra, rb, la, lb))):
             svgs[name] = figure_to_svg(fig)
             plt.close(fig)

@@ -1,0 +1,118 @@
+"""Charts: each function returns a Figure with the right content, and embeds as inline SVG."""
+
+import json
+
+import matplotlib
+import numpy as np
+import pytest
+import synthetic
+from matplotlib.figure import Figure
+
+from speedmatrix.report import plots
+from speedmatrix.results import load
+from speedmatrix.runfile import write_run
+
+
+@pytest.fixture(scope="module")
+def run():
+    return load(synthetic.shared_run("full"))
+
+
+def _texts(fig):
+    return [t.get_text() for ax in fig.axes for t in ax.texts]
+
+
+def test_backend_is_agg():
+    assert matplotlib.get_backend().lower() == "agg"
+
+
+def test_heatmap_annotates_and_marks_over_capacity(run):
+    fig = plots.decode_heatmap(run)
+    assert isinstance(fig, Figure)
+    texts = _texts(fig)
+    n_over = int((run.cells["status"] == "over_capacity").sum())
+    assert texts.count("Over\ncapacity") == n_over
+    assert any(t.endswith("queued") for t in texts)
+    assert "Error" not in texts  # the failed cell still has a number, hatched
+    ax = fig.axes[0]
+    hatched = [p for p in ax.patches if p.get_hatch() == "//"]
+    assert len(hatched) == n_over
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["8K", "16K", "32K", "64K", "123K"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "2", "4", "8", "16", "32",
+                                                            "64", "128"]
+    v = run.matrix("total_tok_s", numeric=True).loc["8K", 1]
+    assert f"{v:,.1f}" in texts
+
+
+def test_lines_vs_concurrency(run):
+    for fn, fig_name in ((plots.total_vs_concurrency, "total_tok_s"),
+                         (plots.per_request_vs_concurrency, "per_request_tok_s")):
+        fig = fn(run)
+        ax = fig.axes[0]
+        assert ax.get_xscale() == "log"
+        assert ax.xaxis.get_transform().base == 2
+        lines = [ln for ln in ax.get_lines() if ln.get_label() in
+                 ("8K", "16K", "32K", "64K", "123K")]
+        assert len(lines) == 5
+        m = run.matrix(fig_name, numeric=True)
+        y = lines[0].get_ydata()
+        assert np.allclose(y, m.loc["8K"].dropna().to_numpy(float))
+
+
+def test_ttft_and_prefill_vs_context(run):
+    fig = plots.ttft_vs_context(run)
+    labels = [ln.get_label() for ln in fig.axes[0].get_lines()]
+    assert "prefill (cold)" in labels and "1 at once" in labels
+    fig = plots.prefill_vs_context(run)
+    ax = fig.axes[0]
+    pre = run.prefill()
+    assert np.allclose(ax.get_lines()[0].get_ydata(), pre["prompt_tok_s"])
+    assert "10.5K" in _texts(fig) or "10.4K" in _texts(fig)
+    ticks = [t.get_text() for t in ax.get_xticklabels()]
+    assert "123K" in ticks and "128K" not in ticks  # too close to 123K: left blank
+
+
+def test_tbt_distribution_from_records(run):
+    cid = "decode-c8192-n8-r0"
+    fig = plots.tbt_distribution(run, cid)
+    ax = fig.axes[0]
+    counts = sum(p.get_height() for p in ax.patches)
+    assert counts == len(run.tbt_samples(cid))
+    med = [ln for ln in ax.get_lines() if ln.get_label().startswith("p50")]
+    c = run.cells.set_index("id").loc[cid]
+    assert med and med[0].get_xdata()[0] == pytest.approx(c["tbt_ms"])
+    missing = plots.tbt_distribution(run, "decode-c8192-n128-r0")  # over capacity: no records
+    assert any("no token records" in t for t in _texts(missing))
+    assert plots.throughput_over_time(run, cid).axes[0].get_lines()
+
+
+def test_figure_to_svg_is_inline_svg(run):
+    svg = plots.figure_to_svg(plots.decode_heatmap(run))
+    assert svg.startswith("<svg") and svg.endswith("</svg>")
+    assert "<?xml" not in svg and "<!DOCTYPE" not in svg and "<metadata>" not in svg
+    assert "Over" in svg  # text stays text (svg.fonttype none)
+
+
+def test_plots_on_interrupted_and_empty_runs(tmp_path):
+    r = load(synthetic.shared_run("interrupted"))
+    figs = plots.all_figures(r)
+    assert {"decode_heatmap", "total_vs_concurrency", "prefill_vs_context"} <= set(figs)
+    assert "not run" in _texts(figs["decode_heatmap"])
+    write_run(tmp_path, {"schema": "speedmatrix.run/1", "meta": {}, "cells": []})
+    empty = load(tmp_path)
+    for name, fig in plots.all_figures(empty).items():
+        assert isinstance(fig, Figure), name
+        assert plots.figure_to_svg(fig).startswith("<svg")
+
+
+def test_plots_with_only_failed_cells(tmp_path):
+    doc = json.loads((synthetic.shared_run("norecords") / "run.json").read_text())
+    for c in doc["cells"]:
+        if c["phase"] == "decode" and c["status"] != "over_capacity":
+            c.update(status="error", total_tok_s=None, per_request_tok_s=None, ttft_ms=None,
+                     tbt_ms=None, errors={"connect": 4})
+    write_run(tmp_path, doc)
+    r = load(tmp_path)
+    fig = plots.decode_heatmap(r)
+    assert "Error" in _texts(fig)
+    assert any("no measured decode" in t for t in _texts(plots.total_vs_concurrency(r)))
