@@ -542,3 +542,12 @@ def test_seed_plan_against_the_built_in_engine():
         ("123K", 64),
         ("123K", 128),
     }
+
+
+def test_url_credentials_become_basic_auth():
+    routes = {"GET /v1/models": {"json": {"data": []}}}
+    with FakeServer(routes) as server:
+        client = smhttp.HttpClient(server.url.replace("http://", "http://ann:s%40cret@"))
+        assert client.get_json("/v1/models") == {"data": []}
+        assert "s%40cret" not in repr(client) and "ann" not in client.base_url
+    assert server.requests[0][2]["Authorization"] == "Basic YW5uOnNAY3JldA=="

@@ -158,3 +158,13 @@ def test_cells_serialise():
     cell = plan(Matrix.preset("quick"), seed_target())[0]
     d = cell.to_dict()
     assert d["id"] == "prefill-c1024-r0" and d["label"] == "1K" and d["status"] is None
+
+
+def test_prefill_cells_over_the_kv_pool_are_over_capacity():
+    m = Matrix(contexts=[1024], concurrency=[1], max_output=64, prefill_contexts=[1024, 8192])
+    p = plan(m, seed_target(kv_tokens=4096))
+    by_id = p.by_id()
+    assert by_id["prefill-c1024-r0"].status is None
+    cell = by_id["prefill-c8192-r0"]
+    assert cell.status == "over_capacity"
+    assert cell.reason == "1 × (8192 + 1) = 8,193 tokens > KV capacity 4,096 tokens"

@@ -10,6 +10,7 @@ for the gauge names, and user overrides are applied (recorded as ``given``).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from speedmatrix.adapters.base import (
@@ -158,7 +159,7 @@ def _build_target(
         quantization=found.get("quantization"),
         repository=found.get("repository") or adapter.repository,
         metrics=MetricsSpec(**metrics.__dict__),
-        output=adapter.output,
+        output=dataclasses.replace(adapter.output),  # a copy: the adapter's stays as it is
         token_id_prompts=bool(found.get("token_id_prompts", adapter.token_id_prompts)),
         stream_options=(
             dict(adapter.stream_options) if adapter.stream_options is not None else None
