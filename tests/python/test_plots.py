@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import synthetic
 from matplotlib.figure import Figure
-
 from speedmatrix.report import plots
 from speedmatrix.results import load
 from speedmatrix.runfile import write_run

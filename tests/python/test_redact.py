@@ -1,7 +1,6 @@
 """Secrets never reach a file: pattern redaction and known-secret replacement."""
 
 import pytest
-
 from speedmatrix.redact import REDACTED, redact, redact_known
 
 CASES = [

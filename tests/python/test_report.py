@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import synthetic
-
 from speedmatrix.report import formatting as fmt
 from speedmatrix.report import render_report, write_report
 from speedmatrix.results import load
@@ -65,7 +64,7 @@ def seed_doc():
     cells = []
     status = {"Valid": "valid", "Requests queued": "queued", "Over capacity": "over_capacity"}
     for line in SEED.read_text().splitlines():
-        if not (line.startswith("| Prefill |") or line.startswith("| Sustained decode |")):
+        if not (line.startswith(("| Prefill |", "| Sustained decode |"))):
             continue
         f = [x.strip() for x in line.strip().strip("|").split("|")]
         pre = f[0] == "Prefill"
@@ -172,10 +171,9 @@ def test_seed_matrix_rows_verbatim(seed_report):
 def test_seed_all_measurements_rows_verbatim(seed_report):
     md, _ = seed_report
     seed_rows = [x for x in SEED.read_text().splitlines()
-                 if x.startswith("| Prefill |") or x.startswith("| Sustained decode |")]
+                 if x.startswith(("| Prefill |", "| Sustained decode |"))]
     lines = md.splitlines()
-    mine = [ln for ln in lines if ln.startswith("| Prefill |") or
-            ln.startswith("| Sustained decode |")]
+    mine = [ln for ln in lines if ln.startswith(("| Prefill |", "| Sustained decode |"))]
     assert len(seed_rows) == 46
     assert mine[: len(seed_rows)] == seed_rows
     header = ("| Phase | Context | Requests at once | Status | Total tok/s | Per request tok/s | "
@@ -240,7 +238,7 @@ def test_matrix_shape_and_statuses(full):
 
 
 def test_extras_intervals_tails_flags_server_capacity(full):
-    _, md, page, run = full
+    _, md, _page, run = full
     c = run.cells.set_index("id").loc["decode-c8192-n8-r0"]
     ci = fmt.ci(c["total_tok_s_lo"], c["total_tok_s_hi"], fmt.tok_s)
     line = next(ln for ln in md.splitlines() if ln.startswith("| 8K | 8 | Valid |"))
@@ -294,12 +292,12 @@ def test_report_of_an_interrupted_run():
 
 def test_report_without_records_or_cells(tmp_path):
     d = synthetic.shared_run("norecords")
-    md, page, svgs = render_report(load(d))
+    md, _page, svgs = render_report(load(d))
     assert "tbt_distribution" not in svgs and "decode_heatmap" in svgs
     assert "## All measurements" in md
     empty = tmp_path / "empty"
     write_run(empty, {"schema": "speedmatrix.run/1", "meta": {}, "cells": []})
-    md_path, html_path = write_report(empty, charts=False)
+    md_path, _html_path = write_report(empty, charts=False)
     text = md_path.read_text()
     for s in SEED_SECTIONS:
         assert f"## {s}" in text

@@ -7,8 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import synthetic
-
-import speedmatrix.results as results
+from speedmatrix import results
 from speedmatrix.hardware import detect_hardware, parse_gb, query_gpus
 from speedmatrix.runfile import RunFileError
 

@@ -11,6 +11,7 @@ Welch t-test over the per-second throughput bins decides (total tok/s).
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 from pathlib import Path
@@ -42,7 +43,7 @@ def t_critical(df: float) -> float:
         return math.nan
     if df <= 1:
         return _T975[0][1]
-    for (d0, t0), (d1, t1) in zip(_T975, _T975[1:]):
+    for (d0, t0), (d1, t1) in itertools.pairwise(_T975):
         if df <= d1:
             return t0 + (t1 - t0) * (df - d0) / (d1 - d0)
     return 1.96
@@ -281,12 +282,16 @@ def build(run_a: Run, run_b: Run, la: str, lb: str) -> tuple[Report, pd.DataFram
     return Report(title, subtitle, engine_line, "", [], sections), df
 
 
-def ratio_heatmap(run_a: Run, run_b: Run, figure: str = "total_tok_s"):
-    """Heatmap of b/a of a decode figure (green = B better), ratios annotated."""
+def ratio_heatmap(run_a: Run, run_b: Run, figure: str = "total_tok_s",
+                  df: pd.DataFrame | None = None):
+    """Heatmap of b/a of a decode figure (green = B better), ratios annotated.
+
+    ``df`` is a :func:`compare` result to reuse (computed when not given).
+    """
     import matplotlib
     from matplotlib.figure import Figure
 
-    df = compare(run_a, run_b)
+    df = compare(run_a, run_b) if df is None else df
     dec = df[df["phase"] == "decode"]
     ctxs = sorted(dec["context"].unique().tolist())
     concs = sorted(dec["concurrency"].unique().tolist())
