@@ -404,6 +404,7 @@ void Server::handle_generate(evhttp_request* req, bool chat) {
   if (!err.empty()) return reply_error(req, 400, err, "BadRequestError");
   if (fault == Fault::kHttp500) return reply_error(req, 500, "simulated internal server error (sm_fault)", "InternalServerError");
 
+  ns_t arrival_ns = clock_.now();  // the engine's submit time below is the same reading's moment
   RequestId id = next_id_++;
   Stream& s = streams_[id];
   s.id = id;
@@ -443,6 +444,8 @@ void Server::handle_generate(evhttp_request* req, bool chat) {
     }
     evhttp_add_header(h, "Content-Type", "text/event-stream");
     evhttp_add_header(h, "Cache-Control", "no-cache");
+    // When the engine took the request (CLOCK_MONOTONIC): TTFT on the server's own clock.
+    evhttp_add_header(h, "X-SM-Arrival-Ns", std::to_string(arrival_ns).c_str());
     evhttp_send_reply_start(req, 200, "OK");
     if (chat) {  // the role-only first chunk, as vLLM and SGLang send it
       std::string c = "data: " + s.obj_head +
