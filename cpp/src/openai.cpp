@@ -68,6 +68,16 @@ struct Chunk {
   std::string_view top_message, top_type;
 };
 
+// Keys are compared in their raw (escaped) form, without unescaping them:
+// the keys we look for contain no escapes. Reading name-length bytes of the
+// key is safe even for a shorter key because the document is padded; the
+// fixed-size memcmp compiles to a few integer compares.
+template <std::size_t N>
+bool key_is(const od::raw_json_string& key, const char (&name)[N]) {
+  const char* p = key.raw();
+  return std::memcmp(p, name, N - 1) == 0 && p[N - 1] == '"';
+}
+
 // Reads a string-or-null text field; sets *nonempty for a non-empty string.
 // The raw (escaped) form is enough to tell "" from anything else.
 simdjson::error_code read_text(od::value v, bool *nonempty) {
@@ -140,13 +150,12 @@ simdjson::error_code read_delta(od::value v, Chunk *c) {
     od::field field;
     if (auto e = std::move(f).get(field))
       return e;
-    std::string_view key;
-    if (auto e = field.unescaped_key().get(key))
-      return e;
-    if (key == "content" || key == "reasoning_content" || key == "reasoning") {
+    const od::raw_json_string key = field.key();
+    if (key_is(key, "content") || key_is(key, "reasoning_content") ||
+        key_is(key, "reasoning")) {
       if (auto e = read_text(field.value(), &c->has_text))
         return e;
-    } else if (key == "tool_calls") {
+    } else if (key_is(key, "tool_calls")) {
       // Streamed tool-call arguments are output tokens too.
       od::value tv = field.value();
       od::json_type tt;
@@ -175,16 +184,14 @@ simdjson::error_code read_choice(od::value v, Chunk *c) {
     od::field field;
     if (auto e = std::move(f).get(field))
       return e;
-    std::string_view key;
-    if (auto e = field.unescaped_key().get(key))
-      return e;
-    if (key == "text") {
+    const od::raw_json_string key = field.key();
+    if (key_is(key, "text")) {
       if (auto e = read_text(field.value(), &c->has_text))
         return e;
-    } else if (key == "delta") {
+    } else if (key_is(key, "delta")) {
       if (auto e = read_delta(field.value(), c))
         return e;
-    } else if (key == "finish_reason") {
+    } else if (key_is(key, "finish_reason")) {
       std::string_view fr;
       bool is_set = false;
       od::value fv = field.value();
@@ -218,13 +225,11 @@ simdjson::error_code read_usage(od::value v, Chunk *c) {
     od::field field;
     if (auto e = std::move(f).get(field))
       return e;
-    std::string_view key;
-    if (auto e = field.unescaped_key().get(key))
-      return e;
-    if (key == "prompt_tokens") {
+    const od::raw_json_string key = field.key();
+    if (key_is(key, "prompt_tokens")) {
       if (auto e = read_int_or_null(field.value(), &c->prompt_tokens))
         return e;
-    } else if (key == "completion_tokens") {
+    } else if (key_is(key, "completion_tokens")) {
       if (auto e = read_int_or_null(field.value(), &c->completion_tokens))
         return e;
     }
@@ -251,16 +256,14 @@ simdjson::error_code read_error(od::value v, Chunk *c) {
     od::field field;
     if (auto e = std::move(f).get(field))
       return e;
-    std::string_view key;
-    if (auto e = field.unescaped_key().get(key))
-      return e;
-    if (key == "message") {
+    const od::raw_json_string key = field.key();
+    if (key_is(key, "message")) {
       if (auto e = read_string_or_null(field.value(), &c->message))
         return e;
-    } else if (key == "type") {
+    } else if (key_is(key, "type")) {
       if (auto e = read_string_or_null(field.value(), &c->type))
         return e;
-    } else if (key == "code") {
+    } else if (key_is(key, "code")) {
       if (auto e = read_scalar_text(field.value(), &c->code))
         return e;
     }
@@ -285,10 +288,8 @@ simdjson::error_code read_chunk(od::parser &parser, std::string_view data,
     od::field field;
     if (auto e = std::move(f).get(field))
       return e;
-    std::string_view key;
-    if (auto e = field.unescaped_key().get(key))
-      return e;
-    if (key == "choices") {
+    const od::raw_json_string key = field.key();
+    if (key_is(key, "choices")) {
       od::array arr;
       if (auto e = field.value().get_array().get(arr))
         return e;
@@ -302,27 +303,27 @@ simdjson::error_code read_chunk(od::parser &parser, std::string_view data,
             return e;
         }
       }
-    } else if (key == "usage") {
+    } else if (key_is(key, "usage")) {
       if (auto e = read_usage(field.value(), c))
         return e;
-    } else if (key == "sm_t_ns") {
+    } else if (key_is(key, "sm_t_ns")) {
       if (auto e = field.value().get_int64().get(c->server_ns))
         return e;
-    } else if (key == "error") {
+    } else if (key_is(key, "error")) {
       if (auto e = read_error(field.value(), c))
         return e;
-    } else if (key == "object") {
+    } else if (key_is(key, "object")) {
       std::string_view o;
       if (auto e = read_string_or_null(field.value(), &o))
         return e;
       c->object_is_error = o == "error";
-    } else if (key == "message") {
+    } else if (key_is(key, "message")) {
       if (auto e = read_scalar_text(field.value(), &c->top_message))
         return e;
-    } else if (key == "type") {
+    } else if (key_is(key, "type")) {
       if (auto e = read_scalar_text(field.value(), &c->top_type))
         return e;
-    } else if (key == "error_type") {
+    } else if (key_is(key, "error_type")) {
       if (auto e = read_scalar_text(field.value(), &c->error_type))
         return e;
     }
