@@ -49,7 +49,8 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", help="start from a preset matrix: seed, quick")
     p.add_argument("--contexts", help="decode contexts, e.g. 8k,16k,32k,max")
     p.add_argument("--concurrency", help="concurrency levels, e.g. 1,2,4,8")
-    p.add_argument("--prefill-contexts", help="prefill contexts, e.g. 8k,64k,max")
+    p.add_argument("--prefill-contexts", help="prefill contexts, e.g. 8k,64k,max-decode,max "
+                   "(max-decode: the decode max; max: the longest prompt the server takes)")
     p.add_argument("--duration", help="window per decode cell, e.g. 30s")
     p.add_argument("--max-output", help="max output tokens per request, e.g. 4096")
     p.add_argument("--api", choices=["completions", "chat"], help="endpoint to measure")
@@ -113,7 +114,7 @@ def _version() -> str:
 
 
 def _matrix_from_args(args: argparse.Namespace):
-    from speedmatrix.matrix import Matrix
+    from speedmatrix.matrix import Matrix, parse_contexts
     from speedmatrix.units import parse_duration, parse_tokens
 
     if args.matrix is not None:
@@ -125,14 +126,12 @@ def _matrix_from_args(args: argparse.Namespace):
     else:
         m = Matrix()
 
-    def contexts(text: str) -> list:
-        return [c.lower() if c.lower() == "max" else parse_tokens(c) for c in _csv(text)]
-
     try:
         if args.contexts:
-            m.contexts = contexts(args.contexts)
+            m.contexts = parse_contexts(",".join(_csv(args.contexts)))
         if args.prefill_contexts:
-            m.prefill_contexts = contexts(args.prefill_contexts)
+            m.prefill_contexts = parse_contexts(",".join(_csv(args.prefill_contexts)),
+                                                prefill=True)
         if args.concurrency:
             m.concurrency = [_positive_int(c, "--concurrency") for c in _csv(args.concurrency)]
         if args.duration:
@@ -144,7 +143,9 @@ def _matrix_from_args(args: argparse.Namespace):
         if args.repetitions is not None:
             m.repetitions = args.repetitions
         if args.shared_prefix:
-            m.shared_prefix = parse_tokens(args.shared_prefix)
+            text = args.shared_prefix.strip()
+            neg = text.startswith("-")
+            m.shared_prefix = -parse_tokens(text[1:]) if neg else parse_tokens(text)
         if args.extra_body:
             extra = json.loads(args.extra_body)
             if not isinstance(extra, dict):

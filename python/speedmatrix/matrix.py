@@ -54,7 +54,8 @@ class Matrix:
     api: str = "completions"
     #: merged into every request body (after the fields speedmatrix sets, so it wins)
     extra: dict[str, Any] = field(default_factory=dict)
-    #: tokens every prompt of a cell shares at its start; 0 = every prompt unique
+    #: tokens every prompt of a cell shares at its start; 0 = every prompt unique;
+    #: negative = all but the last |n| tokens are shared (see shared_prefix_for)
     shared_prefix: int = 0
     repetitions: int = 1
     warmup: bool = True
@@ -166,6 +167,12 @@ class Matrix:
     def save_toml(self, path: str | Path) -> None:
         Path(path).write_text(self.to_toml(), encoding="utf-8")
 
+    def shared_prefix_for(self, context: int) -> int:
+        """Shared prefix length in tokens for prompts of ``context`` tokens."""
+        if self.shared_prefix >= 0:
+            return self.shared_prefix
+        return max(context + self.shared_prefix, 0)
+
     def labels(self) -> list[str]:
         """Decode context labels as given (keywords stay as they are)."""
         return [c if isinstance(c, str) else format_tokens(c) for c in self.contexts]
@@ -220,7 +227,13 @@ class Matrix:
         if not (isinstance(self.shared_prefix, int) and not isinstance(self.shared_prefix, bool)):
             errors.append(f"shared_prefix: {self.shared_prefix!r} is not an integer")
         elif self.shared_prefix < 0:
-            errors.append(f"shared_prefix: {self.shared_prefix} is negative")
+            # "all but the last |n| tokens": needs a unique tail of at least one token
+            smallest = [c for c in self.contexts + self.prefill_contexts if _is_positive_int(c)]
+            if smallest and -self.shared_prefix >= min(smallest):
+                errors.append(
+                    f"shared_prefix: a unique tail of {-self.shared_prefix} tokens does not fit "
+                    f"the {min(smallest)}-token context"
+                )
         else:
             smallest = [c for c in self.contexts + self.prefill_contexts if _is_positive_int(c)]
             if self.shared_prefix and smallest and self.shared_prefix >= min(smallest):

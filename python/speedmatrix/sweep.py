@@ -38,9 +38,6 @@ import numpy as np
 from speedmatrix import __version__, runfile
 from speedmatrix.errors import SpeedmatrixError
 
-# A cell whose failed requests exceed this share of the requests it started is
-# an `error` cell.
-ERROR_SHARE = 0.10
 # The share of the window after the first requests' TTFT in which requests that
 # were in flight but not streaming count as waiting (client-side queue signal).
 QUEUE_GAP_REQUESTS = 0.5
@@ -290,8 +287,7 @@ class Sweep:
 
     # ------------------------------------------------------------ measuring
     def _endpoint(self) -> str:
-        path = "/v1/chat/completions" if self.matrix.api == "chat" else "/v1/completions"
-        return self.target.base_url.rstrip("/") + path
+        return self.target.endpoint(self.matrix.api)
 
     def _spec(self, concurrency: int, bodies: list[bytes], warmup: list[bytes],
               duration_s: float, max_requests: int = 0):
@@ -317,7 +313,9 @@ class Sweep:
 
     def _metric_names(self) -> list[str]:
         m = self.target.metrics
-        return [n for n in (m.running, m.waiting, m.kv_usage) if n] if m else []
+        if m is None or not m.available:
+            return []
+        return [n for n in (m.running, m.waiting, m.kv_usage) if n]
 
     def _run_spec(self, spec):
         """Runs a cell on a worker thread so Ctrl-C stays responsive; returns
@@ -374,7 +372,7 @@ class Sweep:
         cache = self.__dict__.setdefault("_prompt_factories", {})
         if key not in cache:
             cache[key] = PromptFactory(self.target, context, api=self.matrix.api,
-                                       shared_prefix=getattr(self.matrix, "shared_prefix", 0),
+                                       shared_prefix=self.matrix.shared_prefix_for(context),
                                        seed=hash((self.doc["meta"]["run"]["seed"], context,
                                                   repetition)) & 0xFFFFFFFF,
                                        api_key=self.api_key)
@@ -529,7 +527,8 @@ class Sweep:
         queued_client = _client_queue_signal(req, t0, t1)
         base["queue_gap"] = queued_client
         status, reason = "valid", None
-        if base["errors_total"] > ERROR_SHARE * started or base["output_tokens"] == 0:
+        if (base["errors_total"] > self.matrix.error_threshold * started
+                or base["output_tokens"] == 0):
             status = "error"
             reason = f"{base['errors_total']} of {started} requests failed: " + ", ".join(
                 f"{k} x{v}" for k, v in sorted(errors.items())) if errors else \
@@ -656,6 +655,7 @@ class Sweep:
 
     # ------------------------------------------------------------ metadata
     def _meta(self) -> dict:
+        from speedmatrix.adapters.base import strip_credentials
         from speedmatrix.hardware import detect_hardware
         from speedmatrix.redact import redact
 
@@ -663,13 +663,12 @@ class Sweep:
         host = urllib.parse.urlsplit(self.url).hostname or ""
         local = host in ("127.0.0.1", "localhost", "::1") or host == socket.gethostname()
         hardware = detect_hardware(local=local, given=self.info.get("hardware") or {})
-        engine = dict(t.engine_info()) if hasattr(t, "engine_info") else {}
+        engine = t.engine_meta()
         engine.update({k: v for k, v in (self.info.get("engine") or {}).items() if v})
         launch = self.info.get("launch_command")
         matrix = self.matrix.to_dict() if hasattr(self.matrix, "to_dict") else {}
         return {
-            "target": {"url": _strip_credentials(self.url), "model": t.model,
-                       "api": self.matrix.api},
+            "target": {**t.target_meta(self.matrix.api), "url": strip_credentials(t.url)},
             "engine": engine,
             "hardware": hardware,
             "run": {
@@ -689,18 +688,11 @@ class Sweep:
                 "matrix": matrix,
                 "seed": int.from_bytes(os.urandom(4), "little"),
             },
-            "capacity": t.capacity_dict() if hasattr(t, "capacity_dict") else {},
+            "capacity": t.capacity_meta(),
+            "warnings": list(t.warnings),
             "client": {"host": platform.node(), "cpus": os.cpu_count(),
                        "python": platform.python_version()},
         }
-
-
-def _strip_credentials(url: str) -> str:
-    parts = urllib.parse.urlsplit(url)
-    netloc = parts.hostname or ""
-    if parts.port:
-        netloc += f":{parts.port}"
-    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 def _prompt_check(asked: int, reported: list[int]) -> dict:
