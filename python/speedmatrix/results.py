@@ -52,9 +52,11 @@ def _flatten_cell(cell: dict) -> dict:
             for sk in ("running_mean", "running_max", "waiting_max", "kv_usage_max"):
                 sv = v.get(sk) if isinstance(v, dict) else None
                 row[f"server_{sk}"] = np.nan if sv is None else float(sv)
-        elif k == "prompt_tokens" and isinstance(v, dict):
+            for sk, sv in (v.items() if isinstance(v, dict) else ()):
+                row.setdefault(f"server_{sk}", sv)
+        elif isinstance(v, dict) and k != "errors":
             for pk, pv in v.items():
-                row[f"prompt_tokens_{pk}"] = pv
+                row[f"{k}_{pk}"] = pv
         else:
             row[k] = v
     row.setdefault("id", f"{cell['phase']}-c{cell['context']}-n{cell['concurrency']}-r"

@@ -204,10 +204,14 @@ def code_text(v: Any) -> str:
 
 
 def ci(lo: Any, hi: Any, fmt=one) -> str:
-    """A 95% interval ``59.1–59.5``; a dash when either end is unknown."""
+    """A 95% interval ``59.1–59.5``; a dash when either end is unknown.
+
+    Every figure here is non-negative, so a lower end below zero (too few bins
+    for a tight interval) is shown as 0.
+    """
     if missing(lo) or missing(hi):
         return DASH
-    a, b = fmt(lo), fmt(hi)
+    a, b = fmt(max(float(lo), 0.0)), fmt(hi)
     unit = ""
     for suffix in (" ms", " s"):
         if a.endswith(suffix) and b.endswith(suffix):

@@ -33,8 +33,11 @@ pre.cmd { background: var(--soft); border: 1px solid var(--line); padding: 10px 
 .legend { color: var(--muted); font-size: 12.5px; margin: 8px 0 0; }
 .scroll { overflow-x: auto; }
 table { border-collapse: collapse; font-variant-numeric: tabular-nums; }
-th, td { border: 1px solid var(--line); padding: 4px 8px; text-align: right; vertical-align: top; }
-th { background: var(--soft); font-weight: 600; text-align: center; }
+th, td { border: 1px solid var(--line); padding: 4px 8px; text-align: right; vertical-align: top;
+         white-space: nowrap; }
+td.txt { text-align: left; }
+td.wrap { white-space: normal; text-align: left; min-width: 240px; }
+th { background: var(--soft); font-weight: 600; text-align: center; white-space: normal; }
 td:first-child, th:first-child { text-align: left; }
 table.matrix td { text-align: center; min-width: 86px; }
 table.matrix td .v { display: block; font-weight: 600; font-size: 15px; }
@@ -117,6 +120,10 @@ def table_html(t: Table, css: str = "") -> str:
                 inner = "<br>".join(_e(x) for x in v)
             else:
                 inner = _e(v)
+                if not c:
+                    text = str(v)
+                    c = "wrap" if len(text) > 40 else (
+                        "" if _NUMERIC.match(text) else "txt")
             tag = "th" if matrix and j == 0 else "td"
             attrs = (f' class="{_e(c)}"' if c else "") + (f' style="{style}"' if style else "")
             cells.append(f"<{tag}{attrs}>{inner}</{tag}>")
@@ -125,6 +132,9 @@ def table_html(t: Table, css: str = "") -> str:
     if t.note:
         out.append(f'<p class="legend">{_e(t.note)}</p>')
     return "\n".join(out)
+
+
+_NUMERIC = re.compile(r"^[-+—]?[\d.,]*\d?[\d.,–\-]*(K|×|%| ms| s| GB| tokens)?$|^—$")
 
 
 def _figure(name: str, svg: str) -> str:

@@ -157,7 +157,11 @@ def _decode_lines(run: Run, figure: str, ylabel: str, title: str, logy: bool) ->
             sub = dec[(dec["context"] == ctx) & dec[figure].notna()] if figure in dec else dec[:0]
             if lo_col in sub and sub[lo_col].notna().any():
                 sub = sub.sort_values("concurrency")
-                ax.fill_between(sub["concurrency"].astype(float), sub[lo_col], sub[hi_col],
+                lo = sub[lo_col].to_numpy(float)
+                hi = sub[hi_col].to_numpy(float)
+                bad = ~(np.isfinite(lo) & np.isfinite(hi)) | (lo <= 0)  # too few bins: no band
+                lo, hi = np.where(bad, np.nan, lo), np.where(bad, np.nan, hi)
+                ax.fill_between(sub["concurrency"].to_numpy(float), lo, hi,
                                 color=colors[k], alpha=0.15, lw=0)
             q = dec[(dec["context"] == ctx) & (dec["status"] == "queued")] if len(dec) else dec
             if len(q) and figure in q:

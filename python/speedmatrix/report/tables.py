@@ -284,7 +284,7 @@ def _ordered_cells(run: Run) -> list[dict]:
 
 def all_section(run: Run) -> Section:
     rows = [_all_row(c) for c in _ordered_cells(run)]
-    classes = [["", "", "num", "status"] + ["num"] * 8 for _ in rows]
+    classes = [["txt", "txt", "", "txt"] + [""] * 8 for _ in rows]
     tbl = Table(list(fmt.ALL_COLUMNS), rows, caption=fmt.ALL_CAPTION, note=fmt.LEGEND,
                 classes=classes)
     return Section("All measurements", table=tbl, anchor="all-measurements")
@@ -314,7 +314,7 @@ def ci_section(run: Run) -> Section:
         "95% confidence intervals from per-second bins of each window (t-interval); "
         "p90/p99 are tails over the window's requests and tokens; drift is the relative change "
         "of throughput across the window."),
-        classes=[["", "num", "status"] + ["num"] * 11 for _ in rows])
+        classes=[["txt", "", "txt"] + [""] * 11 for _ in rows])
     text = [] if rows else ["No decode cell was measured."]
     return Section("Confidence intervals and tails", table=tbl, text=text,
                    anchor="confidence-intervals", charts=["total_vs_concurrency",
