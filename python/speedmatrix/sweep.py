@@ -38,8 +38,9 @@ import numpy as np
 from speedmatrix import __version__, runfile
 from speedmatrix.errors import SpeedmatrixError
 
-# The share of the window after the first requests' TTFT in which requests that
-# were in flight but not streaming count as waiting (client-side queue signal).
+# A cell is `queued` when, once its first wave of N requests was admitted, on
+# average at least this many requests waited: the server's waiting count when it
+# has metrics, else requests in flight without streaming (client side).
 QUEUE_GAP_REQUESTS = 0.5
 # The client is the bottleneck when its thread used this share of a core.
 CLIENT_BOUND_CPU_SHARE = 0.85
@@ -479,7 +480,8 @@ class Sweep:
             return CellOutcome(base)
 
         fig = _core.summarize_cell(req, ev, t0, t1, 1.0)
-        server = self._server_view(res, t0, t1)
+        settle = _first_wave_settled(req, cell.concurrency, t0, t1)
+        server = self._server_view(res, t0, t1, settle)
         reported = [int(x) for x in req["prompt_tokens"][window] if x >= 0]
         ptok = _prompt_check(cell.context, reported)
         base.update({
@@ -524,8 +526,9 @@ class Sweep:
         base["flags"] = flags
 
         started = max(int(fig["started"]), 1)
-        queued_client = _client_queue_signal(req, t0, t1)
-        base["queue_gap"] = queued_client
+        queued_client = _client_queue_signal(req, settle, t1)
+        base["ramp_s"] = (settle - t0) / 1e9
+        base["waiting_without_tokens"] = queued_client
         status, reason = "valid", None
         if (base["errors_total"] > self.matrix.error_threshold * started
                 or base["output_tokens"] == 0):
@@ -533,10 +536,11 @@ class Sweep:
             reason = f"{base['errors_total']} of {started} requests failed: " + ", ".join(
                 f"{k} x{v}" for k, v in sorted(errors.items())) if errors else \
                 "no output tokens in the window"
-        elif server and server.get("waiting_max"):
+        elif server and (server.get("waiting_mean_settled") or 0) >= QUEUE_GAP_REQUESTS:
             status = "queued"
-            reason = (f"the server reported up to {server['waiting_max']:g} waiting requests "
-                      "during the window")
+            reason = (f"the server reported {server['waiting_mean_settled']:.1f} waiting requests "
+                      f"on average (up to {server['waiting_max']:g}) once the first wave was "
+                      "admitted")
         elif not server and queued_client > QUEUE_GAP_REQUESTS:
             status = "queued"
             reason = (f"on average {queued_client:.1f} requests were in flight without "
@@ -547,7 +551,7 @@ class Sweep:
         base["records"] = self._save_records(base["id"], res)
         return CellOutcome(base)
 
-    def _server_view(self, res, t0: int, t1: int) -> dict | None:
+    def _server_view(self, res, t0: int, t1: int, settle: int) -> dict | None:
         met = res.metrics
         names = list(met.get("names", []))
         if not names or len(met["t_ns"]) == 0:
@@ -571,6 +575,18 @@ class Sweep:
         out["running_mean"] = float(running.mean()) if running is not None else None
         out["running_max"] = float(running.max()) if running is not None else None
         out["waiting_max"] = float(waiting.max()) if waiting is not None else None
+        out["waiting_mean_settled"] = None
+        if m.waiting and m.waiting in names:
+            # A burst of N arrivals queues briefly on any server while the first
+            # wave is admitted; a server that cannot run N at once keeps some
+            # waiting after that. Judge from the samples after the first wave
+            # settled (or the window's second half if it never did).
+            after = (t >= max(settle, t0)) & (t <= t1)
+            if not after.any() or settle >= t1:
+                after = (t >= t0 + (t1 - t0) // 2) & (t <= t1)
+            w = vals[after, names.index(m.waiting)]
+            w = w[np.isfinite(w)]
+            out["waiting_mean_settled"] = float(w.mean()) if len(w) else None
         out["kv_usage_max"] = float(kv.max()) if kv is not None else None
         if all(out[k] is None for k in ("running_mean", "waiting_max", "kv_usage_max")):
             return None
@@ -703,20 +719,28 @@ def _prompt_check(asked: int, reported: list[int]) -> dict:
             "exact": bool(lo == asked and hi == asked)}
 
 
-def _client_queue_signal(req: dict, t0: int, t1: int) -> float:
+def _first_wave_settled(req: dict, n: int, t0: int, t1: int) -> int:
+    """When the window's first N requests had all received their first token;
+    the latest first token among them when some never did (those then count as
+    waiting for the rest of the window); t1 when none streamed."""
+    rows = np.flatnonzero(req["phase"] == 1)[:n]
+    first = req["first_token_ns"][rows].astype(np.int64)
+    got = first[first > 0]
+    if len(got) == 0:
+        return t1
+    return int(min(max(got.max(), t0), t1))
+
+
+def _client_queue_signal(req: dict, start: int, t1: int) -> float:
     """Time-weighted mean number of window requests that were in flight but not
-    yet streaming, over the part of the window after the median TTFT of the
-    first wave. A server that runs every request at once streams all of them;
-    one that queues holds some without tokens for long stretches."""
+    streaming, over [start, t1] (start = when the first wave settled). A server
+    that runs every request at once streams all of them; one that queues holds
+    some without tokens for long stretches."""
     window = req["phase"] == 1
     sent = req["sent_ns"][window].astype(np.int64)
     first = req["first_token_ns"][window].astype(np.int64)
     done = req["done_ns"][window].astype(np.int64)
-    if len(sent) == 0:
-        return 0.0
-    ttft = first[first > 0] - sent[first > 0]
-    start = t0 + (int(np.median(ttft)) * 2 if len(ttft) else 0)
-    if start >= t1:
+    if len(sent) == 0 or start >= t1:
         return 0.0
     end = np.where(done > 0, done, t1)
     wait_end = np.where(first > 0, np.minimum(first, end), end)

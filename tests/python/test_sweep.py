@@ -1,0 +1,213 @@
+"""End to end: speedmatrix's sweep against the built-in engine, whose behaviour
+is known (fixed timing, or a small batched engine with a known KV pool, running
+cap and prefill rate). The figures are held against the engine's truth."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from speedmatrix import runfile
+from speedmatrix._native import _core
+from speedmatrix.matrix import Matrix
+from speedmatrix.sim import Sim, load_profile
+from speedmatrix.sweep import Sweep
+
+
+def _sweep(url, matrix, out, **kw):
+    sweep = Sweep(url, matrix, out, progress=False, report=False, **kw)
+    code = sweep.execute()
+    doc = json.loads((out / "run.json").read_text())
+    return code, doc, {c["id"]: c for c in doc["cells"]}
+
+
+@pytest.fixture(scope="module")
+def fixed_run(tmp_path_factory):
+    """Issue 2's exactness case: TTFT 50 ms, ITL 20 ms, 1 / 16 / 64 streams."""
+    out = tmp_path_factory.mktemp("fixed")
+    with Sim("fixed") as sim:
+        m = Matrix(contexts=[256], concurrency=[1, 16, 64], duration_s=5, max_output=2000,
+                   prefill_contexts=[256])
+        code, doc, cells = _sweep(sim.url, m, out)
+    assert code == 0
+    return out, doc, cells
+
+
+@pytest.mark.parametrize("n", [1, 16, 64])
+def test_fixed_engine_figures(fixed_run, n):
+    _, _, cells = fixed_run
+    c = cells[f"decode-c256-n{n}-r0"]
+    assert c["status"] == "valid", c
+    # Tokens start after the 50 ms TTFT, so a D-second window holds N * (D - 0.05) / 0.02.
+    expected = n * 50.0
+    assert c["total_tok_s"] == pytest.approx(expected, rel=0.02)
+    assert c["tbt_ms"] == pytest.approx(20.0, abs=0.5)
+    assert c["per_request_tok_s"] == pytest.approx(50.0, rel=0.03)
+    assert c["ttft_ms"] == pytest.approx(50.0, abs=3.0)
+    assert c["avg_active"] == pytest.approx(n, rel=0.01)
+    assert c["measured_s"] == pytest.approx(5.0, abs=0.05)
+    assert c["completed"] == 0  # 2000 tokens take 40 s: nothing finishes in a 5 s window
+    assert c["prompt_tokens"] == {"asked": 256, "reported_min": 256, "reported_max": 256,
+                                  "exact": True}
+    lo, hi = c["ci"]["total_tok_s"]
+    assert lo <= c["total_tok_s"] <= hi
+    assert not {"busy_at_start", "drift", "prompt_mismatch"} & set(c["flags"])
+
+
+def test_fixed_engine_prefill_from_warmup(fixed_run):
+    _, _, cells = fixed_run
+    p = cells["prefill-c256-r0"]
+    assert p["phase"] == "prefill" and p["status"] == "valid"
+    assert p["measured_in"] == "decode-c256-n1-r0"
+    assert p["ttft_ms"] == pytest.approx(50.0, abs=3.0)
+    assert p["prompt_tok_s"] == pytest.approx(256 / p["ttft_ms"] * 1000, rel=1e-9)
+
+
+def test_figures_recompute_from_saved_records(fixed_run):
+    out, _, cells = fixed_run
+    c = cells["decode-c256-n16-r0"]
+    rec = runfile.load_records(out, c["records"])
+    req = {k[4:]: v for k, v in rec.items() if k.startswith("req_")}
+    ev = {k[3:]: v for k, v in rec.items() if k.startswith("ev_")}
+    for k in ("finish_reason", "error_kind", "error_message"):
+        req[k] = [str(x) for x in req[k]]
+    fig = _core.summarize_cell(req, ev, c["t0_ns"], c["t1_ns"], 1.0)
+    assert fig["total_tok_s"] == pytest.approx(c["total_tok_s"], rel=1e-12)
+    assert fig["tbt_ms"] == pytest.approx(c["tbt_ms"], rel=1e-12)
+    assert fig["ttft_ms"] == pytest.approx(c["ttft_ms"], rel=1e-12)
+    # the raw events really are per-token arrivals 20 ms apart
+    one = ev["t_ns"][ev["request"] == ev["request"][-1]]
+    gaps = np.diff(one) / 1e6
+    assert np.median(gaps) == pytest.approx(20.0, abs=0.5)
+
+
+@pytest.fixture(scope="module")
+def batch_run(tmp_path_factory):
+    """test-batch: KV 4096 tokens, 4 running at most, 10 ms steps, 100K tok/s prefill."""
+    out = tmp_path_factory.mktemp("batch")
+    with Sim("test-batch") as sim:
+        m = Matrix(contexts=[256, 1024], concurrency=[1, 2, 4, 8], duration_s=2, max_output=256,
+                   prefill_contexts=[256, 1024])
+        code, doc, cells = _sweep(sim.url, m, out)
+        trace = sim.trace()
+    assert code == 0
+    return doc, cells, trace, load_profile("test-batch")
+
+
+def test_over_capacity_set_is_the_rule(batch_run):
+    doc, cells, _, prof = batch_run
+    kv = doc["meta"]["capacity"]["kv_tokens"]
+    assert kv["value"] == prof["kv_tokens"] and kv["source"] == "probed"
+    for c in cells.values():
+        if c["phase"] != "decode":
+            continue
+        over = c["concurrency"] * (c["context"] + 256) > prof["kv_tokens"]
+        assert (c["status"] == "over_capacity") == over, c["id"]
+        if over:
+            assert c["total_tok_s"] is None and "reason" in c
+
+
+def test_cells_above_the_running_cap_are_queued(batch_run):
+    _, cells, _, prof = batch_run
+    c = cells["decode-c256-n8-r0"]
+    assert 8 > prof["max_running"]
+    assert c["status"] == "queued", c
+    assert c["server"]["waiting_max"] >= 1
+    for n in (1, 2, 4):
+        assert cells[f"decode-c256-n{n}-r0"]["status"] == "valid"
+
+
+def test_decode_time_between_tokens_is_the_engine_step(batch_run):
+    _, cells, trace, prof = batch_run
+    c = cells["decode-c256-n4-r0"]
+    steps = [s["step_ns"] / 1e6 for s in trace
+             if c["t0_ns"] <= s["t_ns"] <= c["t1_ns"] and s["batch"] == 4]
+    assert len(steps) > 50
+    assert c["tbt_ms"] == pytest.approx(float(np.median(steps)), rel=0.02)
+    assert c["total_tok_s"] == pytest.approx(4 * 1000 / float(np.median(steps)), rel=0.02)
+
+
+def test_prefill_rate_matches_the_engine(batch_run):
+    _, cells, _, prof = batch_run
+    rate = 1e6 / prof["prefill_per_token_us"]  # tok/s
+    for ctx in (256, 1024):
+        p = cells[f"prefill-c{ctx}-r0"]
+        assert p["status"] == "valid"
+        # cold TTFT = prefill of the whole prompt + the engine's first step
+        ideal = ctx / rate * 1000 + prof["step_base_ms"]
+        assert p["ttft_ms"] == pytest.approx(ideal, rel=0.25), p
+    assert cells["prefill-c1024-r0"]["prompt_tok_s"] > cells["prefill-c256-r0"]["prompt_tok_s"]
+
+
+def test_every_prompt_is_exact(batch_run):
+    _, cells, _, _ = batch_run
+    for c in cells.values():
+        if c["status"] in ("valid", "queued"):
+            assert c["prompt_tokens"]["exact"] is True, c["id"]
+
+
+def test_vllm_flavour_statuses(tmp_path):
+    with Sim("test-batch", flavour="vllm") as sim:
+        m = Matrix(contexts=[256], concurrency=[2, 8], duration_s=1.5, max_output=256)
+        code, doc, cells = _sweep(sim.url, m, tmp_path)
+    assert doc["meta"]["engine"]["name"] == "vllm"
+    assert doc["meta"]["capacity"]["kv_tokens"]["value"] == 4096
+    assert cells["decode-c256-n2-r0"]["status"] == "valid"
+    assert cells["decode-c256-n8-r0"]["status"] == "queued"
+
+
+def test_queue_seen_from_the_client_without_metrics(tmp_path):
+    with Sim("test-batch") as sim:
+        m = Matrix(contexts=[256], concurrency=[2, 8], duration_s=2, max_output=256)
+        code, doc, cells = _sweep(sim.url, m, tmp_path,
+                                  overrides={"metrics_path": "/no-metrics-here"})
+    assert cells["decode-c256-n8-r0"].get("server") is None
+    assert cells["decode-c256-n2-r0"]["status"] == "valid"
+    assert cells["decode-c256-n8-r0"]["status"] == "queued"
+    assert "without" in cells["decode-c256-n8-r0"]["reason"]
+
+
+def test_http_errors_make_an_error_cell_counted_by_kind(tmp_path):
+    with Sim("fixed", faults={"http500": 0.5}, seed=7) as sim:
+        m = Matrix(contexts=[64], concurrency=[4], duration_s=1, max_output=10)
+        code, doc, cells = _sweep(sim.url, m, tmp_path)
+    c = cells["decode-c64-n4-r0"]
+    assert code == 0
+    assert c["status"] == "error"
+    assert c["errors"].get("http_500", 0) >= 2
+    assert "http_500" in c["reason"]
+
+
+def test_server_dying_mid_sweep_keeps_measured_cells(tmp_path):
+    sim = Sim("fixed")
+    m = Matrix(contexts=[64, 128], concurrency=[2], duration_s=1.5, max_output=1000)
+    sweep = Sweep(sim.url, m, tmp_path, progress=False, report=False)
+    killer = threading.Thread(target=lambda: (_wait_for_cells(tmp_path, 1), sim.stop()))
+    killer.start()
+    code = sweep.execute()
+    killer.join()
+    doc = json.loads((tmp_path / "run.json").read_text())
+    cells = {c["id"]: c for c in doc["cells"]}
+    assert code == 0
+    assert cells["decode-c64-n2-r0"]["status"] == "valid"
+    dead = cells["decode-c128-n2-r0"]
+    assert dead["status"] == "error"
+    assert set(dead["errors"]) <= {"connect", "connection_reset", "incomplete_stream"} or \
+        "reason" in dead
+
+
+def _wait_for_cells(out, n, timeout=60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            doc = json.loads((out / "run.json").read_text())
+            if sum(c["phase"] == "decode" for c in doc["cells"]) >= n:
+                return
+        except (FileNotFoundError, json.JSONDecodeError):
+            pass
+        time.sleep(0.05)
+    raise AssertionError("no cell finished in time")
