@@ -8,12 +8,17 @@
 from __future__ import annotations
 
 import io
+import os
 import re
+import sys
 from typing import TYPE_CHECKING
 
 import matplotlib
 
-matplotlib.use("Agg", force=False)
+# Charts are drawn on plain Figure objects, so they never need a GUI. Outside Jupyter (where
+# the inline backend shows them) and unless the user chose a backend, use Agg: headless and safe.
+if "ipykernel" not in sys.modules and not os.environ.get("MPLBACKEND"):
+    matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
 import numpy as np
