@@ -15,7 +15,7 @@ namespace {
 
 struct CountSink : SseSink {
   std::size_t n = 0;
-  bool on_event(const SseEvent &) override {
+  bool on_event(const SseEvent&) override {
     ++n;
     return true;
   }
@@ -24,36 +24,32 @@ struct CountSink : SseSink {
 struct DecodeSink : SseSink {
   OpenAIStreamDecoder dec{ApiKind::kChat};
   std::int64_t tokens = 0;
-  bool on_event(const SseEvent &ev) override {
+  bool on_event(const SseEvent& ev) override {
     tokens += dec.decode(ev.data).tokens;
     return true;
   }
 };
 
-void run(const char *name, const std::string &event, int reps) {
+void run(const char* name, const std::string& event, int reps) {
   std::string buf;
-  for (int i = 0; i < 64; ++i)
-    buf += event; // one socket read carrying 64 events
+  for (int i = 0; i < 64; ++i) buf += event;  // one socket read carrying 64 events
   const int feeds = reps / 64;
   {
     SseParser p;
     CountSink s;
     const ns_t t0 = thread_cpu_ns();
-    for (int i = 0; i < feeds; ++i)
-      p.feed(buf, s);
+    for (int i = 0; i < feeds; ++i) p.feed(buf, s);
     const ns_t t1 = thread_cpu_ns();
-    std::printf("%-28s sse only        %7.1f ns/event\n", name,
-                double(t1 - t0) / double(s.n));
+    std::printf("%-28s sse only        %7.1f ns/event\n", name, double(t1 - t0) / double(s.n));
   }
   {
     SseParser p;
     DecodeSink s;
     const ns_t t0 = thread_cpu_ns();
-    for (int i = 0; i < feeds; ++i)
-      p.feed(buf, s);
+    for (int i = 0; i < feeds; ++i) p.feed(buf, s);
     const ns_t t1 = thread_cpu_ns();
-    std::printf("%-28s sse + decode    %7.1f ns/event  (%zu bytes/event)\n",
-                name, double(t1 - t0) / double(p.events()), event.size());
+    std::printf("%-28s sse + decode    %7.1f ns/event  (%zu bytes/event)\n", name,
+                double(t1 - t0) / double(p.events()), event.size());
   }
   {
     OpenAIStreamDecoder dec(ApiKind::kChat);
@@ -61,15 +57,13 @@ void run(const char *name, const std::string &event, int reps) {
     data.resize(data.size() + kSsePadding);
     const std::string_view view(data.data(), event.size() - 8);
     const ns_t t0 = thread_cpu_ns();
-    for (int i = 0; i < reps; ++i)
-      dec.decode(view);
+    for (int i = 0; i < reps; ++i) dec.decode(view);
     const ns_t t1 = thread_cpu_ns();
-    std::printf("%-28s decode only     %7.1f ns/event\n", name,
-                double(t1 - t0) / reps);
+    std::printf("%-28s decode only     %7.1f ns/event\n", name, double(t1 - t0) / reps);
   }
 }
 
-} // namespace
+}  // namespace
 
 int main() {
   const int reps = 1 << 20;

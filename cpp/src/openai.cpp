@@ -33,17 +33,14 @@ std::string one_line(std::string_view in) {
       space = !out.empty();
       continue;
     }
-    if (space)
-      out += ' ';
+    if (space) out += ' ';
     space = false;
     out += static_cast<char>(c);
-    if (out.size() > kMaxMessageBytes)
-      break;
+    if (out.size() > kMaxMessageBytes) break;
   }
   if (out.size() > kMaxMessageBytes) {
     std::size_t cut = kMaxMessageBytes - 3;
-    while (cut > 0 && (static_cast<unsigned char>(out[cut]) & 0xC0) == 0x80)
-      --cut;
+    while (cut > 0 && (static_cast<unsigned char>(out[cut]) & 0xC0) == 0x80) --cut;
     out.resize(cut);
     out += "...";
   }
@@ -56,7 +53,7 @@ struct Chunk {
   bool has_text = false;
   bool finished = false;
   std::string_view finish_reason;
-  bool has_usage = false; // usage object with completion_tokens
+  bool has_usage = false;  // usage object with completion_tokens
   std::int64_t prompt_tokens = -1;
   std::int64_t completion_tokens = -1;
   std::int64_t server_ns = -1;
@@ -80,56 +77,43 @@ bool key_is(const od::raw_json_string& key, const char (&name)[N]) {
 
 // Reads a string-or-null text field; sets *nonempty for a non-empty string.
 // The raw (escaped) form is enough to tell "" from anything else.
-simdjson::error_code read_text(od::value v, bool *nonempty) {
+simdjson::error_code read_text(od::value v, bool* nonempty) {
   od::json_type t;
-  if (auto e = v.type().get(t))
-    return e;
-  if (t == od::json_type::null)
-    return simdjson::SUCCESS;
-  if (t != od::json_type::string)
-    return simdjson::INCORRECT_TYPE;
+  if (auto e = v.type().get(t)) return e;
+  if (t == od::json_type::null) return simdjson::SUCCESS;
+  if (t != od::json_type::string) return simdjson::INCORRECT_TYPE;
   od::raw_json_string raw;
-  if (auto e = v.get_raw_json_string().get(raw))
-    return e;
-  if (raw.raw()[0] != '"')
-    *nonempty = true;
+  if (auto e = v.get_raw_json_string().get(raw)) return e;
+  if (raw.raw()[0] != '"') *nonempty = true;
   return simdjson::SUCCESS;
 }
 
-simdjson::error_code read_string_or_null(od::value v, std::string_view *out) {
+simdjson::error_code read_string_or_null(od::value v, std::string_view* out) {
   od::json_type t;
-  if (auto e = v.type().get(t))
-    return e;
-  if (t == od::json_type::null)
-    return simdjson::SUCCESS;
-  if (t != od::json_type::string)
-    return simdjson::INCORRECT_TYPE;
+  if (auto e = v.type().get(t)) return e;
+  if (t == od::json_type::null) return simdjson::SUCCESS;
+  if (t != od::json_type::string) return simdjson::INCORRECT_TYPE;
   return v.get_string().get(*out);
 }
 
 // An int field that may also be null; null leaves *out as it was.
-simdjson::error_code read_int_or_null(od::value v, std::int64_t *out) {
+simdjson::error_code read_int_or_null(od::value v, std::int64_t* out) {
   od::json_type t;
-  if (auto e = v.type().get(t))
-    return e;
-  if (t == od::json_type::null)
-    return simdjson::SUCCESS;
+  if (auto e = v.type().get(t)) return e;
+  if (t == od::json_type::null) return simdjson::SUCCESS;
   return v.get_int64().get(*out);
 }
 
 // A string or number rendered as text (error codes come as both); for numbers
 // the raw JSON token is the text.
-simdjson::error_code read_scalar_text(od::value v, std::string_view *out) {
+simdjson::error_code read_scalar_text(od::value v, std::string_view* out) {
   od::json_type t;
-  if (auto e = v.type().get(t))
-    return e;
-  if (t == od::json_type::string)
-    return v.get_string().get(*out);
+  if (auto e = v.type().get(t)) return e;
+  if (t == od::json_type::string) return v.get_string().get(*out);
   if (t == od::json_type::number) {
     std::string_view raw = v.raw_json_token();
-    while (!raw.empty() &&
-           (raw.back() == ' ' || raw.back() == '\n' || raw.back() == '\r' ||
-            raw.back() == '\t' || raw.back() == ',' || raw.back() == '}')) {
+    while (!raw.empty() && (raw.back() == ' ' || raw.back() == '\n' || raw.back() == '\r' ||
+                            raw.back() == '\t' || raw.back() == ',' || raw.back() == '}')) {
       raw.remove_suffix(1);
     }
     *out = raw;
@@ -137,70 +121,54 @@ simdjson::error_code read_scalar_text(od::value v, std::string_view *out) {
   return simdjson::SUCCESS;
 }
 
-simdjson::error_code read_delta(od::value v, Chunk *c) {
+simdjson::error_code read_delta(od::value v, Chunk* c) {
   od::json_type t;
-  if (auto e = v.type().get(t))
-    return e;
-  if (t == od::json_type::null)
-    return simdjson::SUCCESS;
+  if (auto e = v.type().get(t)) return e;
+  if (t == od::json_type::null) return simdjson::SUCCESS;
   od::object obj;
-  if (auto e = v.get_object().get(obj))
-    return e;
+  if (auto e = v.get_object().get(obj)) return e;
   for (auto f : obj) {
     od::field field;
-    if (auto e = std::move(f).get(field))
-      return e;
+    if (auto e = std::move(f).get(field)) return e;
     const od::raw_json_string key = field.key();
-    if (key_is(key, "content") || key_is(key, "reasoning_content") ||
-        key_is(key, "reasoning")) {
-      if (auto e = read_text(field.value(), &c->has_text))
-        return e;
+    if (key_is(key, "content") || key_is(key, "reasoning_content") || key_is(key, "reasoning")) {
+      if (auto e = read_text(field.value(), &c->has_text)) return e;
     } else if (key_is(key, "tool_calls")) {
       // Streamed tool-call arguments are output tokens too.
       od::value tv = field.value();
       od::json_type tt;
-      if (auto e = tv.type().get(tt))
-        return e;
+      if (auto e = tv.type().get(tt)) return e;
       if (tt == od::json_type::array) {
         od::array arr;
-        if (auto e = tv.get_array().get(arr))
-          return e;
+        if (auto e = tv.get_array().get(arr)) return e;
         bool empty = true;
-        if (auto e = arr.is_empty().get(empty))
-          return e;
-        if (!empty)
-          c->has_text = true;
+        if (auto e = arr.is_empty().get(empty)) return e;
+        if (!empty) c->has_text = true;
       }
     }
   }
   return simdjson::SUCCESS;
 }
 
-simdjson::error_code read_choice(od::value v, Chunk *c) {
+simdjson::error_code read_choice(od::value v, Chunk* c) {
   od::object obj;
-  if (auto e = v.get_object().get(obj))
-    return e;
+  if (auto e = v.get_object().get(obj)) return e;
   for (auto f : obj) {
     od::field field;
-    if (auto e = std::move(f).get(field))
-      return e;
+    if (auto e = std::move(f).get(field)) return e;
     const od::raw_json_string key = field.key();
     if (key_is(key, "text")) {
-      if (auto e = read_text(field.value(), &c->has_text))
-        return e;
+      if (auto e = read_text(field.value(), &c->has_text)) return e;
     } else if (key_is(key, "delta")) {
-      if (auto e = read_delta(field.value(), c))
-        return e;
+      if (auto e = read_delta(field.value(), c)) return e;
     } else if (key_is(key, "finish_reason")) {
       std::string_view fr;
       bool is_set = false;
       od::value fv = field.value();
       od::json_type t;
-      if (auto e = fv.type().get(t))
-        return e;
+      if (auto e = fv.type().get(t)) return e;
       if (t != od::json_type::null) {
-        if (auto e = fv.get_string().get(fr))
-          return e;
+        if (auto e = fv.get_string().get(fr)) return e;
         is_set = true;
       }
       if (is_set) {
@@ -212,163 +180,130 @@ simdjson::error_code read_choice(od::value v, Chunk *c) {
   return simdjson::SUCCESS;
 }
 
-simdjson::error_code read_usage(od::value v, Chunk *c) {
+simdjson::error_code read_usage(od::value v, Chunk* c) {
   od::json_type t;
-  if (auto e = v.type().get(t))
-    return e;
-  if (t == od::json_type::null)
-    return simdjson::SUCCESS;
+  if (auto e = v.type().get(t)) return e;
+  if (t == od::json_type::null) return simdjson::SUCCESS;
   od::object obj;
-  if (auto e = v.get_object().get(obj))
-    return e;
+  if (auto e = v.get_object().get(obj)) return e;
   for (auto f : obj) {
     od::field field;
-    if (auto e = std::move(f).get(field))
-      return e;
+    if (auto e = std::move(f).get(field)) return e;
     const od::raw_json_string key = field.key();
     if (key_is(key, "prompt_tokens")) {
-      if (auto e = read_int_or_null(field.value(), &c->prompt_tokens))
-        return e;
+      if (auto e = read_int_or_null(field.value(), &c->prompt_tokens)) return e;
     } else if (key_is(key, "completion_tokens")) {
-      if (auto e = read_int_or_null(field.value(), &c->completion_tokens))
-        return e;
+      if (auto e = read_int_or_null(field.value(), &c->completion_tokens)) return e;
     }
   }
   c->has_usage = c->completion_tokens >= 0;
   return simdjson::SUCCESS;
 }
 
-simdjson::error_code read_error(od::value v, Chunk *c) {
+simdjson::error_code read_error(od::value v, Chunk* c) {
   od::json_type t;
-  if (auto e = v.type().get(t))
-    return e;
-  if (t == od::json_type::null)
-    return simdjson::SUCCESS;
+  if (auto e = v.type().get(t)) return e;
+  if (t == od::json_type::null) return simdjson::SUCCESS;
   c->error = true;
-  if (t == od::json_type::string)
-    return v.get_string().get(c->message);
-  if (t != od::json_type::object)
-    return simdjson::SUCCESS; // e.g. "error": true
+  if (t == od::json_type::string) return v.get_string().get(c->message);
+  if (t != od::json_type::object) return simdjson::SUCCESS;  // e.g. "error": true
   od::object obj;
-  if (auto e = v.get_object().get(obj))
-    return e;
+  if (auto e = v.get_object().get(obj)) return e;
   for (auto f : obj) {
     od::field field;
-    if (auto e = std::move(f).get(field))
-      return e;
+    if (auto e = std::move(f).get(field)) return e;
     const od::raw_json_string key = field.key();
     if (key_is(key, "message")) {
-      if (auto e = read_string_or_null(field.value(), &c->message))
-        return e;
+      if (auto e = read_string_or_null(field.value(), &c->message)) return e;
     } else if (key_is(key, "type")) {
-      if (auto e = read_string_or_null(field.value(), &c->type))
-        return e;
+      if (auto e = read_string_or_null(field.value(), &c->type)) return e;
     } else if (key_is(key, "code")) {
-      if (auto e = read_scalar_text(field.value(), &c->code))
-        return e;
+      if (auto e = read_scalar_text(field.value(), &c->code)) return e;
     }
   }
   return simdjson::SUCCESS;
 }
 
-simdjson::error_code read_chunk(od::parser &parser, std::string_view data,
-                                Chunk *c) {
+simdjson::error_code read_chunk(od::parser& parser, std::string_view data, Chunk* c) {
   od::document doc;
   if (auto e = parser
-                   .iterate(simdjson::padded_string_view(
-                       data.data(), data.size(),
-                       data.size() + simdjson::SIMDJSON_PADDING))
+                   .iterate(simdjson::padded_string_view(data.data(), data.size(),
+                                                         data.size() + simdjson::SIMDJSON_PADDING))
                    .get(doc)) {
     return e;
   }
   od::object obj;
-  if (auto e = doc.get_object().get(obj))
-    return e;
+  if (auto e = doc.get_object().get(obj)) return e;
   for (auto f : obj) {
     od::field field;
-    if (auto e = std::move(f).get(field))
-      return e;
+    if (auto e = std::move(f).get(field)) return e;
     const od::raw_json_string key = field.key();
     if (key_is(key, "choices")) {
       od::array arr;
-      if (auto e = field.value().get_array().get(arr))
-        return e;
+      if (auto e = field.value().get_array().get(arr)) return e;
       for (auto el : arr) {
         od::value choice;
-        if (auto e = std::move(el).get(choice))
-          return e;
+        if (auto e = std::move(el).get(choice)) return e;
         // Only choice 0 is measured (n=1); the rest are skipped unread.
         if (c->n_choices++ == 0) {
-          if (auto e = read_choice(choice, c))
-            return e;
+          if (auto e = read_choice(choice, c)) return e;
         }
       }
     } else if (key_is(key, "usage")) {
-      if (auto e = read_usage(field.value(), c))
-        return e;
+      if (auto e = read_usage(field.value(), c)) return e;
     } else if (key_is(key, "sm_t_ns")) {
-      if (auto e = field.value().get_int64().get(c->server_ns))
-        return e;
+      if (auto e = field.value().get_int64().get(c->server_ns)) return e;
     } else if (key_is(key, "error")) {
-      if (auto e = read_error(field.value(), c))
-        return e;
+      if (auto e = read_error(field.value(), c)) return e;
     } else if (key_is(key, "object")) {
       std::string_view o;
-      if (auto e = read_string_or_null(field.value(), &o))
-        return e;
+      if (auto e = read_string_or_null(field.value(), &o)) return e;
       c->object_is_error = o == "error";
     } else if (key_is(key, "message")) {
-      if (auto e = read_scalar_text(field.value(), &c->top_message))
-        return e;
+      if (auto e = read_scalar_text(field.value(), &c->top_message)) return e;
     } else if (key_is(key, "type")) {
-      if (auto e = read_scalar_text(field.value(), &c->top_type))
-        return e;
+      if (auto e = read_scalar_text(field.value(), &c->top_type)) return e;
     } else if (key_is(key, "error_type")) {
-      if (auto e = read_scalar_text(field.value(), &c->error_type))
-        return e;
+      if (auto e = read_scalar_text(field.value(), &c->error_type)) return e;
     }
   }
   // On-demand parsing stops at the end of the top-level object; anything
   // after it ("{...} junk", two objects) makes the event malformed.
   std::size_t end = data.size();
-  while (end > 0 && (data[end - 1] == ' ' || data[end - 1] == '\n' ||
-                     data[end - 1] == '\r' || data[end - 1] == '\t')) {
+  while (end > 0 && (data[end - 1] == ' ' || data[end - 1] == '\n' || data[end - 1] == '\r' ||
+                     data[end - 1] == '\t')) {
     --end;
   }
-  if (end == 0 || data[end - 1] != '}')
-    return simdjson::TRAILING_CONTENT;
+  if (end == 0 || data[end - 1] != '}') return simdjson::TRAILING_CONTENT;
   return simdjson::SUCCESS;
 }
 
 bool is_done(std::string_view data) {
-  while (!data.empty() && (data.back() == ' ' || data.back() == '\t'))
-    data.remove_suffix(1);
-  while (!data.empty() && (data.front() == ' ' || data.front() == '\t'))
-    data.remove_prefix(1);
+  while (!data.empty() && (data.back() == ' ' || data.back() == '\t')) data.remove_suffix(1);
+  while (!data.empty() && (data.front() == ' ' || data.front() == '\t')) data.remove_prefix(1);
   return data == "[DONE]";
 }
 
-} // namespace
+}  // namespace
 
 struct OpenAIStreamDecoder::Impl {
   od::parser parser;
-  std::string copy; // padded copy for decode_copy()
+  std::string copy;  // padded copy for decode_copy()
 };
 
-OpenAIStreamDecoder::OpenAIStreamDecoder(ApiKind api)
-    : api_(api), impl_(new Impl) {}
+OpenAIStreamDecoder::OpenAIStreamDecoder(ApiKind api) : api_(api), impl_(new Impl) {}
 
 OpenAIStreamDecoder::~OpenAIStreamDecoder() { delete impl_; }
 
-OpenAIStreamDecoder::OpenAIStreamDecoder(OpenAIStreamDecoder &&o) noexcept
-    : api_(o.api_), summary_(std::move(o.summary_)),
+OpenAIStreamDecoder::OpenAIStreamDecoder(OpenAIStreamDecoder&& o) noexcept
+    : api_(o.api_),
+      summary_(std::move(o.summary_)),
       impl_(std::exchange(o.impl_, nullptr)),
       last_usage_completion_(o.last_usage_completion_),
       final_usage_completion_(o.final_usage_completion_),
       seen_text_(o.seen_text_) {}
 
-OpenAIStreamDecoder &
-OpenAIStreamDecoder::operator=(OpenAIStreamDecoder &&o) noexcept {
+OpenAIStreamDecoder& OpenAIStreamDecoder::operator=(OpenAIStreamDecoder&& o) noexcept {
   if (this != &o) {
     delete impl_;
     api_ = o.api_;
@@ -387,24 +322,20 @@ void OpenAIStreamDecoder::reset(ApiKind api) {
   last_usage_completion_ = -1;
   final_usage_completion_ = -1;
   seen_text_ = false;
-  if (impl_ == nullptr)
-    impl_ = new Impl; // a moved-from decoder becomes usable again
+  if (impl_ == nullptr) impl_ = new Impl;  // a moved-from decoder becomes usable again
 }
 
 ChunkResult OpenAIStreamDecoder::decode_copy(std::string_view data) {
-  if (impl_ == nullptr)
-    impl_ = new Impl;
-  std::string &buf = impl_->copy;
-  if (buf.size() < data.size() + kSsePadding)
-    buf.resize(data.size() + kSsePadding);
+  if (impl_ == nullptr) impl_ = new Impl;
+  std::string& buf = impl_->copy;
+  if (buf.size() < data.size() + kSsePadding) buf.resize(data.size() + kSsePadding);
   std::memcpy(buf.data(), data.data(), data.size());
   return decode(std::string_view(buf.data(), data.size()));
 }
 
 ChunkResult OpenAIStreamDecoder::decode(std::string_view data) {
   ChunkResult r;
-  if (impl_ == nullptr)
-    impl_ = new Impl;
+  if (impl_ == nullptr) impl_ = new Impl;
   if (is_done(data)) {
     r.kind = ChunkKind::kDone;
     summary_.done = true;
@@ -414,8 +345,8 @@ ChunkResult OpenAIStreamDecoder::decode(std::string_view data) {
   if (auto e = read_chunk(impl_->parser, data, &c)) {
     r.kind = ChunkKind::kMalformed;
     summary_.error_type = "malformed_event";
-    summary_.error_message = one_line(std::string(simdjson::error_message(e)) +
-                                      ": " + std::string(data.substr(0, 200)));
+    summary_.error_message =
+        one_line(std::string(simdjson::error_message(e)) + ": " + std::string(data.substr(0, 200)));
     return r;
   }
   r.server_ns = c.server_ns;
@@ -424,13 +355,11 @@ ChunkResult OpenAIStreamDecoder::decode(std::string_view data) {
     std::string_view type = !c.type.empty()         ? c.type
                             : !c.error_type.empty() ? c.error_type
                                                     : c.top_type;
-    if (type.empty())
-      type = c.code;
+    if (type.empty()) type = c.code;
     std::string_view message = !c.message.empty() ? c.message : c.top_message;
     summary_.error_type = one_line(type);
-    summary_.error_message = one_line(
-        message.empty() ? std::string_view("error event without message")
-                        : message);
+    summary_.error_message =
+        one_line(message.empty() ? std::string_view("error event without message") : message);
     return r;
   }
   r.has_text = c.has_text;
@@ -438,15 +367,13 @@ ChunkResult OpenAIStreamDecoder::decode(std::string_view data) {
     r.finished = true;
     summary_.finish_reason.assign(c.finish_reason);
   }
-  if (c.prompt_tokens >= 0)
-    summary_.prompt_tokens = c.prompt_tokens;
+  if (c.prompt_tokens >= 0) summary_.prompt_tokens = c.prompt_tokens;
 
   // Cumulative usage on a chunk with choices means continuous usage stats,
   // except on the closing chunk of a stream that had none so far: servers
   // such as llama.cpp and TGI put the final usage there.
-  const bool continuous =
-      c.has_usage && c.n_choices > 0 &&
-      (summary_.source == TokenSource::kUsageContinuous || !c.finished);
+  const bool continuous = c.has_usage && c.n_choices > 0 &&
+                          (summary_.source == TokenSource::kUsageContinuous || !c.finished);
   std::int64_t tokens = 0;
   if (continuous) {
     if (summary_.source != TokenSource::kUsageContinuous) {
@@ -454,26 +381,21 @@ ChunkResult OpenAIStreamDecoder::decode(std::string_view data) {
       last_usage_completion_ = summary_.chunk_tokens;
       summary_.source = TokenSource::kUsageContinuous;
     }
-    tokens =
-        std::max<std::int64_t>(0, c.completion_tokens - last_usage_completion_);
-    last_usage_completion_ =
-        std::max(last_usage_completion_, c.completion_tokens);
+    tokens = std::max<std::int64_t>(0, c.completion_tokens - last_usage_completion_);
+    last_usage_completion_ = std::max(last_usage_completion_, c.completion_tokens);
   } else if (summary_.source == TokenSource::kUsageContinuous) {
-    if (c.has_usage) { // final usage-only chunk: normally equal to the last
-                       // cumulative count
-      tokens = std::max<std::int64_t>(0, c.completion_tokens -
-                                             last_usage_completion_);
-      last_usage_completion_ =
-          std::max(last_usage_completion_, c.completion_tokens);
-    } else if (c.has_text) { // a chunk without usage amid continuous usage:
-                             // count it once
+    if (c.has_usage) {  // final usage-only chunk: normally equal to the last
+                        // cumulative count
+      tokens = std::max<std::int64_t>(0, c.completion_tokens - last_usage_completion_);
+      last_usage_completion_ = std::max(last_usage_completion_, c.completion_tokens);
+    } else if (c.has_text) {  // a chunk without usage amid continuous usage:
+                              // count it once
       tokens = 1;
       ++last_usage_completion_;
     }
   } else {
     tokens = c.has_text ? 1 : 0;
-    if (tokens > 0 && summary_.source == TokenSource::kNone)
-      summary_.source = TokenSource::kChunks;
+    if (tokens > 0 && summary_.source == TokenSource::kNone) summary_.source = TokenSource::kChunks;
   }
   if (c.has_usage && !continuous) {
     final_usage_completion_ = c.completion_tokens;
@@ -482,12 +404,10 @@ ChunkResult OpenAIStreamDecoder::decode(std::string_view data) {
       summary_.source = TokenSource::kUsageFinal;
     }
   }
-  r.tokens =
-      static_cast<std::int32_t>(std::min<std::int64_t>(tokens, INT32_MAX));
+  r.tokens = static_cast<std::int32_t>(std::min<std::int64_t>(tokens, INT32_MAX));
   summary_.chunk_tokens += r.tokens;
-  summary_.output_tokens = final_usage_completion_ >= 0
-                               ? final_usage_completion_
-                               : summary_.chunk_tokens;
+  summary_.output_tokens =
+      final_usage_completion_ >= 0 ? final_usage_completion_ : summary_.chunk_tokens;
   if (c.has_text && !seen_text_) {
     seen_text_ = true;
     r.first_token = true;
@@ -500,28 +420,23 @@ ChunkResult OpenAIStreamDecoder::decode(std::string_view data) {
 
 namespace {
 
-std::string json_scalar_text(const nlohmann::json &j) {
-  if (j.is_string())
-    return j.get<std::string>();
-  if (j.is_null())
-    return "";
+std::string json_scalar_text(const nlohmann::json& j) {
+  if (j.is_string()) return j.get<std::string>();
+  if (j.is_null()) return "";
   return j.dump();
 }
 
 // FastAPI validation errors: "detail": [{"loc": [...], "msg": "...", "type":
 // "..."}].
-std::string detail_text(const nlohmann::json &d) {
-  if (!d.is_array())
-    return json_scalar_text(d);
+std::string detail_text(const nlohmann::json& d) {
+  if (!d.is_array()) return json_scalar_text(d);
   std::string out;
-  for (const auto &item : d) {
-    if (!out.empty())
-      out += "; ";
+  for (const auto& item : d) {
+    if (!out.empty()) out += "; ";
     if (item.is_object() && item.contains("msg")) {
       if (item.contains("loc") && item["loc"].is_array()) {
         std::string loc;
-        for (const auto &l : item["loc"])
-          loc += (loc.empty() ? "" : ".") + json_scalar_text(l);
+        for (const auto& l : item["loc"]) loc += (loc.empty() ? "" : ".") + json_scalar_text(l);
         out += loc + ": ";
       }
       out += json_scalar_text(item["msg"]);
@@ -533,56 +448,41 @@ std::string detail_text(const nlohmann::json &d) {
 }
 
 // "message [type, code=...]" plus the context-size figures llama.cpp adds.
-std::string format_error_object(const nlohmann::json &o) {
+std::string format_error_object(const nlohmann::json& o) {
   std::string msg = o.contains("message") ? json_scalar_text(o["message"]) : "";
-  if (msg.empty() && o.contains("detail"))
-    msg = detail_text(o["detail"]);
-  if (msg.empty() && o.contains("msg"))
-    msg = json_scalar_text(o["msg"]);
+  if (msg.empty() && o.contains("detail")) msg = detail_text(o["detail"]);
+  if (msg.empty() && o.contains("msg")) msg = json_scalar_text(o["msg"]);
   std::string extra;
-  auto add = [&](const char *key, const std::string &value) {
-    if (value.empty() || msg.find(value) != std::string::npos)
-      return;
+  auto add = [&](const char* key, const std::string& value) {
+    if (value.empty() || msg.find(value) != std::string::npos) return;
     extra += (extra.empty() ? "" : ", ") + std::string(key) + value;
   };
-  if (o.contains("type"))
-    add("", json_scalar_text(o["type"]));
-  if (o.contains("error_type"))
-    add("", json_scalar_text(o["error_type"]));
-  if (o.contains("code"))
-    add("code=", json_scalar_text(o["code"]));
-  for (const char *k : {"n_prompt_tokens", "n_ctx"}) {
-    if (o.contains(k))
-      add((std::string(k) + "=").c_str(), json_scalar_text(o[k]));
+  if (o.contains("type")) add("", json_scalar_text(o["type"]));
+  if (o.contains("error_type")) add("", json_scalar_text(o["error_type"]));
+  if (o.contains("code")) add("code=", json_scalar_text(o["code"]));
+  for (const char* k : {"n_prompt_tokens", "n_ctx"}) {
+    if (o.contains(k)) add((std::string(k) + "=").c_str(), json_scalar_text(o[k]));
   }
-  if (msg.empty())
-    msg = o.dump();
+  if (msg.empty()) msg = o.dump();
   return extra.empty() ? msg : msg + " [" + extra + "]";
 }
 
-} // namespace
+}  // namespace
 
 std::string error_message_from_body(std::string_view body) {
-  nlohmann::json j =
-      nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded())
-    return one_line(body);
+  nlohmann::json j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return one_line(body);
   std::string msg;
   if (j.is_object()) {
     auto it = j.find("error");
     if (it != j.end() && it->is_object()) {
-      msg = format_error_object(*it); // {"error": {"message", "type", "code"}}
+      msg = format_error_object(*it);  // {"error": {"message", "type", "code"}}
     } else if (it != j.end() && it->is_string()) {
-      nlohmann::json o = {
-          {"message",
-           *it}}; // TGI / Ollama: {"error": "text", "error_type": ...}
-      if (j.contains("error_type"))
-        o["error_type"] = j["error_type"];
+      nlohmann::json o = {{"message", *it}};  // TGI / Ollama: {"error": "text", "error_type": ...}
+      if (j.contains("error_type")) o["error_type"] = j["error_type"];
       msg = format_error_object(o);
-    } else if (j.contains("message") || j.contains("detail") ||
-               j.contains("msg")) {
-      msg = format_error_object(
-          j); // {"object": "error", "message", ...}, FastAPI {"detail"}
+    } else if (j.contains("message") || j.contains("detail") || j.contains("msg")) {
+      msg = format_error_object(j);  // {"object": "error", "message", ...}, FastAPI {"detail"}
     } else {
       msg = j.dump();
     }
@@ -594,4 +494,4 @@ std::string error_message_from_body(std::string_view body) {
   return one_line(msg);
 }
 
-} // namespace speedmatrix
+}  // namespace speedmatrix

@@ -9,4 +9,4 @@ void EventColumns::reserve(std::size_t n) {
   server_ns.reserve(n);
 }
 
-} // namespace speedmatrix
+}  // namespace speedmatrix

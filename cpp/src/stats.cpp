@@ -18,14 +18,11 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 // Two-sided 95% quantile of Student's t with df degrees of freedom.
 double t975(std::int64_t df) {
   static constexpr double kTable[] = {
-      12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060,
-      2.2622,  2.2281, 2.2010, 2.1788, 2.1604, 2.1448, 2.1314, 2.1199,
-      2.1098,  2.1009, 2.0930, 2.0860, 2.0796, 2.0739, 2.0687, 2.0639,
-      2.0595,  2.0555, 2.0518, 2.0484, 2.0452, 2.0423};
-  if (df < 1)
-    return kNaN;
-  if (df <= 30)
-    return kTable[df - 1];
+      12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.2622, 2.2281,
+      2.2010,  2.1788, 2.1604, 2.1448, 2.1314, 2.1199, 2.1098, 2.1009, 2.0930, 2.0860,
+      2.0796,  2.0739, 2.0687, 2.0639, 2.0595, 2.0555, 2.0518, 2.0484, 2.0452, 2.0423};
+  if (df < 1) return kNaN;
+  if (df <= 30) return kTable[df - 1];
   // Cornish-Fisher expansion around the normal quantile; error < 1e-4 for df
   // > 30.
   const double z = 1.959963984540054, n = static_cast<double>(df);
@@ -35,15 +32,12 @@ double t975(std::int64_t df) {
 }
 
 // 95% t-interval of the mean of `v`; NaN bounds with fewer than 2 values.
-Interval t_interval(const std::vector<double> &v) {
+Interval t_interval(const std::vector<double>& v) {
   const std::size_t n = v.size();
-  if (n < 2)
-    return {kNaN, kNaN};
-  const double mean =
-      std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(n);
+  if (n < 2) return {kNaN, kNaN};
+  const double mean = std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(n);
   double ss = 0;
-  for (double x : v)
-    ss += (x - mean) * (x - mean);
+  for (double x : v) ss += (x - mean) * (x - mean);
   const double half = t975(static_cast<std::int64_t>(n) - 1) *
                       std::sqrt(ss / static_cast<double>(n - 1)) /
                       std::sqrt(static_cast<double>(n));
@@ -53,14 +47,11 @@ Interval t_interval(const std::vector<double> &v) {
 // Quantile q of the multiset in which each sorted value appears `weight`
 // times, interpolating linearly between neighbours (so unit weights give the
 // same figure as percentile()). REQUIRES: sorted by value, weights > 0.
-double
-sorted_weighted_quantile(const std::vector<std::pair<double, std::int64_t>> &vw,
-                         std::size_t begin, std::size_t end, double q) {
+double sorted_weighted_quantile(const std::vector<std::pair<double, std::int64_t>>& vw,
+                                std::size_t begin, std::size_t end, double q) {
   std::int64_t total = 0;
-  for (std::size_t i = begin; i < end; ++i)
-    total += vw[i].second;
-  if (total <= 0)
-    return kNaN;
+  for (std::size_t i = begin; i < end; ++i) total += vw[i].second;
+  if (total <= 0) return kNaN;
   q = std::clamp(q, 0.0, 1.0);
   const double pos = q * static_cast<double>(total - 1);
   const auto lo_rank = static_cast<std::int64_t>(std::floor(pos));
@@ -69,13 +60,11 @@ sorted_weighted_quantile(const std::vector<std::pair<double, std::int64_t>> &vw,
   std::size_t i = begin;
   std::int64_t cum = 0;
   auto value_at = [&](std::int64_t r) {
-    while (i < end && cum + vw[i].second <= r)
-      cum += vw[i++].second;
+    while (i < end && cum + vw[i].second <= r) cum += vw[i++].second;
     return vw[std::min(i, end - 1)].first;
   };
   const double lo = value_at(lo_rank);
-  if (frac == 0)
-    return lo;
+  if (frac == 0) return lo;
   const double hi = value_at(lo_rank + 1);
   return lo + frac * (hi - lo);
 }
@@ -83,63 +72,54 @@ sorted_weighted_quantile(const std::vector<std::pair<double, std::int64_t>> &vw,
 // Median of each group of values sharing a key; `kv` is sorted in place by
 // (key, value). Returns one median per non-empty key.
 std::vector<double> group_medians(
-    std::vector<std::pair<std::int64_t, std::pair<double, std::int64_t>>> &kv) {
-  std::sort(kv.begin(), kv.end(), [](const auto &a, const auto &b) {
-    return a.first != b.first ? a.first < b.first
-                              : a.second.first < b.second.first;
+    std::vector<std::pair<std::int64_t, std::pair<double, std::int64_t>>>& kv) {
+  std::sort(kv.begin(), kv.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first < b.first : a.second.first < b.second.first;
   });
   std::vector<double> medians;
   std::vector<std::pair<double, std::int64_t>> group;
   for (std::size_t i = 0; i < kv.size();) {
     std::size_t j = i;
     group.clear();
-    while (j < kv.size() && kv[j].first == kv[i].first)
-      group.push_back(kv[j++].second);
+    while (j < kv.size() && kv[j].first == kv[i].first) group.push_back(kv[j++].second);
     medians.push_back(sorted_weighted_quantile(group, 0, group.size(), 0.5));
     i = j;
   }
   return medians;
 }
 
-} // namespace
+}  // namespace
 
 double percentile(std::vector<double> values, double q) {
-  values.erase(std::remove_if(values.begin(), values.end(),
-                              [](double x) { return std::isnan(x); }),
+  values.erase(std::remove_if(values.begin(), values.end(), [](double x) { return std::isnan(x); }),
                values.end());
-  if (values.empty())
-    return kNaN;
+  if (values.empty()) return kNaN;
   std::sort(values.begin(), values.end());
   q = std::clamp(q, 0.0, 1.0);
   const double pos = q * static_cast<double>(values.size() - 1);
   const auto lo = static_cast<std::size_t>(std::floor(pos));
   const double frac = pos - static_cast<double>(lo);
-  if (frac == 0 || lo + 1 >= values.size())
-    return values[lo];
+  if (frac == 0 || lo + 1 >= values.size()) return values[lo];
   return values[lo] + frac * (values[lo + 1] - values[lo]);
 }
 
-double weighted_percentile(std::span<const double> values,
-                           std::span<const std::int64_t> weights, double q) {
+double weighted_percentile(std::span<const double> values, std::span<const std::int64_t> weights,
+                           double q) {
   std::vector<std::pair<double, std::int64_t>> vw;
   vw.reserve(values.size());
   for (std::size_t i = 0; i < values.size() && i < weights.size(); ++i) {
-    if (weights[i] > 0 && !std::isnan(values[i]))
-      vw.emplace_back(values[i], weights[i]);
+    if (weights[i] > 0 && !std::isnan(values[i])) vw.emplace_back(values[i], weights[i]);
   }
   std::sort(vw.begin(), vw.end());
   return sorted_weighted_quantile(vw, 0, vw.size(), q);
 }
 
-CellFigures summarize_cell(const RecordView &r, ns_t t0, ns_t t1,
-                           double bin_s) {
+CellFigures summarize_cell(const RecordView& r, ns_t t0, ns_t t1, double bin_s) {
   CellFigures f;
   f.tbt_ms = f.per_request_tok_s = f.ttft_ms = kNaN;
   f.ttft_p90_ms = f.ttft_p99_ms = f.tbt_p90_ms = f.tbt_p99_ms = kNaN;
-  f.total_tok_s_ci = f.tbt_ms_ci = f.per_request_tok_s_ci =
-      f.ttft_ms_ci = {kNaN, kNaN};
-  if (t1 <= t0)
-    return f;
+  f.total_tok_s_ci = f.tbt_ms_ci = f.per_request_tok_s_ci = f.ttft_ms_ci = {kNaN, kNaN};
+  if (t1 <= t0) return f;
   const ns_t span_ns = t1 - t0;
   const double d_s = static_cast<double>(span_ns) * 1e-9;
   f.measured_s = d_s;
@@ -149,41 +129,32 @@ CellFigures summarize_cell(const RecordView &r, ns_t t0, ns_t t1,
   auto window_req = [&](std::int64_t i) {
     return i >= 0 && static_cast<std::size_t>(i) < n_req &&
            static_cast<std::size_t>(i) < r.phase.size() &&
-           r.phase[static_cast<std::size_t>(i)] ==
-               static_cast<std::uint8_t>(Phase::kWindow);
+           r.phase[static_cast<std::size_t>(i)] == static_cast<std::uint8_t>(Phase::kWindow);
   };
 
   // Bins of bin_s from t0; the remainder of D that does not fill a bin is
   // added to the last one, so every bin spans at least bin_s.
-  if (!(bin_s > 0))
-    bin_s = 1.0;
-  const ns_t bin_ns =
-      std::max<ns_t>(1'000'000, std::llround(bin_s * 1e9)); // >= 1 ms bins
+  if (!(bin_s > 0)) bin_s = 1.0;
+  const ns_t bin_ns = std::max<ns_t>(1'000'000, std::llround(bin_s * 1e9));  // >= 1 ms bins
   const std::int64_t n_bins = std::max<std::int64_t>(1, span_ns / bin_ns);
-  auto bin_of = [&](ns_t t) {
-    return std::min<std::int64_t>(n_bins - 1, (t - t0) / bin_ns);
-  };
+  auto bin_of = [&](ns_t t) { return std::min<std::int64_t>(n_bins - 1, (t - t0) / bin_ns); };
   auto bin_width_s = [&](std::int64_t k) {
     const ns_t w = k < n_bins - 1 ? bin_ns : span_ns - (n_bins - 1) * bin_ns;
     return static_cast<double>(w) * 1e-9;
   };
 
   // --- tokens in the window, per bin ---
-  const std::size_t n_ev =
-      std::min({r.ev_request.size(), r.ev_t_ns.size(), r.ev_tokens.size()});
+  const std::size_t n_ev = std::min({r.ev_request.size(), r.ev_t_ns.size(), r.ev_tokens.size()});
   std::vector<std::int64_t> bin_tokens(static_cast<std::size_t>(n_bins), 0);
-  bool ordered = true; // each request's events in arrival order?
+  bool ordered = true;  // each request's events in arrival order?
   std::vector<ns_t> last_t(n_req, std::numeric_limits<ns_t>::min());
   for (std::size_t e = 0; e < n_ev; ++e) {
     const std::int32_t q = r.ev_request[e];
-    if (!window_req(q) || r.ev_tokens[e] <= 0)
-      continue;
+    if (!window_req(q) || r.ev_tokens[e] <= 0) continue;
     const ns_t t = r.ev_t_ns[e];
-    if (t < last_t[static_cast<std::size_t>(q)])
-      ordered = false;
+    if (t < last_t[static_cast<std::size_t>(q)]) ordered = false;
     last_t[static_cast<std::size_t>(q)] = t;
-    if (!in_window(t))
-      continue;
+    if (!in_window(t)) continue;
     f.output_tokens += r.ev_tokens[e];
     bin_tokens[static_cast<std::size_t>(bin_of(t))] += r.ev_tokens[e];
   }
@@ -191,8 +162,7 @@ CellFigures summarize_cell(const RecordView &r, ns_t t0, ns_t t1,
   f.bin_tok_s.resize(static_cast<std::size_t>(n_bins));
   for (std::int64_t k = 0; k < n_bins; ++k) {
     f.bin_tok_s[static_cast<std::size_t>(k)] =
-        static_cast<double>(bin_tokens[static_cast<std::size_t>(k)]) /
-        bin_width_s(k);
+        static_cast<double>(bin_tokens[static_cast<std::size_t>(k)]) / bin_width_s(k);
   }
 
   // --- time between tokens ---
@@ -202,39 +172,34 @@ CellFigures summarize_cell(const RecordView &r, ns_t t0, ns_t t1,
   std::vector<std::size_t> order;
   order.reserve(n_ev);
   for (std::size_t e = 0; e < n_ev; ++e) {
-    if (window_req(r.ev_request[e]) && r.ev_tokens[e] > 0)
-      order.push_back(e);
+    if (window_req(r.ev_request[e]) && r.ev_tokens[e] > 0) order.push_back(e);
   }
   if (!ordered) {
-    std::stable_sort(order.begin(), order.end(),
-                     [&](std::size_t a, std::size_t b) {
-                       return r.ev_request[a] != r.ev_request[b]
-                                  ? r.ev_request[a] < r.ev_request[b]
-                                  : r.ev_t_ns[a] < r.ev_t_ns[b];
-                     });
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      return r.ev_request[a] != r.ev_request[b] ? r.ev_request[a] < r.ev_request[b]
+                                                : r.ev_t_ns[a] < r.ev_t_ns[b];
+    });
   }
   struct Arrival {
-    ns_t prev = kNever; // previous arrival
-    ns_t t = kNever;    // current arrival being accumulated
+    ns_t prev = kNever;  // previous arrival
+    ns_t t = kNever;     // current arrival being accumulated
     std::int64_t tokens = 0;
   };
   std::vector<Arrival> state(n_req);
-  std::vector<std::pair<double, std::int64_t>> gaps; // (ms per token, tokens)
-  std::vector<std::pair<std::int64_t, std::pair<double, std::int64_t>>>
-      bin_gaps;
-  auto flush = [&](Arrival &a) {
-    if (a.t == kNever)
-      return;
+  std::vector<std::pair<double, std::int64_t>> gaps;  // (ms per token, tokens)
+  std::vector<std::pair<std::int64_t, std::pair<double, std::int64_t>>> bin_gaps;
+  auto flush = [&](Arrival& a) {
+    if (a.t == kNever) return;
     if (a.prev != kNever && in_window(a.t)) {
-      const double per_token_ms = static_cast<double>(a.t - a.prev) * 1e-6 /
-                                  static_cast<double>(a.tokens);
+      const double per_token_ms =
+          static_cast<double>(a.t - a.prev) * 1e-6 / static_cast<double>(a.tokens);
       gaps.emplace_back(per_token_ms, a.tokens);
       bin_gaps.push_back({bin_of(a.t), {per_token_ms, a.tokens}});
     }
     a.prev = a.t;
   };
   for (std::size_t e : order) {
-    Arrival &a = state[static_cast<std::size_t>(r.ev_request[e])];
+    Arrival& a = state[static_cast<std::size_t>(r.ev_request[e])];
     const ns_t t = r.ev_t_ns[e];
     if (t != a.t) {
       flush(a);
@@ -243,8 +208,7 @@ CellFigures summarize_cell(const RecordView &r, ns_t t0, ns_t t1,
     }
     a.tokens += r.ev_tokens[e];
   }
-  for (Arrival &a : state)
-    flush(a);
+  for (Arrival& a : state) flush(a);
   std::sort(gaps.begin(), gaps.end());
   if (!gaps.empty()) {
     f.tbt_ms = sorted_weighted_quantile(gaps, 0, gaps.size(), 0.5);
@@ -256,30 +220,24 @@ CellFigures summarize_cell(const RecordView &r, ns_t t0, ns_t t1,
   if (!std::isnan(f.tbt_ms_ci.lo)) {
     // per-request tok/s = 1000 / tbt is decreasing in tbt: the bounds swap.
     f.per_request_tok_s_ci = {1000.0 / f.tbt_ms_ci.hi,
-                              f.tbt_ms_ci.lo > 0 ? 1000.0 / f.tbt_ms_ci.lo
-                                                 : kInf};
+                              f.tbt_ms_ci.lo > 0 ? 1000.0 / f.tbt_ms_ci.lo : kInf};
   }
 
   // --- per request: TTFT, in flight, outcomes ---
   std::vector<double> ttfts;
-  std::vector<std::pair<std::int64_t, std::pair<double, std::int64_t>>>
-      bin_ttfts;
+  std::vector<std::pair<std::int64_t, std::pair<double, std::int64_t>>> bin_ttfts;
   double in_flight_ns = 0;
   for (std::size_t i = 0; i < n_req; ++i) {
-    if (!window_req(static_cast<std::int64_t>(i)))
-      continue;
+    if (!window_req(static_cast<std::int64_t>(i))) continue;
     const ns_t sent = r.sent_ns[i];
     const ns_t done = i < r.done_ns.size() ? r.done_ns[i] : kNever;
-    const ns_t first =
-        i < r.first_token_ns.size() ? r.first_token_ns[i] : kNever;
-    const auto outcome = i < r.outcome.size()
-                             ? static_cast<Outcome>(r.outcome[i])
-                             : Outcome::kPending;
+    const ns_t first = i < r.first_token_ns.size() ? r.first_token_ns[i] : kNever;
+    const auto outcome =
+        i < r.outcome.size() ? static_cast<Outcome>(r.outcome[i]) : Outcome::kPending;
     if (sent != kNever) {
       const ns_t from = std::max(sent, t0);
       const ns_t to = done == kNever ? t1 : std::min(done, t1);
-      if (to > from)
-        in_flight_ns += static_cast<double>(to - from);
+      if (to > from) in_flight_ns += static_cast<double>(to - from);
     }
     if (in_window(sent)) {
       ++f.started;
@@ -289,10 +247,8 @@ CellFigures summarize_cell(const RecordView &r, ns_t t0, ns_t t1,
         bin_ttfts.push_back({bin_of(sent), {ms, 1}});
       }
     }
-    if (outcome == Outcome::kOk && in_window(done))
-      ++f.completed;
-    if (outcome == Outcome::kError)
-      ++f.errors;
+    if (outcome == Outcome::kOk && in_window(done)) ++f.completed;
+    if (outcome == Outcome::kError) ++f.errors;
   }
   f.avg_active = in_flight_ns / static_cast<double>(span_ns);
   if (!ttfts.empty()) {
@@ -313,11 +269,9 @@ CellFigures summarize_cell(const RecordView &r, ns_t t0, ns_t t1,
       x[k] = edge + w / 2;
       edge += w;
     }
-    const double mx =
-        std::accumulate(x.begin(), x.end(), 0.0) / static_cast<double>(n);
+    const double mx = std::accumulate(x.begin(), x.end(), 0.0) / static_cast<double>(n);
     const double my =
-        std::accumulate(f.bin_tok_s.begin(), f.bin_tok_s.end(), 0.0) /
-        static_cast<double>(n);
+        std::accumulate(f.bin_tok_s.begin(), f.bin_tok_s.end(), 0.0) / static_cast<double>(n);
     double sxx = 0, sxy = 0;
     for (std::size_t k = 0; k < n; ++k) {
       sxx += (x[k] - mx) * (x[k] - mx);
@@ -341,4 +295,4 @@ CellFigures summarize_cell(const RecordView &r, ns_t t0, ns_t t1,
   return f;
 }
 
-} // namespace speedmatrix
+}  // namespace speedmatrix

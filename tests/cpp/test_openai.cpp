@@ -2,13 +2,12 @@
 // against hand-written expectations (tokens per event, first token, usage,
 // finish reason, errors), broken payloads, token-source transitions, and the
 // non-stream error bodies of each server family.
-#include "speedmatrix/openai.hpp"
-
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
+#include "speedmatrix/openai.hpp"
 #include "speedmatrix/sse.hpp"
 #include "stream_fixtures.hpp"
 
@@ -20,7 +19,7 @@ using testing::read_stream_file;
 // Decodes the events straight from the parser's buffer (the padded hot path).
 struct DecodingSink : SseSink {
   explicit DecodingSink(ApiKind api) : dec(api) {}
-  bool on_event(const SseEvent &ev) override {
+  bool on_event(const SseEvent& ev) override {
     results.push_back(dec.decode(ev.data));
     return true;
   }
@@ -28,21 +27,21 @@ struct DecodingSink : SseSink {
   std::vector<ChunkResult> results;
 };
 
-constexpr int kDoneMark = -1;  // expected "tokens" entry for a [DONE] event
-constexpr int kErrorMark = -2; // ... for an error event
+constexpr int kDoneMark = -1;   // expected "tokens" entry for a [DONE] event
+constexpr int kErrorMark = -2;  // ... for an error event
 
 struct StreamExpect {
-  const char *file;
+  const char* file;
   ApiKind api;
-  std::vector<int> tokens; // per event: tokens, or kDoneMark / kErrorMark
-  int first_token_event;   // index of the event with first_token, -1 none
+  std::vector<int> tokens;  // per event: tokens, or kDoneMark / kErrorMark
+  int first_token_event;    // index of the event with first_token, -1 none
   std::int64_t output_tokens;
   std::int64_t prompt_tokens;
   TokenSource source;
-  const char *finish_reason;
-  const char *error_type; // "" when no error event
-  const char *error_contains;
-  std::vector<std::int64_t> server_ns = {}; // per event when given
+  const char* finish_reason;
+  const char* error_type;  // "" when no error event
+  const char* error_contains;
+  std::vector<std::int64_t> server_ns = {};  // per event when given
 };
 
 const StreamExpect kStreams[] = {
@@ -192,7 +191,7 @@ const StreamExpect kStreams[] = {
 class DecodeStream : public ::testing::TestWithParam<StreamExpect> {};
 
 TEST_P(DecodeStream, MatchesExpectations) {
-  const StreamExpect &x = GetParam();
+  const StreamExpect& x = GetParam();
   const std::string s = read_stream_file(x.file);
   ASSERT_FALSE(s.empty()) << x.file;
   DecodingSink sink(x.api);
@@ -202,7 +201,7 @@ TEST_P(DecodeStream, MatchesExpectations) {
   int first = -1, firsts = 0;
   std::int64_t sum = 0;
   for (std::size_t i = 0; i < x.tokens.size(); ++i) {
-    const ChunkResult &r = sink.results[i];
+    const ChunkResult& r = sink.results[i];
     SCOPED_TRACE("event " + std::to_string(i));
     if (x.tokens[i] == kDoneMark) {
       EXPECT_EQ(r.kind, ChunkKind::kDone);
@@ -224,7 +223,7 @@ TEST_P(DecodeStream, MatchesExpectations) {
       EXPECT_EQ(r.server_ns, -1);
     sum += r.tokens;
   }
-  const StreamSummary &sm = sink.dec.summary();
+  const StreamSummary& sm = sink.dec.summary();
   EXPECT_EQ(first, x.first_token_event);
   EXPECT_LE(firsts, 1);
   EXPECT_EQ(sm.chunk_tokens, sum);
@@ -233,15 +232,14 @@ TEST_P(DecodeStream, MatchesExpectations) {
   EXPECT_EQ(sm.source, x.source);
   EXPECT_EQ(sm.finish_reason, x.finish_reason);
   EXPECT_EQ(sm.error_type, x.error_type);
-  EXPECT_NE(sm.error_message.find(x.error_contains), std::string::npos)
-      << sm.error_message;
+  EXPECT_NE(sm.error_message.find(x.error_contains), std::string::npos) << sm.error_message;
   EXPECT_EQ(sm.done, x.tokens.back() == kDoneMark);
   // The same stream through the copying entry point gives the same results.
   OpenAIStreamDecoder copy(x.api);
   struct CopySink : SseSink {
-    OpenAIStreamDecoder *d;
+    OpenAIStreamDecoder* d;
     std::vector<std::int32_t> tokens;
-    bool on_event(const SseEvent &ev) override {
+    bool on_event(const SseEvent& ev) override {
       tokens.push_back(d->decode_copy(std::string(ev.data)).tokens);
       return true;
     }
@@ -253,16 +251,15 @@ TEST_P(DecodeStream, MatchesExpectations) {
   EXPECT_EQ(copy.summary().chunk_tokens, sm.chunk_tokens);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Families, DecodeStream, ::testing::ValuesIn(kStreams),
-    [](const ::testing::TestParamInfo<StreamExpect> &info) {
-      std::string n = info.param.file;
-      return n.substr(0, n.find('.'));
-    });
+INSTANTIATE_TEST_SUITE_P(Families, DecodeStream, ::testing::ValuesIn(kStreams),
+                         [](const ::testing::TestParamInfo<StreamExpect>& info) {
+                           std::string n = info.param.file;
+                           return n.substr(0, n.find('.'));
+                         });
 
 // --- single payloads, including broken ones ---
 struct PayloadCase {
-  const char *name;
+  const char* name;
   std::string data;
   ChunkKind kind;
   int tokens;
@@ -274,74 +271,61 @@ const PayloadCase kPayloads[] = {
     {"empty", "", ChunkKind::kMalformed, 0, false, false},
     {"not_json", "hello world", ChunkKind::kMalformed, 0, false, false},
     {"open_brace", "{", ChunkKind::kMalformed, 0, false, false},
-    {"truncated", R"({"choices":[{"text":"a"})", ChunkKind::kMalformed, 0,
-     false, false},
-    {"truncated_string", R"({"choices":[{"text":"a)", ChunkKind::kMalformed, 0,
-     false, false},
+    {"truncated", R"({"choices":[{"text":"a"})", ChunkKind::kMalformed, 0, false, false},
+    {"truncated_string", R"({"choices":[{"text":"a)", ChunkKind::kMalformed, 0, false, false},
     {"array_top", "[1,2]", ChunkKind::kMalformed, 0, false, false},
     {"string_top", R"("x")", ChunkKind::kMalformed, 0, false, false},
-    {"choices_object", R"({"choices":{}})", ChunkKind::kMalformed, 0, false,
-     false},
-    {"choice_not_object", R"({"choices":[1]})", ChunkKind::kMalformed, 0, false,
-     false},
-    {"text_number", R"({"choices":[{"text":5}]})", ChunkKind::kMalformed, 0,
+    {"choices_object", R"({"choices":{}})", ChunkKind::kMalformed, 0, false, false},
+    {"choice_not_object", R"({"choices":[1]})", ChunkKind::kMalformed, 0, false, false},
+    {"text_number", R"({"choices":[{"text":5}]})", ChunkKind::kMalformed, 0, false, false},
+    {"content_array", R"({"choices":[{"delta":{"content":["x"]}}]})", ChunkKind::kMalformed, 0,
      false, false},
-    {"content_array", R"({"choices":[{"delta":{"content":["x"]}}]})",
-     ChunkKind::kMalformed, 0, false, false},
-    {"delta_string", R"({"choices":[{"delta":"x"}]})", ChunkKind::kMalformed, 0,
-     false, false},
-    {"usage_string_count",
-     R"({"choices":[],"usage":{"completion_tokens":"7"}})",
+    {"delta_string", R"({"choices":[{"delta":"x"}]})", ChunkKind::kMalformed, 0, false, false},
+    {"usage_string_count", R"({"choices":[],"usage":{"completion_tokens":"7"}})",
      ChunkKind::kMalformed, 0, false, false},
     {"finish_reason_number", R"({"choices":[{"text":"a","finish_reason":1}]})",
      ChunkKind::kMalformed, 0, false, false},
-    {"trailing_junk", R"({"choices":[{"text":"a"}]} junk)",
-     ChunkKind::kMalformed, 0, false, false},
-    {"stamp_string", R"({"sm_t_ns":"x","choices":[]})", ChunkKind::kMalformed,
-     0, false, false},
+    {"trailing_junk", R"({"choices":[{"text":"a"}]} junk)", ChunkKind::kMalformed, 0, false, false},
+    {"stamp_string", R"({"sm_t_ns":"x","choices":[]})", ChunkKind::kMalformed, 0, false, false},
     {"done_with_junk", "[DONE]x", ChunkKind::kMalformed, 0, false, false},
     {"done_spaces", " [DONE] ", ChunkKind::kDone, 0, false, false},
     {"empty_object", "{}", ChunkKind::kData, 0, false, false},
     {"empty_choices", R"({"choices":[]})", ChunkKind::kData, 0, false, false},
-    {"escaped_text", R"({"choices":[{"text":"\"q\""}]})", ChunkKind::kData, 1,
+    {"escaped_text", R"({"choices":[{"text":"\"q\""}]})", ChunkKind::kData, 1, true, false},
+    {"unicode_escape_text", R"({"choices":[{"text":"\u00e9"}]})", ChunkKind::kData, 1, true, false},
+    {"whitespace_json", " {\n \"choices\" : [ { \"text\" : \"a\" } ] }\n", ChunkKind::kData, 1,
      true, false},
-    {"unicode_escape_text", R"({"choices":[{"text":"\u00e9"}]})",
-     ChunkKind::kData, 1, true, false},
-    {"whitespace_json", " {\n \"choices\" : [ { \"text\" : \"a\" } ] }\n",
-     ChunkKind::kData, 1, true, false},
-    {"only_first_choice_counts", R"({"choices":[{"text":""},{"text":"b"}]})",
+    {"only_first_choice_counts", R"({"choices":[{"text":""},{"text":"b"}]})", ChunkKind::kData, 0,
+     false, false},
+    {"null_error_is_no_error", R"({"error":null,"choices":[{"text":"a"}]})", ChunkKind::kData, 1,
+     true, false},
+    {"null_content_role_only", R"({"choices":[{"delta":{"role":"assistant","content":null}}]})",
      ChunkKind::kData, 0, false, false},
-    {"null_error_is_no_error", R"({"error":null,"choices":[{"text":"a"}]})",
-     ChunkKind::kData, 1, true, false},
-    {"null_content_role_only",
-     R"({"choices":[{"delta":{"role":"assistant","content":null}}]})",
-     ChunkKind::kData, 0, false, false},
-    {"reasoning_content",
-     R"({"choices":[{"delta":{"reasoning_content":"r"}}]})", ChunkKind::kData,
+    {"reasoning_content", R"({"choices":[{"delta":{"reasoning_content":"r"}}]})", ChunkKind::kData,
      1, true, false},
-    {"reasoning", R"({"choices":[{"delta":{"content":"","reasoning":"r"}}]})",
-     ChunkKind::kData, 1, true, false},
+    {"reasoning", R"({"choices":[{"delta":{"content":"","reasoning":"r"}}]})", ChunkKind::kData, 1,
+     true, false},
     {"tool_call_arguments",
      R"({"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{"}}]}}]})",
      ChunkKind::kData, 1, true, false},
-    {"empty_tool_calls", R"({"choices":[{"delta":{"tool_calls":[]}}]})",
-     ChunkKind::kData, 0, false, false},
-    {"finish_with_text", R"({"choices":[{"text":"a","finish_reason":"stop"}]})",
-     ChunkKind::kData, 1, true, true},
-    {"finish_null", R"({"choices":[{"text":"a","finish_reason":null}]})",
-     ChunkKind::kData, 1, true, false},
-    {"error_object", R"({"error":{"message":"boom","code":500}})",
-     ChunkKind::kError, 0, false, false},
-    {"flat_error", R"({"object":"error","message":"m","type":"t","code":400})",
-     ChunkKind::kError, 0, false, false},
-    {"error_string", R"({"error":"oops","error_type":"overloaded"})",
-     ChunkKind::kError, 0, false, false},
+    {"empty_tool_calls", R"({"choices":[{"delta":{"tool_calls":[]}}]})", ChunkKind::kData, 0, false,
+     false},
+    {"finish_with_text", R"({"choices":[{"text":"a","finish_reason":"stop"}]})", ChunkKind::kData,
+     1, true, true},
+    {"finish_null", R"({"choices":[{"text":"a","finish_reason":null}]})", ChunkKind::kData, 1, true,
+     false},
+    {"error_object", R"({"error":{"message":"boom","code":500}})", ChunkKind::kError, 0, false,
+     false},
+    {"flat_error", R"({"object":"error","message":"m","type":"t","code":400})", ChunkKind::kError,
+     0, false, false},
+    {"error_string", R"({"error":"oops","error_type":"overloaded"})", ChunkKind::kError, 0, false,
+     false},
 };
 
 class DecodePayload : public ::testing::TestWithParam<PayloadCase> {};
 
 TEST_P(DecodePayload, Classifies) {
-  const PayloadCase &c = GetParam();
+  const PayloadCase& c = GetParam();
   OpenAIStreamDecoder dec(ApiKind::kChat);
   const ChunkResult r = dec.decode_copy(c.data);
   EXPECT_EQ(r.kind, c.kind);
@@ -354,30 +338,27 @@ TEST_P(DecodePayload, Classifies) {
     EXPECT_FALSE(dec.summary().error_message.empty());
     EXPECT_EQ(dec.summary().error_message.find('\n'), std::string::npos);
   }
-  if (c.kind == ChunkKind::kError)
-    EXPECT_FALSE(dec.summary().error_message.empty());
+  if (c.kind == ChunkKind::kError) EXPECT_FALSE(dec.summary().error_message.empty());
 }
 
-INSTANTIATE_TEST_SUITE_P(Payloads, DecodePayload,
-                         ::testing::ValuesIn(kPayloads),
-                         [](const ::testing::TestParamInfo<PayloadCase> &info) {
+INSTANTIATE_TEST_SUITE_P(Payloads, DecodePayload, ::testing::ValuesIn(kPayloads),
+                         [](const ::testing::TestParamInfo<PayloadCase>& info) {
                            return info.param.name;
                          });
 
 TEST(Decoder, ErrorTypeAndMessageOfEachShape) {
   struct Case {
-    const char *data;
-    const char *type;
-    const char *message;
+    const char* data;
+    const char* type;
+    const char* message;
   } cases[] = {
       {R"({"error":{"message":"boom","code":500}})", "500", "boom"},
       {R"({"error":{"object":"error","message":"bad","type":"BadRequestError","code":400}})",
        "BadRequestError", "bad"},
       {R"({"object":"error","message":"m","type":"t","code":400})", "t", "m"},
-      {R"({"error":"oops\nmore","error_type":"overloaded"})", "overloaded",
-       "oops more"},
+      {R"({"error":"oops\nmore","error_type":"overloaded"})", "overloaded", "oops more"},
   };
-  for (const Case &c : cases) {
+  for (const Case& c : cases) {
     OpenAIStreamDecoder dec;
     EXPECT_EQ(dec.decode_copy(c.data).kind, ChunkKind::kError) << c.data;
     EXPECT_EQ(dec.summary().error_type, c.type) << c.data;
@@ -385,20 +366,17 @@ TEST(Decoder, ErrorTypeAndMessageOfEachShape) {
   }
 }
 
-std::vector<int> decode_all(OpenAIStreamDecoder &dec,
-                            const std::vector<std::string> &payloads) {
+std::vector<int> decode_all(OpenAIStreamDecoder& dec, const std::vector<std::string>& payloads) {
   std::vector<int> tokens;
-  for (const std::string &p : payloads)
-    tokens.push_back(dec.decode_copy(p).tokens);
+  for (const std::string& p : payloads) tokens.push_back(dec.decode_copy(p).tokens);
   return tokens;
 }
 
 TEST(Decoder, UsageAppearingMidStreamDoesNotDoubleCount) {
   OpenAIStreamDecoder dec(ApiKind::kCompletions);
-  auto t = decode_all(
-      dec, {R"({"choices":[{"text":"a"}]})", R"({"choices":[{"text":"b"}]})",
-            R"({"choices":[{"text":"cd"}],"usage":{"completion_tokens":4}})",
-            R"({"choices":[{"text":"e"}],"usage":{"completion_tokens":5}})"});
+  auto t = decode_all(dec, {R"({"choices":[{"text":"a"}]})", R"({"choices":[{"text":"b"}]})",
+                            R"({"choices":[{"text":"cd"}],"usage":{"completion_tokens":4}})",
+                            R"({"choices":[{"text":"e"}],"usage":{"completion_tokens":5}})"});
   EXPECT_EQ(t, (std::vector<int>{1, 1, 2, 1}));
   EXPECT_EQ(dec.summary().source, TokenSource::kUsageContinuous);
   EXPECT_EQ(dec.summary().output_tokens, 5);
@@ -406,20 +384,17 @@ TEST(Decoder, UsageAppearingMidStreamDoesNotDoubleCount) {
 
 TEST(Decoder, CumulativeUsageGoingBackwardsAddsNothing) {
   OpenAIStreamDecoder dec;
-  auto t = decode_all(
-      dec, {R"({"choices":[{"text":"a"}],"usage":{"completion_tokens":3}})",
-            R"({"choices":[{"text":"b"}],"usage":{"completion_tokens":2}})",
-            R"({"choices":[{"text":"c"}],"usage":{"completion_tokens":4}})"});
+  auto t = decode_all(dec, {R"({"choices":[{"text":"a"}],"usage":{"completion_tokens":3}})",
+                            R"({"choices":[{"text":"b"}],"usage":{"completion_tokens":2}})",
+                            R"({"choices":[{"text":"c"}],"usage":{"completion_tokens":4}})"});
   EXPECT_EQ(t, (std::vector<int>{3, 0, 1}));
   EXPECT_EQ(dec.summary().output_tokens, 4);
 }
 
 TEST(Decoder, FinalUsageTotalWinsOverChunkCount) {
   OpenAIStreamDecoder dec;
-  auto t = decode_all(
-      dec,
-      {R"({"choices":[{"text":"a b c"}]})", R"({"choices":[{"text":"d e"}]})",
-       R"({"choices":[],"usage":{"prompt_tokens":8,"completion_tokens":5}})"});
+  auto t = decode_all(dec, {R"({"choices":[{"text":"a b c"}]})", R"({"choices":[{"text":"d e"}]})",
+                            R"({"choices":[],"usage":{"prompt_tokens":8,"completion_tokens":5}})"});
   EXPECT_EQ(t, (std::vector<int>{1, 1, 0}));
   EXPECT_EQ(dec.summary().chunk_tokens, 2);
   EXPECT_EQ(dec.summary().output_tokens, 5);
@@ -429,10 +404,8 @@ TEST(Decoder, FinalUsageTotalWinsOverChunkCount) {
 
 TEST(Decoder, ZeroUsageWithoutTextLeavesSourceNone) {
   OpenAIStreamDecoder dec(ApiKind::kChat);
-  decode_all(
-      dec,
-      {R"({"choices":[{"delta":{"role":"assistant"}}]})",
-       R"({"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":0}})"});
+  decode_all(dec, {R"({"choices":[{"delta":{"role":"assistant"}}]})",
+                   R"({"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":0}})"});
   EXPECT_EQ(dec.summary().source, TokenSource::kNone);
   EXPECT_EQ(dec.summary().output_tokens, 0);
 }
@@ -440,13 +413,9 @@ TEST(Decoder, ZeroUsageWithoutTextLeavesSourceNone) {
 TEST(Decoder, FirstTokenOnlyOnceAndNotForRoleChunk) {
   OpenAIStreamDecoder dec(ApiKind::kChat);
   EXPECT_FALSE(
-      dec.decode_copy(
-             R"({"choices":[{"delta":{"role":"assistant","content":""}}]})")
-          .first_token);
-  EXPECT_TRUE(dec.decode_copy(R"({"choices":[{"delta":{"content":"x"}}]})")
-                  .first_token);
-  EXPECT_FALSE(dec.decode_copy(R"({"choices":[{"delta":{"content":"y"}}]})")
-                   .first_token);
+      dec.decode_copy(R"({"choices":[{"delta":{"role":"assistant","content":""}}]})").first_token);
+  EXPECT_TRUE(dec.decode_copy(R"({"choices":[{"delta":{"content":"x"}}]})").first_token);
+  EXPECT_FALSE(dec.decode_copy(R"({"choices":[{"delta":{"content":"y"}}]})").first_token);
 }
 
 TEST(Decoder, ResetAndMoveKeepItUsable) {
@@ -460,11 +429,9 @@ TEST(Decoder, ResetAndMoveKeepItUsable) {
   b.reset(ApiKind::kChat);
   EXPECT_EQ(b.summary().output_tokens, 0);
   EXPECT_TRUE(b.summary().finish_reason.empty());
-  EXPECT_TRUE(
-      b.decode_copy(R"({"choices":[{"delta":{"content":"x"}}]})").first_token);
-  a.reset(ApiKind::kChat); // moved-from
-  EXPECT_EQ(a.decode_copy(R"({"choices":[{"delta":{"content":"x"}}]})").tokens,
-            1);
+  EXPECT_TRUE(b.decode_copy(R"({"choices":[{"delta":{"content":"x"}}]})").first_token);
+  a.reset(ApiKind::kChat);  // moved-from
+  EXPECT_EQ(a.decode_copy(R"({"choices":[{"delta":{"content":"x"}}]})").tokens, 1);
   OpenAIStreamDecoder c;
   c = std::move(b);
   EXPECT_EQ(c.summary().output_tokens, 1);
@@ -473,8 +440,7 @@ TEST(Decoder, ResetAndMoveKeepItUsable) {
 TEST(Decoder, LargePayloadParses) {
   std::string text(1 << 20, 'a');
   OpenAIStreamDecoder dec;
-  const ChunkResult r = dec.decode_copy(R"({"choices":[{"text":")" + text +
-                                        R"("}],"sm_t_ns":42})");
+  const ChunkResult r = dec.decode_copy(R"({"choices":[{"text":")" + text + R"("}],"sm_t_ns":42})");
   EXPECT_EQ(r.kind, ChunkKind::kData);
   EXPECT_EQ(r.tokens, 1);
   EXPECT_EQ(r.server_ns, 42);
@@ -482,7 +448,7 @@ TEST(Decoder, LargePayloadParses) {
 
 // --- non-stream error bodies ---
 struct BodyCase {
-  const char *name;
+  const char* name;
   std::string body;
   std::string expected;
 };
@@ -502,23 +468,21 @@ const BodyCase kBodies[] = {
      R"({"error":"Input validation error: `inputs` tokens + `max_new_tokens` must be <= 4096. Given: 4000 `inputs` tokens and 200 `max_new_tokens`","error_type":"validation"})",
      "Input validation error: `inputs` tokens + `max_new_tokens` must be <= "
      "4096. Given: 4000 "
-     "`inputs` tokens and 200 `max_new_tokens`"}, // type already in the
-                                                  // message: not repeated
+     "`inputs` tokens and 200 `max_new_tokens`"},  // type already in the
+                                                   // message: not repeated
     {"tgi_overloaded", R"({"error":"Model is busy","error_type":"overloaded"})",
      "Model is busy [overloaded]"},
     {"llamacpp",
      R"({"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error","n_prompt_tokens":5000,"n_ctx":4096}})",
      "the request exceeds the available context size, try increasing it "
      "[exceed_context_size_error, code=400, n_prompt_tokens=5000, n_ctx=4096]"},
-    {"ollama",
-     R"({"error":"model \"llama9\" not found, try pulling it first"})",
+    {"ollama", R"({"error":"model \"llama9\" not found, try pulling it first"})",
      "model \"llama9\" not found, try pulling it first"},
     {"fastapi_validation",
      R"({"detail":[{"loc":["body","model"],"msg":"Field required","type":"missing"}]})",
      "body.model: Field required"},
     {"fastapi_detail", R"({"detail":"Not Found"})", "Not Found"},
-    {"trtllm_flat_no_type",
-     R"({"object":"error","message":"model is required","code":400})",
+    {"trtllm_flat_no_type", R"({"object":"error","message":"model is required","code":400})",
      "model is required [code=400]"},
     {"plain_text", "Internal Server Error\n", "Internal Server Error"},
     {"html",
@@ -526,8 +490,8 @@ const BodyCase kBodies[] = {
      "Gateway</title></head>\r\n\t<body></body>\n</html>",
      "<html> <head><title>502 Bad Gateway</title></head> <body></body> "
      "</html>"},
-    {"json_message_with_newlines",
-     R"({"error":{"message":"line1\nline2\r\n  line3"}})", "line1 line2 line3"},
+    {"json_message_with_newlines", R"({"error":{"message":"line1\nline2\r\n  line3"}})",
+     "line1 line2 line3"},
     {"json_string", R"("just text")", "just text"},
     {"empty", "", ""},
     {"unknown_object", R"({"status":"busy"})", R"({"status":"busy"})"},
@@ -540,16 +504,14 @@ TEST_P(ErrorBody, OneLineMessage) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, ErrorBody, ::testing::ValuesIn(kBodies),
-                         [](const ::testing::TestParamInfo<BodyCase> &info) {
+                         [](const ::testing::TestParamInfo<BodyCase>& info) {
                            return info.param.name;
                          });
 
 TEST(ErrorBodyLimits, LongBodyIsCutAtUtf8BoundaryTo500Bytes) {
   std::string body;
-  for (int i = 0; i < 400; ++i)
-    body += "\xc3\xa9"; // é, 2 bytes each
-  const std::string m =
-      error_message_from_body(R"({"error":{"message":")" + body + R"("}})");
+  for (int i = 0; i < 400; ++i) body += "\xc3\xa9";  // é, 2 bytes each
+  const std::string m = error_message_from_body(R"({"error":{"message":")" + body + R"("}})");
   EXPECT_LE(m.size(), 500u);
   EXPECT_GE(m.size(), 490u);
   ASSERT_EQ(m.substr(m.size() - 3), "...");
@@ -559,5 +521,5 @@ TEST(ErrorBodyLimits, LongBodyIsCutAtUtf8BoundaryTo500Bytes) {
   EXPECT_EQ(plain.size(), 500u);
 }
 
-} // namespace
-} // namespace speedmatrix
+}  // namespace
+}  // namespace speedmatrix

@@ -1,18 +1,18 @@
 // Prometheus text parser: real /metrics excerpts of SGLang, vLLM, llama.cpp,
 // TGI and TRT-LLM, the syntax corners of the exposition format, broken lines,
 // and summing over labels.
-#include "speedmatrix/prom.hpp"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
 #include <string>
 
+#include "speedmatrix/prom.hpp"
+
 namespace speedmatrix {
 namespace {
 
-const char *kSglang =
+const char* kSglang =
     R"(# HELP sglang:num_running_reqs The number of running requests.
 # TYPE sglang:num_running_reqs gauge
 sglang:num_running_reqs{engine_type="unified",model_name="Qwen/Qwen2.5-7B-Instruct",pp_rank="0",tp_rank="0"} 12.0
@@ -31,7 +31,7 @@ sglang:time_to_first_token_seconds_sum{model_name="Qwen/Qwen2.5-7B-Instruct"} 1.
 sglang:time_to_first_token_seconds_count{model_name="Qwen/Qwen2.5-7B-Instruct"} 9.0
 )";
 
-const char *kVllm =
+const char* kVllm =
     R"(# HELP vllm:num_requests_running Number of requests in model execution batches.
 # TYPE vllm:num_requests_running gauge
 vllm:num_requests_running{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"} 4.0
@@ -50,7 +50,7 @@ python_gc_objects_collected_total{generation="0"} 12345.0
 process_start_time_seconds 1.73314e+09
 )";
 
-const char *kLlamacpp =
+const char* kLlamacpp =
     "# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed.\n"
     "# TYPE llamacpp:prompt_tokens_total counter\n"
     "llamacpp:prompt_tokens_total 1024\n"
@@ -60,11 +60,12 @@ const char *kLlamacpp =
     "llamacpp:requests_deferred 0\n"
     "llamacpp:predicted_tokens_seconds 61.5\n";
 
-const char *kTgi = "# TYPE tgi_queue_size gauge\r\n"
-                   "tgi_queue_size 7\r\n"
-                   "# TYPE tgi_batch_current_size gauge\r\n"
-                   "tgi_batch_current_size 32\r\n"
-                   "tgi_request_duration_bucket{le=\"0.5\"} 3\r\n";
+const char* kTgi =
+    "# TYPE tgi_queue_size gauge\r\n"
+    "tgi_queue_size 7\r\n"
+    "# TYPE tgi_batch_current_size gauge\r\n"
+    "tgi_batch_current_size 32\r\n"
+    "tgi_request_duration_bucket{le=\"0.5\"} 3\r\n";
 
 TEST(Prom, SglangPageWithRanksSummed) {
   int bad = -1;
@@ -73,13 +74,11 @@ TEST(Prom, SglangPageWithRanksSummed) {
   ASSERT_EQ(s.size(), 8u);
   EXPECT_EQ(s[0].name, "sglang:num_running_reqs");
   ASSERT_EQ(s[0].labels.size(), 4u);
-  EXPECT_EQ(s[0].labels[3],
-            (std::pair<std::string, std::string>{"tp_rank", "0"}));
+  EXPECT_EQ(s[0].labels[3], (std::pair<std::string, std::string>{"tp_rank", "0"}));
   EXPECT_EQ(s[0].labels[1].second, "Qwen/Qwen2.5-7B-Instruct");
   EXPECT_EQ(s[5].labels[0].second, "+Inf");
-  auto v = sum_by_name(s, {"sglang:num_running_reqs", "sglang:num_queue_reqs",
-                           "sglang:token_usage", "sglang:gen_throughput",
-                           "sglang:time_to_first_token_seconds_count"});
+  auto v = sum_by_name(s, {"sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage",
+                           "sglang:gen_throughput", "sglang:time_to_first_token_seconds_count"});
   EXPECT_DOUBLE_EQ(v[0], 24.0);
   EXPECT_DOUBLE_EQ(v[1], 3.0);
   EXPECT_DOUBLE_EQ(v[2], 0.41);
@@ -92,20 +91,17 @@ TEST(Prom, VllmPageAndCacheConfigLabels) {
   auto s = parse_prometheus(kVllm, &bad);
   EXPECT_EQ(bad, 0);
   ASSERT_EQ(s.size(), 8u);
-  auto v = sum_by_name(s, {"vllm:num_requests_running",
-                           "vllm:generation_tokens_total",
+  auto v = sum_by_name(s, {"vllm:num_requests_running", "vllm:generation_tokens_total",
                            "process_start_time_seconds"});
   EXPECT_DOUBLE_EQ(v[0], 9.0);
   EXPECT_DOUBLE_EQ(v[1], 1234567.0);
   EXPECT_DOUBLE_EQ(v[2], 1.73314e9);
-  const PromSample &cc = s[4];
+  const PromSample& cc = s[4];
   EXPECT_EQ(cc.name, "vllm:cache_config_info");
   std::string blocks, bs;
-  for (auto &[k, val] : cc.labels) {
-    if (k == "num_gpu_blocks")
-      blocks = val;
-    if (k == "block_size")
-      bs = val;
+  for (auto& [k, val] : cc.labels) {
+    if (k == "num_gpu_blocks") blocks = val;
+    if (k == "block_size") bs = val;
   }
   EXPECT_EQ(blocks, "27235");
   EXPECT_EQ(bs, "16");
@@ -126,11 +122,11 @@ TEST(Prom, LlamacppUnlabelledAndTgiCrlf) {
 }
 
 struct LineCase {
-  const char *name;
+  const char* name;
   std::string line;
   bool ok;
-  const char *metric;
-  double value; // NaN: expect NaN
+  const char* metric;
+  double value;  // NaN: expect NaN
   std::vector<std::pair<std::string, std::string>> labels;
 };
 
@@ -139,12 +135,7 @@ const double kInf = std::numeric_limits<double>::infinity();
 
 const LineCase kLines[] = {
     {"plain", "a 1", true, "a", 1, {}},
-    {"colon_name",
-     "ns:sub:metric_total 2.5",
-     true,
-     "ns:sub:metric_total",
-     2.5,
-     {}},
+    {"colon_name", "ns:sub:metric_total 2.5", true, "ns:sub:metric_total", 2.5, {}},
     {"empty_braces", "a{} 3", true, "a", 3, {}},
     {"timestamp", "a{x=\"1\"} 4 1733140000000", true, "a", 4, {{"x", "1"}}},
     {"negative_timestamp", "a 4 -5", true, "a", 4, {}},
@@ -155,12 +146,7 @@ const LineCase kLines[] = {
     {"exponent", "a 1.5e-3", true, "a", 1.5e-3, {}},
     {"negative", "a -2", true, "a", -2, {}},
     {"plus_sign", "a +2", true, "a", 2, {}},
-    {"escaped_quote",
-     R"(a{p="say \"hi\""} 1)",
-     true,
-     "a",
-     1,
-     {{"p", "say \"hi\""}}},
+    {"escaped_quote", R"(a{p="say \"hi\""} 1)", true, "a", 1, {{"p", "say \"hi\""}}},
     {"escaped_backslash_and_newline",
      R"(a{p="c:\\dir\nx"} 1)",
      true,
@@ -174,12 +160,7 @@ const LineCase kLines[] = {
      1,
      {{"p", "x,y}z"}, {"q", "2"}}},
     {"trailing_comma", R"(a{p="1",} 1)", true, "a", 1, {{"p", "1"}}},
-    {"spaces_around",
-     "  a { p = \"1\" , q=\"2\" }\t7  ",
-     true,
-     "a",
-     7,
-     {{"p", "1"}, {"q", "2"}}},
+    {"spaces_around", "  a { p = \"1\" , q=\"2\" }\t7  ", true, "a", 7, {{"p", "1"}, {"q", "2"}}},
     {"empty_label_value", R"(a{p=""} 1)", true, "a", 1, {{"p", ""}}},
     {"no_value", "a", false, "", 0, {}},
     {"no_value_labels", R"(a{p="1"})", false, "", 0, {}},
@@ -196,7 +177,7 @@ const LineCase kLines[] = {
 class PromLine : public ::testing::TestWithParam<LineCase> {};
 
 TEST_P(PromLine, Parses) {
-  const LineCase &c = GetParam();
+  const LineCase& c = GetParam();
   int bad = -1;
   auto s = parse_prometheus(c.line + "\n", &bad);
   if (!c.ok) {
@@ -215,24 +196,22 @@ TEST_P(PromLine, Parses) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Lines, PromLine, ::testing::ValuesIn(kLines),
-                         [](const ::testing::TestParamInfo<LineCase> &info) {
+                         [](const ::testing::TestParamInfo<LineCase>& info) {
                            return info.param.name;
                          });
 
 TEST(Prom, BadLinesAreSkippedAndCountedOthersKept) {
   int bad = -1;
-  auto s = parse_prometheus(
-      "a 1\ngarbage here now\n# comment\n\n   \nb{x=\"1\"} 2\nc", &bad);
+  auto s = parse_prometheus("a 1\ngarbage here now\n# comment\n\n   \nb{x=\"1\"} 2\nc", &bad);
   EXPECT_EQ(bad,
-            2); // "garbage here now" and "c" (no trailing newline, no value)
+            2);  // "garbage here now" and "c" (no trailing newline, no value)
   ASSERT_EQ(s.size(), 2u);
   EXPECT_EQ(s[1].name, "b");
   EXPECT_TRUE(parse_prometheus("").empty());
 }
 
 TEST(Prom, SumByNameSkipsNanAndRepeatsNames) {
-  auto s =
-      parse_prometheus("a{r=\"0\"} 1\na{r=\"1\"} NaN\na{r=\"2\"} 2\nb NaN\n");
+  auto s = parse_prometheus("a{r=\"0\"} 1\na{r=\"1\"} NaN\na{r=\"2\"} 2\nb NaN\n");
   auto v = sum_by_name(s, {"a", "b", "a", "missing"});
   EXPECT_DOUBLE_EQ(v[0], 3.0);
   EXPECT_TRUE(std::isnan(v[1]));
@@ -241,5 +220,5 @@ TEST(Prom, SumByNameSkipsNanAndRepeatsNames) {
   EXPECT_TRUE(sum_by_name(s, {}).empty());
 }
 
-} // namespace
-} // namespace speedmatrix
+}  // namespace
+}  // namespace speedmatrix

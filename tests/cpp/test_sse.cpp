@@ -1,14 +1,13 @@
 // SSE parser: recorded streams of every server family replayed whole, split at
 // every byte position, byte by byte and in random pieces, with LF, CRLF and CR
 // line ends, must give identical events; plus table-driven edge cases.
-#include "speedmatrix/sse.hpp"
-
 #include <gtest/gtest.h>
 
 #include <random>
 #include <string>
 #include <vector>
 
+#include "speedmatrix/sse.hpp"
 #include "stream_fixtures.hpp"
 
 namespace speedmatrix {
@@ -20,7 +19,7 @@ using testing::read_stream_file;
 using testing::with_line_ends;
 
 struct StreamCase {
-  const char *file;
+  const char* file;
   std::size_t events;
   std::size_t comments;
 };
@@ -51,19 +50,16 @@ struct Parsed {
 };
 
 // Feeds `s` cut at the given ascending positions.
-Parsed parse_pieces(const std::string &s,
-                    const std::vector<std::size_t> &cuts) {
+Parsed parse_pieces(const std::string& s, const std::vector<std::size_t>& cuts) {
   SseParser parser;
   CollectingSink sink;
   Parsed out;
   std::size_t prev = 0;
   auto feed_to = [&](std::size_t end) {
-    if (parser.feed(s.data() + prev, end - prev, sink) != SseStatus::kOk)
-      out.ok = false;
+    if (parser.feed(s.data() + prev, end - prev, sink) != SseStatus::kOk) out.ok = false;
     prev = end;
   };
-  for (std::size_t c : cuts)
-    feed_to(c);
+  for (std::size_t c : cuts) feed_to(c);
   feed_to(s.size());
   out.events = std::move(sink.events);
   out.comments = parser.comments();
@@ -75,7 +71,7 @@ Parsed parse_pieces(const std::string &s,
 class RecordedStream : public ::testing::TestWithParam<StreamCase> {};
 
 TEST_P(RecordedStream, WholeFeedGivesExpectedEvents) {
-  const StreamCase &c = GetParam();
+  const StreamCase& c = GetParam();
   const std::string s = read_stream_file(c.file);
   ASSERT_FALSE(s.empty()) << c.file;
   Parsed whole = parse_pieces(s, {});
@@ -83,24 +79,21 @@ TEST_P(RecordedStream, WholeFeedGivesExpectedEvents) {
   EXPECT_EQ(whole.events.size(), c.events);
   EXPECT_EQ(whole.comments, c.comments);
   EXPECT_FALSE(whole.partial);
-  for (const OwnedEvent &e : whole.events) {
-    EXPECT_EQ(e.data.find('\r'), std::string::npos)
-        << "line end leaked into data";
+  for (const OwnedEvent& e : whole.events) {
+    EXPECT_EQ(e.data.find('\r'), std::string::npos) << "line end leaked into data";
   }
   // Every recorded stream of a real server ends with [DONE] or an error event.
-  if (std::string(c.file) != "synthetic_fields.sse" &&
-      whole.events.back().data != "[DONE]") {
-    EXPECT_NE(whole.events.back().data.find("error"), std::string::npos)
-        << c.file;
+  if (std::string(c.file) != "synthetic_fields.sse" && whole.events.back().data != "[DONE]") {
+    EXPECT_NE(whole.events.back().data.find("error"), std::string::npos) << c.file;
   }
 }
 
 TEST_P(RecordedStream, EverySplitAndLineEndGivesIdenticalEvents) {
-  const StreamCase &c = GetParam();
+  const StreamCase& c = GetParam();
   const std::string raw = read_stream_file(c.file);
   ASSERT_FALSE(raw.empty());
   const Parsed ref = parse_pieces(raw, {});
-  for (const char *eol : {"\n", "\r\n", "\r"}) {
+  for (const char* eol : {"\n", "\r\n", "\r"}) {
     const std::string s = with_line_ends(raw, eol);
     const Parsed whole = parse_pieces(s, {});
     ASSERT_EQ(whole.events, ref.events) << "eol variant of " << c.file;
@@ -111,8 +104,7 @@ TEST_P(RecordedStream, EverySplitAndLineEndGivesIdenticalEvents) {
       ASSERT_FALSE(split.partial);
     }
     std::vector<std::size_t> every;
-    for (std::size_t i = 1; i < s.size(); ++i)
-      every.push_back(i);
+    for (std::size_t i = 1; i < s.size(); ++i) every.push_back(i);
     const Parsed bytewise = parse_pieces(s, every);
     ASSERT_EQ(bytewise.events, ref.events) << c.file << " byte by byte";
     ASSERT_EQ(bytewise.comments, ref.comments);
@@ -120,17 +112,15 @@ TEST_P(RecordedStream, EverySplitAndLineEndGivesIdenticalEvents) {
     for (int round = 0; round < 200; ++round) {
       std::vector<std::size_t> cuts;
       std::uniform_int_distribution<std::size_t> pos(0, s.size());
-      for (int k = 0; k < 4; ++k)
-        cuts.push_back(pos(rng));
+      for (int k = 0; k < 4; ++k) cuts.push_back(pos(rng));
       std::sort(cuts.begin(), cuts.end());
-      ASSERT_EQ(parse_pieces(s, cuts).events, ref.events)
-          << c.file << " random cuts";
+      ASSERT_EQ(parse_pieces(s, cuts).events, ref.events) << c.file << " random cuts";
     }
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Streams, RecordedStream, ::testing::ValuesIn(kStreams),
-                         [](const ::testing::TestParamInfo<StreamCase> &info) {
+                         [](const ::testing::TestParamInfo<StreamCase>& info) {
                            std::string n = info.param.file;
                            n = n.substr(0, n.find('.'));
                            return n;
@@ -138,7 +128,7 @@ INSTANTIATE_TEST_SUITE_P(Streams, RecordedStream, ::testing::ValuesIn(kStreams),
 
 // --- table-driven edge cases: input pieces -> expected events ---
 struct EdgeCase {
-  const char *name;
+  const char* name;
   std::vector<std::string> pieces;
   std::vector<OwnedEvent> expected;
   bool partial_at_end;
@@ -147,11 +137,10 @@ struct EdgeCase {
 class SseEdge : public ::testing::TestWithParam<EdgeCase> {};
 
 TEST_P(SseEdge, ProducesExpectedEvents) {
-  const EdgeCase &c = GetParam();
+  const EdgeCase& c = GetParam();
   SseParser parser;
   CollectingSink sink;
-  for (const std::string &p : c.pieces)
-    ASSERT_EQ(parser.feed(p, sink), SseStatus::kOk);
+  for (const std::string& p : c.pieces) ASSERT_EQ(parser.feed(p, sink), SseStatus::kOk);
   EXPECT_EQ(sink.events, c.expected);
   EXPECT_EQ(parser.has_partial(), c.partial_at_end);
 }
@@ -162,43 +151,19 @@ const EdgeCase kEdges[] = {
      {"data: a\r", "\ndata: b\n\n"},
      {{"", "a\nb", ""}},
      false},
-    {"cr_then_cr_is_two_line_ends",
-     {"data: a\r", "\r"},
-     {{"", "a", ""}},
-     false},
-    {"cr_at_end_then_data",
-     {"data: a\r", "data: b\r\r"},
-     {{"", "a\nb", ""}},
-     false},
-    {"crlf_split_inside_blank_line",
-     {"data: a\r\n\r", "\n"},
-     {{"", "a", ""}},
-     false},
-    {"mixed_line_ends",
-     {"data: a\r\ndata: b\rdata: c\n\n"},
-     {{"", "a\nb\nc", ""}},
-     false},
-    {"multi_line_data_joined",
-     {"data: {\"a\":\ndata: 1}\n\n"},
-     {{"", "{\"a\":\n1}", ""}},
-     false},
-    {"only_one_leading_space_dropped",
-     {"data:  x \n\n"},
-     {{"", " x ", ""}},
-     false},
+    {"cr_then_cr_is_two_line_ends", {"data: a\r", "\r"}, {{"", "a", ""}}, false},
+    {"cr_at_end_then_data", {"data: a\r", "data: b\r\r"}, {{"", "a\nb", ""}}, false},
+    {"crlf_split_inside_blank_line", {"data: a\r\n\r", "\n"}, {{"", "a", ""}}, false},
+    {"mixed_line_ends", {"data: a\r\ndata: b\rdata: c\n\n"}, {{"", "a\nb\nc", ""}}, false},
+    {"multi_line_data_joined", {"data: {\"a\":\ndata: 1}\n\n"}, {{"", "{\"a\":\n1}", ""}}, false},
+    {"only_one_leading_space_dropped", {"data:  x \n\n"}, {{"", " x ", ""}}, false},
     {"no_space_after_colon", {"data:x\n\n"}, {{"", "x", ""}}, false},
     {"field_without_colon_is_empty_data", {"data\n\n"}, {{"", "", ""}}, false},
     {"empty_data_line", {"data:\n\n"}, {{"", "", ""}}, false},
     {"two_empty_data_lines", {"data:\ndata:\n\n"}, {{"", "\n", ""}}, false},
     {"comment_only", {": ping\n\n"}, {}, false},
-    {"comment_between_data_lines",
-     {"data: a\n: c\ndata: b\n\n"},
-     {{"", "a\nb", ""}},
-     false},
-    {"event_and_id",
-     {"event: delta\nid: 7\ndata: x\n\n"},
-     {{"delta", "x", "7"}},
-     false},
+    {"comment_between_data_lines", {"data: a\n: c\ndata: b\n\n"}, {{"", "a\nb", ""}}, false},
+    {"event_and_id", {"event: delta\nid: 7\ndata: x\n\n"}, {{"delta", "x", "7"}}, false},
     {"event_type_resets_id_persists",
      {"event: e\nid: 7\ndata: x\n\ndata: y\n\n"},
      {{"e", "x", "7"}, {"", "y", "7"}},
@@ -211,19 +176,13 @@ const EdgeCase kEdges[] = {
      {"retry: 5\nfoo: bar\ndata: x\n\n"},
      {{"", "x", ""}},
      false},
-    {"field_name_is_case_sensitive",
-     {"Data: x\ndata: y\n\n"},
-     {{"", "y", ""}},
-     false},
+    {"field_name_is_case_sensitive", {"Data: x\ndata: y\n\n"}, {{"", "y", ""}}, false},
     {"extra_blank_lines", {"\n\n\ndata: x\n\n\n\n"}, {{"", "x", ""}}, false},
     {"colon_in_value_kept", {"data: a:b: c\n\n"}, {{"", "a:b: c", ""}}, false},
     {"unfinished_event", {"data: x\n"}, {}, true},
     {"unfinished_line", {"data: x\n\nda"}, {{"", "x", ""}}, true},
     {"pending_event_field", {"event: e\n"}, {}, true},
-    {"trailing_comment_is_not_partial",
-     {"data: x\n\n: bye\n"},
-     {{"", "x", ""}},
-     false},
+    {"trailing_comment_is_not_partial", {"data: x\n\n: bye\n"}, {{"", "x", ""}}, false},
     {"trailing_cr_is_not_partial", {"data: x\n\r"}, {{"", "x", ""}}, false},
     {"nul_in_id_ignored",
      {std::string("id: 1\ndata: a\n\nid: 2\0x\ndata: b\n\n", 32)},
@@ -232,7 +191,7 @@ const EdgeCase kEdges[] = {
 };
 
 INSTANTIATE_TEST_SUITE_P(Cases, SseEdge, ::testing::ValuesIn(kEdges),
-                         [](const ::testing::TestParamInfo<EdgeCase> &info) {
+                         [](const ::testing::TestParamInfo<EdgeCase>& info) {
                            return info.param.name;
                          });
 
@@ -240,10 +199,10 @@ TEST(SseParser, EventTooLargeIsStickyUntilReset) {
   SseParser parser(10);
   CollectingSink sink;
   EXPECT_EQ(parser.feed("data: 0123456789\n\n", sink),
-            SseStatus::kOk); // exactly the limit
+            SseStatus::kOk);  // exactly the limit
   ASSERT_EQ(sink.events.size(), 1u);
   EXPECT_EQ(parser.feed("data: 01234\ndata: 56789\n", sink),
-            SseStatus::kEventTooLarge); // 5+1+5
+            SseStatus::kEventTooLarge);  // 5+1+5
   EXPECT_EQ(parser.feed("\ndata: ok\n\n", sink), SseStatus::kEventTooLarge);
   EXPECT_EQ(sink.events.size(), 1u);
   parser.reset();
@@ -269,7 +228,7 @@ TEST(SseParser, UnterminatedHugeLineIsBoundedNotBuffered) {
 TEST(SseParser, SinkCanStopParsing) {
   struct StopAfterOne : SseSink {
     int n = 0;
-    bool on_event(const SseEvent &) override { return ++n < 1; }
+    bool on_event(const SseEvent&) override { return ++n < 1; }
   } sink;
   SseParser parser;
   EXPECT_EQ(parser.feed("data: a\n\ndata: b\n\n", sink), SseStatus::kStopped);
@@ -279,26 +238,21 @@ TEST(SseParser, SinkCanStopParsing) {
 
 TEST(SseParser, DataIsPaddedAndBufferReusedAcrossEvents) {
   struct Check : SseSink {
-    const char *first = nullptr;
+    const char* first = nullptr;
     int same = 0, n = 0;
-    bool on_event(const SseEvent &ev) override {
-      volatile char sum =
-          0; // the padding must be readable (ASan would trap otherwise)
-      for (std::size_t i = 0; i < kSsePadding; ++i)
-        sum = sum + ev.data.data()[ev.data.size() + i];
-      if (first == nullptr)
-        first = ev.data.data();
+    bool on_event(const SseEvent& ev) override {
+      volatile char sum = 0;  // the padding must be readable (ASan would trap otherwise)
+      for (std::size_t i = 0; i < kSsePadding; ++i) sum = sum + ev.data.data()[ev.data.size() + i];
+      if (first == nullptr) first = ev.data.data();
       same += ev.data.data() == first;
       ++n;
       return true;
     }
   } sink;
   SseParser parser;
-  std::string big =
-      "data: " + std::string(4000, 'a') + "\n\n"; // grows the buffer once
+  std::string big = "data: " + std::string(4000, 'a') + "\n\n";  // grows the buffer once
   ASSERT_EQ(parser.feed(big, sink), SseStatus::kOk);
-  for (int i = 0; i < 50; ++i)
-    ASSERT_EQ(parser.feed("data: {\"x\":1}\n\n", sink), SseStatus::kOk);
+  for (int i = 0; i < 50; ++i) ASSERT_EQ(parser.feed("data: {\"x\":1}\n\n", sink), SseStatus::kOk);
   EXPECT_EQ(sink.n, 51);
   EXPECT_EQ(sink.same, 51) << "data buffer was reallocated between events";
 }
@@ -316,5 +270,5 @@ TEST(SseParser, ResetClearsPartialState) {
   EXPECT_EQ(parser.events(), 1u);
 }
 
-} // namespace
-} // namespace speedmatrix
+}  // namespace
+}  // namespace speedmatrix

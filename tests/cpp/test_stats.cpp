@@ -1,7 +1,5 @@
 // Cell figures against hand-computed values (DESIGN.md "Measurement
 // definitions"), plus percentile helpers, confidence intervals and drift.
-#include "speedmatrix/stats.hpp"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,6 +7,7 @@
 #include <vector>
 
 #include "speedmatrix/records.hpp"
+#include "speedmatrix/stats.hpp"
 
 namespace speedmatrix {
 namespace {
@@ -40,8 +39,7 @@ struct Records {
     ev_tok.push_back(tokens);
   }
   RecordView view() const {
-    return RecordView{sent,   first,  done, outcome, phase,
-                      prompt, ev_req, ev_t, ev_tok};
+    return RecordView{sent, first, done, outcome, phase, prompt, ev_req, ev_t, ev_tok};
   }
 };
 
@@ -60,14 +58,11 @@ Records two_requests() {
   int a = r.add_request(Phase::kWindow, 0, 100 * kMs, 1500 * kMs, Outcome::kOk);
   // Request 1: sent at 0.5, tokens at 0.7 (first), 0.75, 0.85, 2.5 (after t1);
   // still running.
-  int b = r.add_request(Phase::kWindow, 500 * kMs, 700 * kMs, kNever,
-                        Outcome::kCancelled);
+  int b = r.add_request(Phase::kWindow, 500 * kMs, 700 * kMs, kNever, Outcome::kCancelled);
   // Warm-up request: its events (even inside the window) never count.
-  int w = r.add_request(Phase::kWarmup, -1 * kS, -900 * kMs, 200 * kMs,
-                        Outcome::kOk);
+  int w = r.add_request(Phase::kWarmup, -1 * kS, -900 * kMs, 200 * kMs, Outcome::kOk);
   // Failed request: sent at 1.9, error at 1.95, no tokens.
-  r.add_request(Phase::kWindow, 1900 * kMs, kNever, 1950 * kMs,
-                Outcome::kError);
+  r.add_request(Phase::kWindow, 1900 * kMs, kNever, 1950 * kMs, Outcome::kError);
   r.add_event(w, -900 * kMs, 3);
   r.add_event(a, 100 * kMs, 1);
   r.add_event(w, 150 * kMs, 5);
@@ -113,13 +108,13 @@ TEST(SummarizeCell, HandComputedTwoRequests) {
   EXPECT_NEAR(f.tbt_ms_ci.lo, 500.0 - half_width_2(200, 800), 1e-9);
   EXPECT_NEAR(f.tbt_ms_ci.hi, 500.0 + half_width_2(200, 800), 1e-9);
   EXPECT_NEAR(f.per_request_tok_s_ci.lo, 1000.0 / f.tbt_ms_ci.hi, 1e-12);
-  EXPECT_TRUE(std::isinf(f.per_request_tok_s_ci.hi)); // lower tbt bound <= 0
+  EXPECT_TRUE(std::isinf(f.per_request_tok_s_ci.hi));  // lower tbt bound <= 0
   // Both TTFTs fall in bin 0: one bin, no interval.
   EXPECT_TRUE(std::isnan(f.ttft_ms_ci.lo));
   // Two bins: drift from the line through (0.5, 7), (1.5, 1): slope -6 tok/s/s
   // * 2 s / 4 tok/s.
   EXPECT_DOUBLE_EQ(f.drift, -3.0);
-  EXPECT_FALSE(f.drifting); // two bins cannot show significance
+  EXPECT_FALSE(f.drifting);  // two bins cannot show significance
 }
 
 TEST(SummarizeCell, EventOrderWithinColumnsDoesNotMatter) {
@@ -127,8 +122,7 @@ TEST(SummarizeCell, EventOrderWithinColumnsDoesNotMatter) {
   const CellFigures ref = summarize_cell(r.view(), 0, 2 * kS);
   std::mt19937 rng(7);
   std::vector<std::size_t> idx(r.ev_t.size());
-  for (std::size_t i = 0; i < idx.size(); ++i)
-    idx[i] = i;
+  for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = i;
   std::shuffle(idx.begin(), idx.end(), rng);
   Records s = r;
   for (std::size_t i = 0; i < idx.size(); ++i) {
@@ -146,7 +140,7 @@ TEST(SummarizeCell, EventsOfOneReadAreOneArrival) {
   Records r;
   int a = r.add_request(Phase::kWindow, 0, 0, kNever, Outcome::kCancelled);
   r.add_event(a, 0, 1);
-  r.add_event(a, 100 * kMs, 1); // two chunks read together at 100 ms
+  r.add_event(a, 100 * kMs, 1);  // two chunks read together at 100 ms
   r.add_event(a, 100 * kMs, 1);
   r.add_event(a, 200 * kMs, 1);
   // Arrivals: 0 (1), 100 (2), 200 (1) -> gaps 50 ms x2, 100 ms x1 -> median 50.
@@ -158,11 +152,10 @@ TEST(SummarizeCell, EventsOfOneReadAreOneArrival) {
 
 TEST(SummarizeCell, MultiTokenChunkSpreadsItsGap) {
   Records r;
-  int a =
-      r.add_request(Phase::kWindow, 0, 10 * kMs, kNever, Outcome::kCancelled);
+  int a = r.add_request(Phase::kWindow, 0, 10 * kMs, kNever, Outcome::kCancelled);
   r.add_event(a, 10 * kMs, 1);
-  r.add_event(a, 110 * kMs, 4); // 100 ms over 4 tokens: 25 ms each
-  r.add_event(a, 150 * kMs, 1); // 40 ms
+  r.add_event(a, 110 * kMs, 4);  // 100 ms over 4 tokens: 25 ms each
+  r.add_event(a, 150 * kMs, 1);  // 40 ms
   // Expanded: 25 25 25 25 40 -> median 25; unweighted per-chunk gaps would
   // give 70.
   const CellFigures f = summarize_cell(r.view(), 0, kS);
@@ -174,17 +167,17 @@ TEST(SummarizeCell, MultiTokenChunkSpreadsItsGap) {
 TEST(SummarizeCell, GapIntoWindowCountsGapOutOfWindowDoesNot) {
   Records r;
   int a = r.add_request(Phase::kWindow, 0, 0, kNever, Outcome::kCancelled);
-  r.add_event(a, 900 * kMs, 1); // before t0 = 1 s
+  r.add_event(a, 900 * kMs, 1);  // before t0 = 1 s
   r.add_event(a, 1100 * kMs,
-              1); // gap 200 ms, later event in the window: counts
-  r.add_event(a, 1150 * kMs, 1); // 50 ms
-  r.add_event(a, 2300 * kMs, 1); // after t1 = 2 s: not counted
+              1);                 // gap 200 ms, later event in the window: counts
+  r.add_event(a, 1150 * kMs, 1);  // 50 ms
+  r.add_event(a, 2300 * kMs, 1);  // after t1 = 2 s: not counted
   const CellFigures f = summarize_cell(r.view(), 1 * kS, 2 * kS);
   EXPECT_EQ(f.output_tokens, 2);
-  EXPECT_DOUBLE_EQ(f.tbt_ms, 125.0); // median of {200, 50}
-  EXPECT_EQ(f.started, 0);           // sent before t0
+  EXPECT_DOUBLE_EQ(f.tbt_ms, 125.0);  // median of {200, 50}
+  EXPECT_EQ(f.started, 0);            // sent before t0
   EXPECT_TRUE(std::isnan(f.ttft_ms));
-  EXPECT_DOUBLE_EQ(f.avg_active, 1.0); // in flight over the whole window
+  EXPECT_DOUBLE_EQ(f.avg_active, 1.0);  // in flight over the whole window
 }
 
 TEST(SummarizeCell, EmptyWindowGivesZerosAndNaNs) {
@@ -209,10 +202,9 @@ TEST(SummarizeCell, EmptyWindowGivesZerosAndNaNs) {
 TEST(SummarizeCell, PartialLastBinIsMergedIntoTheLastBin) {
   Records r;
   int a = r.add_request(Phase::kWindow, 0, 0, kNever, Outcome::kCancelled);
-  for (int i = 0; i < 25; ++i)
-    r.add_event(a, i * 100 * kMs, 1); // 10 tok/s over 2.5 s
+  for (int i = 0; i < 25; ++i) r.add_event(a, i * 100 * kMs, 1);  // 10 tok/s over 2.5 s
   const CellFigures f = summarize_cell(r.view(), 0, 2500 * kMs);
-  ASSERT_EQ(f.bin_tok_s.size(), 2u); // [0,1) and [1,2.5]
+  ASSERT_EQ(f.bin_tok_s.size(), 2u);  // [0,1) and [1,2.5]
   EXPECT_DOUBLE_EQ(f.bin_tok_s[0], 10.0);
   EXPECT_DOUBLE_EQ(f.bin_tok_s[1], 10.0);
   EXPECT_DOUBLE_EQ(f.total_tok_s, 10.0);
@@ -224,8 +216,7 @@ TEST(SummarizeCell, FlatThroughputHasTightIntervalAndNoDrift) {
   int a = r.add_request(Phase::kWindow, 0, 0, kNever, Outcome::kCancelled);
   for (int k = 0; k < 10; ++k) {
     const int n = k % 2 == 0 ? 19 : 21;
-    for (int i = 0; i < n; ++i)
-      r.add_event(a, k * kS + (i * kS) / n + 1, 1);
+    for (int i = 0; i < n; ++i) r.add_event(a, k * kS + (i * kS) / n + 1, 1);
   }
   const CellFigures f = summarize_cell(r.view(), 0, 10 * kS);
   EXPECT_EQ(f.output_tokens, 200);
@@ -239,8 +230,7 @@ TEST(SummarizeCell, FlatThroughputHasTightIntervalAndNoDrift) {
   // centred on their mean, which need not contain the pooled median.
   const double mid = (1000.0 / 19 + 1000.0 / 21) / 2;
   EXPECT_NEAR((f.tbt_ms_ci.lo + f.tbt_ms_ci.hi) / 2, mid, 1e-3);
-  const double tbt_half =
-      2.2622 * std::sqrt(10.0 / 9.0) * (1000.0 / 19 - mid) / std::sqrt(10.0);
+  const double tbt_half = 2.2622 * std::sqrt(10.0 / 9.0) * (1000.0 / 19 - mid) / std::sqrt(10.0);
   EXPECT_NEAR(f.tbt_ms_ci.hi - mid, tbt_half, 1e-3);
   EXPECT_NEAR(f.per_request_tok_s_ci.lo, 1000.0 / f.tbt_ms_ci.hi, 1e-12);
   EXPECT_NEAR(f.per_request_tok_s_ci.hi, 1000.0 / f.tbt_ms_ci.lo, 1e-12);
@@ -255,14 +245,27 @@ TEST(SummarizeCell, RampIsDetectedAsDrift) {
   Records r;
   int a = r.add_request(Phase::kWindow, 0, 0, kNever, Outcome::kCancelled);
   for (int k = 0; k < 10; ++k) {
-    const int n = 10 + 5 * k + (k % 3 == 0 ? 1 : 0); // a little noise
-    for (int i = 0; i < n; ++i)
-      r.add_event(a, k * kS + (i * kS) / n + 1, 1);
+    const int n = 10 + 5 * k + (k % 3 == 0 ? 1 : 0);  // a little noise
+    for (int i = 0; i < n; ++i) r.add_event(a, k * kS + (i * kS) / n + 1, 1);
   }
   const CellFigures f = summarize_cell(r.view(), 0, 10 * kS);
   EXPECT_GT(f.drift, 1.4);
   EXPECT_LT(f.drift, 1.6);
   EXPECT_TRUE(f.drifting);
+}
+
+TEST(SummarizeCell, NoisyBinsWithApparentSlopeAreNotDrifting) {
+  // Bins alternate 30 and 10 tokens: the fitted line gives |drift| = 0.30,
+  // but the slope's interval (+-2.79 around -0.61 tok/s per s) includes 0.
+  Records r;
+  int a = r.add_request(Phase::kWindow, 0, 0, kNever, Outcome::kCancelled);
+  for (int k = 0; k < 10; ++k) {
+    const int n = k % 2 == 0 ? 30 : 10;
+    for (int i = 0; i < n; ++i) r.add_event(a, k * kS + (i * kS) / n + 1, 1);
+  }
+  const CellFigures f = summarize_cell(r.view(), 0, 10 * kS);
+  EXPECT_NEAR(f.drift, -50.0 / 82.5 * 10.0 / 20.0, 1e-12);
+  EXPECT_FALSE(f.drifting);
 }
 
 TEST(SummarizeCell, TtftIntervalFromBinsOfSendTime) {
@@ -271,8 +274,7 @@ TEST(SummarizeCell, TtftIntervalFromBinsOfSendTime) {
   for (int i = 0; i < 8; ++i) {
     const ns_t s = i * 500 * kMs;
     const ns_t ttft = (i % 2 == 0 ? 100 : 120) * kMs;
-    int id =
-        r.add_request(Phase::kWindow, s, s + ttft, s + 400 * kMs, Outcome::kOk);
+    int id = r.add_request(Phase::kWindow, s, s + ttft, s + 400 * kMs, Outcome::kOk);
     r.add_event(id, s + ttft, 1);
     r.add_event(id, s + ttft + 20 * kMs, 1);
   }
@@ -298,23 +300,20 @@ TEST(Percentile, LinearInterpolation) {
 
 TEST(Percentile, WeightedIsPercentileOfExpandedValues) {
   const std::vector<double> v = {10, 1, 5};
-  const std::vector<std::int64_t> w = {1, 3, 2};         // 1 1 1 5 5 10
-  EXPECT_DOUBLE_EQ(weighted_percentile(v, w, 0.5), 3.0); // (1 + 5) / 2
+  const std::vector<std::int64_t> w = {1, 3, 2};          // 1 1 1 5 5 10
+  EXPECT_DOUBLE_EQ(weighted_percentile(v, w, 0.5), 3.0);  // (1 + 5) / 2
   EXPECT_DOUBLE_EQ(weighted_percentile(v, w, 0.0), 1.0);
   EXPECT_DOUBLE_EQ(weighted_percentile(v, w, 1.0), 10.0);
-  EXPECT_DOUBLE_EQ(weighted_percentile(v, w, 0.9),
-                   percentile({1, 1, 1, 5, 5, 10}, 0.9));
+  EXPECT_DOUBLE_EQ(weighted_percentile(v, w, 0.9), percentile({1, 1, 1, 5, 5, 10}, 0.9));
   const std::vector<double> u = {3, 9, 1, 7};
   const std::vector<std::int64_t> ones = {1, 1, 1, 1};
   for (double q : {0.1, 0.5, 0.77, 0.99}) {
-    EXPECT_DOUBLE_EQ(weighted_percentile(u, ones, q),
-                     percentile({3, 9, 1, 7}, q))
-        << q;
+    EXPECT_DOUBLE_EQ(weighted_percentile(u, ones, q), percentile({3, 9, 1, 7}, q)) << q;
   }
   const std::vector<std::int64_t> zeros = {0, 0, 0, 0};
   EXPECT_TRUE(std::isnan(weighted_percentile(u, zeros, 0.5)));
   EXPECT_TRUE(std::isnan(weighted_percentile({}, {}, 0.5)));
 }
 
-} // namespace
-} // namespace speedmatrix
+}  // namespace
+}  // namespace speedmatrix
