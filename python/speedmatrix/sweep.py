@@ -326,23 +326,28 @@ class Sweep:
         runner = _core.CellRunner(spec)
         self.progress.live.runner = runner
         box: dict = {}
+        done = threading.Event()
 
         def work():
             try:
                 box["result"] = runner.run()
             except BaseException as exc:  # noqa: BLE001 - reported below
                 box["error"] = exc
+            finally:
+                done.set()
 
-        t = threading.Thread(target=work, name="speedmatrix-cell", daemon=True)
-        t.start()
+        threading.Thread(target=work, name="speedmatrix-cell", daemon=True).start()
         interrupted = False
-        try:
-            while t.is_alive():
-                t.join(0.2)
-        except KeyboardInterrupt:
-            interrupted = True
-            runner.stop()
-            t.join()
+        # Wait on an Event, not Thread.join: a KeyboardInterrupt inside join()
+        # can leave the thread looking finished while it still runs (CPython
+        # < 3.13), and the records would be read before they exist.
+        while True:
+            try:
+                if done.wait(0.2):
+                    break
+            except KeyboardInterrupt:
+                interrupted = True
+                runner.stop()
         self.progress.live.runner = None
         if "error" in box:
             raise box["error"]
