@@ -74,7 +74,7 @@ def test_compare_runs(tmp_path):
 @pytest.mark.slow
 def test_quickstart_against_the_built_in_engine(tmp_path):
     try:
-        from speedmatrix import _native  # noqa: F401
+        from speedmatrix import _native
         _native.sim_binary()
     except (ImportError, FileNotFoundError) as exc:
         pytest.skip(f"the compiled core or the built-in engine is not built: {exc}")
