@@ -313,3 +313,35 @@ def test_report_secrets_argument(tmp_path):
     write_run(d, doc)
     md_path, html_path = write_report(d, charts=False, secrets=["plainsecret"])
     assert "plainsecret" not in md_path.read_text() + html_path.read_text()
+
+
+@pytest.mark.slow
+def test_report_of_a_real_run_against_the_built_in_engine(tmp_path):
+    """End to end with the seed-h200 profile: sections, matrix shape, over capacity, and no
+    trace of the API key or of the key inside the launch command under the output folder."""
+    try:
+        from speedmatrix import _native
+        _native.sim_binary()
+        import speedmatrix as sm
+    except (ImportError, FileNotFoundError) as exc:
+        pytest.skip(f"the compiled core or the built-in engine is not built: {exc}")
+    key, launch_key = "sk-e2e-SECRET-4242424242", "hf_E2eLaunchSecretToken99"
+    out = tmp_path / "run"
+    matrix = sm.Matrix(contexts=["1k", "4k"], concurrency=[1, 16], duration_s=1.0,
+                       max_output=256, prefill_contexts=["1k", "4k"], idle_timeout_s=10)
+    with sm.Sim("seed-h200", overrides={"kv_tokens": 60000}) as sim:
+        sm.run(sim.url, matrix, out=out, api_key=key, progress=False,
+               info={"launch_command": f"sglang serve --api-key {key} --hf-token {launch_key}"})
+    md = (out / "report.md").read_text()
+    page = (out / "report.html").read_text()
+    _order(md, [f"\n## {s}\n" for s in SEED_SECTIONS + EXTRA_SECTIONS])
+    _order(page, [f"<h2>{s}</h2>" for s in SEED_SECTIONS + EXTRA_SECTIONS])
+    rows = _decode_rows(md)
+    assert [r.split("|")[1].strip() for r in rows] == ["1K", "4K"]
+    assert all(len(r.strip("|").split("|")) == 3 for r in rows)
+    assert rows[1].rstrip().endswith("| Over capacity |")  # 16 × (4,096 + 256) > 60,000
+    assert "--api-key <redacted> --hf-token <redacted>" in md
+    for p in out.rglob("*"):
+        if p.is_file():
+            data = p.read_bytes()
+            assert key.encode() not in data and launch_key.encode() not in data, p
