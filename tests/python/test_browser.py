@@ -174,3 +174,17 @@ def test_the_checker_sees_console_errors(tmp_path):
     kinds = {k for k, _ in _problems(events)}
     assert {"console", "exception"} <= kinds
 
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
+def test_compare_html_in_headless_chromium(tmp_path):
+    from speedmatrix.report.compare import write_compare
+
+    _, html_path = write_compare(synthetic.shared_run("full"), synthetic.shared_run("faster"),
+                                 tmp_path / "cmp")
+    info, events = asyncio.run(_inspect(html_path.resolve().as_uri()))
+    assert _problems(events) == []
+    assert all(u.startswith(("file:", "data:", "about:")) for u in _requests(events))
+    assert info["svg"] == 2
+    assert info["h2"][:2] == ["Runs", "Sustained decode"]
+    assert info["matrix_rows"] == 5

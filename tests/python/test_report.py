@@ -345,3 +345,19 @@ def test_report_of_a_real_run_against_the_built_in_engine(tmp_path):
         if p.is_file():
             data = p.read_bytes()
             assert key.encode() not in data and launch_key.encode() not in data, p
+
+
+def test_repeated_cells_get_a_repetition_column(tmp_path):
+    synthetic.build_run(tmp_path, contexts=(8192,), concurrency=(1,), prefill_contexts=(8192,),
+                        duration_s=2.0)
+    doc = json.loads((tmp_path / "run.json").read_text())
+    doc["cells"].append(dict(doc["cells"][1], id="decode-c8192-n1-r1", repetition=1,
+                             total_tok_s=70.0))
+    write_run(tmp_path, doc)
+    md, _, _ = render_report(load(tmp_path), charts=False)
+    assert "| Measured for | Repetition |" in md
+    rows = [ln for ln in md.splitlines() if ln.startswith("| Sustained decode | 8K | 1 |")]
+    assert [r.rsplit("|", 2)[1].strip() for r in rows] == ["1", "2"]
+    one = synthetic.shared_run("full")
+    md1, _, _ = render_report(load(one), charts=False)
+    assert "Repetition" not in md1

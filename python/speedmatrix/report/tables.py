@@ -283,10 +283,17 @@ def _ordered_cells(run: Run) -> list[dict]:
 
 
 def all_section(run: Run) -> Section:
-    rows = [_all_row(c) for c in _ordered_cells(run)]
+    cells = _ordered_cells(run)
+    rows = [_all_row(c) for c in cells]
     classes = [["txt", "txt", "", "txt"] + [""] * 8 for _ in rows]
-    tbl = Table(list(fmt.ALL_COLUMNS), rows, caption=fmt.ALL_CAPTION, note=fmt.LEGEND,
-                classes=classes)
+    cols = list(fmt.ALL_COLUMNS)
+    reps = [c.get("repetition") for c in cells]
+    if any(not fmt.missing(r) and int(r) > 0 for r in reps):  # repeated cells: say which
+        cols.append("Repetition")
+        for row, cl, r in zip(rows, classes, reps):
+            row.append(fmt.DASH if fmt.missing(r) else str(int(r) + 1))
+            cl.append("")
+    tbl = Table(cols, rows, caption=fmt.ALL_CAPTION, note=fmt.LEGEND, classes=classes)
     return Section("All measurements", table=tbl, anchor="all-measurements")
 
 
