@@ -7,8 +7,14 @@
 // (continuous_usage_stats); otherwise each chunk with non-empty text counts as
 // one token and the request's count is marked estimated. A final usage-only
 // chunk gives the true total either way.
+// Usage on a chunk that has choices is taken as continuous (cumulative) usage,
+// except on the closing chunk (finish_reason set) of a stream without usage so
+// far: llama.cpp and TGI put the final usage there.
 // First token = first chunk with non-empty `text` / `delta.content` /
-// `delta.reasoning_content` / `delta.reasoning`; role-only chunks are not.
+// `delta.reasoning_content` / `delta.reasoning` (or streamed tool calls);
+// role-only chunks are not. Only choices[0] is read.
+// Shape: wrong JSON types for the fields read are kMalformed; an object
+// without choices, usage or error is a kData chunk with no tokens.
 #pragma once
 
 #include <cstdint>
@@ -49,8 +55,8 @@ struct StreamSummary {
   std::int64_t prompt_tokens = -1;    // usage.prompt_tokens, -1 if never given
   TokenSource source = TokenSource::kNone;
   std::string finish_reason;          // "" until given
-  std::string error_type;             // for kError / kMalformed chunks
-  std::string error_message;
+  std::string error_type;             // kError: the server's type (or code); kMalformed: "malformed_event"
+  std::string error_message;          // one line, at most 500 bytes
   bool done = false;                  // "[DONE]" seen
 };
 

@@ -52,7 +52,17 @@ struct CellFigures {
   std::vector<double> bin_tok_s;  // per-bin throughput, for plots
 };
 
-// REQUIRES: t1 > t0; spans of one group have equal lengths.
+// Window accounting follows DESIGN.md; the choices it leaves open:
+// - Only phase == kWindow requests and their events count; [t0, t1] is closed.
+// - Events of one request with the same t_ns (one socket read) are one
+//   arrival: the gap since the previous arrival is spread over all their tokens.
+// - Bins are bin_s wide from t0; a remainder shorter than a bin widens the last.
+// - tbt CI: t-interval over per-bin weighted medians (bin of the later arrival);
+//   per_request_tok_s CI is 1000 / that interval (hi = +Inf when its lo <= 0);
+//   ttft CI: t-interval over per-bin medians, binned by send time.
+//   CIs need two non-empty bins; drift significance needs three bins.
+// REQUIRES: t1 > t0 (else an empty figure with measured_s = 0); spans of one
+// group have equal lengths.
 CellFigures summarize_cell(const RecordView& r, ns_t t0, ns_t t1, double bin_s = 1.0);
 
 // Weighted median / percentile (q in [0,1]) of values with integer weights.
