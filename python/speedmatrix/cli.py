@@ -277,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     except SpeedmatrixError as exc:
         print(f"speedmatrix: error: {exc}", file=sys.stderr)
         return EXIT_FAILURE
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # outside a sweep (discovery, prompt building)
         print("speedmatrix: interrupted", file=sys.stderr)
         return 130
 

@@ -657,9 +657,9 @@ class Sweep:
                 self.progress.message(f"report: {md} and {html}")
             except Exception as exc:  # noqa: BLE001 - the measurements are safe on disk
                 self.progress.message(f"speedmatrix: the report could not be written: {exc}")
-        if self.interrupted:
-            self.progress.message(f"interrupted: finished cells are in {self.out / 'run.json'}; "
-                                  f"continue with `speedmatrix run --resume {self.out}`")
+        if self.interrupted:  # said even with --quiet: the user needs the way back
+            print(f"speedmatrix: interrupted; finished cells are in {self.out / 'run.json'}; "
+                  f"continue with `speedmatrix run --resume {self.out}`", file=sys.stderr)
 
     def _summary(self, cell: dict) -> str:
         if cell["phase"] == "prefill":

@@ -1,0 +1,97 @@
+"""The `seed-h200` profile against the seed report (tests/data/seed_report.txt):
+speedmatrix's own measurement of the built-in engine must land within 10% of
+the real H200's figures, with the seed's 30 s window.
+
+The seed's cells at 2 and 4 streams from 16K up show 20-88 active requests
+where 2 or 4 were sent (work left on the server by earlier cells); they are
+left out, as the issue says. The other cells show about 1.5 x N active in the
+seed's own accounting, so "close to its concurrency" is avg_active <= 1.6 N.
+
+This is the slowest test of the suite (about six minutes): one representative
+cell per region of the matrix, each with a real 30 s window.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from seed import seed_cells
+from speedmatrix.adapters import discover
+from speedmatrix.matrix import Matrix
+from speedmatrix.plan import plan
+from speedmatrix.sim import Sim
+from speedmatrix.sweep import Sweep
+from speedmatrix.units import format_tokens
+
+# (context label, concurrency) measured here: every row, low and high concurrency.
+CELLS = [("8K", 1), ("8K", 8), ("8K", 64), ("16K", 16), ("16K", 64), ("32K", 32),
+         ("64K", 16), ("123K", 1), ("123K", 8)]
+
+
+def _seed():
+    return {(c.phase, c.label, c.concurrency): c for c in seed_cells()}
+
+
+def test_over_capacity_set_is_the_seeds():
+    seed = _seed()
+    with Sim("seed-h200") as sim:
+        planned = plan(Matrix.preset("seed"), discover(sim.url))
+    ours = {(c.label, c.concurrency) for c in planned
+            if c.phase == "decode" and c.status == "over_capacity"}
+    theirs = {(lbl, n) for (ph, lbl, n), c in seed.items()
+              if ph == "decode" and c.status == "over_capacity"}
+    assert ours == theirs
+    decode_labels = {c.label for c in planned if c.phase == "decode"}
+    assert decode_labels == {"8K", "16K", "32K", "64K", "123K"}
+    prefill_labels = [c.label for c in planned if c.phase == "prefill"]
+    assert prefill_labels == ["8K", "16K", "32K", "64K", "123K", "128K"]
+
+
+@pytest.fixture(scope="module")
+def seed_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("seed")
+    label_to_ctx = {"8K": 8192, "16K": 16384, "32K": 32768, "64K": 65536, "123K": 125952}
+    results = {}
+    with Sim("seed-h200") as sim:
+        target = discover(sim.url)
+        # Prefill: every seed context, cold, one request each.
+        m = Matrix(contexts=[8192], concurrency=[1], duration_s=1, max_output=16,
+                   prefill_contexts=[8192, 16384, 32768, 65536, "max-decode", "max"],
+                   prefill_mode="separate")
+        Sweep(sim.url, m, out / "prefill", progress=False, report=False, target=target).execute()
+        results["prefill"] = json.loads((out / "prefill" / "run.json").read_text())["cells"]
+        # Decode: the seed's window and max output; prompts of a cell share all but
+        # their last 512 tokens so warm-ups do not prefill millions of tokens.
+        for label, n in CELLS:
+            m = Matrix(contexts=[label_to_ctx[label]], concurrency=[n], duration_s=30,
+                       max_output=4096, shared_prefix=-512)
+            d = out / f"{label}-{n}"
+            Sweep(sim.url, m, d, progress=False, report=False, target=target).execute()
+            cells = json.loads((d / "run.json").read_text())["cells"]
+            results[(label, n)] = next(c for c in cells if c["phase"] == "decode")
+    return results
+
+
+@pytest.mark.parametrize("label, n", CELLS)
+def test_decode_within_10_percent_of_the_seed(seed_run, label, n):
+    ref = _seed()[("decode", label, n)]
+    assert ref.avg_active <= 1.6 * n  # a cell the profile must reproduce
+    cell = seed_run[(label, n)]
+    assert cell["status"] in ("valid", "queued"), cell
+    assert cell["total_tok_s"] == pytest.approx(ref.total_tok_s, rel=0.10), cell
+    assert cell["per_request_tok_s"] == pytest.approx(ref.per_request_tok_s, rel=0.10), cell
+    assert cell["avg_active"] == pytest.approx(n, rel=0.02)
+
+
+def test_prefill_within_10_percent_of_the_seed(seed_run):
+    seed = _seed()
+    cells = {format_tokens(c["context"]): c for c in seed_run["prefill"]
+             if c["phase"] == "prefill"}
+    assert set(cells) == {"8K", "16K", "32K", "64K", "123K", "128K"}
+    for label, cell in cells.items():
+        ref = seed[("prefill", label, 1)]
+        assert cell["status"] == "valid"
+        assert cell["prompt_tok_s"] == pytest.approx(ref.total_tok_s, rel=0.10), label
+        assert cell["ttft_ms"] == pytest.approx(ref.ttft_ms, rel=0.10), label
