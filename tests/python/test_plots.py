@@ -1,6 +1,7 @@
 """Charts: each function returns a Figure with the right content, and embeds as inline SVG."""
 
 import json
+import re
 
 import matplotlib
 import numpy as np
@@ -90,6 +91,11 @@ def test_figure_to_svg_is_inline_svg(run):
     assert svg.startswith("<svg") and svg.endswith("</svg>")
     assert "<?xml" not in svg and "<!DOCTYPE" not in svg and "<metadata>" not in svg
     assert "Over" in svg  # text stays text (svg.fonttype none)
+    ns = plots.figure_to_svg(plots.total_vs_concurrency(run), id_prefix="total")
+    ids = re.findall(r'\bid="([^"]+)"', ns)
+    assert ids and all(i.startswith("total-") for i in ids)
+    refs = re.findall(r"url\(#([^)]+)\)", ns)
+    assert refs and set(refs) <= set(ids)
 
 
 def test_plots_on_interrupted_and_empty_runs(tmp_path):

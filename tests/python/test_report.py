@@ -262,6 +262,8 @@ def test_html_is_self_contained_with_charts(full):
     for bad in ("<script", "<link", 'src="http', "src='http", "url(http", "@import"):
         assert bad not in page
     assert "<style>" in page
+    ids = re.findall(r'\bid="([^"]+)"', page)
+    assert len(ids) == len(set(ids)), "duplicate ids in the page"
     for name in ("decode_heatmap", "total_vs_concurrency", "prefill_vs_context",
                  "ttft_vs_context", "tbt_distribution", "per_request_vs_concurrency"):
         assert f'id="chart-{name}"' in page

@@ -36,7 +36,7 @@ def render_report(run, charts: bool = True) -> tuple[str, str, dict[str, str]]:
         from speedmatrix.report import plots
 
         for name, fig in plots.all_figures(run).items():
-            svgs[name] = plots.figure_to_svg(fig)
+            svgs[name] = plots.figure_to_svg(fig, id_prefix=name)
             plt.close(fig)
     files = {name: f"{PLOTS_DIR}/{name}.svg" for name in svgs}
     md = md_mod.render(rep, files)

@@ -384,7 +384,7 @@ def write_compare(dir_a: str | os.PathLike, dir_b: str | os.PathLike,
     if charts:
         for name, fig in (("ratio_heatmap", ratio_heatmap(ra, rb, df=df)),
                           ("total_overlay", total_overlay(ra, rb, la, lb))):
-            svgs[name] = figure_to_svg(fig)
+            svgs[name] = figure_to_svg(fig, id_prefix=name)
             plt.close(fig)
             _atomic_write(out / "plots" / f"{name}.svg", svgs[name].encode("utf-8"))
     md = md_mod.render(rep, {n: f"plots/{n}.svg" for n in svgs})

@@ -332,12 +332,21 @@ def all_figures(run: Run) -> dict[str, Figure]:
 _XML_HEAD = re.compile(r"^.*?(?=<svg)", re.DOTALL)
 
 
-def figure_to_svg(fig: Figure) -> str:
-    """The figure as an inline ``<svg>`` element (no XML prolog or DOCTYPE)."""
+def figure_to_svg(fig: Figure, id_prefix: str | None = None) -> str:
+    """The figure as an inline ``<svg>`` element (no XML prolog or DOCTYPE).
+
+    ``id_prefix`` namespaces every ``id`` (and the references to it), so that several
+    charts inlined in one HTML page never share an id.
+    """
     buf = io.StringIO()
     with plt.rc_context(_STYLE):
         fig.savefig(buf, format="svg")
     svg = _XML_HEAD.sub("", buf.getvalue(), count=1)
     # metadata block carries the date; drop it so reports are reproducible
-    svg = re.sub(r"<metadata>.*?</metadata>\s*", "", svg, flags=re.DOTALL)
+    svg = re.sub(r"<metadata>.*?</metadata>\s*", "", svg, flags=re.S)
+    if id_prefix:
+        p = re.sub(r"[^A-Za-z0-9_-]", "-", id_prefix)
+        svg = re.sub(r'\bid="([^"]+)"', rf'id="{p}-\1"', svg)
+        svg = re.sub(r"url\(#([^)]+)\)", rf"url(#{p}-\1)", svg)
+        svg = re.sub(r'href="#([^"]+)"', rf'href="#{p}-\1"', svg)
     return svg.strip()
