@@ -343,7 +343,7 @@ def figure_to_svg(fig: Figure, id_prefix: str | None = None) -> str:
         fig.savefig(buf, format="svg")
     svg = _XML_HEAD.sub("", buf.getvalue(), count=1)
     # metadata block carries the date; drop it so reports are reproducible
-    svg = re.sub(r"<metadata>.*?</metadata>\s*", "", svg, flags=re.S)
+    svg = re.sub(r"<metadata>.*?</metadata>\s*", "", svg, flags=re.DOTALL)
     if id_prefix:
         p = re.sub(r"[^A-Za-z0-9_-]", "-", id_prefix)
         svg = re.sub(r'\bid="([^"]+)"', rf'id="{p}-\1"', svg)
