@@ -1,5 +1,7 @@
 #include "speedmatrix/cell.hpp"
 
+#include <sys/resource.h>
+
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -74,6 +76,17 @@ class MetricsSampler {
   std::thread thread_;
 };
 
+// Every stream holds a socket: make sure the process may open them all (the
+// usual soft limit of 1024 would fail connections above ~1000 streams).
+void ensure_descriptors(std::int64_t streams) {
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) != 0) return;
+  const rlim_t want = static_cast<rlim_t>(streams) + 256;
+  if (r.rlim_cur >= want || r.rlim_cur == RLIM_INFINITY) return;
+  r.rlim_cur = (r.rlim_max == RLIM_INFINITY || r.rlim_max > want) ? want : r.rlim_max;
+  setrlimit(RLIMIT_NOFILE, &r);
+}
+
 ns_t seconds_to_ns(double s) {
   if (!(s > 0)) return 0;
   if (s > 1e9) return std::numeric_limits<ns_t>::max() / 4;
@@ -131,6 +144,7 @@ CellResult CellRunner::run() {
   opt.record_events = spec.record_events;
   opt.server_stamps = spec.server_stamps;
   opt.max_concurrency = std::max<std::int32_t>(spec.concurrency, static_cast<std::int32_t>(spec.warmup_bodies.size()));
+  ensure_descriptors(opt.max_concurrency);
 
   ClosedLoopPlan plan;
   plan.warmup_bodies.assign(spec.warmup_bodies.begin(), spec.warmup_bodies.end());
