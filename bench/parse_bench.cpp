@@ -4,10 +4,12 @@
 // load on a shared machine inflates them less. A benchmark, not a test.
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "speedmatrix/clock.hpp"
 #include "speedmatrix/openai.hpp"
 #include "speedmatrix/sse.hpp"
+#include "speedmatrix/stats.hpp"
 
 using namespace speedmatrix;
 
@@ -95,5 +97,27 @@ int main() {
       "\"choices\":[{\"index\":0,"
       "\"text\":\" w4\",\"finish_reason\":null}],\"sm_t_ns\":1040000000}\n\n",
       reps);
+  // summarize_cell over a 30 s window: 256 streams at 50 tok/s each (384k events).
+  {
+    const int n_req = 256, per_s = 50, secs = 30;
+    std::vector<ns_t> sent(n_req, 0), first(n_req, 20'000'000), done(n_req, kNever);
+    std::vector<std::uint8_t> outcome(n_req, 2), phase(n_req, 1);
+    std::vector<std::int64_t> prompt(n_req, 1024);
+    std::vector<std::int32_t> ev_req, ev_tok;
+    std::vector<ns_t> ev_t;
+    for (int k = 0; k < per_s * secs; ++k) {
+      for (int q = 0; q < n_req; ++q) {
+        ev_req.push_back(q);
+        ev_t.push_back(20'000'000 + static_cast<ns_t>(k) * (1'000'000'000 / per_s) + q * 1000);
+        ev_tok.push_back(1 + (k % 7 == 0));
+      }
+    }
+    RecordView v{sent, first, done, outcome, phase, prompt, ev_req, ev_t, ev_tok};
+    const ns_t t0 = thread_cpu_ns();
+    const CellFigures f = summarize_cell(v, 0, static_cast<ns_t>(secs) * 1'000'000'000);
+    const ns_t t1 = thread_cpu_ns();
+    std::printf("summarize_cell %zu events    %7.1f ms  (%.0f tok/s, tbt %.2f ms)\n", ev_t.size(),
+                double(t1 - t0) / 1e6, f.total_tok_s, f.tbt_ms);
+  }
   return 0;
 }
