@@ -332,30 +332,42 @@ def total_overlay(run_a: Run, run_b: Run, la: str = "A", lb: str = "B"):
     """Total tok/s versus concurrency for both runs (solid A, dashed B), one colour per context."""
     import matplotlib
     from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
 
     fig = Figure(figsize=(7, 4), layout="constrained")
     ax = fig.add_subplot()
     ma, mb = run_a.matrix("total_tok_s", numeric=True), run_b.matrix("total_tok_s", numeric=True)
     labels = list(dict.fromkeys(list(ma.index) + list(mb.index)))
     colors = matplotlib.colormaps["viridis"](np.linspace(0, 0.9, max(1, len(labels))))
-    any_line = False
+    xs: set[float] = set()
     for k, lab in enumerate(labels):
-        for mat, ls, who in ((ma, "-", la), (mb, "--", lb)):
+        for mat, ls in ((ma, "-"), (mb, "--")):
             if lab in mat.index:
                 y = mat.loc[lab].to_numpy(float)
                 x = np.array([float(c) for c in mat.columns])
                 ok = np.isfinite(y)
                 if ok.any():
-                    any_line = True
-                    ax.plot(x[ok], y[ok], ls=ls, marker="o", ms=3, color=colors[k],
-                            label=f"{lab} {who}")
-    if any_line:
+                    xs.update(x[ok].tolist())
+                    ax.plot(x[ok], y[ok], ls=ls, marker="o", ms=3, color=colors[k])
+    if xs:
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        ax.legend(fontsize=7, ncols=2)
+        ticks = sorted(xs)
+        ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+        ax.minorticks_off()
+        handles = [Line2D([], [], color=colors[k], marker="o", ms=3, label=str(lab))
+                   for k, lab in enumerate(labels)]
+        short = (lambda s: s if len(s) <= 28 else s[:27] + "…")
+        handles += [Line2D([], [], color="0.3", ls="-", label=f"A: {short(la)}"),
+                    Line2D([], [], color="0.3", ls="--", label=f"B: {short(lb)}")]
+        ax.legend(handles=handles, fontsize=7, ncols=2, title="context / run")
+    else:
+        ax.text(0.5, 0.5, "no measured decode cells", ha="center", va="center",
+                transform=ax.transAxes)
+    ax.grid(True, alpha=0.3)
     ax.set_xlabel("simultaneous requests")
     ax.set_ylabel("total tok/s")
-    ax.set_title(f"Total throughput: {la} (solid) and {lb} (dashed)")
+    ax.set_title("Total throughput: A solid, B dashed")
     return fig
 
 
