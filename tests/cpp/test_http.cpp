@@ -89,11 +89,11 @@ TEST_F(HttpTest, StreamsTokensStampedAtTheirArrival) {
     EXPECT_EQ(ev.server_ns[i], sent[i]);  // the engine's stamp is passed through
     const ns_t delay = ev.t_ns[i] - sent[i];
     EXPECT_GE(delay, 0);
-    EXPECT_LT(delay, 20 * kMs) << "event " << i;  // loopback: well under a ms unless the box is busy
+    EXPECT_LT(delay, 30 * kMs) << "event " << i;  // loopback: well under a ms unless the box is busy
     if (i) {
       const ns_t gap = ev.t_ns[i] - ev.t_ns[i - 1];
       EXPECT_GT(gap, 25 * kMs);
-      EXPECT_LT(gap, 60 * kMs);
+      EXPECT_LT(gap, 90 * kMs);
     }
   }
   EXPECT_LE(r.sent_ns, r.first_byte_ns);
