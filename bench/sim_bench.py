@@ -232,11 +232,20 @@ def _reader(port: int, n_streams: int, max_tokens: int, q: "mp.Queue[tuple[int, 
     q.put((events, done, time.monotonic() - t0))
 
 
-def streams(n: int = 4096, procs: int = 4) -> dict:
-    """n paced streams at once against the fixed profile (TTFT 50 ms, ITL 20 ms, 100 tokens)."""
+def _cpu_s(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def streams(n: int = 4096, procs: int = 4, itl_ms: float = 20.0, seconds: float = 10.0) -> dict:
+    """n paced streams at once against the fixed profile (TTFT 50 ms, ITL itl_ms), each
+    `seconds` long: long enough for every stream to be open at the same time."""
     _raise_nofile()
-    max_tokens = 100
-    with Sim("fixed") as sim:
+    max_tokens = int(seconds * 1000 / itl_ms)
+    with Sim("fixed", overrides={"fixed_itl_ms": itl_ms}) as sim:
+        pid = sim._proc.pid  # noqa: SLF001
+        c0 = _cpu_s(pid)
         q: mp.Queue = mp.Queue()
         ps = [mp.Process(target=_reader, args=(sim.port, n // procs, max_tokens, q)) for _ in range(procs)]
         t0 = time.monotonic()
@@ -252,13 +261,17 @@ def streams(n: int = 4096, procs: int = 4) -> dict:
         res = [q.get() for _ in ps]
         wall = time.monotonic() - t0
         st = sim.state()
+        cpu = _cpu_s(pid) - c0
     events = sum(r[0] for r in res)
     done = sum(r[1] for r in res)
     out = {"streams": n, "completed": done, "tokens": events, "expected_tokens": n * max_tokens,
-           "peak_running": peak, "wall_s": round(wall, 2), "engine_tokens_sent": st["tokens_sent"]}
-    print(f"streams: {n} concurrent paced streams (ITL 20 ms, {max_tokens} tokens each): "
+           "peak_running": peak, "wall_s": round(wall, 2), "engine_tokens_sent": st["tokens_sent"],
+           "engine_cpu_s": round(cpu, 2), "engine_us_per_token": round(cpu / max(events, 1) * 1e6, 2)}
+    print(f"streams: {n} concurrent paced streams (ITL {itl_ms:g} ms, {max_tokens} tokens each): "
           f"completed {done}/{n}, tokens {events}/{n * max_tokens}, peak running {peak}, "
-          f"wall {wall:.1f} s (ideal {0.05 + 0.02 * (max_tokens - 1):.1f} s + connect)")
+          f"wall {wall:.1f} s (ideal {0.05 + itl_ms / 1000 * (max_tokens - 1):.1f} s + connect), "
+          f"{events / wall / 1e3:.0f}K tok/s delivered, engine CPU {cpu:.1f} s = "
+          f"{out['engine_us_per_token']} us/token")
     return out
 
 
@@ -301,13 +314,15 @@ def main(argv: list[str]) -> int:
     elif what == "report":
         report(json.loads(profile_path("seed-h200").read_text()))
     elif what == "streams":
-        streams(int(argv[1]) if len(argv) > 1 else 4096)
+        streams(int(argv[1]) if len(argv) > 1 else 4096, int(argv[2]) if len(argv) > 2 else 4,
+                float(argv[3]) if len(argv) > 3 else 20.0)
     elif what == "unpaced":
         unpaced()
     elif what == "all":
         report(json.loads(profile_path("seed-h200").read_text()))
         print()
-        streams()
+        streams(4096, itl_ms=100.0)
+        streams(4096, itl_ms=20.0)
         unpaced()
     else:
         print(__doc__)

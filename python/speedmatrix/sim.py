@@ -103,7 +103,9 @@ class Sim:
         self.port: int = port
         self.url: str = ""
         self._proc: subprocess.Popen[str] | None = None
-        args = [str(_binary()), "--profile", str(profile_path(profile)), "--port", str(port)]
+        # --watch-stdin: the engine exits when our end of its stdin pipe closes, so it
+        # never outlives this process, even one that is killed.
+        args = [str(_binary()), "--profile", str(profile_path(profile)), "--port", str(port), "--watch-stdin"]
         if flavour:
             args += ["--flavour", flavour]
         if unpaced:
@@ -131,7 +133,7 @@ class Sim:
             return self
         self._proc = subprocess.Popen(
             self.args,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -196,7 +198,7 @@ class Sim:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        for f in (proc.stdout, proc.stderr):
+        for f in (proc.stdin, proc.stdout, proc.stderr):
             try:
                 if f is not None:
                     f.close()

@@ -15,7 +15,7 @@ const char kUsage[] =
     "usage: speedmatrix-sim --profile PATH.json [--host 127.0.0.1] [--port 0] [--flavour sglang|vllm]\n"
     "                       [--set key=value ...] [--unpaced] [--stamp]\n"
     "                       [--fault-http500 P] [--fault-malformed P] [--fault-drop P] [--fault-stall P]\n"
-    "                       [--seed N]\n";
+    "                       [--seed N] [--watch-stdin]\n";
 
 // 4096 concurrent streams need more descriptors than the usual soft limit.
 void raise_nofile() {
@@ -62,6 +62,7 @@ int main(int argc, char** argv) {
     else if (a == "--set") sets.emplace_back(value("--set"));
     else if (a == "--unpaced") opt.unpaced = true;
     else if (a == "--stamp") opt.stamp = true;
+    else if (a == "--watch-stdin") opt.watch_stdin = true;
     else if (a == "--fault-http500") share("--fault-http500", opt.fault_http500);
     else if (a == "--fault-malformed") share("--fault-malformed", opt.fault_malformed);
     else if (a == "--fault-drop") share("--fault-drop", opt.fault_drop);

@@ -17,6 +17,9 @@ struct ServerOptions {
   // Shares of requests (0..1) given each fault at random; deterministic by seed.
   double fault_http500 = 0, fault_malformed = 0, fault_drop = 0, fault_stall = 0;
   std::uint64_t seed = 1;
+  // Exit when stdin reaches end of file: a parent that holds the pipe's other end
+  // (speedmatrix.sim.Sim) takes the engine down with it even when it is killed.
+  bool watch_stdin = false;
 };
 
 // Runs until SIGTERM/SIGINT. Prints "speedmatrix-sim listening on HOST:PORT" to
