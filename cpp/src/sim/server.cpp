@@ -34,6 +34,7 @@
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 #include <nlohmann/json.hpp>
+#include <simdjson.h>
 
 namespace speedmatrix::sim {
 namespace {
@@ -141,7 +142,11 @@ class Server {
 
   // Tokenizes a prompt field (string, list of ids, or a one-element batch of
   // either) or chat messages. Returns false with msg set on a bad shape.
-  bool tokens_of(const json& body, bool chat, std::vector<std::uint64_t>& ids, std::string& msg);
+  bool tokens_of(simdjson::dom::object body, bool chat, std::vector<std::uint64_t>& ids, std::string& msg);
+  // Parses a request body (simdjson: a 128K-token prompt is ~1 MB and must not stall
+  // the loop). Returns false, having replied 400, when it is not a JSON object.
+  bool parse_body(evhttp_request* req, simdjson::dom::object& out);
+  simdjson::dom::parser parser_;
   void words_to_ids(std::string_view text, std::vector<std::uint64_t>& ids);
 
   static constexpr std::size_t kChunkHead = 10;
@@ -271,26 +276,45 @@ void Server::words_to_ids(std::string_view text, std::vector<std::uint64_t>& ids
   }
 }
 
-bool Server::tokens_of(const json& body, bool chat, std::vector<std::uint64_t>& ids, std::string& msg) {
-  if (chat || (body.contains("messages") && !body.contains("prompt"))) {
-    auto it = body.find("messages");
-    if (it == body.end() || !it->is_array() || it->empty()) {
+bool Server::parse_body(evhttp_request* req, simdjson::dom::object& out) {
+  evbuffer* in = evhttp_request_get_input_buffer(req);
+  std::size_t n = evbuffer_get_length(in);
+  const char* data = n ? reinterpret_cast<const char*>(evbuffer_pullup(in, -1)) : "";
+  if (parser_.parse(data, n).get_object().get(out) != simdjson::SUCCESS) {
+    reply_error(req, 400, "malformed JSON body: expected a JSON object", "BadRequestError");
+    return false;
+  }
+  return true;
+}
+
+bool Server::tokens_of(simdjson::dom::object body, bool chat, std::vector<std::uint64_t>& ids, std::string& msg) {
+  using simdjson::dom::element_type;
+  simdjson::dom::element messages, prompt;
+  bool has_messages = body["messages"].get(messages) == simdjson::SUCCESS;
+  bool has_prompt = body["prompt"].get(prompt) == simdjson::SUCCESS || body["text"].get(prompt) == simdjson::SUCCESS;
+  if (chat || (has_messages && !has_prompt)) {
+    simdjson::dom::array arr;
+    if (!has_messages || messages.get_array().get(arr) != simdjson::SUCCESS || arr.size() == 0) {
       msg = "'messages' must be a non-empty list";
       return false;
     }
-    for (const auto& m : *it) {
-      if (!m.is_object()) {
+    for (simdjson::dom::element m : arr) {
+      simdjson::dom::object mo;
+      if (m.get_object().get(mo) != simdjson::SUCCESS) {
         msg = "each message must be an object";
         return false;
       }
-      auto c = m.find("content");
-      if (c == m.end() || c->is_null()) continue;
-      if (c->is_string()) {
-        words_to_ids(c->get_ref<const std::string&>(), ids);
-      } else if (c->is_array()) {
-        for (const auto& part : *c)
-          if (part.is_object() && part.contains("text") && part["text"].is_string())
-            words_to_ids(part["text"].get_ref<const std::string&>(), ids);
+      simdjson::dom::element c;
+      if (mo["content"].get(c) != simdjson::SUCCESS || c.is_null()) continue;
+      std::string_view sv;
+      simdjson::dom::array parts;
+      if (c.get_string().get(sv) == simdjson::SUCCESS) {
+        words_to_ids(sv, ids);
+      } else if (c.get_array().get(parts) == simdjson::SUCCESS) {
+        for (simdjson::dom::element part : parts) {
+          std::string_view t;
+          if (part["text"].get_string().get(t) == simdjson::SUCCESS) words_to_ids(t, ids);
+        }
       } else {
         msg = "message content must be a string or a list of parts";
         return false;
@@ -298,26 +322,29 @@ bool Server::tokens_of(const json& body, bool chat, std::vector<std::uint64_t>& 
     }
     return true;
   }
-  auto it = body.find("prompt");
-  if (it == body.end()) it = body.find("text");
-  if (it == body.end()) {
+  if (!has_prompt) {
     msg = "'prompt' is required";
     return false;
   }
-  const json* p = &*it;
-  if (p->is_array() && p->size() == 1 && ((*p)[0].is_string() || (*p)[0].is_array())) p = &(*p)[0];
-  if (p->is_string()) {
-    words_to_ids(p->get_ref<const std::string&>(), ids);
+  simdjson::dom::array arr;
+  if (prompt.get_array().get(arr) == simdjson::SUCCESS && arr.size() == 1) {
+    simdjson::dom::element first = arr.at(0).value_unsafe();
+    if (first.is_string() || first.is_array()) prompt = first;  // a batch of one
+  }
+  std::string_view sv;
+  if (prompt.get_string().get(sv) == simdjson::SUCCESS) {
+    words_to_ids(sv, ids);
     return true;
   }
-  if (p->is_array()) {
-    ids.reserve(p->size());
-    for (const auto& v : *p) {
-      if (!v.is_number_integer() || v.get<std::int64_t>() < 0) {
+  if (prompt.get_array().get(arr) == simdjson::SUCCESS) {
+    ids.reserve(arr.size());
+    for (simdjson::dom::element v : arr) {
+      std::uint64_t id;
+      if (v.get_uint64().get(id) != simdjson::SUCCESS) {
         msg = "'prompt' must be a string or a list of non-negative token ids";
         return false;
       }
-      ids.push_back(v.get<std::uint64_t>());
+      ids.push_back(id);
     }
     return true;
   }
@@ -326,8 +353,8 @@ bool Server::tokens_of(const json& body, bool chat, std::vector<std::uint64_t>& 
 }
 
 void Server::handle_tokenize(evhttp_request* req) {
-  json body = json::parse(body_of(req), nullptr, false);
-  if (body.is_discarded() || !body.is_object()) return reply_error(req, 400, "malformed JSON body", "BadRequestError");
+  simdjson::dom::object body;
+  if (!parse_body(req, body)) return;
   std::vector<std::uint64_t> ids;
   std::string msg;
   if (!tokens_of(body, false, ids, msg)) return reply_error(req, 400, msg, "BadRequestError");
@@ -361,13 +388,14 @@ void Server::handle_detokenize(evhttp_request* req) {
 // --- generation --------------------------------------------------------------
 
 void Server::handle_generate(evhttp_request* req, bool chat) {
-  json body = json::parse(body_of(req), nullptr, false);
-  if (body.is_discarded() || !body.is_object())
-    return reply_error(req, 400, "malformed JSON body", "BadRequestError");
-  if (auto m = body.find("model"); m != body.end() && !m->is_null()) {
-    if (!m->is_string()) return reply_error(req, 400, "'model' must be a string", "BadRequestError");
-    if (m->get_ref<const std::string&>() != prof_.model)
-      return reply_error(req, 404, "The model `" + m->get<std::string>() + "` does not exist.", "NotFoundError");
+  simdjson::dom::object body;
+  if (!parse_body(req, body)) return;
+  simdjson::dom::element v;
+  if (body["model"].get(v) == simdjson::SUCCESS && !v.is_null()) {
+    std::string_view m;
+    if (v.get_string().get(m) != simdjson::SUCCESS) return reply_error(req, 400, "'model' must be a string", "BadRequestError");
+    if (m != prof_.model)
+      return reply_error(req, 404, "The model `" + std::string(m) + "` does not exist.", "NotFoundError");
   }
   std::vector<std::uint64_t> ids;
   std::string msg;
@@ -375,25 +403,27 @@ void Server::handle_generate(evhttp_request* req, bool chat) {
   std::int64_t prompt = static_cast<std::int64_t>(ids.size());
   std::int64_t max_tokens = chat ? std::min<std::int64_t>(4096, prof_.context_length - prompt) : prof_.default_max_tokens;
   for (const char* k : {"max_tokens", "max_completion_tokens", "max_new_tokens"}) {
-    auto it = body.find(k);
-    if (it == body.end() || it->is_null()) continue;
-    if (!it->is_number_integer()) return reply_error(req, 400, std::string("'") + k + "' must be an integer", "BadRequestError");
-    max_tokens = it->get<std::int64_t>();
+    if (body[k].get(v) != simdjson::SUCCESS || v.is_null()) continue;
+    if (v.get_int64().get(max_tokens) != simdjson::SUCCESS)
+      return reply_error(req, 400, std::string("'") + k + "' must be an integer", "BadRequestError");
     break;
   }
   bool streaming = false;
-  if (auto it = body.find("stream"); it != body.end() && !it->is_null()) {
-    if (!it->is_boolean()) return reply_error(req, 400, "'stream' must be a boolean", "BadRequestError");
-    streaming = it->get<bool>();
+  if (body["stream"].get(v) == simdjson::SUCCESS && !v.is_null()) {
+    if (v.get_bool().get(streaming) != simdjson::SUCCESS)
+      return reply_error(req, 400, "'stream' must be a boolean", "BadRequestError");
   }
   bool include_usage = false, continuous = false;
-  if (auto it = body.find("stream_options"); it != body.end() && it->is_object()) {
-    include_usage = it->value("include_usage", false);
-    continuous = it->value("continuous_usage_stats", false);
+  simdjson::dom::object so;
+  if (body["stream_options"].get_object().get(so) == simdjson::SUCCESS) {
+    bool b;
+    if (so["include_usage"].get_bool().get(b) == simdjson::SUCCESS) include_usage = b;
+    if (so["continuous_usage_stats"].get_bool().get(b) == simdjson::SUCCESS) continuous = b;
   }
   Fault fault = Fault::kNone;
-  if (auto it = body.find("sm_fault"); it != body.end() && !it->is_null()) {
-    if (!it->is_string() || !parse_fault(it->get<std::string>(), fault))
+  if (body["sm_fault"].get(v) == simdjson::SUCCESS && !v.is_null()) {
+    std::string_view f;
+    if (v.get_string().get(f) != simdjson::SUCCESS || !parse_fault(std::string(f), fault))
       return reply_error(req, 400, "unknown sm_fault", "BadRequestError");
   } else if (opt_.fault_http500 + opt_.fault_malformed + opt_.fault_drop + opt_.fault_stall > 0) {
     double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng_);
