@@ -13,15 +13,9 @@ agrees with the figures.
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
-
-_PY = Path(__file__).resolve().parents[2] / "python"
-if str(_PY) not in sys.path:
-    sys.path.insert(0, str(_PY))
-
 from speedmatrix.runfile import save_records, write_run
 
 SEED_CONTEXTS = (8192, 16384, 32768, 65536, 125952)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+import speedmatrix
 import synthetic
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,10 +22,11 @@ def _execute(name, workdir, env):
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
     old = dict(os.environ)
     os.environ.update(env)
-    # the kernel runs in workdir: make the package importable from there
+    # the kernel runs in workdir: let it import the same speedmatrix as this process (the
+    # installed package, or the source tree when PYTHONPATH points there)
     os.environ["PYTHONPATH"] = os.pathsep.join(
-        [str(ROOT / "python")] + [str(Path(p).resolve()) for p in
-                                  old.get("PYTHONPATH", "").split(os.pathsep) if p])
+        [str(Path(speedmatrix.__file__).resolve().parents[1])]
+        + [str(Path(p).resolve()) for p in old.get("PYTHONPATH", "").split(os.pathsep) if p])
     os.environ.pop("MPLBACKEND", None)  # the kernel's inline backend shows the charts
     try:
         NotebookClient(nb, timeout=240, kernel_name="python3",
