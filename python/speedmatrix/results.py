@@ -12,6 +12,8 @@
 from __future__ import annotations
 
 import os
+import warnings
+import zipfile
 from collections.abc import Iterable
 from functools import cached_property
 from pathlib import Path
@@ -159,7 +161,11 @@ class Run:
         rel = c.get("records")
         rec = None
         if rel and self.path is not None and (self.path / rel).is_file():
-            rec = load_records(self.path, rel)
+            try:
+                rec = load_records(self.path, rel)
+            except (OSError, ValueError, zipfile.BadZipFile) as exc:
+                warnings.warn(f"records of {cell_id} unreadable ({exc}); figures from run.json "
+                              "only", stacklevel=2)
         self._records_cache[cell_id] = rec
         return rec
 

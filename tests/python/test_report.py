@@ -233,6 +233,7 @@ def test_matrix_shape_and_statuses(full):
     queued = run.cells[run.cells["status"] == "queued"]
     assert sum(r.count("Requests queued") for r in rows) == len(queued)
     assert "Error<br>" in rows[2]  # the failed 32K × 16 cell
+    assert "Error: too many requests failed in this cell" in md
     v = run.cells.set_index("id").loc["decode-c8192-n4-r0"]
     assert f"{fmt.tok_s(v['total_tok_s'])}<br>{fmt.ms(v['ttft_ms'])} TTFT" in rows[0]
 

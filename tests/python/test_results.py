@@ -178,3 +178,13 @@ def test_detect_hardware_absent_failed_and_given():
     over = detect_hardware(True, given={"gpu": "B200"}, runner=lambda c: "NVIDIA H100, 81559 MiB")
     assert over["gpu"] == "B200" and over["vram_gb"] == 80
     assert parse_gb("24576 MiB") == 24 and parse_gb("80GiB") == 80 and parse_gb("big") is None
+
+
+def test_unreadable_records_warn_and_are_skipped(tmp_path):
+    d = tmp_path / "run"
+    shutil.copytree(synthetic.shared_run("full"), d)
+    (d / "records" / "decode-c8192-n1-r0.npz").write_bytes(b"not a zip file")
+    r = results.load(d)
+    with pytest.warns(UserWarning, match="unreadable"):
+        assert r.records("decode-c8192-n1-r0") is None
+    assert r.tokens("decode-c8192-n2-r0").shape[0] > 0

@@ -247,6 +247,9 @@ def decode_section(run: Run) -> Section:
     tbl = Table(["Context"] + [str(c) for c in tot.columns], rows, caption=fmt.MATRIX_CAPTION,
                 note=fmt.LEGEND, classes=classes)
     text = [fmt.TTFT_NOTE]
+    if any(s == "error" for s in st.to_numpy().ravel()):
+        text.append("Error: too many requests failed in this cell, so its figures are not "
+                    "reported; the failures are counted by kind under Errors.")
     if run.interrupted or any(s is None for s in st.to_numpy().ravel()):
         text.append("Not measured: the run ended before this cell was reached.")
     return Section("Sustained decode", table=tbl, text=text, anchor="sustained-decode",
