@@ -234,6 +234,13 @@ TEST(SimEngine, PrefixCacheSkipsCachedPrefill) {
   h.at(2100 * kMs);
   EXPECT_EQ(h.events.back().cached_tokens, 256);
   (void)other;
+  // Flushing drops the cache: the same prompt is cold again.
+  EXPECT_GT(h.engine.flush_cache(), 0);
+  EXPECT_EQ(h.engine.state().kv_cached_tokens, 0);
+  h.clock.t = 3000 * kMs;
+  h.engine.submit(spec(4, 1024, 1, 42));
+  h.at(3100 * kMs);
+  EXPECT_EQ(h.events.back().cached_tokens, 0);
 }
 
 TEST(SimEngine, CacheIsLruWithinFreePool) {

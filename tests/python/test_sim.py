@@ -461,6 +461,10 @@ def test_prefix_cache_skips_prefill():
         assert metrics(sim.url)["sglang:cache_hit_rate"] > 0.4
         other = RawStream(sim.port, "/v1/completions", {**body, "prompt": words(1000, "other")}).read_all()
         assert (other.token_times()[0][0] - other.t_send) / MS > 250
+        st, res = post(sim.url, "/flush_cache", {})
+        assert st == 200 and res["flushed_tokens"] > 0
+        again = RawStream(sim.port, "/v1/completions", body).read_all()
+        assert (again.token_times()[0][0] - again.t_send) / MS > 250
 
 
 def test_decode_steps_match_profile_and_client_tbt():

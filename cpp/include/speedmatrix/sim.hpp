@@ -150,6 +150,10 @@ class Engine {
   // Removes the request wherever it is and frees its KV at once. Unknown id: no-op.
   void abort(RequestId id);
 
+  // Drops every prefix-cache block no running request holds (SGLang /flush_cache,
+  // vLLM /reset_prefix_cache). Returns the tokens dropped.
+  std::int64_t flush_cache();
+
   // Runs the model up to clock.now(); appends the events that happened, in time order.
   void advance(std::vector<Event>& out);
   // Absolute time of the next event that advance() would produce, kNever when idle.

@@ -342,6 +342,14 @@ void Engine::abort(RequestId id) {
   m.st.requests_aborted++;
 }
 
+std::int64_t Engine::flush_cache() {
+  Impl& m = *impl_;
+  std::int64_t dropped = m.cached_free_tokens();
+  for (std::uint64_t h : m.lru) m.cache.erase(h);
+  m.lru.clear();
+  return dropped;
+}
+
 void Engine::advance(std::vector<Event>& out) {
   ns_t now = impl_->clock.now();
   if (impl_->fixed)

@@ -216,6 +216,9 @@ void Server::handle(evhttp_request* req) {
       handle_metrics(req);
     } else if (path == "/server_info" || path == "/get_server_info") {
       handle_server_info(req);
+    } else if ((path == "/flush_cache" || path == "/reset_prefix_cache") && post) {
+      std::int64_t dropped = engine_.flush_cache();
+      reply_json(req, 200, json{{"success", true}, {"flushed_tokens", dropped}}.dump());
     } else if (path == "/version") {
       reply_json(req, 200, json{{"version", prof_.version}}.dump());
     } else if (path == "/sim/state") {
