@@ -23,32 +23,63 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "python"))
 
-from speedmatrix.sim import Sim, profile_path  # noqa: E402
+from speedmatrix.sim import Sim, profile_path
 
 K = 1024
 # The seed report (shared/seed/000_69353488fe588770.txt). Decode cells:
 # (context, N) -> (total tok/s, per-request tok/s, TTFT ms, average active).
 SEED_DECODE = {
-    (8 * K, 1): (59.3, 59.4, 122, 1.0), (8 * K, 2): (114.2, 57.1, 186, 3.0),
-    (8 * K, 4): (221.9, 55.6, 200, 6.0), (8 * K, 8): (455.3, 57.0, 294, 12.0),
-    (8 * K, 16): (857.3, 53.7, 422, 24.0), (8 * K, 32): (1583.9, 49.6, 786, 48.0),
+    (8 * K, 1): (59.3, 59.4, 122, 1.0),
+    (8 * K, 2): (114.2, 57.1, 186, 3.0),
+    (8 * K, 4): (221.9, 55.6, 200, 6.0),
+    (8 * K, 8): (455.3, 57.0, 294, 12.0),
+    (8 * K, 16): (857.3, 53.7, 422, 24.0),
+    (8 * K, 32): (1583.9, 49.6, 786, 48.0),
     (8 * K, 64): (2616.6, 40.9, 1458, 98.1),
-    (16 * K, 1): (59.3, 59.4, 147, 1.0), (16 * K, 2): (84.3, 42.0, 238, 83.1),
-    (16 * K, 4): (187.7, 46.5, 296, 50.8), (16 * K, 8): (448.1, 56.1, 402, 12.7),
-    (16 * K, 16): (826.3, 51.8, 772, 24.3), (16 * K, 32): (1510.1, 47.8, 1610, 48.0),
+    (16 * K, 1): (59.3, 59.4, 147, 1.0),
+    (16 * K, 2): (84.3, 42.0, 238, 83.1),
+    (16 * K, 4): (187.7, 46.5, 296, 50.8),
+    (16 * K, 8): (448.1, 56.1, 402, 12.7),
+    (16 * K, 16): (826.3, 51.8, 772, 24.3),
+    (16 * K, 32): (1510.1, 47.8, 1610, 48.0),
     (16 * K, 64): (2405.5, 38.6, 3176, 99.6),
-    (32 * K, 1): (59.1, 59.2, 198, 1.0), (32 * K, 2): (75.8, 37.9, 316, 88.1),
-    (32 * K, 4): (162.6, 40.7, 475, 66.2), (32 * K, 8): (429.8, 54.1, 898, 13.1),
-    (32 * K, 16): (771.9, 49.0, 1629, 25.0), (32 * K, 32): (1378.7, 44.6, 3244, 48.4),
-    (64 * K, 1): (58.7, 58.8, 304, 1.0), (64 * K, 2): (86.6, 43.3, 517, 40.3),
-    (64 * K, 4): (192.6, 47.9, 906, 23.1), (64 * K, 8): (409.7, 52.0, 1811, 12.7),
+    (32 * K, 1): (59.1, 59.2, 198, 1.0),
+    (32 * K, 2): (75.8, 37.9, 316, 88.1),
+    (32 * K, 4): (162.6, 40.7, 475, 66.2),
+    (32 * K, 8): (429.8, 54.1, 898, 13.1),
+    (32 * K, 16): (771.9, 49.0, 1629, 25.0),
+    (32 * K, 32): (1378.7, 44.6, 3244, 48.4),
+    (64 * K, 1): (58.7, 58.8, 304, 1.0),
+    (64 * K, 2): (86.6, 43.3, 517, 40.3),
+    (64 * K, 4): (192.6, 47.9, 906, 23.1),
+    (64 * K, 8): (409.7, 52.0, 1811, 12.7),
     (64 * K, 16): (686.8, 44.7, 3354, 24.4),
-    (123 * K, 1): (58.0, 58.1, 531, 1.0), (123 * K, 2): (89.3, 44.6, 968, 20.0),
-    (123 * K, 4): (188.9, 47.4, 1650, 13.5), (123 * K, 8): (374.3, 48.2, 3139, 12.7),
+    (123 * K, 1): (58.0, 58.1, 531, 1.0),
+    (123 * K, 2): (89.3, 44.6, 968, 20.0),
+    (123 * K, 4): (188.9, 47.4, 1650, 13.5),
+    (123 * K, 8): (374.3, 48.2, 3139, 12.7),
 }
-SEED_OVER = {(8 * K, 128), (16 * K, 128), (32 * K, 64), (32 * K, 128), (64 * K, 32), (64 * K, 64),
-             (64 * K, 128), (123 * K, 16), (123 * K, 32), (123 * K, 64), (123 * K, 128)}
-SEED_PREFILL = {8 * K: 790, 16 * K: 1590, 32 * K: 3218, 64 * K: 6815, 123 * K: 14523, 128 * K: 15087}
+SEED_OVER = {
+    (8 * K, 128),
+    (16 * K, 128),
+    (32 * K, 64),
+    (32 * K, 128),
+    (64 * K, 32),
+    (64 * K, 64),
+    (64 * K, 128),
+    (123 * K, 16),
+    (123 * K, 32),
+    (123 * K, 64),
+    (123 * K, 128),
+}
+SEED_PREFILL = {
+    8 * K: 790,
+    16 * K: 1590,
+    32 * K: 3218,
+    64 * K: 6815,
+    123 * K: 14523,
+    128 * K: 15087,
+}
 CONTEXTS = [8 * K, 16 * K, 32 * K, 64 * K, 123 * K]
 CONCURRENCY = [1, 2, 4, 8, 16, 32, 64, 128]
 MAX_OUTPUT = 4096
@@ -64,8 +95,12 @@ def good_cell(c: int, n: int) -> bool:
 
 # --- model (mirrors cpp/src/sim/engine.cpp) ---------------------------------
 def step_ms(p: dict, n: float, kv: float) -> float:
-    return (p["step_base_ms"] + p["step_per_seq_ms"] * n + p["step_per_seq2_ms"] * n * n
-            + p["step_per_kv_token_ns"] * 1e-6 * kv)
+    return (
+        p["step_base_ms"]
+        + p["step_per_seq_ms"] * n
+        + p["step_per_seq2_ms"] * n * n
+        + p["step_per_kv_token_ns"] * 1e-6 * kv
+    )
 
 
 def prefill_ms(p: dict, pos: float, n: float) -> float:
@@ -75,15 +110,23 @@ def prefill_ms(p: dict, pos: float, n: float) -> float:
 
 def cold_ttft_ms(p: dict, c: int) -> float:
     chunks = -(-c // p["chunk_tokens"])
-    return (p["frontend_overhead_ms"] + p["frontend_per_token_us"] * 1e-3 * c + prefill_ms(p, 0, c)
-            + chunks * p["prefill_chunk_overhead_ms"])
+    return (
+        p["frontend_overhead_ms"]
+        + p["frontend_per_token_us"] * 1e-3 * c
+        + prefill_ms(p, 0, c)
+        + chunks * p["prefill_chunk_overhead_ms"]
+    )
 
 
 def warm_ttft_ms(p: dict, c: int, n: int, step: float) -> float:
     # Median request of a burst of n: it waits for the serial front-end of half the
     # burst, then on average half a step for the next iteration, then its 1-token tail.
-    return (p["frontend_overhead_ms"] + (n // 2 + 1) * p["frontend_per_token_us"] * 1e-3 * c
-            + step / 2 + prefill_ms(p, c - 1, 1))
+    return (
+        p["frontend_overhead_ms"]
+        + (n // 2 + 1) * p["frontend_per_token_us"] * 1e-3 * c
+        + step / 2
+        + prefill_ms(p, c - 1, 1)
+    )
 
 
 def kv_attended(c: int, n: int, per_req: float) -> float:
@@ -111,8 +154,12 @@ def fit(write: bool) -> None:
         x, *_ = np.linalg.lstsq(np.array(rows)[:, [0, 1, 3]], np.array(rhs), rcond=None)
         a, b, d = (float(v) for v in x)
         c2 = 0.0
-    prof.update(step_base_ms=round(a, 4), step_per_seq_ms=round(b, 5), step_per_seq2_ms=round(c2, 7),
-                step_per_kv_token_ns=round(d, 4))
+    prof.update(
+        step_base_ms=round(a, 4),
+        step_per_seq_ms=round(b, 5),
+        step_per_seq2_ms=round(c2, 7),
+        step_per_kv_token_ns=round(d, 4),
+    )
     # 2. Front-end: warm TTFT of a burst of n = o + (n/2 + 1) s C + step/2, least squares.
     rows, rhs = [], []
     for c, n in cells:
@@ -130,8 +177,11 @@ def fit(write: bool) -> None:
         rows.append(np.array([c_eff * 1e-3, c_eff * (c_eff - 1) / 2 * 1e-9]) / ttft)
         rhs.append(rest / ttft)
     (t0, t1), *_ = np.linalg.lstsq(np.array(rows), np.array(rhs), rcond=None)
-    prof.update(prefill_per_token_us=round(float(t0), 4),
-                prefill_per_token_ctx_ns=round(float(t1), 4), prefill_chunk_overhead_ms=0.0)
+    prof.update(
+        prefill_per_token_us=round(float(t0), 4),
+        prefill_per_token_ctx_ns=round(float(t1), 4),
+        prefill_chunk_overhead_ms=0.0,
+    )
     report(prof)
     if write:
         path.write_text(json.dumps(prof, indent=2) + "\n")
@@ -140,11 +190,13 @@ def fit(write: bool) -> None:
 
 def report(prof: dict) -> None:
     kv_cap = prof["kv_tokens"]
-    print(f"seed-h200 fit: step = {prof['step_base_ms']} + {prof['step_per_seq_ms']} n + "
-          f"{prof['step_per_seq2_ms']} n^2 ms + {prof['step_per_kv_token_ns']} ns per KV token; "
-          f"prefill {prof['prefill_per_token_us']} us/token + {prof['prefill_per_token_ctx_ns']} ns per "
-          f"1K context; front-end {prof['frontend_overhead_ms']} ms + {prof['frontend_per_token_us']} "
-          f"us/token serial; KV {kv_cap} tokens, max running {prof['max_running']}\n")
+    print(
+        f"seed-h200 fit: step = {prof['step_base_ms']} + {prof['step_per_seq_ms']} n + "
+        f"{prof['step_per_seq2_ms']} n^2 ms + {prof['step_per_kv_token_ns']} ns per KV token; "
+        f"prefill {prof['prefill_per_token_us']} us/token + {prof['prefill_per_token_ctx_ns']} ns per "
+        f"1K context; front-end {prof['frontend_overhead_ms']} ms + {prof['frontend_per_token_us']} "
+        f"us/token serial; KV {kv_cap} tokens, max running {prof['max_running']}\n"
+    )
     print("prefill          seed TTFT  model TTFT   seed tok/s  model tok/s   error")
     worst = 0.0
     for c, ttft in SEED_PREFILL.items():
@@ -152,11 +204,15 @@ def report(prof: dict) -> None:
         m = cold_ttft_ms(prof, c_eff)
         err = (ttft / m - 1) * 100
         worst = max(worst, abs(err))
-        print(f"  {c // K:>4}K    {ttft:>10.0f} {m:>11.0f} {c_eff / ttft * 1e3:>12.0f} "
-              f"{c_eff / m * 1e3:>12.0f}  {err:+6.1f}%")
+        print(
+            f"  {c // K:>4}K    {ttft:>10.0f} {m:>11.0f} {c_eff / ttft * 1e3:>12.0f} "
+            f"{c_eff / m * 1e3:>12.0f}  {err:+6.1f}%"
+        )
     print(f"  worst prefill tok/s error {worst:.1f}%\n")
-    print("decode  ctx    N   seed tot  model tot    err   seed/req  model/req    err  "
-          "seed TTFT model TTFT  fitted")
+    print(
+        "decode  ctx    N   seed tot  model tot    err   seed/req  model/req    err  "
+        "seed TTFT model TTFT  fitted"
+    )
     worst_t = worst_r = 0.0
     for (c, n), (tot, per, ttft, _act) in sorted(SEED_DECODE.items()):
         c_eff = 125952 if c == 123 * K else c
@@ -167,31 +223,44 @@ def report(prof: dict) -> None:
         g = good_cell(c, n)
         if g:
             worst_t, worst_r = max(worst_t, abs(e_t)), max(worst_r, abs(e_r))
-        print(f"      {c // K:>4}K {n:>4} {tot:>10.1f} {m_tot:>10.1f} {e_t:+6.1f}% {per:>9.1f} "
-              f"{m_per:>10.1f} {e_r:+6.1f}% {ttft:>10.0f} {warm_ttft_ms(prof, c_eff, n, st):>10.0f}"
-              f"  {'yes' if g else 'no (leftover work in the seed)'}")
+        print(
+            f"      {c // K:>4}K {n:>4} {tot:>10.1f} {m_tot:>10.1f} {e_t:+6.1f}% {per:>9.1f} "
+            f"{m_per:>10.1f} {e_r:+6.1f}% {ttft:>10.0f} {warm_ttft_ms(prof, c_eff, n, st):>10.0f}"
+            f"  {'yes' if g else 'no (leftover work in the seed)'}"
+        )
     print(f"  worst error over fitted cells: total {worst_t:.1f}%, per request {worst_r:.1f}%\n")
-    over = {(c, n) for c in CONTEXTS for n in CONCURRENCY
-            if n * ((125952 if c == 123 * K else c) + MAX_OUTPUT) > kv_cap}
-    print(f"over-capacity cells (N x (C + {MAX_OUTPUT}) > {kv_cap}): "
-          f"{'exactly the seed' if over == SEED_OVER else 'DIFFERENT from the seed'} "
-          f"({len(over)} cells)")
+    over = {
+        (c, n)
+        for c in CONTEXTS
+        for n in CONCURRENCY
+        if n * ((125952 if c == 123 * K else c) + MAX_OUTPUT) > kv_cap
+    }
+    print(
+        f"over-capacity cells (N x (C + {MAX_OUTPUT}) > {kv_cap}): "
+        f"{'exactly the seed' if over == SEED_OVER else 'DIFFERENT from the seed'} "
+        f"({len(over)} cells)"
+    )
 
 
 # --- scale: many concurrent paced streams ----------------------------------------
 def _raise_nofile() -> None:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def _request(port: int, max_tokens: int, prompt: str = "a b c d") -> bytes:
-    body = json.dumps({"prompt": prompt, "max_tokens": max_tokens, "stream": True,
-                       "ignore_eos": True}).encode()
-    return (f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body
+    body = json.dumps(
+        {"prompt": prompt, "max_tokens": max_tokens, "stream": True, "ignore_eos": True}
+    ).encode()
+    return (
+        f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
 
 
-def _reader(port: int, n_streams: int, max_tokens: int, q: "mp.Queue[tuple[int, int, float]]") -> None:
+def _reader(
+    port: int, n_streams: int, max_tokens: int, q: mp.Queue[tuple[int, int, float]]
+) -> None:
     """Opens n_streams streams, reads them to the end, counts events (b'data: {')."""
     _raise_nofile()
     sel = selectors.DefaultSelector()
@@ -244,10 +313,13 @@ def streams(n: int = 4096, procs: int = 4, itl_ms: float = 20.0, seconds: float 
     _raise_nofile()
     max_tokens = int(seconds * 1000 / itl_ms)
     with Sim("fixed", overrides={"fixed_itl_ms": itl_ms}) as sim:
-        pid = sim._proc.pid  # noqa: SLF001
+        pid = sim._proc.pid
         c0 = _cpu_s(pid)
         q: mp.Queue = mp.Queue()
-        ps = [mp.Process(target=_reader, args=(sim.port, n // procs, max_tokens, q)) for _ in range(procs)]
+        ps = [
+            mp.Process(target=_reader, args=(sim.port, n // procs, max_tokens, q))
+            for _ in range(procs)
+        ]
         t0 = time.monotonic()
         for p in ps:
             p.start()
@@ -264,23 +336,36 @@ def streams(n: int = 4096, procs: int = 4, itl_ms: float = 20.0, seconds: float 
         cpu = _cpu_s(pid) - c0
     events = sum(r[0] for r in res)
     done = sum(r[1] for r in res)
-    out = {"streams": n, "completed": done, "tokens": events, "expected_tokens": n * max_tokens,
-           "peak_running": peak, "wall_s": round(wall, 2), "engine_tokens_sent": st["tokens_sent"],
-           "engine_cpu_s": round(cpu, 2), "engine_us_per_token": round(cpu / max(events, 1) * 1e6, 2)}
-    print(f"streams: {n} concurrent paced streams (ITL {itl_ms:g} ms, {max_tokens} tokens each): "
-          f"completed {done}/{n}, tokens {events}/{n * max_tokens}, peak running {peak}, "
-          f"wall {wall:.1f} s (ideal {0.05 + itl_ms / 1000 * (max_tokens - 1):.1f} s + connect), "
-          f"{events / wall / 1e3:.0f}K tok/s delivered, engine CPU {cpu:.1f} s = "
-          f"{out['engine_us_per_token']} us/token")
+    out = {
+        "streams": n,
+        "completed": done,
+        "tokens": events,
+        "expected_tokens": n * max_tokens,
+        "peak_running": peak,
+        "wall_s": round(wall, 2),
+        "engine_tokens_sent": st["tokens_sent"],
+        "engine_cpu_s": round(cpu, 2),
+        "engine_us_per_token": round(cpu / max(events, 1) * 1e6, 2),
+    }
+    print(
+        f"streams: {n} concurrent paced streams (ITL {itl_ms:g} ms, {max_tokens} tokens each): "
+        f"completed {done}/{n}, tokens {events}/{n * max_tokens}, peak running {peak}, "
+        f"wall {wall:.1f} s (ideal {0.05 + itl_ms / 1000 * (max_tokens - 1):.1f} s + connect), "
+        f"{events / wall / 1e3:.0f}K tok/s delivered, engine CPU {cpu:.1f} s = "
+        f"{out['engine_us_per_token']} us/token"
+    )
     return out
 
 
 def unpaced(procs: int = 3, streams_per_proc: int = 8, max_tokens: int = 200_000) -> dict:
     """Unpaced emission rate: the engine writes as fast as the sockets take it."""
     with Sim("fixed", unpaced=True, overrides={"context_length": 1 << 22}) as sim:
-        pid = sim._proc.pid  # noqa: SLF001 - CPU time of the engine process
+        pid = sim._proc.pid
         q: mp.Queue = mp.Queue()
-        ps = [mp.Process(target=_reader, args=(sim.port, streams_per_proc, max_tokens, q)) for _ in range(procs)]
+        ps = [
+            mp.Process(target=_reader, args=(sim.port, streams_per_proc, max_tokens, q))
+            for _ in range(procs)
+        ]
 
         def cpu() -> float:
             with open(f"/proc/{pid}/stat") as f:
@@ -298,12 +383,19 @@ def unpaced(procs: int = 3, streams_per_proc: int = 8, max_tokens: int = 200_000
     tokens = sum(r[0] for r in res)
     rate = tokens / wall
     cpu_s = c1 - c0
-    out = {"tokens": tokens, "wall_s": round(wall, 2), "tok_s": round(rate), "engine_cpu_s": round(cpu_s, 2),
-           "engine_us_per_token": round(cpu_s / tokens * 1e6, 3),
-           "engine_tok_per_cpu_s": round(tokens / cpu_s) if cpu_s else None}
-    print(f"unpaced: {tokens} tokens over {procs * streams_per_proc} streams in {wall:.2f} s = "
-          f"{rate / 1e6:.2f} M tok/s; engine CPU {cpu_s:.2f} s = {out['engine_us_per_token']} us/token "
-          f"({(out['engine_tok_per_cpu_s'] or 0) / 1e6:.2f} M tok per engine CPU-second)")
+    out = {
+        "tokens": tokens,
+        "wall_s": round(wall, 2),
+        "tok_s": round(rate),
+        "engine_cpu_s": round(cpu_s, 2),
+        "engine_us_per_token": round(cpu_s / tokens * 1e6, 3),
+        "engine_tok_per_cpu_s": round(tokens / cpu_s) if cpu_s else None,
+    }
+    print(
+        f"unpaced: {tokens} tokens over {procs * streams_per_proc} streams in {wall:.2f} s = "
+        f"{rate / 1e6:.2f} M tok/s; engine CPU {cpu_s:.2f} s = {out['engine_us_per_token']} us/token "
+        f"({(out['engine_tok_per_cpu_s'] or 0) / 1e6:.2f} M tok per engine CPU-second)"
+    )
     return out
 
 
@@ -314,8 +406,11 @@ def main(argv: list[str]) -> int:
     elif what == "report":
         report(json.loads(profile_path("seed-h200").read_text()))
     elif what == "streams":
-        streams(int(argv[1]) if len(argv) > 1 else 4096, int(argv[2]) if len(argv) > 2 else 4,
-                float(argv[3]) if len(argv) > 3 else 20.0)
+        streams(
+            int(argv[1]) if len(argv) > 1 else 4096,
+            int(argv[2]) if len(argv) > 2 else 4,
+            float(argv[3]) if len(argv) > 3 else 20.0,
+        )
     elif what == "unpaced":
         unpaced()
     elif what == "all":

@@ -12,6 +12,7 @@ are the JSON files beside this module in ``profiles/`` (names = file stems).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -20,13 +21,14 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 _PROFILES = Path(__file__).resolve().parent / "profiles"
 _LISTEN_PREFIX = "speedmatrix-sim listening on "
 
-__all__ = ["Sim", "SimError", "list_profiles", "profile_path", "load_profile", "main"]
+__all__ = ["Sim", "SimError", "list_profiles", "load_profile", "main", "profile_path"]
 
 
 class SimError(RuntimeError):
@@ -45,7 +47,9 @@ def profile_path(name: str | os.PathLike[str]) -> Path:
         return p
     cand = _PROFILES / f"{name}.json"
     if not cand.is_file():
-        raise ValueError(f"unknown sim profile {str(name)!r}; shipped: {', '.join(list_profiles())}")
+        raise ValueError(
+            f"unknown sim profile {str(name)!r}; shipped: {', '.join(list_profiles())}"
+        )
     return cand
 
 
@@ -59,7 +63,11 @@ def _binary() -> Path:
         from speedmatrix import _native
     except ImportError:  # _core not built: find the binary the same way _native does
         override = os.environ.get("SPEEDMATRIX_SIM_BINARY")
-        path = Path(override) if override else Path(__file__).resolve().parent / "_bin" / "speedmatrix-sim"
+        path = (
+            Path(override)
+            if override
+            else Path(__file__).resolve().parent / "_bin" / "speedmatrix-sim"
+        )
         if not path.is_file():
             raise FileNotFoundError(
                 f"the built-in engine binary is missing at {path}; build with -DSPEEDMATRIX_INPLACE=ON"
@@ -105,7 +113,14 @@ class Sim:
         self._proc: subprocess.Popen[str] | None = None
         # --watch-stdin: the engine exits when our end of its stdin pipe closes, so it
         # never outlives this process, even one that is killed.
-        args = [str(_binary()), "--profile", str(profile_path(profile)), "--port", str(port), "--watch-stdin"]
+        args = [
+            str(_binary()),
+            "--profile",
+            str(profile_path(profile)),
+            "--port",
+            str(port),
+            "--watch-stdin",
+        ]
         if flavour:
             args += ["--flavour", flavour]
         if unpaced:
@@ -128,7 +143,7 @@ class Sim:
             self.start()
 
     # --- lifecycle ---
-    def start(self) -> "Sim":
+    def start(self) -> Sim:
         if self._proc is not None:
             return self
         self._proc = subprocess.Popen(
@@ -210,17 +225,16 @@ class Sim:
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
-    def __enter__(self) -> "Sim":
-        return self.start()
+    def __enter__(self) -> Sim:  # noqa: PYI034 - Sim is not meant to be subclassed
+        self.start()
+        return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
     def __del__(self) -> None:  # never leave an orphan behind
-        try:
+        with contextlib.suppress(Exception):  # interpreter shutdown: modules may be gone
             self.stop(timeout_s=1.0)
-        except Exception:
-            pass
 
     # --- queries ---
     def get_json(self, path: str, timeout_s: float = 10.0) -> Any:
@@ -256,13 +270,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     import argparse
 
     ap = argparse.ArgumentParser(prog="speedmatrix sim", description="Run the built-in engine.")
-    ap.add_argument("--profile", default="seed-h200", help=f"one of {', '.join(list_profiles())} or a .json path")
+    ap.add_argument(
+        "--profile",
+        default="seed-h200",
+        help=f"one of {', '.join(list_profiles())} or a .json path",
+    )
     ap.add_argument("--port", type=int, default=8000)
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--flavour", choices=["sglang", "vllm"], default=None)
     ap.add_argument("--unpaced", action="store_true")
     ap.add_argument("--stamp", action="store_true")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a profile field")
+    ap.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a profile field"
+    )
     ap.add_argument("--list", action="store_true", help="list the shipped profiles and exit")
     a = ap.parse_args(list(argv) if argv is not None else None)
     if a.list:
@@ -270,7 +290,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{name:12s} {load_profile(name).get('description', '')}")
         return 0
     try:
-        args = [str(_binary()), "--profile", str(profile_path(a.profile)), "--port", str(a.port), "--host", a.host]
+        args = [
+            str(_binary()),
+            "--profile",
+            str(profile_path(a.profile)),
+            "--port",
+            str(a.port),
+            "--host",
+            a.host,
+        ]
     except (ValueError, FileNotFoundError) as e:
         print(f"speedmatrix sim: {e}", file=sys.stderr)
         return 2

@@ -367,7 +367,8 @@ TEST(SimEngine, FixedModeIsExact) {
   h.at(1000 * kMs);
   auto t = h.times(1);
   ASSERT_EQ(t.size(), 5u);
-  for (std::size_t k = 0; k < t.size(); ++k) EXPECT_EQ(t[k], 7 * kMs + 50 * kMs + static_cast<ns_t>(k) * 20 * kMs);
+  for (std::size_t k = 0; k < t.size(); ++k)
+    EXPECT_EQ(t[k], 7 * kMs + 50 * kMs + static_cast<ns_t>(k) * 20 * kMs);
   for (sm::RequestId id = 2; id <= 65; ++id) {
     auto u = h.times(id);
     ASSERT_EQ(u.size(), 5u);

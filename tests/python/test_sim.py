@@ -7,6 +7,7 @@ in /metrics, the prefix cache, every fault kind, and the decode-step trace.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import selectors
@@ -18,7 +19,6 @@ import urllib.error
 import urllib.request
 
 import pytest
-
 from speedmatrix.sim import Sim, list_profiles, load_profile, profile_path
 
 MS = 1_000_000
@@ -115,7 +115,7 @@ class RawStream:
             if self._length is not None and len(self.body) >= self._length:
                 self.complete = True
 
-    def read_all(self, timeout_s: float = 10.0) -> "RawStream":
+    def read_all(self, timeout_s: float = 10.0) -> RawStream:
         run_all([self], timeout_s)
         return self
 
@@ -160,7 +160,9 @@ def run_all(streams: list[RawStream], timeout_s: float = 10.0, until=None) -> No
 
 def post(url: str, path: str, body, timeout: float = 30.0) -> tuple[int, dict | str]:
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    req = urllib.request.Request(url + path, data=data, headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url + path, data=data, headers={"Content-Type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
             raw = r.read()
@@ -202,6 +204,11 @@ def wait_for(pred, timeout_s: float = 5.0, every_s: float = 0.01):
     return pred()
 
 
+def _if(value, pred):
+    """value when pred(value) holds, else None (for wait_for)."""
+    return value if pred(value) else None
+
+
 def words(n: int, salt: str = "") -> str:
     return " ".join(f"{salt}w{i}" for i in range(n))
 
@@ -230,10 +237,25 @@ def test_profiles_ship_and_load():
     assert seed["context_length"] == 131072
     # Exactly the seed's over-capacity cells with 4096 max output.
     k = 1024
-    over = {(c, n) for c in (8 * k, 16 * k, 32 * k, 64 * k, 125952) for n in (1, 2, 4, 8, 16, 32, 64, 128)
-            if n * (c + 4096) > seed["kv_tokens"]}
-    assert over == {(8 * k, 128), (16 * k, 128), (32 * k, 64), (32 * k, 128), (64 * k, 32), (64 * k, 64),
-                    (64 * k, 128), (125952, 16), (125952, 32), (125952, 64), (125952, 128)}
+    over = {
+        (c, n)
+        for c in (8 * k, 16 * k, 32 * k, 64 * k, 125952)
+        for n in (1, 2, 4, 8, 16, 32, 64, 128)
+        if n * (c + 4096) > seed["kv_tokens"]
+    }
+    assert over == {
+        (8 * k, 128),
+        (16 * k, 128),
+        (32 * k, 64),
+        (32 * k, 128),
+        (64 * k, 32),
+        (64 * k, 64),
+        (64 * k, 128),
+        (125952, 16),
+        (125952, 32),
+        (125952, 64),
+        (125952, 128),
+    }
     with pytest.raises(ValueError):
         profile_path("no-such-profile")
 
@@ -244,7 +266,7 @@ def test_sim_starts_and_stops_cleanly():
     assert sim.url == f"http://127.0.0.1:{sim.port}" and sim.port > 0
     assert get(sim.url, "/health")[0] == 200
     assert sim.stop() == 0  # SIGTERM -> exit 0
-    assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+    assert not os.path.exists(f"/proc/{pid}")  # exited and reaped
     with Sim("test-fast", overrides={"fixed_itl_ms": 7}) as s2:
         assert s2.state()["profile"]["fixed_itl_ms"] == 7
 
@@ -253,13 +275,23 @@ def test_binary_cli_errors():
     from speedmatrix.sim import _binary
 
     b = str(_binary())
-    r = subprocess.run([b], capture_output=True, text=True, timeout=10)
+    r = subprocess.run([b], capture_output=True, text=True, timeout=10, check=False)
     assert r.returncode == 2 and "--profile" in r.stderr
-    r = subprocess.run([b, "--profile", str(profile_path("test-fast")), "--set", "bogus=1"],
-                       capture_output=True, text=True, timeout=10)
+    r = subprocess.run(
+        [b, "--profile", str(profile_path("test-fast")), "--set", "bogus=1"],
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=False,
+    )
     assert r.returncode == 2 and "bogus" in r.stderr
-    r = subprocess.run([b, "--profile", str(profile_path("test-fast")), "--fault-drop", "2"],
-                       capture_output=True, text=True, timeout=10)
+    r = subprocess.run(
+        [b, "--profile", str(profile_path("test-fast")), "--fault-drop", "2"],
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=False,
+    )
     assert r.returncode == 2
 
 
@@ -280,32 +312,65 @@ def test_endpoint_shapes(flavoured):
     assert "version" in json.loads(get(url, "/version")[1])
     for path in ("/tokenize", "/v1/tokenize"):
         st, tok = post(url, path, {"model": "sim-batch", "prompt": "the quick brown fox"})
-        assert st == 200 and tok["count"] == 4 and len(tok["tokens"]) == 4 and tok["max_model_len"] == 2048
-    st, tok = post(url, "/tokenize", {"messages": [{"role": "user", "content": "a b c"},
-                                                   {"role": "user", "content": [{"type": "text", "text": "d e"}]}]})
+        assert (
+            st == 200
+            and tok["count"] == 4
+            and len(tok["tokens"]) == 4
+            and tok["max_model_len"] == 2048
+        )
+    st, tok = post(
+        url,
+        "/tokenize",
+        {
+            "messages": [
+                {"role": "user", "content": "a b c"},
+                {"role": "user", "content": [{"type": "text", "text": "d e"}]},
+            ]
+        },
+    )
     assert st == 200 and tok["count"] == 5
     st, tok = post(url, "/tokenize", {"prompt": "a b zz"})
     st, detok = post(url, "/detokenize", {"tokens": tok["tokens"]})
     assert st == 200 and detok["prompt" if flavour == "vllm" else "text"] == "a b zz"
     met = metrics(url)
     if flavour == "sglang":
-        for name in ("sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:num_used_tokens",
-                     "sglang:token_usage", "sglang:gen_throughput", "sglang:cache_hit_rate",
-                     "sglang:max_total_num_tokens", "sglang:prompt_tokens_total",
-                     "sglang:generation_tokens_total"):
+        for name in (
+            "sglang:num_running_reqs",
+            "sglang:num_queue_reqs",
+            "sglang:num_used_tokens",
+            "sglang:token_usage",
+            "sglang:gen_throughput",
+            "sglang:cache_hit_rate",
+            "sglang:max_total_num_tokens",
+            "sglang:prompt_tokens_total",
+            "sglang:generation_tokens_total",
+        ):
             assert name in met, name
         assert met["sglang:max_total_num_tokens"] == 4096
         assert 'model_name="sim-batch"' in get(url, "/metrics")[1]
     else:
-        for name in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
-                     "vllm:cache_config_info", "vllm:prefix_cache_queries_total",
-                     "vllm:prefix_cache_hits_total", "vllm:generation_tokens_total"):
+        for name in (
+            "vllm:num_requests_running",
+            "vllm:num_requests_waiting",
+            "vllm:kv_cache_usage_perc",
+            "vllm:cache_config_info",
+            "vllm:prefix_cache_queries_total",
+            "vllm:prefix_cache_hits_total",
+            "vllm:generation_tokens_total",
+        ):
             assert name in met, name
         text = get(url, "/metrics")[1]
         line = next(l for l in text.splitlines() if l.startswith("vllm:cache_config_info{"))
         assert 'num_gpu_blocks="256"' in line and 'block_size="16"' in line and line.endswith(" 1")
     st, state = 200, sim.state()
-    for k in ("running", "waiting", "kv_used_tokens", "kv_capacity_tokens", "cache_hit_tokens", "tokens_sent"):
+    for k in (
+        "running",
+        "waiting",
+        "kv_used_tokens",
+        "kv_capacity_tokens",
+        "cache_hit_tokens",
+        "tokens_sent",
+    ):
         assert k in state
     assert isinstance(sim.trace(), list)
 
@@ -316,7 +381,9 @@ def test_errors_like_real_servers(flavoured):
     def message(body):
         return body["error"]["message"] if flavour == "vllm" else body["message"]
 
-    st, body = post(sim.url, "/v1/completions", {"model": "sim-batch", "prompt": words(2000), "max_tokens": 100})
+    st, body = post(
+        sim.url, "/v1/completions", {"model": "sim-batch", "prompt": words(2000), "max_tokens": 100}
+    )
     assert st == 400 and "context length" in message(body)
     if flavour == "sglang":
         assert body["object"] == "error" and body["code"] == 400
@@ -334,9 +401,18 @@ def test_errors_like_real_servers(flavoured):
 
 
 def test_completion_stream_chunks(fast):
-    s = RawStream(fast.port, "/v1/completions", {
-        "model": "sim-test", "prompt": [5, 6, 7, 8, 9], "max_tokens": 4, "stream": True, "ignore_eos": True,
-        "stream_options": {"include_usage": True, "continuous_usage_stats": True}}).read_all()
+    s = RawStream(
+        fast.port,
+        "/v1/completions",
+        {
+            "model": "sim-test",
+            "prompt": [5, 6, 7, 8, 9],
+            "max_tokens": 4,
+            "stream": True,
+            "ignore_eos": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        },
+    ).read_all()
     assert s.status == 200 and s.headers["content-type"].startswith("text/event-stream")
     assert s.complete and s.events[-1][1] == "[DONE]"
     chunks = s.chunks()
@@ -351,26 +427,47 @@ def test_completion_stream_chunks(fast):
         assert c["usage"]["completion_tokens"] == k + 1 and c["usage"]["prompt_tokens"] == 5
         assert isinstance(c["sm_t_ns"], int)
     final = chunks[-1]
-    assert final["choices"] == [] and final["usage"] == {"prompt_tokens": 5, "completion_tokens": 4,
-                                                          "total_tokens": 9}
+    assert final["choices"] == [] and final["usage"] == {
+        "prompt_tokens": 5,
+        "completion_tokens": 4,
+        "total_tokens": 9,
+    }
 
 
 def test_chat_stream_and_non_streaming(fast):
-    s = RawStream(fast.port, "/v1/chat/completions", {
-        "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "say three words"}],
-        "max_tokens": 3, "stream": True, "stream_options": {"include_usage": True}}).read_all()
+    s = RawStream(
+        fast.port,
+        "/v1/chat/completions",
+        {
+            "messages": [
+                {"role": "system", "content": "be brief"},
+                {"role": "user", "content": "say three words"},
+            ],
+            "max_tokens": 3,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        },
+    ).read_all()
     chunks = s.chunks()
     assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
     assert all(c["object"] == "chat.completion.chunk" for c in chunks)
     content = [c["choices"][0]["delta"]["content"] for c in chunks[1:] if c["choices"]]
     assert len(content) == 3 and content[0] and "usage" not in chunks[1]
-    assert chunks[-1]["usage"]["prompt_tokens"] == 5 and chunks[-1]["usage"]["completion_tokens"] == 3
+    assert (
+        chunks[-1]["usage"]["prompt_tokens"] == 5 and chunks[-1]["usage"]["completion_tokens"] == 3
+    )
     st, body = post(fast.url, "/v1/completions", {"prompt": "one two three", "max_tokens": 6})
     assert st == 200 and body["object"] == "text_completion"
-    assert len(body["choices"][0]["text"].split()) == 6 and body["choices"][0]["finish_reason"] == "length"
+    assert (
+        len(body["choices"][0]["text"].split()) == 6
+        and body["choices"][0]["finish_reason"] == "length"
+    )
     assert body["usage"] == {"prompt_tokens": 3, "completion_tokens": 6, "total_tokens": 9}
-    st, body = post(fast.url, "/v1/chat/completions", {"messages": [{"role": "user", "content": "x y"}],
-                                                       "max_completion_tokens": 2})
+    st, body = post(
+        fast.url,
+        "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": "x y"}], "max_completion_tokens": 2},
+    )
     assert st == 200 and body["object"] == "chat.completion"
     assert body["choices"][0]["message"]["role"] == "assistant"
     assert len(body["choices"][0]["message"]["content"].split()) == 2
@@ -380,21 +477,31 @@ def test_chat_stream_and_non_streaming(fast):
 
 def test_fixed_mode_timing_is_exact(fast):
     n, max_tokens = 16, 20
-    streams = [RawStream(fast.port, "/v1/completions", {"prompt": "a b c", "max_tokens": max_tokens,
-                                                        "stream": True}) for _ in range(n)]
+    streams = [
+        RawStream(
+            fast.port,
+            "/v1/completions",
+            {"prompt": "a b c", "max_tokens": max_tokens, "stream": True},
+        )
+        for _ in range(n)
+    ]
     run_all(streams, 10)
     ttft, itl, server_itl = [], [], []
     for s in streams:
         tt = s.token_times()
         assert len(tt) == max_tokens
         ttft.append((tt[0][0] - s.t_send) / MS)
-        itl += [(b[0] - a[0]) / MS for a, b in zip(tt, tt[1:])]
-        server_itl += [(b[1] - a[1]) / MS for a, b in zip(tt, tt[1:])]
+        itl += [(b[0] - a[0]) / MS for a, b in itertools.pairwise(tt)]
+        server_itl += [(b[1] - a[1]) / MS for a, b in itertools.pairwise(tt)]
         # Delivery delay after the server's send stamp is small (loose: the 2 cores are shared).
         assert statistics.median((t - st) / MS for t, st in tt) < 5.0
     # On the server's clock the first token leaves 50 ms after the request arrived ...
-    server_ttft = [(s.token_times()[0][1] - int(s.headers["x-sm-arrival-ns"])) / MS for s in streams]
-    assert abs(min(server_ttft) - 50.0) < 0.5 and abs(statistics.median(server_ttft) - 50.0) < 3.0, server_ttft
+    server_ttft = [
+        (s.token_times()[0][1] - int(s.headers["x-sm-arrival-ns"])) / MS for s in streams
+    ]
+    assert (
+        abs(min(server_ttft) - 50.0) < 0.5 and abs(statistics.median(server_ttft) - 50.0) < 3.0
+    ), server_ttft
     # ... and the client sees it within a few ms (the 2 cores are shared with other work).
     assert abs(statistics.median(ttft) - 50.0) < 5.0, ttft
     assert abs(statistics.median(itl) - 20.0) < 0.5, statistics.median(itl)
@@ -415,9 +522,15 @@ def test_fixed_mode_timing_is_exact(fast):
 
 def test_queueing_by_running_cap_shows_in_metrics():
     with Sim("test-batch") as sim:
-        streams = [RawStream(sim.port, "/v1/completions", {"prompt": words(16, str(i)), "max_tokens": 300,
-                                                           "stream": True}) for i in range(7)]
-        m = wait_for(lambda: (lambda m: m if m["sglang:num_running_reqs"] == 4 else None)(metrics(sim.url)))
+        streams = [
+            RawStream(
+                sim.port,
+                "/v1/completions",
+                {"prompt": words(16, str(i)), "max_tokens": 300, "stream": True},
+            )
+            for i in range(7)
+        ]
+        m = wait_for(lambda: _if(metrics(sim.url), lambda m: m["sglang:num_running_reqs"] == 4))
         assert m["sglang:num_running_reqs"] == 4 and m["sglang:num_queue_reqs"] == 3
         assert sim.state()["waiting"] == 3
         for s in streams:
@@ -428,8 +541,14 @@ def test_queueing_by_running_cap_shows_in_metrics():
 def test_queueing_by_kv_pool_and_abort_frees_capacity():
     with Sim("test-batch", overrides={"max_running": 100}) as sim:
         # Each needs 1000 + 1000 KV tokens of 4096: two run, the rest wait.
-        streams = [RawStream(sim.port, "/v1/completions", {"prompt": words(1000, str(i)), "max_tokens": 1000,
-                                                           "stream": True}) for i in range(4)]
+        streams = [
+            RawStream(
+                sim.port,
+                "/v1/completions",
+                {"prompt": words(1000, str(i)), "max_tokens": 1000, "stream": True},
+            )
+            for i in range(4)
+        ]
         assert wait_for(lambda: sim.state()["running"] == 2 and sim.state()["waiting"] == 2)
         m = metrics(sim.url)
         assert m["sglang:num_queue_reqs"] == 2 and m["sglang:num_running_reqs"] == 2
@@ -440,12 +559,16 @@ def test_queueing_by_kv_pool_and_abort_frees_capacity():
         running = [s for s in streams if s.events]
         assert len(running) == 2
         running[0].close()
-        st = wait_for(lambda: (lambda s: s if s["requests_aborted"] == 1 and s["waiting"] == 1 else None)(sim.state()),
-                      timeout_s=2.0)
+        st = wait_for(
+            lambda: _if(sim.state(), lambda s: s["requests_aborted"] == 1 and s["waiting"] == 1),
+            timeout_s=2.0,
+        )
         assert st and st["running"] == 2 and st["kv_reserved_tokens"] == 4000
         for s in streams:
             s.close()
-        assert wait_for(lambda: sim.state()["running"] == 0 and sim.state()["kv_reserved_tokens"] == 0)
+        assert wait_for(
+            lambda: sim.state()["running"] == 0 and sim.state()["kv_reserved_tokens"] == 0
+        )
 
 
 def test_prefix_cache_skips_prefill():
@@ -459,7 +582,9 @@ def test_prefix_cache_skips_prefill():
         st = sim.state()
         assert st["cache_hit_tokens"] >= 992 and st["prefill_tokens_total"] < 1100
         assert metrics(sim.url)["sglang:cache_hit_rate"] > 0.4
-        other = RawStream(sim.port, "/v1/completions", {**body, "prompt": words(1000, "other")}).read_all()
+        other = RawStream(
+            sim.port, "/v1/completions", {**body, "prompt": words(1000, "other")}
+        ).read_all()
         assert (other.token_times()[0][0] - other.t_send) / MS > 250
         st, res = post(sim.url, "/flush_cache", {})
         assert st == 200 and res["flushed_tokens"] > 0
@@ -471,15 +596,24 @@ def test_decode_steps_match_profile_and_client_tbt():
     with Sim("test-batch", stamp=True) as sim:
         prof = sim.state()["profile"]
         t0 = time.monotonic_ns()
-        streams = [RawStream(sim.port, "/v1/completions", {"prompt": words(40, str(i)), "max_tokens": 40,
-                                                           "stream": True}) for i in range(3)]
+        streams = [
+            RawStream(
+                sim.port,
+                "/v1/completions",
+                {"prompt": words(40, str(i)), "max_tokens": 40, "stream": True},
+            )
+            for i in range(3)
+        ]
         run_all(streams, 10)
         steps = [s for s in sim.trace() if s["t_ns"] > t0]
         assert steps
         for s in steps:
-            expect = (prof["step_base_ms"] + prof["step_per_seq_ms"] * s["batch"]
-                      + prof["step_per_seq2_ms"] * s["batch"] ** 2
-                      + prof["step_per_kv_token_ns"] * 1e-6 * s["kv_tokens"]) * MS
+            expect = (
+                prof["step_base_ms"]
+                + prof["step_per_seq_ms"] * s["batch"]
+                + prof["step_per_seq2_ms"] * s["batch"] ** 2
+                + prof["step_per_kv_token_ns"] * 1e-6 * s["kv_tokens"]
+            ) * MS
             assert abs(s["step_ns"] - expect) <= 1
         full = [s for s in steps if s["batch"] == 3 and s["prefill_ns"] == 0]
         step_ms = statistics.median(s["step_ns"] for s in full) / MS
@@ -487,8 +621,8 @@ def test_decode_steps_match_profile_and_client_tbt():
         for s in streams:
             tt = s.token_times()
             assert len(tt) == 40
-            tbt += [(b[0] - a[0]) / MS for a, b in zip(tt[2:], tt[3:])]
-            tbt_server += [(b[1] - a[1]) / MS for a, b in zip(tt[2:], tt[3:])]
+            tbt += [(b[0] - a[0]) / MS for a, b in itertools.pairwise(tt[2:])]
+            tbt_server += [(b[1] - a[1]) / MS for a, b in itertools.pairwise(tt[2:])]
         # Tokens of one step leave together: the three streams see the same server stamps.
         stamps = [[st for _, st in s.token_times()] for s in streams]
         ref = stamps[0]
@@ -507,7 +641,9 @@ def test_decode_steps_match_profile_and_client_tbt():
         assert late[len(late) // 2] < 2 * MS
 
 
-@pytest.mark.parametrize("fault", ["http_500", "malformed", "drop", "stall", "not_sse", "no_done", "error_event"])
+@pytest.mark.parametrize(
+    "fault", ["http_500", "malformed", "drop", "stall", "not_sse", "no_done", "error_event"]
+)
 def test_each_fault(fast, fault):
     body = {"prompt": "a b", "max_tokens": 8, "stream": True, "sm_fault": fault}
     s = RawStream(fast.port, "/v1/completions", body)
@@ -546,11 +682,13 @@ def _is_json(d: str) -> bool:
 
 def test_fault_shares_from_flags():
     with Sim("test-fast", faults={"http500": 1.0}) as sim:
-        st, body = post(sim.url, "/v1/completions", {"prompt": "a", "max_tokens": 1})
+        st, _ = post(sim.url, "/v1/completions", {"prompt": "a", "max_tokens": 1})
         assert st == 500
     with Sim("test-fast", faults={"drop": 0.5}, seed=3) as sim:
-        streams = [RawStream(sim.port, "/v1/completions", {"prompt": "a", "max_tokens": 6, "stream": True})
-                   for _ in range(20)]
+        streams = [
+            RawStream(sim.port, "/v1/completions", {"prompt": "a", "max_tokens": 6, "stream": True})
+            for _ in range(20)
+        ]
         run_all(streams, 5)
         dropped = sum(1 for s in streams if s.eof and not s.complete)
         assert 3 <= dropped <= 17
@@ -561,8 +699,12 @@ def test_seed_profile_cold_and_warm_ttft():
         info = json.loads(get(sim.url, "/server_info")[1])
         assert info["max_total_num_tokens"] == 1441792 and info["context_length"] == 131072
         assert json.loads(get(sim.url, "/v1/models")[1])["data"][0]["id"] == "muse-glimmer"
-        body = {"model": "muse-glimmer", "prompt": list(range(1000, 1000 + 8192)), "max_tokens": 3,
-                "stream": True}
+        body = {
+            "model": "muse-glimmer",
+            "prompt": list(range(1000, 1000 + 8192)),
+            "max_tokens": 3,
+            "stream": True,
+        }
         cold = RawStream(sim.port, "/v1/completions", body).read_all()
         warm = RawStream(sim.port, "/v1/completions", body).read_all()
         t_cold = (cold.token_times()[0][0] - cold.t_send) / MS

@@ -70,8 +70,7 @@ struct Profile {
 // Parses a profile from JSON text, applying "key=value" overrides first
 // (value parsed as JSON when it is valid JSON, else taken as a string).
 // Throws std::runtime_error naming the bad key or value.
-Profile parse_profile(const std::string& json_text,
-                      const std::vector<std::string>& overrides = {});
+Profile parse_profile(const std::string& json_text, const std::vector<std::string>& overrides = {});
 Profile load_profile(const std::string& path, const std::vector<std::string>& overrides = {});
 // The profile as JSON text (every field), for /sim/state and tests.
 std::string profile_to_json(const Profile& p);
@@ -100,33 +99,33 @@ enum class EventKind : std::uint8_t {
 struct Event {
   RequestId id;
   EventKind kind;
-  ns_t t_ns;                 // model time of the event
-  std::int64_t generated;    // tokens generated so far, this event included
+  ns_t t_ns;                   // model time of the event
+  std::int64_t generated;      // tokens generated so far, this event included
   std::int64_t cached_tokens;  // prompt tokens served from the prefix cache
 };
 
 struct StepRecord {
-  ns_t t_ns;         // end of the step: when its tokens leave
+  ns_t t_ns;  // end of the step: when its tokens leave
   std::int32_t batch;
   std::int64_t kv_tokens;
-  ns_t step_ns;      // decode part of the iteration
-  ns_t prefill_ns;   // prefill chunk run before it in the same iteration (0 if none)
+  ns_t step_ns;     // decode part of the iteration
+  ns_t prefill_ns;  // prefill chunk run before it in the same iteration (0 if none)
   std::int64_t prefill_tokens;
 };
 
 struct EngineState {
-  std::int64_t frontend = 0;   // in the front-end (not yet queued)
-  std::int64_t waiting = 0;    // FIFO waiting queue
+  std::int64_t frontend = 0;  // in the front-end (not yet queued)
+  std::int64_t waiting = 0;   // FIFO waiting queue
   std::int64_t prefilling = 0;
-  std::int64_t running = 0;    // admitted: prefilling + decoding
+  std::int64_t running = 0;             // admitted: prefilling + decoding
   std::int64_t kv_used_tokens = 0;      // prompt + generated of admitted requests
   std::int64_t kv_reserved_tokens = 0;  // prompt + max_tokens of admitted requests
   std::int64_t kv_cached_tokens = 0;    // evictable prefix-cache blocks, tokens
   std::int64_t kv_capacity_tokens = 0;
   std::int64_t cache_query_tokens = 0;  // prompt tokens looked up in the cache
   std::int64_t cache_hit_tokens = 0;
-  std::int64_t prompt_tokens_total = 0;      // prompt tokens of admitted requests
-  std::int64_t prefill_tokens_total = 0;     // prompt tokens actually computed
+  std::int64_t prompt_tokens_total = 0;   // prompt tokens of admitted requests
+  std::int64_t prefill_tokens_total = 0;  // prompt tokens actually computed
   std::int64_t generation_tokens_total = 0;
   std::int64_t requests_submitted = 0;
   std::int64_t requests_finished = 0;

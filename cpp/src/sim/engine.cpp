@@ -33,13 +33,13 @@ enum class Stage : std::uint8_t { kFrontend, kWaiting, kPrefill, kDecode };
 struct Req {
   RequestSpec spec;
   Stage stage = Stage::kFrontend;
-  ns_t ready_ns = 0;           // leaves the front-end
-  std::int64_t cached = 0;     // prompt tokens served by the cache
-  std::int64_t pos = 0;        // prompt tokens computed or cached so far
+  ns_t ready_ns = 0;        // leaves the front-end
+  std::int64_t cached = 0;  // prompt tokens served by the cache
+  std::int64_t pos = 0;     // prompt tokens computed or cached so far
   std::int64_t generated = 0;
-  std::int64_t reserved = 0;   // KV tokens reserved at admission
+  std::int64_t reserved = 0;      // KV tokens reserved at admission
   std::size_t pinned_blocks = 0;  // leading block_hashes pinned in the cache
-  ns_t next_ns = 0;            // fixed mode: time of the next token
+  ns_t next_ns = 0;               // fixed mode: time of the next token
 };
 
 struct Block {
@@ -85,9 +85,7 @@ struct Engine::Impl {
     st.kv_capacity_tokens = p.kv_tokens;
   }
 
-  std::int64_t cached_free_tokens() const {
-    return static_cast<std::int64_t>(lru.size()) * p.block_size;
-  }
+  std::int64_t cached_free_tokens() const { return static_cast<std::int64_t>(lru.size()) * p.block_size; }
 
   void pin(std::uint64_t h) {
     auto [it, fresh] = cache.try_emplace(h);
@@ -125,8 +123,7 @@ struct Engine::Impl {
       if (reserved + need > p.kv_tokens) return;
       std::size_t matched = 0;
       if (p.prefix_cache) {
-        while (matched < r.spec.block_hashes.size() && cache.count(r.spec.block_hashes[matched]))
-          ++matched;
+        while (matched < r.spec.block_hashes.size() && cache.count(r.spec.block_hashes[matched])) ++matched;
         for (std::size_t i = 0; i < matched; ++i) pin(r.spec.block_hashes[i]);
       }
       r.pinned_blocks = matched;
@@ -196,7 +193,8 @@ struct Engine::Impl {
     if (done) {
       st.requests_finished++;
       release(r);
-      if (!fixed && r.stage == Stage::kDecode) decode.erase(std::find(decode.begin(), decode.end(), r.spec.id));
+      if (!fixed && r.stage == Stage::kDecode)
+        decode.erase(std::find(decode.begin(), decode.end(), r.spec.id));
       reqs.erase(r.spec.id);
     }
   }
@@ -212,7 +210,8 @@ struct Engine::Impl {
       if (r.pos < r.spec.prompt_tokens) continue;
       prefill.erase(std::find(prefill.begin(), prefill.end(), r.spec.id));
       if (p.prefix_cache) {
-        for (std::size_t i = r.pinned_blocks; i < r.spec.block_hashes.size(); ++i) pin(r.spec.block_hashes[i]);
+        for (std::size_t i = r.pinned_blocks; i < r.spec.block_hashes.size(); ++i)
+          pin(r.spec.block_hashes[i]);
         r.pinned_blocks = r.spec.block_hashes.size();
         evict_to_fit();
       }
@@ -225,8 +224,8 @@ struct Engine::Impl {
   void apply_decode(std::vector<Event>& out) {
     if (!it_decode.empty()) {
       st.steps++;
-      trace.push_back({it_end, static_cast<std::int32_t>(it_decode.size()), it_kv,
-                       it_end - it_prefill_end, it_prefill_end - it_start, it_prefill_tokens});
+      trace.push_back({it_end, static_cast<std::int32_t>(it_decode.size()), it_kv, it_end - it_prefill_end,
+                       it_prefill_end - it_start, it_prefill_tokens});
       while (trace.size() > static_cast<std::size_t>(p.trace_capacity)) trace.pop_front();
     }
     for (RequestId id : it_decode) {
@@ -288,9 +287,9 @@ std::string Engine::validate(std::int64_t prompt_tokens, std::int64_t max_tokens
   if (max_tokens < 1) return "max_tokens must be at least 1, got " + std::to_string(max_tokens) + ".";
   if (prompt_tokens + max_tokens > p.context_length)
     return "This model's maximum context length is " + std::to_string(p.context_length) +
-           " tokens. However, you requested " + std::to_string(prompt_tokens + max_tokens) +
-           " tokens (" + std::to_string(prompt_tokens) + " in the messages, " +
-           std::to_string(max_tokens) + " in the completion). Please reduce the length of the "
+           " tokens. However, you requested " + std::to_string(prompt_tokens + max_tokens) + " tokens (" +
+           std::to_string(prompt_tokens) + " in the messages, " + std::to_string(max_tokens) +
+           " in the completion). Please reduce the length of the "
            "messages or completion.";
   if (!impl_->fixed && prompt_tokens + max_tokens > p.kv_tokens)
     return "The request needs " + std::to_string(prompt_tokens + max_tokens) +
@@ -331,10 +330,18 @@ void Engine::abort(RequestId id) {
   };
   if (!m.fixed) {
     switch (r.stage) {
-      case Stage::kFrontend: drop(m.frontend); break;
-      case Stage::kWaiting: drop(m.waiting); break;
-      case Stage::kPrefill: drop(m.prefill); break;
-      case Stage::kDecode: drop(m.decode); break;
+      case Stage::kFrontend:
+        drop(m.frontend);
+        break;
+      case Stage::kWaiting:
+        drop(m.waiting);
+        break;
+      case Stage::kPrefill:
+        drop(m.prefill);
+        break;
+      case Stage::kDecode:
+        drop(m.decode);
+        break;
     }
     m.release(r);
   }

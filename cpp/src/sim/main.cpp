@@ -55,19 +55,32 @@ int main(int argc, char** argv) {
         std::exit(2);
       }
     };
-    if (a == "--profile") profile_path = value("--profile");
-    else if (a == "--host") opt.host = value("--host");
-    else if (a == "--port") opt.port = std::atoi(value("--port"));
-    else if (a == "--flavour" || a == "--flavor") flavour = value("--flavour");
-    else if (a == "--set") sets.emplace_back(value("--set"));
-    else if (a == "--unpaced") opt.unpaced = true;
-    else if (a == "--stamp") opt.stamp = true;
-    else if (a == "--watch-stdin") opt.watch_stdin = true;
-    else if (a == "--fault-http500") share("--fault-http500", opt.fault_http500);
-    else if (a == "--fault-malformed") share("--fault-malformed", opt.fault_malformed);
-    else if (a == "--fault-drop") share("--fault-drop", opt.fault_drop);
-    else if (a == "--fault-stall") share("--fault-stall", opt.fault_stall);
-    else if (a == "--seed") opt.seed = std::strtoull(value("--seed"), nullptr, 10);
+    if (a == "--profile")
+      profile_path = value("--profile");
+    else if (a == "--host")
+      opt.host = value("--host");
+    else if (a == "--port")
+      opt.port = std::atoi(value("--port"));
+    else if (a == "--flavour" || a == "--flavor")
+      flavour = value("--flavour");
+    else if (a == "--set")
+      sets.emplace_back(value("--set"));
+    else if (a == "--unpaced")
+      opt.unpaced = true;
+    else if (a == "--stamp")
+      opt.stamp = true;
+    else if (a == "--watch-stdin")
+      opt.watch_stdin = true;
+    else if (a == "--fault-http500")
+      share("--fault-http500", opt.fault_http500);
+    else if (a == "--fault-malformed")
+      share("--fault-malformed", opt.fault_malformed);
+    else if (a == "--fault-drop")
+      share("--fault-drop", opt.fault_drop);
+    else if (a == "--fault-stall")
+      share("--fault-stall", opt.fault_stall);
+    else if (a == "--seed")
+      opt.seed = std::strtoull(value("--seed"), nullptr, 10);
     else if (a == "-h" || a == "--help") {
       std::fputs(kUsage, stdout);
       return 0;

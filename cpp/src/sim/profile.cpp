@@ -1,9 +1,8 @@
 // Profiles: JSON <-> Profile, with "--set key=value" overrides.
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
-
-#include <nlohmann/json.hpp>
 
 #include "speedmatrix/sim.hpp"
 
@@ -57,13 +56,31 @@ Profile parse_profile(const std::string& text, const std::vector<std::string>& o
   if (j.is_discarded() || !j.is_object()) throw std::runtime_error("profile is not a JSON object");
   for (const auto& o : overrides) apply_override(j, o);
   Profile p;
-  static const char* kKeys[] = {
-      "name", "model", "flavour", "version", "mode", "context_length", "kv_tokens",
-      "max_running", "block_size", "chunk_tokens", "default_max_tokens", "vocab_size",
-      "prefix_cache", "step_base_ms", "step_per_seq_ms", "step_per_seq2_ms",
-      "step_per_kv_token_ns", "prefill_per_token_us", "prefill_per_token_ctx_ns",
-      "prefill_chunk_overhead_ms", "frontend_overhead_ms", "frontend_per_token_us",
-      "fixed_ttft_ms", "fixed_itl_ms", "trace_capacity"};
+  static const char* kKeys[] = {"name",
+                                "model",
+                                "flavour",
+                                "version",
+                                "mode",
+                                "context_length",
+                                "kv_tokens",
+                                "max_running",
+                                "block_size",
+                                "chunk_tokens",
+                                "default_max_tokens",
+                                "vocab_size",
+                                "prefix_cache",
+                                "step_base_ms",
+                                "step_per_seq_ms",
+                                "step_per_seq2_ms",
+                                "step_per_kv_token_ns",
+                                "prefill_per_token_us",
+                                "prefill_per_token_ctx_ns",
+                                "prefill_chunk_overhead_ms",
+                                "frontend_overhead_ms",
+                                "frontend_per_token_us",
+                                "fixed_ttft_ms",
+                                "fixed_itl_ms",
+                                "trace_capacity"};
   for (auto it = j.begin(); it != j.end(); ++it) {
     bool known = is_note_key(it.key());
     for (const char* k : kKeys) known = known || it.key() == k;

@@ -8,10 +8,16 @@
 #include "server.hpp"
 
 #include <arpa/inet.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
+#include <simdjson.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -21,20 +27,13 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
-
-#include <event2/buffer.h>
-#include <event2/bufferevent.h>
-#include <event2/event.h>
-#include <event2/http.h>
-#include <event2/keyvalq_struct.h>
-#include <nlohmann/json.hpp>
-#include <simdjson.h>
 
 namespace speedmatrix::sim {
 namespace {
@@ -48,9 +47,9 @@ enum class Fault : std::uint8_t { kNone, kHttp500, kMalformed, kDrop, kStall, kN
 
 bool parse_fault(const std::string& s, Fault& f) {
   static const std::pair<const char*, Fault> kNames[] = {
-      {"none", Fault::kNone},         {"http_500", Fault::kHttp500}, {"malformed", Fault::kMalformed},
-      {"drop", Fault::kDrop},         {"stall", Fault::kStall},      {"not_sse", Fault::kNotSse},
-      {"no_done", Fault::kNoDone},    {"error_event", Fault::kErrorEvent}};
+      {"none", Fault::kNone},      {"http_500", Fault::kHttp500},      {"malformed", Fault::kMalformed},
+      {"drop", Fault::kDrop},      {"stall", Fault::kStall},           {"not_sse", Fault::kNotSse},
+      {"no_done", Fault::kNoDone}, {"error_event", Fault::kErrorEvent}};
   for (auto& [n, v] : kNames)
     if (s == n) {
       f = v;
@@ -79,14 +78,15 @@ struct Stream {
   std::int64_t fault_at = 1;  // the fault fires after this many tokens
   bool stalled = false;
   bool in_engine = false;
-  std::string head;  // 'data: {"id":...,"choices":[{"index":0,"text":"' (or delta content)
-  std::string tail;  // '","logprobs":null,"finish_reason":'
+  std::string head;      // 'data: {"id":...,"choices":[{"index":0,"text":"' (or delta content)
+  std::string tail;      // '","logprobs":null,"finish_reason":'
   std::string obj_head;  // '{"id":"...","object":"...","created":N,"model":"..."'
 };
 
 class Server {
  public:
-  explicit Server(const ServerOptions& o) : opt_(o), prof_(o.profile), engine_(o.profile, clock_), rng_(o.seed) {
+  explicit Server(const ServerOptions& o)
+      : opt_(o), prof_(o.profile), engine_(o.profile, clock_), rng_(o.seed) {
     words_.reserve(kWords);
     for (int i = 0; i < kWords; ++i)
       words_.push_back(" " + token_word(static_cast<std::uint64_t>((i * 2654435761ULL) % prof_.vocab_size)));
@@ -185,7 +185,10 @@ void Server::reply_error(evhttp_request* req, int code, const std::string& msg, 
     e = {{"error", {{"message", msg}, {"type", type}, {"param", nullptr}, {"code", code}}}};
   else
     e = {{"object", "error"}, {"message", msg}, {"type", type}, {"param", nullptr}, {"code", code}};
-  const char* reason = code == 400 ? "Bad Request" : code == 404 ? "Not Found" : code == 500 ? "Internal Server Error" : "Error";
+  const char* reason = code == 400   ? "Bad Request"
+                       : code == 404 ? "Not Found"
+                       : code == 500 ? "Internal Server Error"
+                                     : "Error";
   reply_json(req, code, e.dump(), reason);
 }
 
@@ -238,8 +241,12 @@ void Server::handle(evhttp_request* req) {
 }
 
 void Server::handle_models(evhttp_request* req) {
-  json m = {{"id", prof_.model},          {"object", "model"},  {"created", started_unix_},
-            {"owned_by", owned_by_},       {"root", prof_.model}, {"parent", nullptr},
+  json m = {{"id", prof_.model},
+            {"object", "model"},
+            {"created", started_unix_},
+            {"owned_by", owned_by_},
+            {"root", prof_.model},
+            {"parent", nullptr},
             {"max_model_len", prof_.context_length}};
   reply_json(req, 200, json{{"object", "list"}, {"data", json::array({m})}}.dump());
 }
@@ -290,11 +297,13 @@ bool Server::parse_body(evhttp_request* req, simdjson::dom::object& out) {
   return true;
 }
 
-bool Server::tokens_of(simdjson::dom::object body, bool chat, std::vector<std::uint64_t>& ids, std::string& msg) {
+bool Server::tokens_of(simdjson::dom::object body, bool chat, std::vector<std::uint64_t>& ids,
+                       std::string& msg) {
   using simdjson::dom::element_type;
   simdjson::dom::element messages, prompt;
   bool has_messages = body["messages"].get(messages) == simdjson::SUCCESS;
-  bool has_prompt = body["prompt"].get(prompt) == simdjson::SUCCESS || body["text"].get(prompt) == simdjson::SUCCESS;
+  bool has_prompt =
+      body["prompt"].get(prompt) == simdjson::SUCCESS || body["text"].get(prompt) == simdjson::SUCCESS;
   if (chat || (has_messages && !has_prompt)) {
     simdjson::dom::array arr;
     if (!has_messages || messages.get_array().get(arr) != simdjson::SUCCESS || arr.size() == 0) {
@@ -396,7 +405,8 @@ void Server::handle_generate(evhttp_request* req, bool chat) {
   simdjson::dom::element v;
   if (body["model"].get(v) == simdjson::SUCCESS && !v.is_null()) {
     std::string_view m;
-    if (v.get_string().get(m) != simdjson::SUCCESS) return reply_error(req, 400, "'model' must be a string", "BadRequestError");
+    if (v.get_string().get(m) != simdjson::SUCCESS)
+      return reply_error(req, 400, "'model' must be a string", "BadRequestError");
     if (m != prof_.model)
       return reply_error(req, 404, "The model `" + std::string(m) + "` does not exist.", "NotFoundError");
   }
@@ -404,7 +414,8 @@ void Server::handle_generate(evhttp_request* req, bool chat) {
   std::string msg;
   if (!tokens_of(body, chat, ids, msg)) return reply_error(req, 400, msg, "BadRequestError");
   std::int64_t prompt = static_cast<std::int64_t>(ids.size());
-  std::int64_t max_tokens = chat ? std::min<std::int64_t>(4096, prof_.context_length - prompt) : prof_.default_max_tokens;
+  std::int64_t max_tokens =
+      chat ? std::min<std::int64_t>(4096, prof_.context_length - prompt) : prof_.default_max_tokens;
   for (const char* k : {"max_tokens", "max_completion_tokens", "max_new_tokens"}) {
     if (body[k].get(v) != simdjson::SUCCESS || v.is_null()) continue;
     if (v.get_int64().get(max_tokens) != simdjson::SUCCESS)
@@ -431,14 +442,19 @@ void Server::handle_generate(evhttp_request* req, bool chat) {
   } else if (opt_.fault_http500 + opt_.fault_malformed + opt_.fault_drop + opt_.fault_stall > 0) {
     double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng_);
     double c = opt_.fault_http500;
-    if (u < c) fault = Fault::kHttp500;
-    else if (u < (c += opt_.fault_malformed)) fault = Fault::kMalformed;
-    else if (u < (c += opt_.fault_drop)) fault = Fault::kDrop;
-    else if (u < (c += opt_.fault_stall)) fault = Fault::kStall;
+    if (u < c)
+      fault = Fault::kHttp500;
+    else if (u < (c += opt_.fault_malformed))
+      fault = Fault::kMalformed;
+    else if (u < (c += opt_.fault_drop))
+      fault = Fault::kDrop;
+    else if (u < (c += opt_.fault_stall))
+      fault = Fault::kStall;
   }
   std::string err = engine_.validate(prompt, max_tokens);
   if (!err.empty()) return reply_error(req, 400, err, "BadRequestError");
-  if (fault == Fault::kHttp500) return reply_error(req, 500, "simulated internal server error (sm_fault)", "InternalServerError");
+  if (fault == Fault::kHttp500)
+    return reply_error(req, 500, "simulated internal server error (sm_fault)", "InternalServerError");
 
   ns_t arrival_ns = clock_.now();  // the engine's submit time below is the same reading's moment
   RequestId id = next_id_++;
@@ -455,7 +471,8 @@ void Server::handle_generate(evhttp_request* req, bool chat) {
   s.fault = fault;
   s.fault_at = std::max<std::int64_t>(1, std::min<std::int64_t>(3, max_tokens - 1));
   char idbuf[40];
-  std::snprintf(idbuf, sizeof idbuf, "%s-sim%016llx", chat ? "chatcmpl" : "cmpl", static_cast<unsigned long long>(id));
+  std::snprintf(idbuf, sizeof idbuf, "%s-sim%016llx", chat ? "chatcmpl" : "cmpl",
+                static_cast<unsigned long long>(id));
   s.obj_head = std::string("{\"id\":\"") + idbuf + "\",\"object\":\"" +
                (chat ? (streaming ? "chat.completion.chunk" : "chat.completion") : "text_completion") +
                "\",\"created\":" + std::to_string(time(nullptr)) + ",\"model\":" + jstr(prof_.model);
@@ -464,14 +481,16 @@ void Server::handle_generate(evhttp_request* req, bool chat) {
   else
     s.head = "data: " + s.obj_head + ",\"choices\":[{\"index\":0,\"text\":\"";
   s.tail = chat ? "\"},\"logprobs\":null,\"finish_reason\":" : "\",\"logprobs\":null,\"finish_reason\":";
-  evhttp_connection_set_closecb(s.conn, &Server::on_close, reinterpret_cast<void*>(static_cast<std::uintptr_t>(id)));
+  evhttp_connection_set_closecb(s.conn, &Server::on_close,
+                                reinterpret_cast<void*>(static_cast<std::uintptr_t>(id)));
 
   if (streaming) {
     evkeyvalq* h = evhttp_request_get_output_headers(req);
     if (fault == Fault::kNotSse) {
       evhttp_add_header(h, "Content-Type", "text/html; charset=utf-8");
       evbuffer* b = evbuffer_new();
-      evbuffer_add_printf(b, "<html><body>speedmatrix-sim: this is not an event stream (sm_fault)</body></html>\n");
+      evbuffer_add_printf(
+          b, "<html><body>speedmatrix-sim: this is not an event stream (sm_fault)</body></html>\n");
       evhttp_connection_set_closecb(s.conn, nullptr, nullptr);
       evhttp_send_reply(req, 200, "OK", b);
       evbuffer_free(b);
@@ -587,15 +606,18 @@ void Server::send_nonstream(Stream& s) {
   std::string text;
   for (std::int64_t k = 0; k < s.max_tokens; ++k) {
     const std::string& w = words_[static_cast<std::size_t>((k + s.id * 31) % kWords)];
-    if (k == 0) text.append(w, 1, std::string::npos);
-    else text += w;
+    if (k == 0)
+      text.append(w, 1, std::string::npos);
+    else
+      text += w;
   }
   std::string c = s.obj_head;
   if (s.chat)
     c += ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":\"" + text +
          "\"},\"logprobs\":null,\"finish_reason\":\"length\"}],";
   else
-    c += ",\"choices\":[{\"index\":0,\"text\":\"" + text + "\",\"logprobs\":null,\"finish_reason\":\"length\"}],";
+    c += ",\"choices\":[{\"index\":0,\"text\":\"" + text +
+         "\",\"logprobs\":null,\"finish_reason\":\"length\"}],";
   tokens_sent_ += s.max_tokens;
   s.sent = s.max_tokens;
   usage_json(c, s, s.max_tokens);
@@ -638,8 +660,9 @@ bool Server::fire_fault(Stream& s) {
       evhttp_send_reply_end(s.req);
       return true;
     case Fault::kErrorEvent: {
-      std::string e = "data: {\"error\":{\"message\":\"simulated engine error mid-stream (sm_fault)\","
-                      "\"type\":\"InternalServerError\",\"code\":500}}\n\ndata: [DONE]\n\n";
+      std::string e =
+          "data: {\"error\":{\"message\":\"simulated engine error mid-stream (sm_fault)\","
+          "\"type\":\"InternalServerError\",\"code\":500}}\n\ndata: [DONE]\n\n";
       evbuffer_add(out_, e.data(), e.size());
       evhttp_send_reply_chunk(s.req, out_);
       evhttp_connection_set_closecb(s.conn, nullptr, nullptr);
@@ -773,7 +796,8 @@ void Server::arm() {
   ns_t now = clock_.now();
   ns_t wait = std::max<ns_t>(0, std::max(d, last_tick_ns_ + kMinGapNs) - now);
   if (d <= now && now - last_tick_ns_ >= kMinGapNs) wait = 0;
-  timeval tv{static_cast<time_t>(wait / 1'000'000'000), static_cast<suseconds_t>((wait % 1'000'000'000) / 1000)};
+  timeval tv{static_cast<time_t>(wait / 1'000'000'000),
+             static_cast<suseconds_t>((wait % 1'000'000'000) / 1000)};
   evtimer_add(timer_, &tv);
 }
 
@@ -784,7 +808,8 @@ void Server::handle_metrics(evhttp_request* req) {
   ns_t now = clock_.now();
   double gen_tps = 0;
   std::int64_t recent = 0;
-  for (auto it = engine_.trace().rbegin(); it != engine_.trace().rend() && it->t_ns > now - 1'000'000'000; ++it)
+  for (auto it = engine_.trace().rbegin(); it != engine_.trace().rend() && it->t_ns > now - 1'000'000'000;
+       ++it)
     recent += it->batch;
   gen_tps = static_cast<double>(recent);
   std::string m;
@@ -799,32 +824,50 @@ void Server::handle_metrics(evhttp_request* req) {
   double usage = static_cast<double>(st.kv_used_tokens) / static_cast<double>(prof_.kv_tokens);
   if (prof_.flavour == "vllm") {
     std::string l = "engine=\"0\",model_name=" + jstr(prof_.model);
-    gauge("vllm:num_requests_running", l, static_cast<double>(st.running), "gauge", "Number of requests in model execution batches.");
-    gauge("vllm:num_requests_waiting", l, static_cast<double>(st.waiting), "gauge", "Number of requests waiting to be processed.");
+    gauge("vllm:num_requests_running", l, static_cast<double>(st.running), "gauge",
+          "Number of requests in model execution batches.");
+    gauge("vllm:num_requests_waiting", l, static_cast<double>(st.waiting), "gauge",
+          "Number of requests waiting to be processed.");
     gauge("vllm:kv_cache_usage_perc", l, usage, "gauge", "KV-cache usage. 1 means 100 percent usage.");
-    std::string cl = "block_size=\"" + std::to_string(prof_.block_size) + "\",cache_dtype=\"auto\",enable_prefix_caching=\"" +
+    std::string cl = "block_size=\"" + std::to_string(prof_.block_size) +
+                     "\",cache_dtype=\"auto\",enable_prefix_caching=\"" +
                      (prof_.prefix_cache ? "True" : "False") + "\",engine=\"0\",num_gpu_blocks=\"" +
                      std::to_string(prof_.kv_tokens / prof_.block_size) + "\"";
     gauge("vllm:cache_config_info", cl, 1.0, "gauge", "Information of the LLMEngine CacheConfig");
-    gauge("vllm:prefix_cache_queries_total", l, static_cast<double>(st.cache_query_tokens), "counter", "Prefix cache queries, in tokens.");
-    gauge("vllm:prefix_cache_hits_total", l, static_cast<double>(st.cache_hit_tokens), "counter", "Prefix cache hits, in tokens.");
-    gauge("vllm:prompt_tokens_total", l, static_cast<double>(st.prompt_tokens_total), "counter", "Number of prefill tokens processed.");
-    gauge("vllm:generation_tokens_total", l, static_cast<double>(st.generation_tokens_total), "counter", "Number of generation tokens processed.");
+    gauge("vllm:prefix_cache_queries_total", l, static_cast<double>(st.cache_query_tokens), "counter",
+          "Prefix cache queries, in tokens.");
+    gauge("vllm:prefix_cache_hits_total", l, static_cast<double>(st.cache_hit_tokens), "counter",
+          "Prefix cache hits, in tokens.");
+    gauge("vllm:prompt_tokens_total", l, static_cast<double>(st.prompt_tokens_total), "counter",
+          "Number of prefill tokens processed.");
+    gauge("vllm:generation_tokens_total", l, static_cast<double>(st.generation_tokens_total), "counter",
+          "Number of generation tokens processed.");
     gauge("vllm:num_preemptions_total", l, 0.0, "counter", "Cumulative number of preemptions.");
-    gauge("vllm:request_success_total", l + ",finished_reason=\"length\"", static_cast<double>(st.requests_finished), "counter", "Finished requests.");
+    gauge("vllm:request_success_total", l + ",finished_reason=\"length\"",
+          static_cast<double>(st.requests_finished), "counter", "Finished requests.");
   } else {
-    std::string l = "model_name=" + jstr(prof_.model) + ",engine_type=\"unified\",tp_rank=\"0\",pp_rank=\"0\"";
-    gauge("sglang:num_running_reqs", l, static_cast<double>(st.running), "gauge", "The number of running requests.");
-    gauge("sglang:num_queue_reqs", l, static_cast<double>(st.waiting), "gauge", "The number of requests in the waiting queue.");
-    gauge("sglang:num_used_tokens", l, static_cast<double>(st.kv_used_tokens), "gauge", "The number of used tokens.");
+    std::string l =
+        "model_name=" + jstr(prof_.model) + ",engine_type=\"unified\",tp_rank=\"0\",pp_rank=\"0\"";
+    gauge("sglang:num_running_reqs", l, static_cast<double>(st.running), "gauge",
+          "The number of running requests.");
+    gauge("sglang:num_queue_reqs", l, static_cast<double>(st.waiting), "gauge",
+          "The number of requests in the waiting queue.");
+    gauge("sglang:num_used_tokens", l, static_cast<double>(st.kv_used_tokens), "gauge",
+          "The number of used tokens.");
     gauge("sglang:token_usage", l, usage, "gauge", "The token usage.");
     gauge("sglang:gen_throughput", l, gen_tps, "gauge", "The generation throughput (token/s).");
-    double hit = st.cache_query_tokens ? static_cast<double>(st.cache_hit_tokens) / static_cast<double>(st.cache_query_tokens) : 0.0;
+    double hit = st.cache_query_tokens
+                     ? static_cast<double>(st.cache_hit_tokens) / static_cast<double>(st.cache_query_tokens)
+                     : 0.0;
     gauge("sglang:cache_hit_rate", l, hit, "gauge", "The prefix cache hit rate.");
-    gauge("sglang:max_total_num_tokens", l, static_cast<double>(prof_.kv_tokens), "gauge", "Maximum total number of tokens in the KV pool.");
-    gauge("sglang:prompt_tokens_total", l, static_cast<double>(st.prompt_tokens_total), "counter", "Number of prefill tokens processed.");
-    gauge("sglang:generation_tokens_total", l, static_cast<double>(st.generation_tokens_total), "counter", "Number of generation tokens processed.");
-    gauge("sglang:num_requests_total", l, static_cast<double>(st.requests_submitted), "counter", "Number of requests processed.");
+    gauge("sglang:max_total_num_tokens", l, static_cast<double>(prof_.kv_tokens), "gauge",
+          "Maximum total number of tokens in the KV pool.");
+    gauge("sglang:prompt_tokens_total", l, static_cast<double>(st.prompt_tokens_total), "counter",
+          "Number of prefill tokens processed.");
+    gauge("sglang:generation_tokens_total", l, static_cast<double>(st.generation_tokens_total), "counter",
+          "Number of generation tokens processed.");
+    gauge("sglang:num_requests_total", l, static_cast<double>(st.requests_submitted), "counter",
+          "Number of requests processed.");
   }
   evkeyvalq* h = evhttp_request_get_output_headers(req);
   evhttp_add_header(h, "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
@@ -908,7 +951,8 @@ void on_signal(evutil_socket_t, short, void* base) { event_base_loopbreak(static
 void on_stdin(evutil_socket_t fd, short, void* base) {
   char buf[256];
   ssize_t n = read(fd, buf, sizeof buf);
-  if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) event_base_loopbreak(static_cast<event_base*>(base));
+  if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+    event_base_loopbreak(static_cast<event_base*>(base));
 }
 
 int listen_socket(const std::string& host, int port, int& bound_port) {
@@ -956,7 +1000,8 @@ int Server::run() {
   int port = 0;
   int fd = listen_socket(opt_.host, opt_.port, port);
   if (fd < 0) {
-    std::fprintf(stderr, "speedmatrix-sim: cannot listen on %s:%d: %s\n", opt_.host.c_str(), opt_.port, std::strerror(errno));
+    std::fprintf(stderr, "speedmatrix-sim: cannot listen on %s:%d: %s\n", opt_.host.c_str(), opt_.port,
+                 std::strerror(errno));
     return 1;
   }
   if (!evhttp_accept_socket_with_handle(http_, fd)) {
