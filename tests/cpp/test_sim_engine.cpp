@@ -323,6 +323,21 @@ TEST(SimEngine, LongPrefillDelaysTheBatchStep) {
   EXPECT_FALSE(h.times(2).empty());
 }
 
+TEST(SimEngine, FreePrefillWarmsTheCacheAtNoCost) {
+  sm::Profile p = small_profile();
+  p.frontend_overhead_ms = 5.0;
+  Harness h(p);
+  auto warm = spec(1, 1024, 1, 9);
+  warm.free_prefill = true;
+  h.engine.submit(warm);
+  h.at(100 * kMs);
+  EXPECT_EQ(h.times(1)[0], 0);  // no front-end, no prefill time
+  h.clock.t = 1000 * kMs;
+  h.engine.submit(spec(2, 1024, 1, 9));
+  h.at(1100 * kMs);
+  EXPECT_EQ(h.events.back().cached_tokens, 1023);
+}
+
 TEST(SimEngine, FrontEndIsSerial) {
   sm::Profile p = small_profile();
   p.frontend_overhead_ms = 5.0;

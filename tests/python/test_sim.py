@@ -586,6 +586,12 @@ def test_prefix_cache_skips_prefill():
             sim.port, "/v1/completions", {**body, "prompt": words(1000, "other")}
         ).read_all()
         assert (other.token_times()[0][0] - other.t_send) / MS > 250
+        # A warm-up marked sm_prefill_free fills the cache at no cost.
+        free = {**body, "prompt": words(1000, "free"), "sm_prefill_free": True}
+        w = RawStream(sim.port, "/v1/completions", free).read_all()
+        assert (w.token_times()[0][0] - w.t_send) / MS < 20
+        w2 = RawStream(sim.port, "/v1/completions", {**free, "sm_prefill_free": False}).read_all()
+        assert (w2.token_times()[0][0] - w2.t_send) / MS < 20
         st, res = post(sim.url, "/flush_cache", {})
         assert st == 200 and res["flushed_tokens"] > 0
         again = RawStream(sim.port, "/v1/completions", body).read_all()

@@ -89,6 +89,9 @@ struct RequestSpec {
   // Chained hashes of the prompt's full blocks (block_size tokens each); the
   // prefix cache matches on them. Empty = nothing cacheable.
   std::vector<std::uint64_t> block_hashes;
+  // A what-if shortcut for warm-ups (body field "sm_prefill_free"): the request
+  // costs no front-end or prefill time but fills the prefix cache as usual.
+  bool free_prefill = false;
 };
 
 enum class EventKind : std::uint8_t {

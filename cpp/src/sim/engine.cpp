@@ -161,7 +161,7 @@ struct Engine::Impl {
       Req& r = reqs.at(id);
       std::int64_t n = std::min(r.spec.prompt_tokens - r.pos, budget);
       if (n <= 0) continue;
-      pre += prefill_ns(p, r.pos, n);
+      if (!r.spec.free_prefill) pre += prefill_ns(p, r.pos, n);
       it_pieces.push_back({id, n});
       budget -= n;
       it_prefill_tokens += n;
@@ -312,9 +312,12 @@ void Engine::submit(const RequestSpec& spec) {
     return;
   }
   ns_t start = std::max(now + static_cast<ns_t>(std::llround(m.p.frontend_overhead_ms * 1e6)), m.fe_free);
-  r.ready_ns = start + static_cast<ns_t>(std::llround(m.p.frontend_per_token_us * 1e3 *
-                                                      static_cast<double>(spec.prompt_tokens)));
-  m.fe_free = r.ready_ns;
+  if (spec.free_prefill) start = now;
+  r.ready_ns =
+      start + (spec.free_prefill ? 0
+                                 : static_cast<ns_t>(std::llround(m.p.frontend_per_token_us * 1e3 *
+                                                                  static_cast<double>(spec.prompt_tokens))));
+  if (!spec.free_prefill) m.fe_free = r.ready_ns;
   r.stage = Stage::kFrontend;
   m.frontend.push_back(spec.id);
 }

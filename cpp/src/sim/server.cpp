@@ -434,6 +434,10 @@ void Server::handle_generate(evhttp_request* req, bool chat) {
     if (so["include_usage"].get_bool().get(b) == simdjson::SUCCESS) include_usage = b;
     if (so["continuous_usage_stats"].get_bool().get(b) == simdjson::SUCCESS) continuous = b;
   }
+  bool free_prefill = false;
+  if (body["sm_prefill_free"].get(v) == simdjson::SUCCESS && !v.is_null() &&
+      v.get_bool().get(free_prefill) != simdjson::SUCCESS)
+    return reply_error(req, 400, "'sm_prefill_free' must be a boolean", "BadRequestError");
   Fault fault = Fault::kNone;
   if (body["sm_fault"].get(v) == simdjson::SUCCESS && !v.is_null()) {
     std::string_view f;
@@ -523,6 +527,7 @@ void Server::handle_generate(evhttp_request* req, bool chat) {
   spec.id = id;
   spec.prompt_tokens = prompt;
   spec.max_tokens = max_tokens;
+  spec.free_prefill = free_prefill;
   if (prof_.prefix_cache && prof_.mode == "batched") spec.block_hashes = block_hashes(ids, prof_.block_size);
   engine_.submit(spec);
   s.in_engine = true;
