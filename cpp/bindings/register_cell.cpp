@@ -130,9 +130,11 @@ void register_cell(py::module_& m) {
       .def(py::init<>())
       .def_readwrite("url", &CellSpec::url)
       .def_readwrite("headers", &CellSpec::headers)
-      // Write-only in spirit: readable so a caller can copy a spec, but
-      // never shown by repr().
-      .def_readwrite("api_key", &CellSpec::api_key)
+      // The key goes in, never out: reading it back gives "***" (or "" when
+      // unset), so a spec printed or logged from Python cannot leak it.
+      .def_property(
+          "api_key", [](const CellSpec& s) { return std::string(s.api_key.empty() ? "" : "***"); },
+          [](CellSpec& s, std::string v) { s.api_key = std::move(v); })
       .def_readwrite("api", &CellSpec::api)
       .def_property(
           "warmup_bodies", [](const CellSpec& s) { return bodies_to(s.warmup_bodies); },
@@ -146,6 +148,8 @@ void register_cell(py::module_& m) {
       .def_readwrite("max_requests", &CellSpec::max_requests)
       .def_readwrite("connect_timeout_s", &CellSpec::connect_timeout_s)
       .def_readwrite("idle_timeout_s", &CellSpec::idle_timeout_s)
+      .def_readwrite("tls_verify", &CellSpec::tls_verify)
+      .def_readwrite("ca_file", &CellSpec::ca_file)
       .def_readwrite("max_event_bytes", &CellSpec::max_event_bytes)
       .def_readwrite("record_events", &CellSpec::record_events)
       .def_readwrite("server_stamps", &CellSpec::server_stamps)

@@ -43,7 +43,7 @@ class MetricsSampler {
     const double interval_s = spec_.metrics_interval_s > 0 ? spec_.metrics_interval_s : 0.25;
     const ns_t interval = static_cast<ns_t>(interval_s * 1e9);
     // A scrape may take at most a few intervals (and never less than 1 s).
-    HttpGetter getter(spec_.headers, spec_.api_key, std::max(1.0, 4 * interval_s));
+    HttpGetter getter(spec_.headers, spec_.api_key, std::max(1.0, 4 * interval_s), spec_.tls_verify, spec_.ca_file);
     std::string body, error;
     const ns_t start = now_ns();
     for (std::int64_t k = 0;; ++k) {
@@ -140,6 +140,8 @@ CellResult CellRunner::run() {
   opt.api = spec.api;
   opt.connect_timeout_s = spec.connect_timeout_s;
   opt.idle_timeout_s = spec.idle_timeout_s;
+  opt.tls_verify = spec.tls_verify;
+  opt.ca_file = spec.ca_file;
   opt.max_event_bytes = spec.max_event_bytes;
   opt.record_events = spec.record_events;
   opt.server_stamps = spec.server_stamps;

@@ -331,6 +331,11 @@ struct CurlTransport::Impl {
     set(CURLOPT_HEADERDATA, t.get());
     set(CURLOPT_PRIVATE, t.get());
     set(CURLOPT_ERRORBUFFER, t->errbuf);
+    if (!opt.tls_verify) {
+      set(CURLOPT_SSL_VERIFYPEER, 0L);
+      set(CURLOPT_SSL_VERIFYHOST, 0L);
+    }
+    if (!opt.ca_file.empty()) set(CURLOPT_CAINFO, opt.ca_file.c_str());
     if (rc != CURLE_OK) {
       curl_easy_cleanup(e);
       throw std::runtime_error(std::string("curl_easy_setopt: ") + curl_easy_strerror(rc));
@@ -681,7 +686,8 @@ struct HttpGetter::Impl {
   }
 };
 
-HttpGetter::HttpGetter(std::vector<std::string> headers, std::string api_key, double timeout_s)
+HttpGetter::HttpGetter(std::vector<std::string> headers, std::string api_key, double timeout_s,
+                       bool tls_verify, const std::string& ca_file)
     : impl_(std::make_unique<Impl>()) {
   global_init();
   impl_->easy = curl_easy_init();
@@ -700,6 +706,11 @@ HttpGetter::HttpGetter(std::vector<std::string> headers, std::string api_key, do
   curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, &Impl::on_write);
   curl_easy_setopt(e, CURLOPT_WRITEDATA, impl_.get());
   curl_easy_setopt(e, CURLOPT_ERRORBUFFER, impl_->errbuf);
+  if (!tls_verify) {
+    curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 0L);
+    curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 0L);
+  }
+  if (!ca_file.empty()) curl_easy_setopt(e, CURLOPT_CAINFO, ca_file.c_str());
 }
 
 HttpGetter::~HttpGetter() {

@@ -20,7 +20,7 @@ class CellSpec:
 
     url: str
     headers: list[str]
-    api_key: str  # sent as "Authorization: Bearer ..."; never logged, never in repr()
+    api_key: str  # sent as "Authorization: Bearer ..."; reads back as "***" (never returned)
     api: ApiKind
     warmup_timeout_s: float
     concurrency: int
@@ -28,6 +28,8 @@ class CellSpec:
     max_requests: int
     connect_timeout_s: float
     idle_timeout_s: float
+    tls_verify: bool  # https: verify certificate and host name
+    ca_file: str  # https: PEM CA bundle, "" = the system's
     max_event_bytes: int
     record_events: bool
     server_stamps: bool
@@ -137,7 +139,12 @@ class Figures(TypedDict):
     bin_tok_s: list[float]
 
 def summarize_cell(
-    requests: Requests | dict, events: Events | dict, t0_ns: int, t1_ns: int, bin_s: float = 1.0
+    requests: Requests | dict,
+    events: Events | dict,
+    t0_ns: int,
+    t1_ns: int,
+    bin_s: float = 1.0,
+    steady_from_ns: int = -1,
 ) -> Figures: ...
 def parse_prometheus(text: str) -> list[tuple[str, dict[str, str], float]]: ...
 def now_ns() -> int: ...

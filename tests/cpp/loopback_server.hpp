@@ -72,10 +72,10 @@ class Conn {
     const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
     for (;;) {
       if (stop_) return false;
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now()).count();
-      if (left <= 0) return true;
+      const auto left_us = std::chrono::duration_cast<std::chrono::microseconds>(until - std::chrono::steady_clock::now()).count();
+      if (left_us <= 0) return true;
       pollfd p{fd_, POLLIN | POLLRDHUP, 0};
-      if (::poll(&p, 1, static_cast<int>(std::min<long>(left, 20))) > 0) {
+      if (::poll(&p, 1, static_cast<int>(std::min<long>((left_us + 999) / 1000, 20))) > 0) {
         char c;
         if (::recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT) <= 0) return closed_ = true, false;
       }
@@ -116,8 +116,13 @@ class LoopbackServer {
     stop_ = true;
     accept_thread_.join();
     ::close(listen_fd_);
-    std::lock_guard<std::mutex> lock(mu_);
-    for (int fd : fds_) ::shutdown(fd, SHUT_RDWR);
+    {
+      // Not held while joining: a finishing handler takes mu_ in finish().
+      std::lock_guard<std::mutex> lock(mu_);
+      for (int fd : fds_) {
+        if (fd >= 0) ::shutdown(fd, SHUT_RDWR);
+      }
+    }
     for (auto& t : threads_) t.join();
   }
 

@@ -35,6 +35,8 @@ struct CellSpec {
 
   double connect_timeout_s = 10;
   double idle_timeout_s = 120;   // no byte for this long => "stall"
+  bool tls_verify = true;        // https: verify the server's certificate and host name
+  std::string ca_file;           // https: CA bundle (PEM) to verify against; "" = the system's
   std::size_t max_event_bytes = 16u << 20;
   bool record_events = true;
   bool server_stamps = false;    // read the engine's "sm_t_ns" stamps (benchmarks)
