@@ -68,7 +68,8 @@ py::dict figures_dict(const CellFigures& f) {
 void register_stats(py::module_& m) {
   m.def(
       "summarize_cell",
-      [](const py::dict& requests, const py::dict& events, ns_t t0_ns, ns_t t1_ns, double bin_s) {
+      [](const py::dict& requests, const py::dict& events, ns_t t0_ns, ns_t t1_ns, double bin_s,
+         ns_t steady_from_ns) {
         if (!(t1_ns > t0_ns)) throw py::value_error("summarize_cell needs t1_ns > t0_ns");
         if (!(bin_s > 0)) throw py::value_error("summarize_cell needs bin_s > 0");
         const auto sent = column<ns_t>(requests, "requests", "sent_ns");
@@ -106,11 +107,12 @@ void register_stats(py::module_& m) {
           // Safe without the GIL: the views point into arrays this frame
           // holds references to, and summarize_cell touches nothing else.
           py::gil_scoped_release nogil;
-          f = summarize_cell(v, t0_ns, t1_ns, bin_s);
+          f = summarize_cell(v, t0_ns, t1_ns, bin_s, steady_from_ns);
         }
         return figures_dict(f);
       },
       py::arg("requests"), py::arg("events"), py::arg("t0_ns"), py::arg("t1_ns"), py::arg("bin_s") = 1.0,
+      py::arg("steady_from_ns") = -1,
       "Figures of a cell's window [t0_ns, t1_ns] from its raw records (the dicts of CellResult, or\n"
       "the same columns loaded from a saved run). Intervals are [lo, hi]; NaN where undefined.");
 }

@@ -114,7 +114,7 @@ double weighted_percentile(std::span<const double> values, std::span<const std::
   return sorted_weighted_quantile(vw, 0, vw.size(), q);
 }
 
-CellFigures summarize_cell(const RecordView& r, ns_t t0, ns_t t1, double bin_s) {
+CellFigures summarize_cell(const RecordView& r, ns_t t0, ns_t t1, double bin_s, ns_t steady_from_ns) {
   CellFigures f;
   f.tbt_ms = f.per_request_tok_s = f.ttft_ms = kNaN;
   f.ttft_p90_ms = f.ttft_p99_ms = f.tbt_p90_ms = f.tbt_p99_ms = kNaN;
@@ -260,31 +260,40 @@ CellFigures summarize_cell(const RecordView& r, ns_t t0, ns_t t1, double bin_s) 
   f.total_tok_s_ci = t_interval(f.bin_tok_s);
 
   // --- drift: least-squares line through per-bin throughput vs bin centre ---
-  const std::size_t n = f.bin_tok_s.size();
-  if (n >= 2) {
-    std::vector<double> x(n);
+  // Only bins that start at or after steady_from_ns count: the ramp while the
+  // first wave is admitted is not drift.
+  std::vector<double> x, y;
+  {
     double edge = 0;
-    for (std::size_t k = 0; k < n; ++k) {
+    const double steady_s =
+        steady_from_ns > t0 ? static_cast<double>(steady_from_ns - t0) / 1e9 : 0.0;
+    for (std::size_t k = 0; k < f.bin_tok_s.size(); ++k) {
       const double w = bin_width_s(static_cast<std::int64_t>(k));
-      x[k] = edge + w / 2;
+      if (edge + 1e-9 >= steady_s) {
+        x.push_back(edge + w / 2);
+        y.push_back(f.bin_tok_s[k]);
+      }
       edge += w;
     }
+  }
+  const std::size_t n = y.size();
+  if (n >= 2) {
+    const double span_s = x.back() - x.front() + bin_s;
     const double mx = std::accumulate(x.begin(), x.end(), 0.0) / static_cast<double>(n);
-    const double my =
-        std::accumulate(f.bin_tok_s.begin(), f.bin_tok_s.end(), 0.0) / static_cast<double>(n);
+    const double my = std::accumulate(y.begin(), y.end(), 0.0) / static_cast<double>(n);
     double sxx = 0, sxy = 0;
     for (std::size_t k = 0; k < n; ++k) {
       sxx += (x[k] - mx) * (x[k] - mx);
-      sxy += (x[k] - mx) * (f.bin_tok_s[k] - my);
+      sxy += (x[k] - mx) * (y[k] - my);
     }
     if (sxx > 0 && my > 0) {
       const double slope = sxy / sxx;
-      f.drift = slope * d_s / my;
+      f.drift = slope * span_s / my;
       if (n >= 3) {
         double ss_res = 0;
         for (std::size_t k = 0; k < n; ++k) {
           const double fit = my + slope * (x[k] - mx);
-          ss_res += (f.bin_tok_s[k] - fit) * (f.bin_tok_s[k] - fit);
+          ss_res += (y[k] - fit) * (y[k] - fit);
         }
         const double se = std::sqrt(ss_res / static_cast<double>(n - 2) / sxx);
         const double half = t975(static_cast<std::int64_t>(n) - 2) * se;

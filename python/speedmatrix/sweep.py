@@ -484,8 +484,8 @@ class Sweep:
             base["records"] = self._save_records(base["id"], res)
             return CellOutcome(base)
 
-        fig = _core.summarize_cell(req, ev, t0, t1, 1.0)
         settle = _first_wave_settled(req, cell.concurrency, t0, t1)
+        fig = _core.summarize_cell(req, ev, t0, t1, 1.0, settle)
         server = self._server_view(res, t0, t1, settle)
         reported = [int(x) for x in req["prompt_tokens"][window] if x >= 0]
         ptok = _prompt_check(cell.context, reported)
@@ -641,7 +641,7 @@ class Sweep:
         order = {"prefill": 0, "decode": 1}
         self.doc["cells"] = sorted(self.cells.values(), key=lambda c: (
             order.get(c["phase"], 2), c["context"], c["concurrency"], c.get("repetition", 0)))
-        runfile.write_run(self.out, self.doc)
+        runfile.write_run(self.out, self.doc, secrets=self._secrets)
 
     def _finish(self) -> None:
         run = self.doc.setdefault("meta", {}).setdefault("run", {})
@@ -653,7 +653,7 @@ class Sweep:
             try:
                 from speedmatrix.report import write_report
 
-                md, html = write_report(self.out)
+                md, html = write_report(self.out, secrets=self._secrets)
                 self.progress.message(f"report: {md} and {html}")
             except Exception as exc:  # noqa: BLE001 - the measurements are safe on disk
                 self.progress.message(f"speedmatrix: the report could not be written: {exc}")

@@ -254,6 +254,25 @@ TEST(SummarizeCell, RampIsDetectedAsDrift) {
   EXPECT_TRUE(f.drifting);
 }
 
+TEST(SummarizeCell, AdmissionRampBeforeSteadyFromIsNotDrift) {
+  // Two empty bins while the first wave is admitted, then a flat 20 tok/s (with
+  // a little noise): drifting over all bins, not over the steady ones.
+  Records r;
+  int a = r.add_request(Phase::kWindow, 0, 2 * kS, kNever, Outcome::kCancelled);
+  for (int k = 2; k < 10; ++k) {
+    const int n = 20 + (k % 2);
+    for (int i = 0; i < n; ++i) r.add_event(a, k * kS + (i * kS) / n + 1, 1);
+  }
+  const CellFigures all = summarize_cell(r.view(), 0, 10 * kS);
+  EXPECT_TRUE(all.drifting);
+  EXPECT_GT(all.drift, 0.5);
+  const CellFigures steady = summarize_cell(r.view(), 0, 10 * kS, 1.0, 2 * kS);
+  EXPECT_FALSE(steady.drifting);
+  EXPECT_LT(std::abs(steady.drift), 0.05);
+  // the figures themselves still cover the whole window
+  EXPECT_DOUBLE_EQ(steady.total_tok_s, all.total_tok_s);
+}
+
 TEST(SummarizeCell, NoisyBinsWithApparentSlopeAreNotDrifting) {
   // Bins alternate 30 and 10 tokens: the fitted line gives |drift| = 0.30,
   // but the slope's interval (+-2.79 around -0.61 tok/s per s) includes 0.

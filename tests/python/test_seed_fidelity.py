@@ -57,7 +57,7 @@ def seed_run(tmp_path_factory):
     with Sim("seed-h200") as sim:
         target = discover(sim.url)
         # Prefill: every seed context, cold, one request each.
-        m = Matrix(contexts=[8192], concurrency=[1], duration_s=1, max_output=16,
+        m = Matrix(contexts=[8192], concurrency=[1], duration_s=1, max_output=4096,
                    prefill_contexts=[8192, 16384, 32768, 65536, "max-decode", "max"],
                    prefill_mode="separate")
         Sweep(sim.url, m, out / "prefill", progress=False, report=False, target=target).execute()

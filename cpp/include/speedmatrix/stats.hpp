@@ -42,8 +42,9 @@ struct CellFigures {
   std::int64_t errors = 0;        // window requests that failed
   // 95% confidence intervals from per-second bins (t-interval over bins).
   Interval total_tok_s_ci, tbt_ms_ci, per_request_tok_s_ci, ttft_ms_ci;
-  // Drift: relative change of throughput across the window from a least-squares
-  // line through the per-bin throughput (slope * D / mean), and whether it is
+  // Drift: relative change of throughput across the steady part of the window
+  // from a least-squares line through its per-bin throughput (slope * span /
+  // mean), and whether it is
   // significant (|drift| > 5% and the slope's 95% CI excludes 0).
   double drift = 0;
   bool drifting = false;
@@ -63,7 +64,10 @@ struct CellFigures {
 //   CIs need two non-empty bins; drift significance needs three bins.
 // REQUIRES: t1 > t0 (else an empty figure with measured_s = 0); spans of one
 // group have equal lengths.
-CellFigures summarize_cell(const RecordView& r, ns_t t0, ns_t t1, double bin_s = 1.0);
+// steady_from_ns: drift is judged on the bins that start at or after it (the
+// end of the first wave's ramp); kNever = all bins.
+CellFigures summarize_cell(const RecordView& r, ns_t t0, ns_t t1, double bin_s = 1.0,
+                           ns_t steady_from_ns = kNever);
 
 // Weighted median / percentile (q in [0,1]) of values with integer weights.
 double weighted_percentile(std::span<const double> values, std::span<const std::int64_t> weights, double q);
