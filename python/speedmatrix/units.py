@@ -114,11 +114,17 @@ def parse_duration(value: float | str) -> float:
 
 def format_tokens(tokens: int) -> str:
     """Seed-style label: ``8192 -> "8K"``, ``125952 -> "123K"``, ``131008 -> "128K"``,
-    ``512 -> "512"``. Halves round up (1536 -> "2K")."""
+    ``512 -> "512"``. Within 0.07 K of a whole K the label is that K (the seed's
+    128K prefill column is 131008 tokens); otherwise one decimal, so neighbouring
+    contexts never share a label (``1536 -> "1.5K"``)."""
     tokens = int(tokens)
     if abs(tokens) < 1024:
         return str(tokens)
-    return f"{math.floor(tokens / 1024 + 0.5)}K"
+    k = tokens / 1024
+    whole = math.floor(k + 0.5)
+    if abs(k - whole) <= 0.07:
+        return f"{whole}K"
+    return f"{k:.1f}K"
 
 
 def format_duration(seconds: float) -> str:

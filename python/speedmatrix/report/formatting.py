@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from speedmatrix.units import format_tokens
+
 DASH = "—"
 
 STATUS_TEXT = {
@@ -175,13 +177,7 @@ def context_label(c: Any) -> str:
     """Context length in K (1024 tokens): ``8K``, ``123K``; small values as they are."""
     if missing(c):
         return DASH
-    c = int(c)
-    if c < 1024:
-        return str(c)
-    k = c / 1024
-    if abs(k - round(k)) < 0.05:
-        return f"{round(k)}K"
-    return f"{k:.1f}K"
+    return format_tokens(int(c))
 
 
 def status_text(status: Any) -> str:
