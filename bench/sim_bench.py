@@ -11,6 +11,7 @@ Figures go to docs/PERFORMANCE.md ("The built-in engine").
 
 from __future__ import annotations
 
+import itertools
 import json
 import multiprocessing as mp
 import os
@@ -471,7 +472,7 @@ def check(window_s: float = 8.0) -> None:
             p.join()
             tokens = sum(len(t) for t in per_stream)
             firsts = [t[0] for t in per_stream if t]
-            gaps = [(b - a) / 1e6 for t in per_stream for a, b in zip(t, t[1:])]
+            gaps = [(b - a) / 1e6 for t in per_stream for a, b in itertools.pairwise(t)]
             ttft = statistics.median((f - t_send) / 1e6 for f in firsts)
             tbt = statistics.median(gaps)
             after = tokens / (window_s - ttft / 1000)
