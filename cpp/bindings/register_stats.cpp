@@ -81,6 +81,12 @@ void register_stats(py::module_& m) {
         const auto ev_req = column<std::int32_t>(events, "events", "request");
         const auto ev_t = column<ns_t>(events, "events", "t_ns");
         const auto ev_tok = column<std::int32_t>(events, "events", "tokens");
+        // optional: usage totals of chunk-counted requests (saved runs have them)
+        const bool usage = requests.contains("output_tokens") && requests.contains("token_source");
+        const auto out_tok = usage ? column<std::int64_t>(requests, "requests", "output_tokens")
+                                   : py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>();
+        const auto source = usage ? column<std::uint8_t>(requests, "requests", "token_source")
+                                  : py::array_t<std::uint8_t, py::array::c_style | py::array::forcecast>();
         const py::ssize_t n = sent.size();
         for (py::ssize_t len : {first.size(), done.size(), outcome.size(), phase.size(), prompt.size()}) {
           if (len != n) throw py::value_error("request columns have different lengths");
@@ -102,6 +108,13 @@ void register_stats(py::module_& m) {
         v.ev_request = span_of(ev_req);
         v.ev_t_ns = span_of(ev_t);
         v.ev_tokens = span_of(ev_tok);
+        if (usage) {
+          if (out_tok.size() != n || source.size() != n) {
+            throw py::value_error("request columns have different lengths");
+          }
+          v.output_tokens = span_of(out_tok);
+          v.token_source = span_of(source);
+        }
         CellFigures f;
         {
           // Safe without the GIL: the views point into arrays this frame

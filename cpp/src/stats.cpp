@@ -88,6 +88,34 @@ std::vector<double> group_medians(
   return medians;
 }
 
+// Event token counts with chunk-counted requests scaled to their usage total.
+// Cumulative rounding keeps every count an integer and each request's sum
+// exactly its total; an event can drop to 0 tokens when chunks over-counted.
+std::vector<std::int32_t> usage_scaled_tokens(const RecordView& r, std::size_t n_ev) {
+  std::vector<std::int32_t> tokens(r.ev_tokens.begin(), r.ev_tokens.begin() + n_ev);
+  const std::size_t n_req = std::min(r.output_tokens.size(), r.token_source.size());
+  if (n_req == 0) return tokens;
+  std::vector<std::int64_t> chunk_sum(n_req, 0);
+  for (std::size_t e = 0; e < n_ev; ++e) {
+    const auto q = static_cast<std::size_t>(r.ev_request[e]);
+    if (q < n_req && tokens[e] > 0) chunk_sum[q] += tokens[e];
+  }
+  std::vector<std::int64_t> seen(n_req, 0);
+  for (std::size_t e = 0; e < n_ev; ++e) {
+    const auto q = static_cast<std::size_t>(r.ev_request[e]);
+    if (q >= n_req || tokens[e] <= 0 || chunk_sum[q] <= 0) continue;
+    if (r.token_source[q] != static_cast<std::uint8_t>(TokenSource::kUsageFinal)) continue;
+    const std::int64_t total = r.output_tokens[q];
+    if (total <= 0 || total == chunk_sum[q]) continue;
+    const double scale = static_cast<double>(total) / static_cast<double>(chunk_sum[q]);
+    const auto before = std::llround(static_cast<double>(seen[q]) * scale);
+    seen[q] += tokens[e];
+    const auto after = std::llround(static_cast<double>(seen[q]) * scale);
+    tokens[e] = static_cast<std::int32_t>(after - before);
+  }
+  return tokens;
+}
+
 }  // namespace
 
 double percentile(std::vector<double> values, double q) {
@@ -145,18 +173,19 @@ CellFigures summarize_cell(const RecordView& r, ns_t t0, ns_t t1, double bin_s, 
 
   // --- tokens in the window, per bin ---
   const std::size_t n_ev = std::min({r.ev_request.size(), r.ev_t_ns.size(), r.ev_tokens.size()});
+  const std::vector<std::int32_t> ev_tokens = usage_scaled_tokens(r, n_ev);
   std::vector<std::int64_t> bin_tokens(static_cast<std::size_t>(n_bins), 0);
   bool ordered = true;  // each request's events in arrival order?
   std::vector<ns_t> last_t(n_req, std::numeric_limits<ns_t>::min());
   for (std::size_t e = 0; e < n_ev; ++e) {
     const std::int32_t q = r.ev_request[e];
-    if (!window_req(q) || r.ev_tokens[e] <= 0) continue;
+    if (!window_req(q) || ev_tokens[e] <= 0) continue;
     const ns_t t = r.ev_t_ns[e];
     if (t < last_t[static_cast<std::size_t>(q)]) ordered = false;
     last_t[static_cast<std::size_t>(q)] = t;
     if (!in_window(t)) continue;
-    f.output_tokens += r.ev_tokens[e];
-    bin_tokens[static_cast<std::size_t>(bin_of(t))] += r.ev_tokens[e];
+    f.output_tokens += ev_tokens[e];
+    bin_tokens[static_cast<std::size_t>(bin_of(t))] += ev_tokens[e];
   }
   f.total_tok_s = static_cast<double>(f.output_tokens) / d_s;
   f.bin_tok_s.resize(static_cast<std::size_t>(n_bins));
@@ -172,7 +201,7 @@ CellFigures summarize_cell(const RecordView& r, ns_t t0, ns_t t1, double bin_s, 
   std::vector<std::size_t> order;
   order.reserve(n_ev);
   for (std::size_t e = 0; e < n_ev; ++e) {
-    if (window_req(r.ev_request[e]) && r.ev_tokens[e] > 0) order.push_back(e);
+    if (window_req(r.ev_request[e]) && ev_tokens[e] > 0) order.push_back(e);
   }
   if (!ordered) {
     std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
@@ -206,7 +235,7 @@ CellFigures summarize_cell(const RecordView& r, ns_t t0, ns_t t1, double bin_s, 
       a.t = t;
       a.tokens = 0;
     }
-    a.tokens += r.ev_tokens[e];
+    a.tokens += ev_tokens[e];
   }
   for (Arrival& a : state) flush(a);
   std::sort(gaps.begin(), gaps.end());

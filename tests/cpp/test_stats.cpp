@@ -273,6 +273,31 @@ TEST(SummarizeCell, AdmissionRampBeforeSteadyFromIsNotDrift) {
   EXPECT_DOUBLE_EQ(steady.total_tok_s, all.total_tok_s);
 }
 
+TEST(SummarizeCell, ChunkCountsAreScaledToTheFinalUsageTotal) {
+  // Four chunks counted as one token each, at 0.1, 0.2, 0.3, 0.4 s; the final
+  // usage said 8 tokens: each chunk really carried 2.
+  Records r;
+  int a = r.add_request(Phase::kWindow, 0, 100 * kMs, 400 * kMs, Outcome::kOk);
+  for (int k = 1; k <= 4; ++k) r.add_event(a, k * 100 * kMs, 1);
+  const std::vector<std::int64_t> out = {8};
+  const std::vector<std::uint8_t> source = {static_cast<std::uint8_t>(TokenSource::kUsageFinal)};
+  RecordView v = r.view();
+  const CellFigures raw = summarize_cell(v, 0, 1 * kS);
+  EXPECT_EQ(raw.output_tokens, 4);
+  EXPECT_DOUBLE_EQ(raw.tbt_ms, 100.0);
+  v.output_tokens = out;
+  v.token_source = source;
+  const CellFigures f = summarize_cell(v, 0, 1 * kS);
+  EXPECT_EQ(f.output_tokens, 8);
+  EXPECT_DOUBLE_EQ(f.total_tok_s, 8.0);
+  EXPECT_DOUBLE_EQ(f.tbt_ms, 50.0);  // 100 ms gaps spread over 2 tokens
+  // exact counts (continuous usage) are never rescaled
+  const std::vector<std::uint8_t> exact = {
+      static_cast<std::uint8_t>(TokenSource::kUsageContinuous)};
+  v.token_source = exact;
+  EXPECT_EQ(summarize_cell(v, 0, 1 * kS).output_tokens, 4);
+}
+
 TEST(SummarizeCell, NoisyBinsWithApparentSlopeAreNotDrifting) {
   // Bins alternate 30 and 10 tokens: the fitted line gives |drift| = 0.30,
   // but the slope's interval (+-2.79 around -0.61 tok/s per s) includes 0.

@@ -23,6 +23,12 @@ struct RecordView {
   std::span<const std::int32_t> ev_request;
   std::span<const ns_t> ev_t_ns;
   std::span<const std::int32_t> ev_tokens;
+  // per request, optional (empty = not given): a request whose tokens were
+  // counted per chunk but whose final usage gave the true total
+  // (TokenSource::kUsageFinal) has its events' tokens scaled to that total
+  // before any figure is computed.
+  std::span<const std::int64_t> output_tokens;
+  std::span<const std::uint8_t> token_source;  // TokenSource values
 };
 
 struct Interval {
