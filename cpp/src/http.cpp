@@ -136,7 +136,7 @@ struct Transfer final : SseSink {
   bool headers_started = false;
   bool stream_finished = false;  // [DONE] or a finish reason seen
   ns_t last_activity_ns = kNever;
-  ns_t last_read_ns = kNever;
+  ns_t last_read_ns = kNever;    // the clock read of the latest write callback (one libcurl read)
   std::string collected;  // body of an error / non-SSE answer (bounded)
   std::string err_kind;   // our own verdict, set before we abort a transfer
   std::string err_msg;
@@ -174,7 +174,6 @@ struct CurlTransport::Impl {
   int wakefd = -1;
   std::atomic<bool> woken{false};
   ns_t timer_ns = kNever;    // libcurl's requested timeout, absolute
-  ns_t read_ns = 0;          // the clock read of the current socket read
   ns_t idle_ns = 0;
   ns_t sweep_every_ns = 0;
   ns_t next_sweep_ns = 0;
@@ -242,7 +241,7 @@ struct CurlTransport::Impl {
     auto* t = static_cast<Transfer*>(userp);
     const size_t n = size * nmemb;
     Impl* self = t->engine;
-    const ns_t now = self->read_ns;
+    const ns_t now = now_ns();
     t->last_activity_ns = now;
     if (!t->headers_started) {
       t->headers_started = true;
@@ -266,8 +265,12 @@ struct CurlTransport::Impl {
     auto* t = static_cast<Transfer*>(userp);
     const size_t n = size * nmemb;
     Impl* self = t->engine;
-    // The clock was read once for this socket read, before any parsing.
-    t->last_activity_ns = t->last_read_ns = self->read_ns;
+    // One clock read per write callback, before any parsing, shared by every
+    // event in the buffer. libcurl calls back once per socket read (once per
+    // HTTP chunk of it with chunked encoding). Not once per socket_action:
+    // libcurl reads again in the same call while data keeps arriving, and
+    // bytes that arrive later must not get an earlier stamp.
+    t->last_activity_ns = t->last_read_ns = now_ns();
     if (t->body == Transfer::Body::kUnknown) {
       if (t->status >= 400 || t->status < 200) {
         t->body = Transfer::Body::kError;
@@ -470,12 +473,12 @@ bool Transfer::on_event(const SseEvent& ev) {
         err_msg = error_message_from_body(ev.data);
         return false;
       }
-      if (c.first_token && r.first_token_ns == kNever) r.first_token_ns = self->read_ns;
+      if (c.first_token && r.first_token_ns == kNever) r.first_token_ns = last_read_ns;
       if (c.tokens > 0) {
         if (self->opt.record_events) {
           EventColumns& e = self->records.events;
           e.request.push_back(id);
-          e.t_ns.push_back(self->read_ns);
+          e.t_ns.push_back(last_read_ns);
           e.tokens.push_back(c.tokens);
           e.server_ns.push_back(self->opt.server_stamps ? c.server_ns : kNever);
         }
@@ -614,7 +617,6 @@ void CurlTransport::poll(ns_t deadline_ns, std::vector<std::int32_t>& finished) 
     ns_t now = now_ns();
     if (m.timer_ns != kNever && m.timer_ns <= now) {
       m.timer_ns = kNever;
-      m.read_ns = now;
       m.socket_action(CURL_SOCKET_TIMEOUT, 0);
       m.drain_messages();
       continue;
@@ -651,8 +653,6 @@ void CurlTransport::poll(ns_t deadline_ns, std::vector<std::int32_t>& finished) 
       const std::uint32_t e = events[i].events;
       const int mask = (e & EPOLLIN ? CURL_CSELECT_IN : 0) | (e & EPOLLOUT ? CURL_CSELECT_OUT : 0) |
                        (e & (EPOLLERR | EPOLLHUP) ? CURL_CSELECT_ERR : 0);
-      // One clock read per socket read, before libcurl reads and we parse.
-      m.read_ns = now_ns();
       m.socket_action(fd, mask);
     }
     m.drain_messages();

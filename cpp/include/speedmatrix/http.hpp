@@ -35,7 +35,8 @@ struct HttpOptions {
 //   sent_ns        when the transfer was added to the multi handle
 //   first_byte_ns  the socket read that brought the first response header
 //   first_token_ns / events[].t_ns  the socket read that brought the event:
-//                  one clock read per socket read, taken before any parsing
+//                  one clock read per libcurl write callback (a socket read,
+//                  or an HTTP chunk of it), taken before any parsing
 //   done_ns        the last read of a completed stream; otherwise when the
 //                  failure or cancellation was seen
 class CurlTransport final : public Transport {
