@@ -15,8 +15,8 @@ namespace {
 // refills waiting for their due time, and the progress counters.
 class Loop {
  public:
-  Loop(Transport& t, Clock& c, CellRecords& r, const std::atomic<bool>& stop, CellProgress* p)
-      : transport_(t), clock_(c), records_(r), stop_(stop), progress_(p) {}
+  Loop(Transport& t, CellRecords& r, const std::atomic<bool>& stop, CellProgress* p)
+      : transport_(t), records_(r), stop_(stop), progress_(p) {}
 
   // Creates record `id` and hands it to the transport.
   std::int32_t launch(std::int32_t slot, std::int32_t body_index, std::string_view body, Phase phase,
@@ -62,7 +62,6 @@ class Loop {
   }
 
   Transport& transport_;
-  Clock& clock_;
   CellRecords& records_;
   const std::atomic<bool>& stop_;
   CellProgress* progress_;
@@ -82,7 +81,7 @@ ScheduleTimes run_closed_loop(const ClosedLoopPlan& plan, Transport& transport, 
                               CellRecords& records, const std::atomic<bool>& stop,
                               CellProgress* progress) {
   ScheduleTimes times;
-  Loop loop(transport, clock, records, stop, progress);
+  Loop loop(transport, records, stop, progress);
 
   // Warm-up: everything at once, then wait for all (or the timeout).
   if (!plan.warmup_bodies.empty()) {

@@ -31,7 +31,8 @@ struct CellSpec {
   std::vector<std::string> bodies;
   std::int32_t concurrency = 1;
   double duration_s = 30;        // window length; at its end everything in flight is cancelled
-  std::int64_t max_requests = 0; // >0: stop starting new requests after this many (window ends when they finish)
+  std::int64_t max_requests = 0; // >0: stop starting new requests after this many (window ends when they
+                                 // finish; a duration_s > 0 still bounds the window)
 
   double connect_timeout_s = 10;
   double idle_timeout_s = 120;   // no byte for this long => "stall"
