@@ -104,8 +104,9 @@ std::vector<std::string> bodies_from(const py::iterable& items) {
       out.emplace_back(h.cast<std::string>());
     } else if (py::isinstance<py::str>(h)) {
       out.emplace_back(h.cast<std::string>());  // UTF-8
-    } else if (py::isinstance<py::bytearray>(h) || PyObject_CheckBuffer(h.ptr())) {
-      out.emplace_back(py::bytes(py::reinterpret_borrow<py::object>(h)).cast<std::string>());
+    } else if (PyObject_CheckBuffer(h.ptr())) {  // bytearray, memoryview, numpy bytes
+      const py::buffer_info info = py::reinterpret_borrow<py::buffer>(h).request();
+      out.emplace_back(static_cast<const char*>(info.ptr), static_cast<std::size_t>(info.size * info.itemsize));
     } else {
       throw py::type_error("request bodies must be bytes or str");
     }
