@@ -157,10 +157,7 @@ CellResult CellRunner::run() {
   plan.max_requests = spec.max_requests;
 
   CellRecords records;
-  records.events.request.reserve(1u << 16);
-  records.events.t_ns.reserve(1u << 16);
-  records.events.tokens.reserve(1u << 16);
-  records.events.server_ns.reserve(1u << 16);
+  records.events.reserve(1u << 16);
   try {
     CurlTransport transport(opt, records, &m.progress);
     {
