@@ -94,7 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="built-in engine + the seed's matrix + report")
     demo.add_argument("--out", type=Path, default=Path("speedmatrix-demo"))
-    demo.add_argument("--duration", default="3s", help="window per decode cell (default 3s)")
+    demo.add_argument("--duration", default="5s", help="window per decode cell (default 5s; "
+                      "the seed used 30s)")
     demo.add_argument("--quiet", action="store_true")
 
     rep = sub.add_parser("report", help="write report.md and report.html of a saved run")

@@ -305,6 +305,10 @@ class Sweep:
         spec.duration_s = float(duration_s)
         spec.max_requests = int(max_requests)
         spec.idle_timeout_s = float(getattr(self.matrix, "request_idle_timeout_s", 120.0))
+        # Keep the engine's own send stamps when it gives them (the built-in
+        # engine does, real servers do not): they let a saved run show how late
+        # tokens arrived after they were sent. The decoder reads the field anyway.
+        spec.server_stamps = True
         names = self._metric_names()
         if names and self.target.metrics_url:
             spec.metrics_url = self.target.metrics_url

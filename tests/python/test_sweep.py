@@ -29,7 +29,7 @@ def _sweep(url, matrix, out, **kw):
 def fixed_run(tmp_path_factory):
     """Issue 2's exactness case: TTFT 50 ms, ITL 20 ms, 1 / 16 / 64 streams."""
     out = tmp_path_factory.mktemp("fixed")
-    with Sim("fixed") as sim:
+    with Sim("fixed", stamp=True) as sim:
         m = Matrix(contexts=[256], concurrency=[1, 16, 64], duration_s=5, max_output=2000,
                    prefill_contexts=[256])
         code, doc, cells = _sweep(sim.url, m, out)
@@ -37,9 +37,24 @@ def fixed_run(tmp_path_factory):
     return out, doc, cells
 
 
+def _engine_ttft_ms(out, cell) -> float:
+    """The engine's truth: median over window requests sent in the window of
+    (the engine's send stamp of the first token - the client's send time)."""
+    rec = runfile.load_records(out, cell["records"])
+    req, ev = rec["requests"], rec["events"]
+    firsts = []
+    for i in np.flatnonzero(req["phase"] == 1):
+        if not cell["t0_ns"] <= req["sent_ns"][i] <= cell["t1_ns"]:
+            continue
+        stamps = ev["server_ns"][ev["request"] == i]
+        assert len(stamps) and stamps[0] > 0, "the engine stamps every chunk"
+        firsts.append((stamps[0] - req["sent_ns"][i]) / 1e6)
+    return float(np.median(firsts))
+
+
 @pytest.mark.parametrize("n", [1, 16, 64])
 def test_fixed_engine_figures(fixed_run, n):
-    _, _, cells = fixed_run
+    out, _, cells = fixed_run
     c = cells[f"decode-c256-n{n}-r0"]
     assert c["status"] == "valid", c
     # Tokens start after the 50 ms TTFT, so a D-second window holds N * (D - 0.05) / 0.02.
@@ -47,7 +62,10 @@ def test_fixed_engine_figures(fixed_run, n):
     assert c["total_tok_s"] == pytest.approx(expected, rel=0.02)
     assert c["tbt_ms"] == pytest.approx(20.0, abs=0.5)
     assert c["per_request_tok_s"] == pytest.approx(50.0, rel=0.03)
-    assert c["ttft_ms"] == pytest.approx(50.0, abs=3.0)
+    # TTFT against what the engine did (its own send stamps), and against its setting;
+    # the second bound leaves room for the engine's wake-ups on busy cores.
+    assert c["ttft_ms"] == pytest.approx(_engine_ttft_ms(out, c), abs=3.0)
+    assert c["ttft_ms"] == pytest.approx(50.0, abs=10.0)
     assert c["avg_active"] == pytest.approx(n, rel=0.01)
     assert c["measured_s"] == pytest.approx(5.0, abs=0.05)
     assert c["completed"] == 0  # 2000 tokens take 40 s: nothing finishes in a 5 s window
