@@ -32,10 +32,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "python"))
 
-import py_client  # noqa: E402
-
-from speedmatrix._native import _core  # noqa: E402
-from speedmatrix.sim import Sim  # noqa: E402
+import py_client
+from speedmatrix._native import _core
+from speedmatrix.sim import Sim
 
 
 def raise_nofile() -> None:
@@ -88,7 +87,9 @@ def run_core(url: str, body: bytes, n: int, duration_s: float) -> dict:
     if res.fatal_error:
         raise RuntimeError(res.fatal_error)
     ev = res.events
-    f = figures(ev["t_ns"], ev["server_ns"], ev["tokens"], res.window_start_ns, res.window_end_ns, cpu)
+    f = figures(
+        ev["t_ns"], ev["server_ns"], ev["tokens"], res.window_start_ns, res.window_end_ns, cpu
+    )
     f["errors"] = int(np.sum(res.requests["outcome"] == 3))
     f["loop_lag_max_ms"] = res.loop_lag_max_ms
     return f
@@ -104,8 +105,10 @@ def run_python(url: str, body: bytes, n: int, duration_s: float) -> dict:
 
 
 def row(label: str, f: dict) -> str:
-    return (f"  {label:<7} CPU/token {f['cpu_us_per_token']:7.2f} us   delay p50 {f['delay_p50_ms']:8.3f} ms"
-            f"  p99 {f['delay_p99_ms']:8.3f} ms   {f['tok_s']:>11,.0f} tok/s   errors {f['errors']}")
+    return (
+        f"  {label:<7} CPU/token {f['cpu_us_per_token']:7.2f} us   delay p50 {f['delay_p50_ms']:8.3f} ms"
+        f"  p99 {f['delay_p99_ms']:8.3f} ms   {f['tok_s']:>11,.0f} tok/s   errors {f['errors']}"
+    )
 
 
 def compare(name: str, core: dict, py: dict | None) -> dict:
@@ -119,9 +122,11 @@ def compare(name: str, core: dict, py: dict | None) -> dict:
             "delay_p99_py_over_core": py["delay_p99_ms"] / core["delay_p99_ms"],
             "tok_s_core_over_py": core["tok_s"] / py["tok_s"],
         }
-        print(f"  ratio   CPU/token python/core {ratio['cpu_per_token_py_over_core']:.1f}x   "
-              f"delay p99 python/core {ratio['delay_p99_py_over_core']:.1f}x   "
-              f"tok/s core/python {ratio['tok_s_core_over_py']:.2f}x")
+        print(
+            f"  ratio   CPU/token python/core {ratio['cpu_per_token_py_over_core']:.1f}x   "
+            f"delay p99 python/core {ratio['delay_p99_py_over_core']:.1f}x   "
+            f"tok/s core/python {ratio['tok_s_core_over_py']:.2f}x"
+        )
         out.update(python=py, ratio=ratio)
     sys.stdout.flush()
     return out
@@ -138,12 +143,20 @@ def main() -> None:
     args = ap.parse_args()
     raise_nofile()
 
-    print(f"client_bench: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}, "
-          f"window {args.duration:g} s per run")
+    print(
+        f"client_bench: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}, "
+        f"window {args.duration:g} s per run"
+    )
     results = []
-    body = json.dumps({"model": "sim-fixed", "prompt": "hello", "max_tokens": args.max_tokens,
-                       "stream": True, "stream_options": {"include_usage": True,
-                                                          "continuous_usage_stats": True}}).encode()
+    body = json.dumps(
+        {
+            "model": "sim-fixed",
+            "prompt": "hello",
+            "max_tokens": args.max_tokens,
+            "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        }
+    ).encode()
     with Sim("fixed", stamp=True) as sim:
         url = sim.url + "/v1/completions"
         for n in [int(x) for x in args.streams.split(",") if x]:
@@ -155,9 +168,15 @@ def main() -> None:
                 py = run_python(url, body, n, args.duration)
             results.append(compare(f"{n} streams, ITL 20 ms", core, py))
 
-    unpaced_body = json.dumps({"model": "sim-fixed", "prompt": "hello", "max_tokens": 100_000,
-                               "stream": True, "stream_options": {"include_usage": True,
-                                                                  "continuous_usage_stats": True}}).encode()
+    unpaced_body = json.dumps(
+        {
+            "model": "sim-fixed",
+            "prompt": "hello",
+            "max_tokens": 100_000,
+            "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        }
+    ).encode()
     with Sim("fixed", stamp=True, unpaced=True) as sim:
         url = sim.url + "/v1/completions"
         n = args.unpaced_streams

@@ -26,7 +26,7 @@ import aiohttp
 class PyResult:
     t0_ns: int = 0
     t1_ns: int = 0
-    t_ns: array = field(default_factory=lambda: array("q"))       # arrival of each token event
+    t_ns: array = field(default_factory=lambda: array("q"))  # arrival of each token event
     server_ns: array = field(default_factory=lambda: array("q"))  # its sm_t_ns stamp (-1 if none)
     tokens: array = field(default_factory=lambda: array("i"))
     requests: int = 0

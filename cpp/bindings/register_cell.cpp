@@ -65,17 +65,24 @@ PyCellResult to_python(CellResult&& r) {
   d["phase"] = request_column<std::uint8_t>(q, [](const RequestRecord& x) { return x.phase; });
   d["scheduled_ns"] = request_column<std::int64_t>(q, [](const RequestRecord& x) { return x.scheduled_ns; });
   d["sent_ns"] = request_column<std::int64_t>(q, [](const RequestRecord& x) { return x.sent_ns; });
-  d["first_byte_ns"] = request_column<std::int64_t>(q, [](const RequestRecord& x) { return x.first_byte_ns; });
-  d["first_token_ns"] = request_column<std::int64_t>(q, [](const RequestRecord& x) { return x.first_token_ns; });
+  d["first_byte_ns"] =
+      request_column<std::int64_t>(q, [](const RequestRecord& x) { return x.first_byte_ns; });
+  d["first_token_ns"] =
+      request_column<std::int64_t>(q, [](const RequestRecord& x) { return x.first_token_ns; });
   d["done_ns"] = request_column<std::int64_t>(q, [](const RequestRecord& x) { return x.done_ns; });
   d["http_status"] = request_column<std::int32_t>(q, [](const RequestRecord& x) { return x.http_status; });
-  d["prompt_tokens"] = request_column<std::int64_t>(q, [](const RequestRecord& x) { return x.prompt_tokens; });
-  d["output_tokens"] = request_column<std::int64_t>(q, [](const RequestRecord& x) { return x.output_tokens; });
+  d["prompt_tokens"] =
+      request_column<std::int64_t>(q, [](const RequestRecord& x) { return x.prompt_tokens; });
+  d["output_tokens"] =
+      request_column<std::int64_t>(q, [](const RequestRecord& x) { return x.output_tokens; });
   d["token_source"] = request_column<std::uint8_t>(q, [](const RequestRecord& x) { return x.token_source; });
   d["outcome"] = request_column<std::uint8_t>(q, [](const RequestRecord& x) { return x.outcome; });
-  d["finish_reason"] = string_column(q, [](const RequestRecord& x) -> const std::string& { return x.finish_reason; });
-  d["error_kind"] = string_column(q, [](const RequestRecord& x) -> const std::string& { return x.error_kind; });
-  d["error_message"] = string_column(q, [](const RequestRecord& x) -> const std::string& { return x.error_message; });
+  d["finish_reason"] =
+      string_column(q, [](const RequestRecord& x) -> const std::string& { return x.finish_reason; });
+  d["error_kind"] =
+      string_column(q, [](const RequestRecord& x) -> const std::string& { return x.error_kind; });
+  d["error_message"] =
+      string_column(q, [](const RequestRecord& x) -> const std::string& { return x.error_message; });
 
   EventColumns& e = r.events;
   out.events["request"] = adopt(std::move(e.request));
@@ -103,10 +110,11 @@ std::vector<std::string> bodies_from(const py::iterable& items) {
     if (py::isinstance<py::bytes>(h)) {
       out.emplace_back(h.cast<std::string>());
     } else if (py::isinstance<py::str>(h)) {
-      out.emplace_back(h.cast<std::string>());  // UTF-8
+      out.emplace_back(h.cast<std::string>());   // UTF-8
     } else if (PyObject_CheckBuffer(h.ptr())) {  // bytearray, memoryview, numpy bytes
       const py::buffer_info info = py::reinterpret_borrow<py::buffer>(h).request();
-      out.emplace_back(static_cast<const char*>(info.ptr), static_cast<std::size_t>(info.size * info.itemsize));
+      out.emplace_back(static_cast<const char*>(info.ptr),
+                       static_cast<std::size_t>(info.size * info.itemsize));
     } else {
       throw py::type_error("request bodies must be bytes or str");
     }
@@ -123,9 +131,7 @@ py::list bodies_to(const std::vector<std::string>& bodies) {
 }  // namespace
 
 void register_cell(py::module_& m) {
-  py::enum_<ApiKind>(m, "ApiKind")
-      .value("completions", ApiKind::kCompletions)
-      .value("chat", ApiKind::kChat);
+  py::enum_<ApiKind>(m, "ApiKind").value("completions", ApiKind::kCompletions).value("chat", ApiKind::kChat);
 
   py::class_<CellSpec>(m, "CellSpec", "What one cell sends, to where, for how long (see cell.hpp).")
       .def(py::init<>())
@@ -159,8 +165,10 @@ void register_cell(py::module_& m) {
       .def_readwrite("metric_names", &CellSpec::metric_names)
       .def("__repr__", [](const CellSpec& s) {
         return "<CellSpec url=" + s.url + " concurrency=" + std::to_string(s.concurrency) +
-               " bodies=" + std::to_string(s.bodies.size()) + " warmup=" + std::to_string(s.warmup_bodies.size()) +
-               " duration_s=" + std::to_string(s.duration_s) + (s.api_key.empty() ? "" : " api_key=***") + ">";
+               " bodies=" + std::to_string(s.bodies.size()) +
+               " warmup=" + std::to_string(s.warmup_bodies.size()) +
+               " duration_s=" + std::to_string(s.duration_s) + (s.api_key.empty() ? "" : " api_key=***") +
+               ">";
       });
 
   py::class_<PyCellResult>(m, "CellResult", "Raw records and timings of one cell.")

@@ -96,7 +96,8 @@ void register_stats(py::module_& m) {
         }
         const std::int32_t* r = ev_req.data();
         for (py::ssize_t i = 0; i < ev_req.size(); ++i) {
-          if (r[i] < 0 || r[i] >= n) throw py::value_error("events['request'] holds an index outside the requests");
+          if (r[i] < 0 || r[i] >= n)
+            throw py::value_error("events['request'] holds an index outside the requests");
         }
         RecordView v;
         v.sent_ns = span_of(sent);

@@ -43,7 +43,8 @@ class MetricsSampler {
     const double interval_s = spec_.metrics_interval_s > 0 ? spec_.metrics_interval_s : 0.25;
     const ns_t interval = static_cast<ns_t>(interval_s * 1e9);
     // A scrape may take at most a few intervals (and never less than 1 s).
-    HttpGetter getter(spec_.headers, spec_.api_key, std::max(1.0, 4 * interval_s), spec_.tls_verify, spec_.ca_file);
+    HttpGetter getter(spec_.headers, spec_.api_key, std::max(1.0, 4 * interval_s), spec_.tls_verify,
+                      spec_.ca_file);
     std::string body, error;
     const ns_t start = now_ns();
     for (std::int64_t k = 0;; ++k) {
@@ -100,7 +101,7 @@ struct CellRunner::Impl {
   CellProgress progress;
   std::atomic<bool> stop{false};
   std::atomic<bool> ran{false};
-  std::mutex transport_mu;          // guards `transport` against stop() racing its destruction
+  std::mutex transport_mu;  // guards `transport` against stop() racing its destruction
   Transport* transport = nullptr;
 };
 
@@ -125,12 +126,16 @@ CellResult CellRunner::run() {
     res.fatal_error = "CellRunner::run() may be called only once";
     return res;
   }
-  if (spec.url.empty()) res.fatal_error = "CellSpec.url is empty";
-  else if (spec.bodies.empty()) res.fatal_error = "CellSpec.bodies is empty";
-  else if (spec.concurrency < 1) res.fatal_error = "CellSpec.concurrency must be >= 1";
+  if (spec.url.empty())
+    res.fatal_error = "CellSpec.url is empty";
+  else if (spec.bodies.empty())
+    res.fatal_error = "CellSpec.bodies is empty";
+  else if (spec.concurrency < 1)
+    res.fatal_error = "CellSpec.concurrency must be >= 1";
   else if (!(spec.duration_s > 0) && spec.max_requests <= 0)
     res.fatal_error = "CellSpec needs duration_s > 0 or max_requests > 0";
-  else if (std::string why = check_url(spec.url); !why.empty()) res.fatal_error = why;
+  else if (std::string why = check_url(spec.url); !why.empty())
+    res.fatal_error = why;
   if (!res.fatal_error.empty()) return res;
 
   HttpOptions opt;
@@ -145,7 +150,8 @@ CellResult CellRunner::run() {
   opt.max_event_bytes = spec.max_event_bytes;
   opt.record_events = spec.record_events;
   opt.server_stamps = spec.server_stamps;
-  opt.max_concurrency = std::max<std::int32_t>(spec.concurrency, static_cast<std::int32_t>(spec.warmup_bodies.size()));
+  opt.max_concurrency =
+      std::max<std::int32_t>(spec.concurrency, static_cast<std::int32_t>(spec.warmup_bodies.size()));
   ensure_descriptors(opt.max_concurrency);
 
   ClosedLoopPlan plan;

@@ -25,7 +25,8 @@ constexpr int kMaxEpollEvents = 1024;
 void global_init() {
   static std::once_flag once;
   std::call_once(once, [] {
-    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) throw std::runtime_error("curl_global_init failed");
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+      throw std::runtime_error("curl_global_init failed");
   });
 }
 
@@ -136,9 +137,9 @@ struct Transfer final : SseSink {
   bool headers_started = false;
   bool stream_finished = false;  // [DONE] or a finish reason seen
   ns_t last_activity_ns = kNever;
-  ns_t last_read_ns = kNever;    // the clock read of the latest write callback (one libcurl read)
-  std::string collected;  // body of an error / non-SSE answer (bounded)
-  std::string err_kind;   // our own verdict, set before we abort a transfer
+  ns_t last_read_ns = kNever;  // the clock read of the latest write callback (one libcurl read)
+  std::string collected;       // body of an error / non-SSE answer (bounded)
+  std::string err_kind;        // our own verdict, set before we abort a transfer
   std::string err_msg;
   char errbuf[CURL_ERROR_SIZE];
 
@@ -173,19 +174,19 @@ struct CurlTransport::Impl {
   int epfd = -1;
   int wakefd = -1;
   std::atomic<bool> woken{false};
-  ns_t timer_ns = kNever;    // libcurl's requested timeout, absolute
+  ns_t timer_ns = kNever;  // libcurl's requested timeout, absolute
   ns_t idle_ns = 0;
   ns_t sweep_every_ns = 0;
   ns_t next_sweep_ns = 0;
   long buffer_size = CURL_MAX_WRITE_SIZE;
   double lag_max_ms = 0;
   std::int64_t connections_opened = 0;
-  std::vector<Transfer*> by_id;              // request id -> active transfer (or null)
+  std::vector<Transfer*> by_id;  // request id -> active transfer (or null)
   std::vector<std::unique_ptr<Transfer>> all;
   std::vector<Transfer*> free_list;
-  std::vector<Transfer*> active;             // for the idle sweep
+  std::vector<Transfer*> active;                      // for the idle sweep
   std::vector<std::int32_t>* finished_out = nullptr;  // set while poll() runs
-  std::vector<std::int32_t> pending_failures;        // failed in start(), reported by poll()
+  std::vector<std::int32_t> pending_failures;         // failed in start(), reported by poll()
 
   Impl(HttpOptions o, CellRecords& r, CellProgress* p) : opt(std::move(o)), records(r), progress(p) {}
 
@@ -348,7 +349,8 @@ struct CurlTransport::Impl {
   }
 
   void release(Transfer* t) {
-    if (t->id >= 0 && static_cast<std::size_t>(t->id) < by_id.size()) by_id[static_cast<std::size_t>(t->id)] = nullptr;
+    if (t->id >= 0 && static_cast<std::size_t>(t->id) < by_id.size())
+      by_id[static_cast<std::size_t>(t->id)] = nullptr;
     t->id = -1;
     auto it = std::find(active.begin(), active.end(), t);
     if (it != active.end()) {
@@ -387,7 +389,8 @@ struct CurlTransport::Impl {
       if (kind == "not_sse" && msg.empty()) msg = error_message_from_body(t->collected);
     } else if (t->status >= 400) {
       kind = "http_" + std::to_string(t->status);
-      msg = t->collected.empty() ? "HTTP " + std::to_string(t->status) : error_message_from_body(t->collected);
+      msg =
+          t->collected.empty() ? "HTTP " + std::to_string(t->status) : error_message_from_body(t->collected);
     } else if (t->stream_finished && (code == CURLE_OK || code == CURLE_PARTIAL_FILE ||
                                       code == CURLE_RECV_ERROR || code == CURLE_GOT_NOTHING)) {
       // Complete: the connection may have broken after the last event; the
@@ -514,7 +517,8 @@ CurlTransport::CurlTransport(HttpOptions options, CellRecords& records, CellProg
 
   m.epfd = epoll_create1(EPOLL_CLOEXEC);
   m.wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (m.epfd < 0 || m.wakefd < 0) throw std::runtime_error(std::string("epoll/eventfd: ") + std::strerror(errno));
+  if (m.epfd < 0 || m.wakefd < 0)
+    throw std::runtime_error(std::string("epoll/eventfd: ") + std::strerror(errno));
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.fd = m.wakefd;
@@ -567,7 +571,8 @@ void CurlTransport::start(std::int32_t id, std::string_view body) {
   Transfer* t = m.acquire();
   const ns_t now = now_ns();
   t->reset_for(id, m.opt.api, now);
-  if (m.by_id.size() <= static_cast<std::size_t>(id)) m.by_id.resize(static_cast<std::size_t>(id) + 1 + m.by_id.size() / 2, nullptr);
+  if (m.by_id.size() <= static_cast<std::size_t>(id))
+    m.by_id.resize(static_cast<std::size_t>(id) + 1 + m.by_id.size() / 2, nullptr);
   m.by_id[static_cast<std::size_t>(id)] = t;
   m.active.push_back(t);
   RequestRecord& r = m.rec(id);
@@ -729,7 +734,9 @@ bool HttpGetter::get(const std::string& url, std::string* body, std::string* err
   CURLcode rc = curl_easy_setopt(m.easy, CURLOPT_URL, url.c_str());
   if (rc == CURLE_OK) rc = curl_easy_perform(m.easy);
   if (rc != CURLE_OK) {
-    if (error) *error = one_line(std::string(curl_easy_strerror(rc)) + (m.errbuf[0] ? std::string(": ") + m.errbuf : ""));
+    if (error)
+      *error =
+          one_line(std::string(curl_easy_strerror(rc)) + (m.errbuf[0] ? std::string(": ") + m.errbuf : ""));
     return false;
   }
   long status = 0;

@@ -78,8 +78,7 @@ struct Refill {
 }  // namespace
 
 ScheduleTimes run_closed_loop(const ClosedLoopPlan& plan, Transport& transport, Clock& clock,
-                              CellRecords& records, const std::atomic<bool>& stop,
-                              CellProgress* progress) {
+                              CellRecords& records, const std::atomic<bool>& stop, CellProgress* progress) {
   ScheduleTimes times;
   Loop loop(transport, records, stop, progress);
 
@@ -92,8 +91,8 @@ ScheduleTimes run_closed_loop(const ClosedLoopPlan& plan, Transport& transport, 
       live.push_back(loop.launch(static_cast<std::int32_t>(i), static_cast<std::int32_t>(i),
                                  plan.warmup_bodies[i], Phase::kWarmup, times.warmup_start_ns));
     }
-    const ns_t deadline = plan.warmup_timeout_ns > 0 ? times.warmup_start_ns + plan.warmup_timeout_ns
-                                                     : kNoDeadline;
+    const ns_t deadline =
+        plan.warmup_timeout_ns > 0 ? times.warmup_start_ns + plan.warmup_timeout_ns : kNoDeadline;
     std::vector<char> done(records.requests.size(), 0);
     while (loop.in_flight() > 0 && !loop.stop_requested() && clock.now() < deadline) {
       for (std::int32_t id : loop.poll(deadline)) done[static_cast<std::size_t>(id)] = 1;

@@ -47,7 +47,8 @@ class Conn {
     return true;
   }
   bool start_sse() {
-    return send_all("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n");
+    return send_all(
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n");
   }
   bool chunk(std::string_view s) {
     char len[32];
@@ -72,7 +73,9 @@ class Conn {
     const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
     for (;;) {
       if (stop_) return false;
-      const auto left_us = std::chrono::duration_cast<std::chrono::microseconds>(until - std::chrono::steady_clock::now()).count();
+      const auto left_us =
+          std::chrono::duration_cast<std::chrono::microseconds>(until - std::chrono::steady_clock::now())
+              .count();
       if (left_us <= 0) return true;
       pollfd p{fd_, POLLIN | POLLRDHUP, 0};
       if (::poll(&p, 1, static_cast<int>(std::min<long>((left_us + 999) / 1000, 20))) > 0) {
@@ -102,7 +105,8 @@ class LoopbackServer {
     a.sin_family = AF_INET;
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     a.sin_port = 0;
-    if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(listen_fd_, 4096) != 0) {
+    if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+        ::listen(listen_fd_, 4096) != 0) {
       std::perror("loopback server");
       std::abort();
     }
@@ -127,12 +131,14 @@ class LoopbackServer {
   }
 
   int port() const { return port_; }
-  std::string url(const std::string& path) const { return "http://127.0.0.1:" + std::to_string(port_) + path; }
+  std::string url(const std::string& path) const {
+    return "http://127.0.0.1:" + std::to_string(port_) + path;
+  }
 
   std::atomic<int> connections{0};
   std::atomic<int> requests{0};
   std::mutex last_mu;
-  HttpRequest last;                 // the last request received (under last_mu)
+  HttpRequest last;  // the last request received (under last_mu)
 
  private:
   void accept_loop() {
@@ -176,7 +182,8 @@ class LoopbackServer {
           std::size_t amp = qs.find('&', pos);
           if (amp == std::string::npos) amp = qs.size();
           const std::string kv = qs.substr(pos, amp - pos);
-          if (const std::size_t eq = kv.find('='); eq != std::string::npos) req.query[kv.substr(0, eq)] = kv.substr(eq + 1);
+          if (const std::size_t eq = kv.find('='); eq != std::string::npos)
+            req.query[kv.substr(0, eq)] = kv.substr(eq + 1);
           pos = amp + 1;
         }
       }
@@ -184,7 +191,8 @@ class LoopbackServer {
       std::size_t line = head.find("\r\n");
       while (line != std::string::npos) {
         const std::size_t next = head.find("\r\n", line + 2);
-        const std::string h = head.substr(line + 2, next == std::string::npos ? std::string::npos : next - line - 2);
+        const std::string h =
+            head.substr(line + 2, next == std::string::npos ? std::string::npos : next - line - 2);
         if (const std::size_t c = h.find(':'); c != std::string::npos) {
           std::string k = h.substr(0, c);
           for (char& ch : k) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
@@ -195,7 +203,8 @@ class LoopbackServer {
         line = next;
       }
       // Body.
-      const std::size_t want = req.headers.count("content-length") ? std::stoul(req.headers["content-length"]) : 0;
+      const std::size_t want =
+          req.headers.count("content-length") ? std::stoul(req.headers["content-length"]) : 0;
       while (buf.size() < want) {
         const ssize_t n = ::recv(fd, tmp, sizeof tmp, 0);
         if (n <= 0) return finish(fd);
@@ -243,10 +252,12 @@ inline std::string token_event(std::string_view text, ns_t stamp = -1) {
   return sse_data(j + "}");
 }
 inline std::string finish_event(int completion_tokens, int prompt_tokens = 7) {
-  return sse_data(R"({"object":"text_completion","choices":[{"index":0,"text":"","finish_reason":"length"}]})") +
+  return sse_data(
+             R"({"object":"text_completion","choices":[{"index":0,"text":"","finish_reason":"length"}]})") +
          sse_data(R"({"object":"text_completion","choices":[],"usage":{"prompt_tokens":)" +
-                  std::to_string(prompt_tokens) + R"(,"completion_tokens":)" + std::to_string(completion_tokens) +
-                  R"(,"total_tokens":)" + std::to_string(prompt_tokens + completion_tokens) + "}}") +
+                  std::to_string(prompt_tokens) + R"(,"completion_tokens":)" +
+                  std::to_string(completion_tokens) + R"(,"total_tokens":)" +
+                  std::to_string(prompt_tokens + completion_tokens) + "}}") +
          "data: [DONE]\n\n";
 }
 
@@ -288,7 +299,8 @@ inline LoopbackServer::Handler openai_routes(RouteLog& log) {
       c.chunk(finish_event(n));
       c.end_chunks();
     } else if (r.path == "/500") {
-      c.respond(500, "application/json", R"({"error":{"message":"engine overloaded","type":"server_error","code":500}})");
+      c.respond(500, "application/json",
+                R"({"error":{"message":"engine overloaded","type":"server_error","code":500}})");
     } else if (r.path == "/json") {
       c.respond(200, "application/json", R"({"id":"x","choices":[{"text":"not streamed"}]})");
     } else if (r.path == "/malformed") {

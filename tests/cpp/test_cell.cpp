@@ -1,13 +1,12 @@
 // CellRunner end to end against the loopback server: warm-up, the closed-loop
 // window and its cancellation, the /metrics sampler, stop(), fatal errors.
-#include "speedmatrix/cell.hpp"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <thread>
 
 #include "loopback_server.hpp"
+#include "speedmatrix/cell.hpp"
 
 namespace speedmatrix {
 namespace {
@@ -31,7 +30,8 @@ struct CellTest : ::testing::Test {
     return s;
   }
   void wait_disconnects(int n) {
-    for (int i = 0; i < 200 && log.disconnects.load() < n; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    for (int i = 0; i < 200 && log.disconnects.load() < n; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
 };
 

@@ -1,13 +1,12 @@
 // The libcurl engine against an in-test loopback server: token timing, every
 // error kind it can produce on 127.0.0.1, cancellation, uploads, reuse.
-#include "speedmatrix/http.hpp"
-
 #include <gtest/gtest.h>
 
 #include <thread>
 
 #include "loopback_server.hpp"
 #include "speedmatrix/cell.hpp"
+#include "speedmatrix/http.hpp"
 
 namespace speedmatrix {
 namespace {
@@ -181,7 +180,8 @@ TEST_F(HttpTest, SilenceLongerThanTheIdleTimeoutIsAStall) {
   EXPECT_GE(since_token, 200 * kMs);
   EXPECT_LT(since_token, 600 * kMs);
   // The stalled connection was closed: the server's handler sees it go.
-  for (int i = 0; i < 100 && log.disconnects.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (int i = 0; i < 100 && log.disconnects.load() == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_EQ(log.disconnects.load(), 1);
 }
 
@@ -197,7 +197,8 @@ TEST_F(HttpTest, CancelClosesTheConnection) {
   EXPECT_GE(r.done_ns, before);
   EXPECT_GT(r.output_tokens, 3);
   EXPECT_TRUE(r.error_kind.empty());
-  for (int i = 0; i < 100 && log.disconnects.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (int i = 0; i < 100 && log.disconnects.load() == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_EQ(log.disconnects.load(), 1);
 }
 
@@ -247,7 +248,8 @@ TEST_F(HttpTest, HundredsOfConcurrentStreamsEachGetAConnection) {
   for (int i = 0; i < 300; ++i) e.add("{}");
   e.wait_finished(300);
   ASSERT_EQ(e.finished.size(), 300u);
-  for (const auto& r : e.records.requests) ASSERT_EQ(r.outcome, Outcome::kOk) << r.error_kind << " " << r.error_message;
+  for (const auto& r : e.records.requests)
+    ASSERT_EQ(r.outcome, Outcome::kOk) << r.error_kind << " " << r.error_message;
   EXPECT_EQ(server.connections.load(), 300);
   EXPECT_EQ(e.records.events.size(), 1500u);
   // A second round reuses all of them.
@@ -273,7 +275,8 @@ TEST_F(HttpTest, GetterReadsMetricsAndReportsFailures) {
   EXPECT_NE(body.find("sglang:num_running_reqs"), std::string::npos);
   EXPECT_FALSE(g.get(server.url("/nope"), &body, &err));
   EXPECT_EQ(err, "HTTP 404");
-  EXPECT_FALSE(g.get("http://127.0.0.1:" + std::to_string(testing::refused_port()) + "/metrics", &body, &err));
+  EXPECT_FALSE(
+      g.get("http://127.0.0.1:" + std::to_string(testing::refused_port()) + "/metrics", &body, &err));
 }
 
 }  // namespace

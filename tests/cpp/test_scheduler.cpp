@@ -1,7 +1,5 @@
 // The closed loop against a fake clock and a fake transport: requests take
 // scripted durations; nothing sleeps.
-#include "speedmatrix/scheduler.hpp"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,6 +7,7 @@
 #include <map>
 
 #include "speedmatrix/cell.hpp"
+#include "speedmatrix/scheduler.hpp"
 
 namespace speedmatrix {
 namespace {

@@ -20,12 +20,12 @@ struct HttpOptions {
   std::string api_key;               // "Authorization: Bearer ..."; never logged or returned
   ApiKind api = ApiKind::kCompletions;
   double connect_timeout_s = 10;
-  double idle_timeout_s = 120;       // no byte for this long => error "stall"
-  bool tls_verify = true;            // verify the peer's certificate and host name
-  std::string ca_file;               // PEM CA bundle; "" = libcurl's default
+  double idle_timeout_s = 120;  // no byte for this long => error "stall"
+  bool tls_verify = true;       // verify the peer's certificate and host name
+  std::string ca_file;          // PEM CA bundle; "" = libcurl's default
   std::size_t max_event_bytes = 16u << 20;
-  bool record_events = true;         // fill records.events
-  bool server_stamps = false;        // keep the engine's "sm_t_ns" stamps in events.server_ns
+  bool record_events = true;   // fill records.events
+  bool server_stamps = false;  // keep the engine's "sm_t_ns" stamps in events.server_ns
   // The most transfers expected at once. Sizes the connection cache so that
   // every stream keeps its connection; connections are never capped below it.
   std::int32_t max_concurrency = 1;
@@ -69,8 +69,8 @@ class CurlTransport final : public Transport {
 // A blocking GET on a kept-alive connection, for the /metrics sampler.
 class HttpGetter {
  public:
-  HttpGetter(std::vector<std::string> headers, std::string api_key, double timeout_s,
-             bool tls_verify = true, const std::string& ca_file = {});
+  HttpGetter(std::vector<std::string> headers, std::string api_key, double timeout_s, bool tls_verify = true,
+             const std::string& ca_file = {});
   ~HttpGetter();
   HttpGetter(const HttpGetter&) = delete;
   HttpGetter& operator=(const HttpGetter&) = delete;

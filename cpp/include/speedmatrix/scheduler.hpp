@@ -51,10 +51,10 @@ inline constexpr ns_t kNoDeadline = std::numeric_limits<ns_t>::max();
 struct ClosedLoopPlan {
   std::vector<std::string_view> warmup_bodies;  // sent once each, all at once
   ns_t warmup_timeout_ns = 600'000'000'000;
-  std::vector<std::string_view> bodies;         // slot k sends bodies[k % size]
+  std::vector<std::string_view> bodies;  // slot k sends bodies[k % size]
   std::int32_t concurrency = 1;
-  ns_t duration_ns = 30'000'000'000;            // <= 0: no time limit (needs max_requests)
-  std::int64_t max_requests = 0;                // > 0: start at most this many window requests
+  ns_t duration_ns = 30'000'000'000;  // <= 0: no time limit (needs max_requests)
+  std::int64_t max_requests = 0;      // > 0: start at most this many window requests
   // A slot whose request failed is refilled no sooner than this after the
   // failed request was sent, so an endpoint that refuses at once is not
   // hammered in a tight loop (and the records stay bounded).
