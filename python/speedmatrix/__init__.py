@@ -33,7 +33,7 @@ _EXPORTS = {
     "compare": "speedmatrix.report.compare",
 }
 
-__all__ = sorted(_EXPORTS) + ["__version__"]
+__all__ = [*sorted(_EXPORTS), "__version__"]
 
 
 def __getattr__(name: str) -> Any:

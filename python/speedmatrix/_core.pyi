@@ -1,9 +1,9 @@
 """Type stubs of the compiled core (cpp/bindings). See docs/internals.md section 1."""
 
-from __future__ import annotations
 
 import enum
-from typing import Iterable, TypedDict
+from collections.abc import Iterable
+from typing import TypedDict
 
 import numpy as np
 import numpy.typing as npt

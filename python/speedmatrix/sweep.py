@@ -448,7 +448,7 @@ class Sweep:
         return CellOutcome(base)
 
     def _measure_decode(self, cell, prefill_from_warmup) -> CellOutcome | None:
-        idle, waited = self._wait_idle()
+        idle, _ = self._wait_idle()
         n, c = cell.concurrency, cell.context
         prompts = self._prompts(c, n, cell.repetition)
         bodies = self._bodies(prompts, self.matrix.max_output)

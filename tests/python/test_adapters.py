@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import re
 import socket
-import subprocess
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -36,36 +33,13 @@ from speedmatrix.adapters.base import Capacity, split_version, strip_credentials
 from speedmatrix.errors import TargetError
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "discovery"
-SIM = Path(__file__).resolve().parents[2] / "python" / "speedmatrix" / "_bin" / "speedmatrix-sim"
-PROFILES = SIM.parents[1] / "profiles"
-
-
 @contextlib.contextmanager
 def start_sim(flavour: str = "sglang", profile: str = "seed-h200", *extra: str):
-    """The built-in engine on 127.0.0.1 (port 0); skips the test when it is not built."""
-    path = PROFILES / f"{profile}.json"
-    if not os.access(SIM, os.X_OK) or not path.is_file():
-        pytest.skip("the built-in engine (binary and profile) is not built")
-    cmd = [str(SIM), "--profile", str(path), "--host", "127.0.0.1", "--port", "0"]
-    proc = subprocess.Popen(
-        [*cmd, "--flavour", flavour, "--unpaced", *extra],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        line = proc.stdout.readline()
-        match = re.search(r"listening on 127\.0\.0\.1:(\d+)", line)
-        if not match:
-            pytest.skip(f"the built-in engine did not start: {line!r}")
-        yield f"http://127.0.0.1:{match.group(1)}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    """The built-in engine of the installed package on 127.0.0.1 (port 0)."""
+    from speedmatrix.sim import Sim
+
+    with Sim(profile, flavour=flavour, unpaced=True, extra_args=extra) as sim:
+        yield sim.url
 
 
 # ---- an in-process server answering from a route table ------------------------------------
@@ -504,7 +478,9 @@ def test_http_timeout_is_a_connect_error():
 # ---- the built-in engine ------------------------------------------------------------------
 @pytest.mark.parametrize("flavour", ["sglang", "vllm"])
 def test_discovery_of_the_built_in_engine(flavour):
-    profile = json.loads((PROFILES / "seed-h200.json").read_text())
+    from speedmatrix.sim import load_profile
+
+    profile = load_profile("seed-h200")
     with start_sim(flavour) as url:
         target = discover(url)
         assert target.read_load() is not None

@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from speedmatrix.sim import Sim
 
 CLI = [sys.executable, "-m", "speedmatrix.cli"]

@@ -56,7 +56,7 @@ def test_human_forms_are_coerced():
         ({"max_output": 0}, "max_output: 0 is not a positive integer"),
         ({"api": "responses"}, "api: 'responses' is not one of completions, chat"),
         ({"extra": {"stream": False}}, "extra: 'stream' is set by speedmatrix"),
-        ({"shared_prefix": -1}, "shared_prefix: -1 is negative"),
+        ({"shared_prefix": -8192}, "shared_prefix: a unique tail of 8192 tokens does not fit"),
         ({"shared_prefix": 8192}, "shared_prefix: 8192 tokens leaves no unique part"),
         ({"repetitions": 0}, "repetitions: 0 is not a positive integer"),
         ({"warmup": "yes"}, "warmup: 'yes' is not true or false"),

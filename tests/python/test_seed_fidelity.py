@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from seed import seed_cells
 from speedmatrix.adapters import discover
 from speedmatrix.matrix import Matrix

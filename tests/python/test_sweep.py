@@ -10,7 +10,6 @@ import time
 
 import numpy as np
 import pytest
-
 from speedmatrix import runfile
 from speedmatrix._native import _core
 from speedmatrix.matrix import Matrix
@@ -137,7 +136,7 @@ def test_cells_above_the_running_cap_are_queued(batch_run):
 
 
 def test_decode_time_between_tokens_is_the_engine_step(batch_run):
-    _, cells, trace, prof = batch_run
+    _, cells, trace, _prof = batch_run
     c = cells["decode-c256-n4-r0"]
     steps = [s["step_ns"] / 1e6 for s in trace
              if c["t0_ns"] <= s["t_ns"] <= c["t1_ns"] and s["batch"] == 4]
@@ -153,7 +152,7 @@ def test_prefill_rate_matches_the_engine(tmp_path):
                                       "kv_tokens": 65536}) as sim:
         m = Matrix(contexts=[2048], concurrency=[1], duration_s=0.5, max_output=64,
                    prefill_contexts=[2048, 4096, 6144])
-        code, doc, cells = _sweep(sim.url, m, tmp_path)
+        _code, _doc, cells = _sweep(sim.url, m, tmp_path)
     for ctx in (2048, 4096, 6144):
         p = cells[f"prefill-c{ctx}-r0"]
         assert p["status"] == "valid", p
@@ -172,7 +171,7 @@ def test_every_prompt_is_exact(batch_run):
 def test_vllm_flavour_statuses(tmp_path):
     with Sim("test-batch", flavour="vllm") as sim:
         m = Matrix(contexts=[256], concurrency=[2, 8], duration_s=1.5, max_output=256)
-        code, doc, cells = _sweep(sim.url, m, tmp_path)
+        _code, doc, cells = _sweep(sim.url, m, tmp_path)
     assert doc["meta"]["engine"]["name"] == "vllm"
     assert doc["meta"]["capacity"]["kv_tokens"]["value"] == 4096
     assert cells["decode-c256-n2-r0"]["status"] == "valid"
@@ -182,7 +181,7 @@ def test_vllm_flavour_statuses(tmp_path):
 def test_queue_seen_from_the_client_without_metrics(tmp_path):
     with Sim("test-batch") as sim:
         m = Matrix(contexts=[256], concurrency=[2, 8], duration_s=2, max_output=256)
-        code, doc, cells = _sweep(sim.url, m, tmp_path,
+        _code, _doc, cells = _sweep(sim.url, m, tmp_path,
                                   overrides={"metrics_path": "/no-metrics-here"})
     assert cells["decode-c256-n8-r0"].get("server") is None
     assert cells["decode-c256-n2-r0"]["status"] == "valid"
@@ -193,7 +192,7 @@ def test_queue_seen_from_the_client_without_metrics(tmp_path):
 def test_http_errors_make_an_error_cell_counted_by_kind(tmp_path):
     with Sim("fixed", faults={"http500": 0.5}, seed=7) as sim:
         m = Matrix(contexts=[64], concurrency=[4], duration_s=1, max_output=10)
-        code, doc, cells = _sweep(sim.url, m, tmp_path)
+        code, _doc, cells = _sweep(sim.url, m, tmp_path)
     c = cells["decode-c64-n4-r0"]
     assert code == 0
     assert c["status"] == "error"
