@@ -20,6 +20,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # BLAS threads would add to the client CPU
 import resource
 import sys
 import time
@@ -139,6 +141,10 @@ def main() -> None:
     ap.add_argument("--unpaced-streams", type=int, default=16)
     ap.add_argument("--max-tokens", type=int, default=4000, help="per request (paced: 20 ms each)")
     ap.add_argument("--no-python", action="store_true", help="only the core")
+    ap.add_argument("--profile", default="lockstep",
+                    help="engine profile of the paced runs: lockstep (one 20 ms decode step for "
+                    "all streams, as a real engine and the reference figures) or fixed (each "
+                    "stream on its own 20 ms schedule)")
     ap.add_argument("--json", help="also write the figures to this file")
     args = ap.parse_args()
     raise_nofile()
@@ -150,14 +156,14 @@ def main() -> None:
     results = []
     body = json.dumps(
         {
-            "model": "sim-fixed",
             "prompt": "hello",
             "max_tokens": args.max_tokens,
+            "ignore_eos": True,
             "stream": True,
             "stream_options": {"include_usage": True, "continuous_usage_stats": True},
         }
     ).encode()
-    with Sim("fixed", stamp=True) as sim:
+    with Sim(args.profile, stamp=True) as sim:
         url = sim.url + "/v1/completions"
         for n in [int(x) for x in args.streams.split(",") if x]:
             wait_idle(sim)
@@ -170,9 +176,9 @@ def main() -> None:
 
     unpaced_body = json.dumps(
         {
-            "model": "sim-fixed",
             "prompt": "hello",
             "max_tokens": 100_000,
+            "ignore_eos": True,
             "stream": True,
             "stream_options": {"include_usage": True, "continuous_usage_stats": True},
         }

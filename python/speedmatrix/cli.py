@@ -18,6 +18,11 @@ import os
 import sys
 from pathlib import Path
 
+# numpy's BLAS threads spin after each call; on a machine shared with the
+# server under test they would steal its cores. Set before numpy is imported.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
 
