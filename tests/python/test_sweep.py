@@ -229,3 +229,35 @@ def _wait_for_cells(out, n, timeout=60):
             pass
         time.sleep(0.05)
     raise AssertionError("no cell finished in time")
+
+
+def test_leftover_work_on_the_server_is_flagged(tmp_path):
+    """The seed's anomaly: 2 or 4 requests sent, 20-88 running on the server. A
+    cell that starts on a busy server is flagged, not silently kept."""
+    import socket
+
+    with Sim("fixed") as sim:
+        body = json.dumps({"prompt": "left over", "max_tokens": 100000, "stream": True}).encode()
+        leftovers = []
+        for _ in range(10):  # someone else's requests, still streaming
+            s = socket.create_connection(("127.0.0.1", sim.port))
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                      b"application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+            leftovers.append(s)
+        try:
+            m = Matrix(contexts=[64], concurrency=[2], duration_s=1.5, max_output=1000,
+                       idle_timeout_s=0.5)
+            _, _, cells = _sweep(sim.url, m, tmp_path)
+        finally:
+            for s in leftovers:
+                s.close()
+        m2 = Matrix(contexts=[64], concurrency=[2], duration_s=1.0, max_output=1000,
+                    idle_timeout_s=5)
+        _, _, clean = _sweep(sim.url, m2, tmp_path / "clean")
+    c = cells["decode-c64-n2-r0"]
+    assert "busy_at_start" in c["flags"]
+    assert "server_running_mismatch" in c["flags"]
+    assert c["server"]["running_mean"] >= 10
+    assert c["avg_active"] == pytest.approx(2, rel=0.02)  # what the client itself ran
+    ok = clean["decode-c64-n2-r0"]
+    assert not {"busy_at_start", "server_running_mismatch"} & set(ok["flags"])
