@@ -6,7 +6,9 @@ callers never have to special-case missing figures.
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from typing import Any
 
 from speedmatrix.units import format_tokens
@@ -81,102 +83,99 @@ def missing(v: Any) -> bool:
         return v is getattr(__import__("pandas"), "NA", object())
 
 
+def _dash_if_missing(fn: Callable[[Any], str]) -> Callable[[Any], str]:
+    """The formatter, with "—" for a missing value (None, NaN, "")."""
+
+    @functools.wraps(fn)
+    def wrapper(v: Any) -> str:
+        return DASH if missing(v) else fn(v)
+
+    return wrapper
+
+
+@_dash_if_missing
 def tok_s(v: Any) -> str:
     """Throughput as in the tables: ``10.4K`` from 10,000 up, else ``1,583.9``."""
-    if missing(v):
-        return DASH
     v = float(v)
     if abs(v) >= 10_000:
         return f"{v / 1000:,.1f}K"
     return f"{v:,.1f}"
 
 
+@_dash_if_missing
 def tok_s_short(v: Any) -> str:
     """Throughput as in the prefill list: ``10.4K`` from 10,000 up, else ``9,995``."""
-    if missing(v):
-        return DASH
     v = float(v)
     if abs(v) >= 10_000:
         return f"{v / 1000:,.1f}K"
     return f"{v:,.0f}"
 
 
+@_dash_if_missing
 def ms(v: Any) -> str:
     """Whole milliseconds: ``790 ms``, ``1,590 ms`` (TTFT)."""
-    if missing(v):
-        return DASH
     return f"{float(v):,.0f} ms"
 
 
+@_dash_if_missing
 def ms1(v: Any) -> str:
     """Milliseconds with one decimal: ``16.8 ms`` (time between tokens)."""
-    if missing(v):
-        return DASH
     return f"{float(v):,.1f} ms"
 
 
+@_dash_if_missing
 def one(v: Any) -> str:
     """One decimal with thousands separators: ``98.1``."""
-    if missing(v):
-        return DASH
     return f"{float(v):,.1f}"
 
 
+@_dash_if_missing
 def count(v: Any) -> str:
     """An integer count: ``1,779``."""
-    if missing(v):
-        return DASH
     return f"{round(float(v)):,d}"
 
 
+@_dash_if_missing
 def seconds(v: Any) -> str:
     """A measured duration: ``30.0 s``."""
-    if missing(v):
-        return DASH
     return f"{float(v):,.1f} s"
 
 
+@_dash_if_missing
 def plain_seconds(v: Any) -> str:
     """A configured duration: ``30 s`` (``2.5 s`` when fractional)."""
-    if missing(v):
-        return DASH
     v = float(v)
     return f"{v:,.0f} s" if v == int(v) else f"{v:,g} s"
 
 
+@_dash_if_missing
 def tokens(v: Any) -> str:
     """A token budget: ``4,096 tokens``."""
-    if missing(v):
-        return DASH
     return f"{count(v)} tokens"
 
 
+@_dash_if_missing
 def gigabytes(v: Any) -> str:
     """``141 GB`` (one decimal when fractional)."""
-    if missing(v):
-        return DASH
     v = float(v)
     return f"{v:,.0f} GB" if abs(v - round(v)) < 0.05 else f"{v:,.1f} GB"
 
 
+@_dash_if_missing
 def percent(v: Any) -> str:
     """A fraction shown as a signed percentage: ``+3.2%``."""
-    if missing(v):
-        return DASH
     return f"{float(v) * 100:+.1f}%"
 
 
+@_dash_if_missing
 def ratio(v: Any) -> str:
     """A ratio: ``1.07×``."""
-    if missing(v):
-        return DASH
     return f"{float(v):.2f}×"
 
 
+@_dash_if_missing
 def context_label(c: Any) -> str:
     """Context length in K (1024 tokens): ``8K``, ``123K``; small values as they are."""
-    if missing(c):
-        return DASH
     return format_tokens(int(c))
 
 
@@ -190,10 +189,9 @@ def phase_text(phase: Any) -> str:
     return PHASE_TEXT.get(str(phase), str(phase).capitalize())
 
 
+@_dash_if_missing
 def code_text(v: Any) -> str:
     """Human text for the enum-like metadata values (``fixed_duration`` → ``Fixed duration``)."""
-    if missing(v):
-        return DASH
     if isinstance(v, bool):
         return "yes" if v else "no"
     return _CODES.get(str(v), str(v))
