@@ -70,6 +70,10 @@ class Matrix:
     prefill_mode: str = "warmup"
     #: seconds a request may receive nothing before it is cancelled as stalled
     request_idle_timeout_s: float = 120.0
+    #: seconds of quiet, after the server reports idle, before a cold prefill
+    #: measurement: an engine finishes the iteration it was in (a prefill chunk of
+    #: a request just cancelled) before it sees the next request
+    prefill_cooldown_s: float = 1.0
 
     # ---- construction -------------------------------------------------------------------
     def __post_init__(self) -> None:
@@ -257,6 +261,10 @@ class Matrix:
             errors.append(
                 f"request_idle_timeout_s: {self.request_idle_timeout_s!r} is not a positive "
                 "number of seconds"
+            )
+        if not _is_number(self.prefill_cooldown_s) or self.prefill_cooldown_s < 0:
+            errors.append(
+                f"prefill_cooldown_s: {self.prefill_cooldown_s!r} is not a number of seconds"
             )
         return errors
 

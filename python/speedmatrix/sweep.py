@@ -394,8 +394,12 @@ class Sweep:
         return [request_body(self.target, self.matrix.api, p, max_tokens,
                              extra=getattr(self.matrix, "extra_body", None)) for p in prompts]
 
+    def _cooldown(self) -> None:
+        time.sleep(float(getattr(self.matrix, "prefill_cooldown_s", 0.0)))
+
     def _measure_prefill(self, cell) -> CellOutcome | None:
         idle, _ = self._wait_idle()
+        self._cooldown()
         prompts = self._prompts(cell.context, 1, cell.repetition + 1000)
         bodies = self._bodies(prompts, 1)
         spec = self._spec(1, bodies, [], duration_s=max(600.0, cell.context / 100.0),
@@ -449,6 +453,9 @@ class Sweep:
 
     def _measure_decode(self, cell, prefill_from_warmup) -> CellOutcome | None:
         idle, _ = self._wait_idle()
+        prefill_id = getattr(self, "_warmup_prefill", {}).get(cell.id)
+        if prefill_id and prefill_id not in self.cells:
+            self._cooldown()  # this warm-up measures a cold prefill
         n, c = cell.concurrency, cell.context
         prompts = self._prompts(c, n, cell.repetition)
         bodies = self._bodies(prompts, self.matrix.max_output)
@@ -460,7 +467,6 @@ class Sweep:
             return None
         out = self._decode_cell(cell, res, idle)
         self._store(out)
-        prefill_id = getattr(self, "_warmup_prefill", {}).get(cell.id)
         if prefill_id and prefill_id not in self.cells:
             rows = np.flatnonzero(res.requests["phase"] == 0)[:1]
             pcell = self._planned[prefill_id]

@@ -64,6 +64,7 @@ def test_human_forms_are_coerced():
         ({"error_threshold": 1.5}, "error_threshold: 1.5 is not a fraction"),
         ({"prefill_mode": "after"}, "prefill_mode: 'after' is not one of warmup, separate"),
         ({"request_idle_timeout_s": 0}, "request_idle_timeout_s: 0 is not a positive"),
+        ({"prefill_cooldown_s": -1}, "prefill_cooldown_s: -1 is not a number of seconds"),
     ],
 )
 def test_validation_names_the_field(changes, message):
