@@ -351,6 +351,36 @@ TEST(SimEngine, FrontEndIsSerial) {
   EXPECT_EQ(h.times(3)[0], 9'800'000);
 }
 
+TEST(SimEngine, AbortInTheFrontEndGivesBackItsTime) {
+  sm::Profile p = small_profile();
+  p.frontend_overhead_ms = 5.0;
+  p.frontend_per_token_us = 1000.0;  // 16 ms per 16-token prompt
+  p.prefill_per_token_us = 0.0;
+  {
+    // 1: 5-21 ms, 2: 21-37, 3: 37-53. Aborting 2 before it starts moves 3 up.
+    Harness h(p);
+    for (sm::RequestId id = 1; id <= 3; ++id) h.engine.submit(spec(id, 16, 1, id));
+    h.at(10 * kMs);
+    h.engine.abort(2);
+    h.at(200 * kMs);
+    EXPECT_EQ(h.times(1)[0], 21 * kMs);
+    EXPECT_TRUE(h.times(2).empty());
+    EXPECT_EQ(h.times(3)[0], 37 * kMs);
+  }
+  {
+    // At 25 ms, 2 is being processed and 3 waits: aborting both frees the front-end
+    // at once, so a request arriving then starts after its own overhead (30 ms).
+    Harness h(p);
+    for (sm::RequestId id = 1; id <= 3; ++id) h.engine.submit(spec(id, 16, 1, id));
+    h.at(25 * kMs);
+    h.engine.abort(2);
+    h.engine.abort(3);
+    h.engine.submit(spec(4, 16, 1, 4));
+    h.at(200 * kMs);
+    EXPECT_EQ(h.times(4)[0], 46 * kMs);  // not 69 ms, behind the aborted work
+  }
+}
+
 TEST(SimEngine, DeadlinesAreAbsoluteWhateverTheCallerLatency) {
   Harness h(small_profile());
   h.engine.submit(spec(1, 16, 50, 1));

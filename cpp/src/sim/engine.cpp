@@ -40,6 +40,8 @@ struct Req {
   std::int64_t reserved = 0;      // KV tokens reserved at admission
   std::size_t pinned_blocks = 0;  // leading block_hashes pinned in the cache
   ns_t next_ns = 0;               // fixed mode: time of the next token
+  ns_t fe_arrive_ns = 0;          // earliest front-end start (arrival + fixed overhead)
+  ns_t fe_cost_ns = 0;            // serial front-end work (per prompt token)
 };
 
 struct Block {
@@ -67,6 +69,25 @@ struct Engine::Impl {
   std::list<std::uint64_t> lru;  // evictable blocks, least recently used first
   EngineState st;
   std::deque<StepRecord> trace;
+
+  // After an abort, the serial front-end's queue moves up: the work the aborted
+  // request had reserved is given back (a request already past the front-end
+  // keeps its time; one in progress now ends now).
+  void reschedule_frontend(ns_t now) {
+    ns_t free = now;
+    for (RequestId id : frontend) {
+      Req& q = reqs.at(id);
+      if (q.fe_cost_ns == 0) continue;  // free-prefill requests skip the queue
+      const ns_t start = q.ready_ns - q.fe_cost_ns;
+      if (start <= now) {  // started (or done) before the abort: unchanged
+        free = std::max(free, q.ready_ns);
+        continue;
+      }
+      q.ready_ns = std::max(q.fe_arrive_ns, free) + q.fe_cost_ns;
+      free = q.ready_ns;
+    }
+    fe_free = free;
+  }
 
   // The iteration in flight.
   bool busy = false;
@@ -311,12 +332,14 @@ void Engine::submit(const RequestSpec& spec) {
     m.st.prompt_tokens_total += spec.prompt_tokens;
     return;
   }
-  ns_t start = std::max(now + static_cast<ns_t>(std::llround(m.p.frontend_overhead_ms * 1e6)), m.fe_free);
+  r.fe_arrive_ns = now + static_cast<ns_t>(std::llround(m.p.frontend_overhead_ms * 1e6));
+  r.fe_cost_ns = spec.free_prefill
+                     ? 0
+                     : static_cast<ns_t>(std::llround(m.p.frontend_per_token_us * 1e3 *
+                                                      static_cast<double>(spec.prompt_tokens)));
+  ns_t start = std::max(r.fe_arrive_ns, m.fe_free);
   if (spec.free_prefill) start = now;
-  r.ready_ns =
-      start + (spec.free_prefill ? 0
-                                 : static_cast<ns_t>(std::llround(m.p.frontend_per_token_us * 1e3 *
-                                                                  static_cast<double>(spec.prompt_tokens))));
+  r.ready_ns = start + r.fe_cost_ns;
   if (!spec.free_prefill) m.fe_free = r.ready_ns;
   r.stage = Stage::kFrontend;
   m.frontend.push_back(spec.id);
@@ -335,6 +358,7 @@ void Engine::abort(RequestId id) {
     switch (r.stage) {
       case Stage::kFrontend:
         drop(m.frontend);
+        m.reschedule_frontend(m.clock.now());
         break;
       case Stage::kWaiting:
         drop(m.waiting);
