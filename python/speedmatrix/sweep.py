@@ -29,7 +29,7 @@ import sys
 import threading
 import time
 import urllib.parse
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +70,6 @@ class CellOutcome:
     """What a measured cell adds to run.json, and its raw records."""
 
     cell: dict
-    records: dict | None = None
 
 
 @dataclass
@@ -84,7 +83,6 @@ class _Live:
     duration_s: float = 0.0
     runner: Any = None
     eta_s: float = 0.0
-    lines: list = field(default_factory=list)
 
 
 class Progress:
@@ -216,19 +214,18 @@ class Sweep:
         todo = [c for c in planned if c.id not in self.cells]
         prefill_from_warmup = self._prefill_from_warmup(planned)
         runnable = [c for c in todo if not (c.phase == "prefill" and c.id in prefill_from_warmup)]
-        self._eta_rates: dict[int, float] = {}
         total = len(runnable)
         try:
             for i, cell in enumerate(runnable, 1):
                 eta = self._eta(runnable[i - 1:])
-                if getattr(cell, "status", None) in ("over_capacity", "error"):
+                if not cell.runnable:
                     self._store(self._unrun_cell(cell))
                     continue
                 self.progress.start_cell(i, total, self._label(cell), self._cell_time(cell), eta)
                 if cell.phase == "prefill":
                     outcome = self._measure_prefill(cell)
                 else:
-                    outcome = self._measure_decode(cell, prefill_from_warmup)
+                    outcome = self._measure_decode(cell)
                 if outcome is None:  # interrupted
                     break
                 self.progress.end_cell(self._summary(outcome.cell))
@@ -249,13 +246,12 @@ class Sweep:
         """Prefill cell id -> id of the decode cell whose N=1 warm-up measures it."""
         decode_n1 = {(c.context, c.repetition): c for c in planned
                      if c.phase == "decode" and c.concurrency == 1
-                     and getattr(c, "status", None) not in ("over_capacity", "error")}
+                     and c.runnable}
         out = {}
-        if getattr(self.matrix, "prefill_mode", "warmup") != "warmup":
-            return out
-        for c in planned:
-            if c.phase == "prefill" and (c.context, c.repetition) in decode_n1:
-                out[c.id] = decode_n1[(c.context, c.repetition)].id
+        if self.matrix.prefill_mode == "warmup":
+            for c in planned:
+                if c.phase == "prefill" and (c.context, c.repetition) in decode_n1:
+                    out[c.id] = decode_n1[(c.context, c.repetition)].id
         # the decode cell needs the prefill cell's identity back
         self._warmup_prefill = {v: k for k, v in out.items()}
         self._planned = {c.id: c for c in planned}
@@ -272,7 +268,7 @@ class Sweep:
             rate = float(np.median(measured))
         total = 0.0
         for c in remaining:
-            if getattr(c, "status", None) in ("over_capacity", "error"):
+            if not c.runnable:
                 continue
             if c.phase == "prefill":
                 total += c.context / rate + 0.5
@@ -304,7 +300,7 @@ class Sweep:
         spec.concurrency = concurrency
         spec.duration_s = float(duration_s)
         spec.max_requests = int(max_requests)
-        spec.idle_timeout_s = float(getattr(self.matrix, "request_idle_timeout_s", 120.0))
+        spec.idle_timeout_s = float(self.matrix.request_idle_timeout_s)
         # Keep the engine's own send stamps when it gives them (the built-in
         # engine does, real servers do not): they let a saved run show how late
         # tokens arrived after they were sent. The decoder reads the field anyway.
@@ -362,7 +358,7 @@ class Sweep:
         Returns (idle, seconds waited). Without metrics the server is assumed idle."""
         from speedmatrix.adapters import read_load
 
-        timeout = float(getattr(self.matrix, "idle_timeout_s", 60.0))
+        timeout = float(self.matrix.idle_timeout_s)
         start = time.monotonic()
         while True:
             load = read_load(self.target, api_key=self.api_key)
@@ -392,10 +388,10 @@ class Sweep:
         from speedmatrix.prompts import request_body
 
         return [request_body(self.target, self.matrix.api, p, max_tokens,
-                             extra=getattr(self.matrix, "extra_body", None)) for p in prompts]
+                             extra=self.matrix.extra) for p in prompts]
 
     def _cooldown(self) -> None:
-        time.sleep(float(getattr(self.matrix, "prefill_cooldown_s", 0.0)))
+        time.sleep(float(self.matrix.prefill_cooldown_s))
 
     def _measure_prefill(self, cell) -> CellOutcome | None:
         idle, _ = self._wait_idle()
@@ -443,7 +439,7 @@ class Sweep:
             base["flags"].append("prompt_mismatch")
         if source_id:
             base["measured_in"] = source_id
-        if fatal := getattr(res, "fatal_error", ""):
+        if fatal := res.fatal_error:
             base["reason"] = fatal
         if ttft is None and not base.get("reason"):
             base["reason"] = "no first token: " + ", ".join(f"{k} x{v}" for k, v in errors.items())
@@ -451,15 +447,15 @@ class Sweep:
         base["records"] = records
         return CellOutcome(base)
 
-    def _measure_decode(self, cell, prefill_from_warmup) -> CellOutcome | None:
+    def _measure_decode(self, cell) -> CellOutcome | None:
         idle, _ = self._wait_idle()
-        prefill_id = getattr(self, "_warmup_prefill", {}).get(cell.id)
+        prefill_id = self._warmup_prefill.get(cell.id)
         if prefill_id and prefill_id not in self.cells:
             self._cooldown()  # this warm-up measures a cold prefill
         n, c = cell.concurrency, cell.context
         prompts = self._prompts(c, n, cell.repetition)
         bodies = self._bodies(prompts, self.matrix.max_output)
-        warm = self._bodies(prompts, 1) if getattr(self.matrix, "warmup", True) else []
+        warm = self._bodies(prompts, 1) if self.matrix.warmup else []
         spec = self._spec(n, bodies, warm, self.matrix.duration_s)
         res, interrupted = self._run_spec(spec)
         if interrupted:
@@ -533,11 +529,12 @@ class Sweep:
         sources = req["token_source"][window]
         if len(sources) and np.any(sources == 1):
             flags.append("estimated_tokens")
-        if res.client_cpu_s > CLIENT_BOUND_CPU_SHARE * (t1 - t0) / 1e9 * 1.0:
+        cell_s = (int(res.end_ns) - int(res.warmup_start_ns)) / 1e9  # client CPU covers it all
+        if cell_s > 0 and res.client_cpu_s > CLIENT_BOUND_CPU_SHARE * cell_s:
             flags.append("client_bound")
-        if server and server.get("running_mean") is not None:
-            if server["running_mean"] > cell.concurrency * 1.1 + 0.5:
-                flags.append("server_running_mismatch")
+        if (server and server.get("running_mean") is not None
+                and server["running_mean"] > cell.concurrency * 1.1 + 0.5):
+            flags.append("server_running_mismatch")
         base["flags"] = flags
 
         started = max(int(fig["started"]), 1)
@@ -632,7 +629,7 @@ class Sweep:
     def _unrun_cell(self, cell) -> CellOutcome:
         base = self._base_cell(cell)
         base["status"] = cell.status
-        if getattr(cell, "reason", None):
+        if cell.reason:
             base["reason"] = cell.reason
         return CellOutcome(base)
 
@@ -709,7 +706,7 @@ class Sweep:
                 "tool_version": __version__,
                 "decode_test": "Fixed duration",
                 "prefill_mode": "Measured during decode warm-up"
-                if getattr(self.matrix, "prefill_mode", "warmup") == "warmup"
+                if self.matrix.prefill_mode == "warmup"
                 else "Separate cold requests",
                 "duration_s": float(self.matrix.duration_s),
                 "max_output": int(self.matrix.max_output),
