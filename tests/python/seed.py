@@ -48,3 +48,9 @@ def seed_cells() -> list[SeedCell]:
             total_tok_s=_num(f[4]), per_request_tok_s=_num(f[5]), ttft_ms=_num(f[6]),
             tbt_ms=_num(f[7]), avg_active=_num(f[8])))
     return cells
+
+
+def seed_over_capacity() -> set[tuple[str, int]]:
+    """(context label, concurrency) of the seed's decode cells marked "Over capacity"."""
+    return {(c.label, c.concurrency) for c in seed_cells()
+            if c.phase == "decode" and c.status == "over_capacity"}
