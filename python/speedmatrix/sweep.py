@@ -44,6 +44,9 @@ from speedmatrix.errors import SpeedmatrixError
 QUEUE_GAP_REQUESTS = 0.5
 # The client is the bottleneck when its thread used this share of a core.
 CLIENT_BOUND_CPU_SHARE = 0.85
+# A cell whose first wave took more than this share of the window to stream (or
+# never all streamed) is flagged: its figures include a long ramp-up.
+RAMP_SHARE = 0.2
 
 
 def _utc_now() -> str:
@@ -540,6 +543,10 @@ class Sweep:
         started = max(int(fig["started"]), 1)
         queued_client = _client_queue_signal(req, settle, t1)
         base["ramp_s"] = (settle - t0) / 1e9
+        streamed = _first_wave_streamed(req, cell.concurrency)
+        base["first_wave_streamed"] = streamed
+        if streamed < cell.concurrency or settle - t0 > RAMP_SHARE * (t1 - t0):
+            flags.append("long_ramp")
         base["waiting_without_tokens"] = queued_client
         status, reason = "valid", None
         if (base["errors_total"] > self.matrix.error_threshold * started
@@ -548,11 +555,11 @@ class Sweep:
             reason = f"{base['errors_total']} of {started} requests failed: " + ", ".join(
                 f"{k} x{v}" for k, v in sorted(errors.items())) if errors else \
                 "no output tokens in the window"
-        elif server and (server.get("waiting_mean_settled") or 0) >= QUEUE_GAP_REQUESTS:
+        elif server and (server.get("waiting_held_mean") or 0) >= QUEUE_GAP_REQUESTS:
             status = "queued"
-            reason = (f"the server reported {server['waiting_mean_settled']:.1f} waiting requests "
-                      f"on average (up to {server['waiting_max']:g}) once the first wave was "
-                      "admitted")
+            reason = (f"the server kept {server['waiting_held_mean']:.1f} requests waiting on "
+                      f"average (up to {server['waiting_max']:g}) once the first wave was "
+                      "admitted, while it ran no more than before")
         elif not server and queued_client > QUEUE_GAP_REQUESTS:
             status = "queued"
             reason = (f"on average {queued_client:.1f} requests were in flight without "
@@ -588,17 +595,20 @@ class Sweep:
         out["running_max"] = float(running.max()) if running is not None else None
         out["waiting_max"] = float(waiting.max()) if waiting is not None else None
         out["waiting_mean_settled"] = None
+        out["waiting_held_mean"] = None
         if m.waiting and m.waiting in names:
+            w_all = vals[:, names.index(m.waiting)]
+            r_all = vals[:, names.index(m.running)] if m.running in names else None
             # A burst of N arrivals queues briefly on any server while the first
             # wave is admitted; a server that cannot run N at once keeps some
             # waiting after that. Judge from the samples after the first wave
             # settled (or the window's second half if it never did).
             after = (t >= max(settle, t0)) & (t <= t1)
-            if not after.any() or settle >= t1:
+            if after.sum() < 2 or settle >= t1:
                 after = (t >= t0 + (t1 - t0) // 2) & (t <= t1)
-            w = vals[after, names.index(m.waiting)]
-            w = w[np.isfinite(w)]
-            out["waiting_mean_settled"] = float(w.mean()) if len(w) else None
+            w = w_all[after]
+            out["waiting_mean_settled"] = float(np.nanmean(w)) if np.isfinite(w).any() else None
+            out["waiting_held_mean"] = _held_waiting(w_all, r_all, inside, after)
         out["kv_usage_max"] = float(kv.max()) if kv is not None else None
         if all(out[k] is None for k in ("running_mean", "waiting_max", "kv_usage_max")):
             return None
@@ -741,6 +751,40 @@ def _first_wave_settled(req: dict, n: int, t0: int, t1: int) -> int:
     if len(got) == 0:
         return t1
     return int(min(max(got.max(), t0), t1))
+
+
+def _first_wave_streamed(req: dict, n: int) -> int:
+    """How many of the window's first N requests received a first token."""
+    rows = np.flatnonzero(req["phase"] == 1)[:n]
+    return int(np.count_nonzero(req["first_token_ns"][rows] > 0))
+
+
+def _held_waiting(waiting: np.ndarray, running: np.ndarray | None, inside: np.ndarray,
+                  judged: np.ndarray) -> float | None:
+    """Mean over the `judged` samples of the requests the server kept waiting.
+
+    A sample's waiting requests count as held when the server was not admitting:
+    its running count was no higher than at an earlier sample of the window (a
+    server still taking in the first wave reaches a new high at every sample,
+    and the request it is about to admit shows as waiting for a moment). A held
+    sample counts only next to another held one: a server that cannot run N at
+    once keeps requests waiting from sample to sample, while a request handed to
+    the scheduler between two steps is seen once at most."""
+    idx = np.flatnonzero(inside)
+    if len(idx) == 0 or not judged.any():
+        return None
+    w = np.nan_to_num(waiting[idx], nan=0.0)
+    held = w > 0
+    if running is not None:
+        r = running[idx]
+        prior_max = np.maximum.accumulate(np.where(np.isfinite(r), r, -np.inf))
+        prior_max = np.concatenate(([-np.inf], prior_max[:-1]))
+        held &= ~(np.isfinite(r) & (r > prior_max))
+    pair = np.zeros_like(held)
+    pair[1:] |= held[1:] & held[:-1]
+    pair[:-1] |= held[:-1] & held[1:]
+    sel = judged[idx]
+    return float(np.mean(np.where(pair, w, 0.0)[sel])) if sel.any() else None
 
 
 def _client_queue_signal(req: dict, start: int, t1: int) -> float:

@@ -20,7 +20,11 @@ FLAG_TEXT = {
     "estimated_tokens": "Estimated tokens: output tokens were estimated, not counted per chunk.",
     "client_bound": "Client bound: the benchmark client was busy enough to limit the figures.",
     "interrupted": "Interrupted: the run stopped during or after this cell.",
-    "server_running_mismatch": "Server running mismatch: the server ran fewer requests than sent.",
+    "server_running_mismatch": ("Server running mismatch: the server ran more requests than the "
+                                "cell sent (work left over from earlier cells)."),
+    "long_ramp": ("Long ramp: the N requests took more than a fifth of the window to all stream "
+                  "(or some never did), so the figures read lower than the steady state; a "
+                  "longer window fixes it."),
 }
 FLAG_SHORT = {
     "busy_at_start": "Busy at start",
@@ -30,6 +34,7 @@ FLAG_SHORT = {
     "client_bound": "Client bound",
     "interrupted": "Interrupted",
     "server_running_mismatch": "Server running mismatch",
+    "long_ramp": "Long ramp",
 }
 CAPACITY_NAMES = {"kv_tokens": "KV cache capacity", "context_length": "Context length",
                   "max_running": "Max running requests"}
