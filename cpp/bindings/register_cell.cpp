@@ -163,6 +163,7 @@ void register_cell(py::module_& m) {
       .def_readwrite("metrics_url", &CellSpec::metrics_url)
       .def_readwrite("metrics_interval_s", &CellSpec::metrics_interval_s)
       .def_readwrite("metric_names", &CellSpec::metric_names)
+      .def_readwrite("metric_reduce", &CellSpec::metric_reduce)
       .def("__repr__", [](const CellSpec& s) {
         return "<CellSpec url=" + s.url + " concurrency=" + std::to_string(s.concurrency) +
                " bodies=" + std::to_string(s.bodies.size()) +

@@ -8,6 +8,8 @@
 #include <exception>
 #include <limits>
 #include <mutex>
+#include <stdexcept>
+#include <string>
 #include <thread>
 
 #include "speedmatrix/http.hpp"
@@ -24,6 +26,10 @@ class MetricsSampler {
  public:
   MetricsSampler(const CellSpec& spec, MetricSamples& out) : spec_(spec), out_(out) {
     out_.names = spec.metric_names;
+    for (const std::string& r : spec.metric_reduce) {
+      if (r != "sum" && r != "max") throw std::invalid_argument("metric_reduce: '" + r + "' is not sum or max");
+      how_.push_back(r == "max" ? Reduce::kMax : Reduce::kSum);
+    }
     if (spec.metrics_url.empty()) return;
     thread_ = std::thread([this] { loop(); });
   }
@@ -60,7 +66,7 @@ class MetricsSampler {
         ++out_.failures;
         continue;
       }
-      const std::vector<double> values = sum_by_name(parse_prometheus(body), out_.names);
+      const std::vector<double> values = reduce_by_name(parse_prometheus(body), out_.names, how_);
       out_.t_ns.push_back(t);
       out_.values.insert(out_.values.end(), values.begin(), values.end());
       // Catch up without a burst when a scrape overran several intervals.
@@ -71,6 +77,7 @@ class MetricsSampler {
 
   const CellSpec& spec_;
   MetricSamples& out_;
+  std::vector<Reduce> how_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;

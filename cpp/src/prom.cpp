@@ -1,5 +1,6 @@
 #include "speedmatrix/prom.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <limits>
@@ -155,9 +156,9 @@ std::vector<PromSample> parse_prometheus(std::string_view text, int* bad_lines) 
   return out;
 }
 
-std::vector<double> sum_by_name(const std::vector<PromSample>& samples,
-                                const std::vector<std::string>& names) {
-  std::vector<double> sums(names.size(), 0.0);
+std::vector<double> reduce_by_name(const std::vector<PromSample>& samples,
+                                   const std::vector<std::string>& names, const std::vector<Reduce>& how) {
+  std::vector<double> out(names.size(), 0.0);
   std::vector<bool> found(names.size(), false);
   std::unordered_map<std::string_view, std::vector<std::size_t>> wanted;
   for (std::size_t j = 0; j < names.size(); ++j) wanted[names[j]].push_back(j);
@@ -166,14 +167,21 @@ std::vector<double> sum_by_name(const std::vector<PromSample>& samples,
     auto it = wanted.find(s.name);
     if (it == wanted.end()) continue;
     for (std::size_t j : it->second) {
-      sums[j] += s.value;
+      const bool take_max = j < how.size() && how[j] == Reduce::kMax;
+      if (!found[j]) {
+        out[j] = s.value;
+      } else if (take_max) {
+        out[j] = std::max(out[j], s.value);
+      } else {
+        out[j] += s.value;
+      }
       found[j] = true;
     }
   }
   for (std::size_t j = 0; j < names.size(); ++j) {
-    if (!found[j]) sums[j] = std::numeric_limits<double>::quiet_NaN();
+    if (!found[j]) out[j] = std::numeric_limits<double>::quiet_NaN();
   }
-  return sums;
+  return out;
 }
 
 }  // namespace speedmatrix

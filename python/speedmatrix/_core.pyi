@@ -36,6 +36,7 @@ class CellSpec:
     metrics_url: str
     metrics_interval_s: float
     metric_names: list[str]
+    metric_reduce: list[str]  # per metric_names entry: "sum" (default) or "max"
     def __init__(self) -> None: ...
     @property
     def bodies(self) -> list[bytes]: ...

@@ -220,5 +220,24 @@ TEST(Prom, SumByNameSkipsNanAndRepeatsNames) {
   EXPECT_TRUE(sum_by_name(s, {}).empty());
 }
 
+TEST(Prom, ReduceByNameTakesTheFullestRankForFractions) {
+  // Two data-parallel ranks, each with its own KV pool: usage 0.9 and 0.5.
+  // Requests add up across ranks; a fraction of each rank's pool does not.
+  auto s = parse_prometheus(
+      "sglang:token_usage{dp_rank=\"0\"} 0.9\nsglang:token_usage{dp_rank=\"1\"} 0.5\n"
+      "sglang:num_running_reqs{dp_rank=\"0\"} 3\nsglang:num_running_reqs{dp_rank=\"1\"} 4\n"
+      "neg{r=\"0\"} -2\nneg{r=\"1\"} -5\n");
+  auto v = reduce_by_name(s, {"sglang:token_usage", "sglang:num_running_reqs", "neg", "missing"},
+                          {Reduce::kMax, Reduce::kSum, Reduce::kMax, Reduce::kMax});
+  EXPECT_DOUBLE_EQ(v[0], 0.9);
+  EXPECT_DOUBLE_EQ(v[1], 7.0);
+  EXPECT_DOUBLE_EQ(v[2], -2.0);  // the maximum, not 0 from an initial value
+  EXPECT_TRUE(std::isnan(v[3]));
+  // `how` shorter than `names`: the rest are summed.
+  auto w = reduce_by_name(s, {"sglang:num_running_reqs", "sglang:token_usage"}, {Reduce::kMax});
+  EXPECT_DOUBLE_EQ(w[0], 4.0);
+  EXPECT_DOUBLE_EQ(w[1], 1.4);
+}
+
 }  // namespace
 }  // namespace speedmatrix

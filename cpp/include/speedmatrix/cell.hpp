@@ -47,6 +47,10 @@ struct CellSpec {
   std::string metrics_url;
   double metrics_interval_s = 0.25;
   std::vector<std::string> metric_names;
+  // Per metric_names entry: "sum" (over label sets: counts of requests on
+  // every rank) or "max" (a fraction of each rank's own pool, e.g. KV usage).
+  // Missing entries are "sum".
+  std::vector<std::string> metric_reduce;
 };
 
 struct CellResult {
