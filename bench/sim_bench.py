@@ -28,60 +28,23 @@ sys.path.insert(0, str(ROOT / "python"))
 from speedmatrix.sim import Sim, profile_path
 
 K = 1024
-# The seed report (shared/seed/000_69353488fe588770.txt). Decode cells:
+# The seed report (tests/data/seed_report.txt, a copy of shared/seed/), read by the
+# same parser the tests use. Decode cells:
 # (context, N) -> (total tok/s, per-request tok/s, TTFT ms, average active).
+sys.path.insert(0, str(ROOT / "tests" / "python"))
+from seed import label_tokens, reproducible, seed_cells  # noqa: E402
+
+_SEED = seed_cells()
 SEED_DECODE = {
-    (8 * K, 1): (59.3, 59.4, 122, 1.0),
-    (8 * K, 2): (114.2, 57.1, 186, 3.0),
-    (8 * K, 4): (221.9, 55.6, 200, 6.0),
-    (8 * K, 8): (455.3, 57.0, 294, 12.0),
-    (8 * K, 16): (857.3, 53.7, 422, 24.0),
-    (8 * K, 32): (1583.9, 49.6, 786, 48.0),
-    (8 * K, 64): (2616.6, 40.9, 1458, 98.1),
-    (16 * K, 1): (59.3, 59.4, 147, 1.0),
-    (16 * K, 2): (84.3, 42.0, 238, 83.1),
-    (16 * K, 4): (187.7, 46.5, 296, 50.8),
-    (16 * K, 8): (448.1, 56.1, 402, 12.7),
-    (16 * K, 16): (826.3, 51.8, 772, 24.3),
-    (16 * K, 32): (1510.1, 47.8, 1610, 48.0),
-    (16 * K, 64): (2405.5, 38.6, 3176, 99.6),
-    (32 * K, 1): (59.1, 59.2, 198, 1.0),
-    (32 * K, 2): (75.8, 37.9, 316, 88.1),
-    (32 * K, 4): (162.6, 40.7, 475, 66.2),
-    (32 * K, 8): (429.8, 54.1, 898, 13.1),
-    (32 * K, 16): (771.9, 49.0, 1629, 25.0),
-    (32 * K, 32): (1378.7, 44.6, 3244, 48.4),
-    (64 * K, 1): (58.7, 58.8, 304, 1.0),
-    (64 * K, 2): (86.6, 43.3, 517, 40.3),
-    (64 * K, 4): (192.6, 47.9, 906, 23.1),
-    (64 * K, 8): (409.7, 52.0, 1811, 12.7),
-    (64 * K, 16): (686.8, 44.7, 3354, 24.4),
-    (123 * K, 1): (58.0, 58.1, 531, 1.0),
-    (123 * K, 2): (89.3, 44.6, 968, 20.0),
-    (123 * K, 4): (188.9, 47.4, 1650, 13.5),
-    (123 * K, 8): (374.3, 48.2, 3139, 12.7),
+    (label_tokens(c.label), c.concurrency): (c.total_tok_s, c.per_request_tok_s, c.ttft_ms,
+                                              c.avg_active)
+    for c in _SEED
+    if c.phase == "decode" and c.status != "over_capacity"
 }
-SEED_OVER = {
-    (8 * K, 128),
-    (16 * K, 128),
-    (32 * K, 64),
-    (32 * K, 128),
-    (64 * K, 32),
-    (64 * K, 64),
-    (64 * K, 128),
-    (123 * K, 16),
-    (123 * K, 32),
-    (123 * K, 64),
-    (123 * K, 128),
-}
-SEED_PREFILL = {
-    8 * K: 790,
-    16 * K: 1590,
-    32 * K: 3218,
-    64 * K: 6815,
-    123 * K: 14523,
-    128 * K: 15087,
-}
+SEED_OVER = {(label_tokens(c.label), c.concurrency) for c in _SEED
+             if c.phase == "decode" and c.status == "over_capacity"}
+SEED_PREFILL = {label_tokens(c.label): c.ttft_ms for c in _SEED if c.phase == "prefill"}
+_REPRODUCIBLE = {(label_tokens(c.label), c.concurrency) for c in _SEED if reproducible(c)}
 CONTEXTS = [8 * K, 16 * K, 32 * K, 64 * K, 123 * K]
 CONCURRENCY = [1, 2, 4, 8, 16, 32, 64, 128]
 MAX_OUTPUT = 4096
@@ -89,10 +52,9 @@ WINDOW_S = 30.0
 
 
 def good_cell(c: int, n: int) -> bool:
-    """Cells whose average active requests track the concurrency (the seed over-reports
-    by a steady 1.5x at 8K); the others carried work left over from earlier cells."""
-    _, _, _, active = SEED_DECODE[(c, n)]
-    return n == 1 or active <= 1.7 * n
+    """Cells whose average active requests track the concurrency (tests/python/seed.py's
+    rule); the others carried work left over from earlier cells."""
+    return (c, n) in _REPRODUCIBLE
 
 
 # --- model (mirrors cpp/src/sim/engine.cpp) ---------------------------------

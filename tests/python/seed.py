@@ -54,3 +54,18 @@ def seed_over_capacity() -> set[tuple[str, int]]:
     """(context label, concurrency) of the seed's decode cells marked "Over capacity"."""
     return {(c.label, c.concurrency) for c in seed_cells()
             if c.phase == "decode" and c.status == "over_capacity"}
+
+
+def label_tokens(label: str) -> int:
+    """The context a seed label names, in tokens ("123K" = 123 x 1024)."""
+    return round(float(label.rstrip("K")) * 1024)
+
+
+def reproducible(c: SeedCell) -> bool:
+    """Whether the seed-h200 profile must reproduce this measured decode cell: its average
+    active requests track its concurrency. The seed's own accounting reads about 1.5 x N in
+    clean cells (8K x 2 shows 3.0, 16K x 64 shows 99.6); the 2- and 4-stream cells from 16K
+    up show 3.4 to 44 x N (20-88 active where 2 or 4 were sent): work left running on the
+    server by earlier cells, which speedmatrix must detect, not imitate."""
+    return (c.phase == "decode" and c.status in ("valid", "queued")
+            and c.avg_active is not None and c.avg_active <= 1.7 * c.concurrency)
