@@ -47,6 +47,15 @@ CLIENT_BOUND_CPU_SHARE = 0.85
 # A cell whose first wave took more than this share of the window to stream (or
 # never all streamed) is flagged: its figures include a long ramp-up.
 RAMP_SHARE = 0.2
+# An error message kept per error kind in a cell (`error_examples`) is cut to this
+# many characters: enough to say why, never a request body.
+ERROR_EXAMPLE_CHARS = 300
+# After a cell with failed requests the server is asked whether it still answers:
+# this many tries, this far apart (a refused connection fails at once).
+REPROBE_TRIES = 3
+REPROBE_PAUSE_S = 0.5
+#: `not_run` of the cells left when the server stopped answering; `--resume` redoes them
+SERVER_UNREACHABLE = "server_unreachable"
 
 
 def _utc_now() -> str:
@@ -178,7 +187,7 @@ class Sweep:
     def __init__(self, url: str, matrix, out: str | os.PathLike, *, api_key: str | None = None,
                  model: str | None = None, overrides: dict | None = None,
                  info: dict | None = None, progress: bool = True, report: bool = True,
-                 target=None, resume_doc: dict | None = None):
+                 target=None, resume_doc: dict | None = None, tokenizer=None):
         self.url = url.rstrip("/")
         self.matrix = matrix
         self.out = Path(out)
@@ -196,34 +205,57 @@ class Sweep:
                 if c.get("id"):
                     self.cells[c["id"]] = c
         self.interrupted = False
+        #: why the server stopped answering mid-sweep (None while it answers)
+        self.unreachable: str | None = None
+        #: a local tokenizer for exact prompts: an object or a name/path to load
+        self.tokenizer = tokenizer
+        # Prefill prompts are salted with this process's nonce: a resumed run (same
+        # seed in run.json) must not resend a prompt the server may have cached.
+        self._nonce = os.urandom(4).hex()
+        self._cold_prompts = 0
         self._secrets = [s for s in (api_key,) if s]
 
     # ------------------------------------------------------------------ API
     def execute(self) -> int:
+        """Runs every planned cell not yet in run.json. Returns 0 when the matrix was
+        run to its end, 130 when interrupted, 1 when the server stopped answering (the
+        cells left are marked `error`, "server unreachable"; `--resume` redoes them)."""
         from speedmatrix.adapters import discover
         from speedmatrix.plan import plan
 
         self.out.mkdir(parents=True, exist_ok=True)
+        if isinstance(self.tokenizer, (str, os.PathLike)):
+            from speedmatrix.prompts import load_tokenizer
+
+            self.tokenizer = load_tokenizer(os.fspath(self.tokenizer))
         if self.target is None:
             self.target = discover(self.url, api_key=self.api_key, model=self.model,
                                    overrides=self.overrides)
         planned = plan(self.matrix, self.target)
         if not self.doc:
             self.doc = {"schema": runfile.SCHEMA, "meta": self._meta(), "cells": []}
-        self.doc["meta"]["run"]["interrupted"] = False
-        self.doc["meta"]["run"].pop("finished_at", None)
+        run_meta = self.doc["meta"]["run"]
+        run_meta["interrupted"] = False
+        run_meta.pop("finished_at", None)
+        # The resolved plan ("max" as tokens) is saved before any cell runs, and so are
+        # the cells the plan will not run: an interrupted run still shows its whole
+        # matrix (the seed's 123K row of over-capacity cells included).
+        run_meta["plan"] = _plan_meta(planned, self.matrix)
+        if self.tokenizer is not None:
+            run_meta["tokenizer"] = _tokenizer_name(self.tokenizer)
+        self._warn(list(self.target.warnings) + list(planned.warnings))
+        for c in planned:
+            if not c.runnable and c.id not in self.cells:
+                self.cells[c.id] = self._unrun_cell(c).cell
         self._write()
 
-        todo = [c for c in planned if c.id not in self.cells]
+        todo = [c for c in planned if c.runnable and not self._done(c.id)]
         prefill_from_warmup = self._prefill_from_warmup(planned)
         runnable = [c for c in todo if not (c.phase == "prefill" and c.id in prefill_from_warmup)]
         total = len(runnable)
         try:
             for i, cell in enumerate(runnable, 1):
                 eta = self._eta(runnable[i - 1:])
-                if not cell.runnable:
-                    self._store(self._unrun_cell(cell))
-                    continue
                 self.progress.start_cell(i, total, self._label(cell), self._cell_time(cell), eta)
                 if cell.phase == "prefill":
                     outcome = self._measure_prefill(cell)
@@ -232,12 +264,17 @@ class Sweep:
                 if outcome is None:  # interrupted
                     break
                 self.progress.end_cell(self._summary(outcome.cell))
+                if self._server_lost(outcome.cell):
+                    self._mark_unreachable(planned, after=self._label(cell))
+                    break
         except KeyboardInterrupt:
             self.interrupted = True
         finally:
             self.progress.close()
             self._finish()
-        return 130 if self.interrupted else 0
+        if self.interrupted:
+            return 130
+        return 1 if self.unreachable else 0
 
     def run_result(self):
         from speedmatrix.results import load
@@ -245,11 +282,20 @@ class Sweep:
         return load(self.out)
 
     # ------------------------------------------------------------ planning
+    def _done(self, cell_id: str) -> bool:
+        """The cell is in run.json and is not one to redo (left when the server was lost)."""
+        c = self.cells.get(cell_id)
+        return c is not None and not c.get("not_run")
+
     def _prefill_from_warmup(self, planned) -> dict[str, str]:
-        """Prefill cell id -> id of the decode cell whose N=1 warm-up measures it."""
+        """Prefill cell id -> id of the decode cell whose N=1 warm-up measures it.
+
+        Only a decode cell still to run can measure a prefill: when a resumed run
+        already has the N=1 cell but not its prefill (stopped between the two), the
+        prefill cell is measured on its own."""
         decode_n1 = {(c.context, c.repetition): c for c in planned
                      if c.phase == "decode" and c.concurrency == 1
-                     and c.runnable}
+                     and c.runnable and not self._done(c.id)}
         out = {}
         if self.matrix.prefill_mode == "warmup":
             for c in planned:
@@ -374,18 +420,35 @@ class Sweep:
                 return False, time.monotonic() - start
             time.sleep(0.2)
 
-    def _prompts(self, context: int, count: int, repetition: int):
+    def _prompts(self, context: int, count: int, repetition: int, *, cold: bool = False):
+        """`count` prompts of exactly `context` tokens.
+
+        The decode cells of one context share their prompts (each cell's warm-up warms
+        the prefix cache anyway). A prefill measurement (`cold`) gets prompts the server
+        has never seen, shared prefix included: a factory of its own, salted with this
+        process's nonce and a counter, so that neither an earlier cell (concurrency
+        given in descending order), an earlier repetition, nor the part of a run before
+        `--resume` sent them, and the prefill is not served from the prefix cache."""
         from speedmatrix.prompts import PromptFactory
 
+        run_seed = self.doc["meta"]["run"]["seed"]
+        if cold:
+            self._cold_prompts += 1
+            seed: int | str = f"{run_seed}/{context}/{repetition}/cold/{self._nonce}/" \
+                f"{self._cold_prompts}"
+            factory = self._factory(PromptFactory, context, seed)
+            return factory.prompts(count)
         key = (context, repetition)
         cache = self.__dict__.setdefault("_prompt_factories", {})
         if key not in cache:
-            cache[key] = PromptFactory(self.target, context, api=self.matrix.api,
-                                       shared_prefix=self.matrix.shared_prefix_for(context),
-                                       seed=hash((self.doc["meta"]["run"]["seed"], context,
-                                                  repetition)) & 0xFFFFFFFF,
-                                       api_key=self.api_key)
+            cache[key] = self._factory(PromptFactory, context,
+                                       hash((run_seed, context, repetition)) & 0xFFFFFFFF)
         return cache[key].prompts(count)
+
+    def _factory(self, factory_cls, context: int, seed: int | str):
+        return factory_cls(self.target, context, api=self.matrix.api,
+                           shared_prefix=self.matrix.shared_prefix_for(context), seed=seed,
+                           tokenizer=self.tokenizer, api_key=self.api_key)
 
     def _bodies(self, prompts, max_tokens: int) -> list[bytes]:
         from speedmatrix.prompts import request_body
@@ -399,8 +462,13 @@ class Sweep:
     def _measure_prefill(self, cell) -> CellOutcome | None:
         idle, _ = self._wait_idle()
         self._cooldown()
-        prompts = self._prompts(cell.context, 1, cell.repetition + 1000)
-        bodies = self._bodies(prompts, 1)
+        try:
+            prompts = self._prompts(cell.context, 1, cell.repetition, cold=True)
+            bodies = self._bodies(prompts, 1)
+        except (SpeedmatrixError, ValueError) as exc:
+            out = self._prompt_failure(cell, exc)
+            self._store(out)
+            return out
         spec = self._spec(1, bodies, [], duration_s=max(600.0, cell.context / 100.0),
                           max_requests=1)
         res, interrupted = self._run_spec(spec)
@@ -434,6 +502,7 @@ class Sweep:
             "ttft_ms": ttft,
             "completed": len(ttfts),
             "errors": errors,
+            "error_examples": _error_examples(req, rows),
             "errors_total": sum(errors.values()),
             "prompt_tokens": _prompt_check(cell.context, reported),
             "flags": [] if idle else ["busy_at_start"],
@@ -445,7 +514,7 @@ class Sweep:
         if fatal := res.fatal_error:
             base["reason"] = fatal
         if ttft is None and not base.get("reason"):
-            base["reason"] = "no first token: " + ", ".join(f"{k} x{v}" for k, v in errors.items())
+            base["reason"] = "no first token: " + _error_text(errors, base["error_examples"])
         records = self._save_records(base["id"], res)
         base["records"] = records
         return CellOutcome(base)
@@ -453,12 +522,20 @@ class Sweep:
     def _measure_decode(self, cell) -> CellOutcome | None:
         idle, _ = self._wait_idle()
         prefill_id = self._warmup_prefill.get(cell.id)
-        if prefill_id and prefill_id not in self.cells:
+        measures_prefill = bool(prefill_id) and not self._done(prefill_id)
+        if measures_prefill:
             self._cooldown()  # this warm-up measures a cold prefill
         n, c = cell.concurrency, cell.context
-        prompts = self._prompts(c, n, cell.repetition)
-        bodies = self._bodies(prompts, self.matrix.max_output)
-        warm = self._bodies(prompts, 1) if self.matrix.warmup else []
+        try:
+            prompts = self._prompts(c, n, cell.repetition, cold=measures_prefill)
+            bodies = self._bodies(prompts, self.matrix.max_output)
+            warm = self._bodies(prompts, 1) if self.matrix.warmup else []
+        except (SpeedmatrixError, ValueError) as exc:
+            out = self._prompt_failure(cell, exc)
+            self._store(out)
+            if measures_prefill:  # its prefill would have come from this warm-up
+                self._store(self._prompt_failure(self._planned[prefill_id], exc))
+            return out
         spec = self._spec(n, bodies, warm, self.matrix.duration_s)
         res, interrupted = self._run_spec(spec)
         if interrupted:
@@ -466,7 +543,7 @@ class Sweep:
             return None
         out = self._decode_cell(cell, res, idle)
         self._store(out)
-        if prefill_id and prefill_id not in self.cells:
+        if measures_prefill:
             rows = np.flatnonzero(res.requests["phase"] == 0)[:1]
             pcell = self._planned[prefill_id]
             self._store(self._prefill_cell(pcell, res, rows, idle, source_id=cell.id))
@@ -485,11 +562,19 @@ class Sweep:
             if outcome == 3:
                 errors[kind or "unknown"] = errors.get(kind or "unknown", 0) + 1
         flags: list[str] = [] if idle else ["busy_at_start"]
+        if not self.target.output.forced:
+            # the engine may stop a request early at end-of-sequence (TGI, Ollama,
+            # generic servers): output lengths, and so the KV load, are not the asked ones
+            flags.append("output_not_forced")
         if t0 <= 0 or t1 <= t0:
-            base.update({"status": "error", "errors": errors,
-                         "errors_total": sum(errors.values()),
-                         "reason": res.fatal_error or "the window never started "
-                         "(every warm-up request failed?)", "flags": flags})
+            # the window never started: the warm-up's failures say why
+            errors = errors or _error_counts(req, np.flatnonzero(req["phase"] == 0))
+            examples = _error_examples(req, np.flatnonzero(req["outcome"] == 3))
+            reason = res.fatal_error or "the window never started (every warm-up request " \
+                "failed)" + (f": {_error_text(errors, examples)}" if errors else "")
+            base.update({"status": "error", "errors": errors, "error_examples": examples,
+                         "errors_total": sum(errors.values()), "reason": reason,
+                         "flags": flags})
             base["records"] = self._save_records(base["id"], res)
             return CellOutcome(base)
 
@@ -509,6 +594,7 @@ class Sweep:
             "measured_s": _finite(fig["measured_s"]) or 0.0,
             "started": int(fig["started"]),
             "errors": errors,
+            "error_examples": _error_examples(req, np.flatnonzero(window & (req["outcome"] == 3))),
             "errors_total": sum(errors.values()),
             "t0_ns": t0,
             "t1_ns": t1,
@@ -552,18 +638,22 @@ class Sweep:
         if (base["errors_total"] > self.matrix.error_threshold * started
                 or base["output_tokens"] == 0):
             status = "error"
-            reason = f"{base['errors_total']} of {started} requests failed: " + ", ".join(
-                f"{k} x{v}" for k, v in sorted(errors.items())) if errors else \
+            reason = (f"{base['errors_total']} of {started} requests failed: "
+                      + _error_text(errors, base["error_examples"])) if errors else \
                 "no output tokens in the window"
         elif server and (server.get("waiting_held_mean") or 0) >= QUEUE_GAP_REQUESTS:
             status = "queued"
             reason = (f"the server kept {server['waiting_held_mean']:.1f} requests waiting on "
                       f"average (up to {server['waiting_max']:g}) once the first wave was "
                       "admitted, while it ran no more than before")
-        elif not server and queued_client > QUEUE_GAP_REQUESTS:
+        elif (not server or server.get("waiting_held_mean") is None) \
+                and queued_client > QUEUE_GAP_REQUESTS:
+            # No waiting count from the server (no metrics, or metrics without a waiting
+            # gauge): the client's view decides.
             status = "queued"
+            why = "no server metrics" if not server else "the server reports no waiting count"
             reason = (f"on average {queued_client:.1f} requests were in flight without "
-                      "streaming (no server metrics)")
+                      f"streaming ({why})")
         base["status"] = status
         if reason:
             base["reason"] = reason
@@ -643,6 +733,70 @@ class Sweep:
             base["reason"] = cell.reason
         return CellOutcome(base)
 
+    def _prompt_failure(self, cell, exc: Exception) -> CellOutcome:
+        """An `error` cell for a cell whose prompts could not be made (nothing was sent):
+        kind `connect` when the server did not answer, else `prompt`."""
+        from speedmatrix.http import ConnectError
+
+        kind = "connect" if isinstance(exc, ConnectError) else "prompt"
+        message = str(exc)[:ERROR_EXAMPLE_CHARS]
+        base = self._base_cell(cell)
+        base.update({"status": "error", "errors": {kind: 1}, "errors_total": 1,
+                     "error_examples": {kind: message}, "flags": [],
+                     "reason": f"prompts of {cell.context} tokens could not be made: {message}"})
+        return CellOutcome(base)
+
+    # ------------------------------------------------------------ a lost server
+    def _server_lost(self, cell: dict) -> bool:
+        """After a cell with failed requests: does the server still answer? Any HTTP
+        answer to GET /v1/models counts (even 404): only a failure to connect is loss."""
+        if not cell.get("errors") and cell.get("status") != "error":
+            return False
+        from speedmatrix.http import ConnectError, HttpClient, HttpError
+
+        client = HttpClient(self.target.url, self.api_key or self.target.api_key, 5.0)
+        for attempt in range(REPROBE_TRIES):
+            if attempt:
+                time.sleep(REPROBE_PAUSE_S)
+            try:
+                client.request("GET", "/v1/models")
+                return False
+            except HttpError:
+                return False
+            except ConnectError as exc:
+                self.unreachable = str(exc)
+        return True
+
+    def _mark_unreachable(self, planned, after: str) -> None:
+        """Every cell still to run becomes `error` ("server unreachable") without
+        spending its window; `not_run` lets `--resume` measure it later."""
+        left = [c for c in planned if c.runnable and not self._done(c.id)]
+        for c in left:
+            base = self._base_cell(c)
+            base.update({"status": "error", "not_run": SERVER_UNREACHABLE, "flags": [],
+                         "reason": f"server unreachable: {self.unreachable}; not run"})
+            self.cells[c.id] = base
+        self._write()
+        print(f"speedmatrix: error: the server stopped answering after {after} "
+              f"({self.unreachable}); {len(left)} cells left are marked error (server "
+              f"unreachable); measured cells are in {self.out / 'run.json'}; once the server "
+              f"is back, `speedmatrix run --resume {self.out}` measures the rest",
+              file=sys.stderr, flush=True)
+
+    def _warn(self, warnings: list[str]) -> None:
+        """Discovery and plan warnings: kept in meta["warnings"] (a list of strings, each
+        once) and shown once at the start of the run unless progress is off (--quiet)."""
+        saved = self.doc["meta"].setdefault("warnings", [])
+        shown = []
+        for w in warnings:
+            w = str(w)
+            if w not in saved:
+                saved.append(w)
+            if w not in shown:
+                shown.append(w)
+        for w in shown:
+            self.progress.message(f"speedmatrix: warning: {w}")
+
     def _save_records(self, cell_id: str, res) -> str:
         met = dict(res.metrics)
         return runfile.save_records(self.out, cell_id, res.requests, res.events, met)
@@ -700,7 +854,8 @@ class Sweep:
         t = self.target
         host = urllib.parse.urlsplit(self.url).hostname or ""
         local = host in ("127.0.0.1", "localhost", "::1") or host == socket.gethostname()
-        hardware = detect_hardware(local=local, given=self.info.get("hardware") or {})
+        hardware = detect_hardware(local=local, given=self.info.get("hardware") or {},
+                                   simulated=t.simulated)
         engine = t.engine_meta()
         engine.update({k: v for k, v in (self.info.get("engine") or {}).items() if v})
         launch = self.info.get("launch_command")
@@ -731,6 +886,69 @@ class Sweep:
             "client": {"host": platform.node(), "cpus": os.cpu_count(),
                        "python": platform.python_version()},
         }
+
+
+def _plan_meta(planned, matrix) -> dict:
+    """The plan as resolved against the server, for meta["run"]["plan"]: integer
+    contexts ("max" resolved), concurrency levels, prefill contexts, what each keyword
+    became, and the capacity figures the plan used."""
+    keywords: dict[str, dict[str, int]] = {"contexts": {}, "prefill_contexts": {}}
+    for c in planned:
+        if isinstance(c.spec, str) and c.context:
+            keywords["contexts" if c.phase == "decode" else "prefill_contexts"][c.spec] = \
+                int(c.context)
+    return {
+        "contexts": [int(c) for c in planned.contexts],
+        "concurrency": [int(n) for n in matrix.concurrency],
+        "prefill_contexts": [int(c) for c in planned.prefill_contexts],
+        "keywords": keywords,
+        "kv_tokens": planned.kv_tokens,
+        "context_length": planned.context_length,
+        "max_running": planned.max_running,
+        "cells": len(planned),
+    }
+
+
+def _tokenizer_name(tokenizer) -> str:
+    for attr in ("name_or_path", "name"):
+        name = getattr(tokenizer, attr, None)
+        if isinstance(name, str) and name:
+            return name
+    return type(tokenizer).__name__
+
+
+def _error_counts(req: dict, rows) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for i in rows:
+        if req["outcome"][i] == 3:
+            kind = req["error_kind"][i] or "unknown"
+            out[kind] = out.get(kind, 0) + 1
+    return out
+
+
+def _error_examples(req: dict, rows) -> dict[str, str]:
+    """The first error message of each kind among `rows` (failed requests), cut to
+    ERROR_EXAMPLE_CHARS: what the transport or the server said, never a request body."""
+    out: dict[str, str] = {}
+    messages = req.get("error_message")
+    for i in rows:
+        if req["outcome"][i] != 3:
+            continue
+        kind = req["error_kind"][i] or "unknown"
+        if kind not in out:
+            text = str(messages[i]) if messages is not None else ""
+            out[kind] = text[:ERROR_EXAMPLE_CHARS]
+    return out
+
+
+def _error_text(errors: dict[str, int], examples: dict[str, str]) -> str:
+    """"http_500 x4, connect x1" and the first message of the most frequent kind."""
+    text = ", ".join(f"{k} x{v}" for k, v in sorted(errors.items()))
+    if errors:
+        top = max(sorted(errors), key=lambda k: errors[k])
+        if examples.get(top):
+            text += f" ({top}: {examples[top]})"
+    return text
 
 
 def _prompt_check(asked: int, reported: list[int]) -> dict:
@@ -807,7 +1025,10 @@ def _client_queue_signal(req: dict, start: int, t1: int) -> float:
 
 def run(url: str, matrix, out: str | os.PathLike | None = None, **kwargs):
     """Measures `matrix` against the server at `url` and returns the saved run
-    (`speedmatrix.results.Run`). `out` defaults to a new temporary folder."""
+    (`speedmatrix.results.Run`). `out` defaults to a new temporary folder. Keyword
+    arguments are Sweep's: api_key, model, overrides, info, progress, report, target,
+    tokenizer (a local tokenizer: `callable(text) -> int | list`, an object with
+    `encode`, or a Hugging Face name/path loaded with `transformers`/`tokenizers`)."""
     import tempfile
 
     if out is None:
@@ -820,8 +1041,9 @@ def run(url: str, matrix, out: str | os.PathLike | None = None, **kwargs):
 
 
 def resume(out: str | os.PathLike, *, api_key: str | None = None, progress: bool = True,
-           report: bool = True) -> int:
-    """Continues the interrupted run saved in `out`: cells already in run.json are kept."""
+           report: bool = True, tokenizer=None) -> int:
+    """Continues the interrupted run saved in `out`: cells already in run.json are kept
+    (those left unrun when the server stopped answering are measured now)."""
     from speedmatrix.matrix import Matrix
 
     out = Path(out)
@@ -835,5 +1057,5 @@ def resume(out: str | os.PathLike, *, api_key: str | None = None, progress: bool
              if isinstance(v, dict) and v.get("source") == "given"}
     sweep = Sweep(meta["target"]["url"], matrix, out, api_key=api_key,
                   model=meta["target"].get("model"), overrides=given, progress=progress,
-                  report=report, resume_doc=doc)
+                  report=report, resume_doc=doc, tokenizer=tokenizer)
     return sweep.execute()

@@ -516,3 +516,110 @@ def test_url_credentials_become_basic_auth():
         assert client.get_json("/v1/models") == {"data": []}
         assert "s%40cret" not in repr(client) and "ann" not in client.base_url
     assert server.requests[0][2]["Authorization"] == "Basic YW5uOnNAY3JldA=="
+
+
+# ---- what the report is told about the model and the engine ------------------------------
+def _seed_routes(**server_info: Any) -> dict:
+    case = json.loads((DATA / "sglang" / "seed_h200.json").read_text())
+    routes = case["routes"]
+    for path in ("GET /server_info", "GET /get_server_info"):
+        routes[path]["json"].update(server_info)
+    return routes
+
+
+def test_sglang_model_path_and_engine_facts_reach_the_meta():
+    with FakeServer(_seed_routes()) as server:
+        target = discover(server.url)
+    meta = target.target_meta("completions")
+    assert meta["model"] == "muse-glimmer"  # the served name stays what requests use
+    assert meta["model_path"] == "meta-models/Muse-Glimmer-30B"
+    assert (meta["model_name"], meta["model_name_source"]) == ("Muse-Glimmer-30B", "model_path")
+    eng = target.engine_meta()
+    assert eng["model_path"] == "meta-models/Muse-Glimmer-30B"
+    assert eng["tp_size"] == 1 and eng["dtype"] == "auto" and eng["simulated"] is False
+    assert eng["quantization"] is None  # dtype "auto" names no precision
+    assert eng["info"]["attention_backend"] == "fa3"
+    assert eng["sources"]["version"] == "probed" and eng["sources"]["commit"] == "probed"
+    assert eng["sources"]["repository"] == "default"  # the adapter's project, not probed
+    assert eng["repository"] == "github.com/sgl-project/sglang"
+
+
+@pytest.mark.parametrize("dtype, shown", [("bfloat16", "BF16"), ("float16", "FP16"),
+                                          ("half", "FP16"), ("auto", None)])
+def test_sglang_dtype_is_the_precision_when_there_is_no_quantization(dtype, shown):
+    with FakeServer(_seed_routes(dtype=dtype)) as server:
+        target = discover(server.url)
+    assert target.quantization == shown
+    assert target.engine_meta()["dtype"] == dtype
+    with FakeServer(_seed_routes(dtype=dtype, quantization="fp8")) as server:
+        assert discover(server.url).quantization == "fp8"
+
+
+def test_sglang_model_path_from_get_model_info_when_server_info_lacks_it():
+    routes = _seed_routes()
+    for path in ("GET /server_info", "GET /get_server_info"):
+        del routes[path]["json"]["model_path"]
+    routes["GET /get_model_info"] = {"json": {"model_path": "/data/models/Muse-Glimmer-30B/",
+                                              "is_generation": True}}
+    with FakeServer(routes) as server:
+        target = discover(server.url)
+    assert target.model_path == "/data/models/Muse-Glimmer-30B/"
+    assert target.target_meta("chat")["model_name"] == "Muse-Glimmer-30B"
+
+
+def test_vllm_model_root_is_the_model_path():
+    case = json.loads((DATA / "vllm" / "v1_dp2.json").read_text())
+    with FakeServer(case["routes"]) as server:
+        target = discover(server.url)
+    meta = target.target_meta("completions")
+    assert meta["model_path"] == "meta-llama/Llama-3.1-8B-Instruct"
+    assert meta["model_name"] == "Llama-3.1-8B-Instruct"
+
+
+def test_served_name_is_the_model_name_when_no_path_is_known():
+    case = json.loads((DATA / "generic" / "plain_openai.json").read_text())
+    with FakeServer(case["routes"]) as server:
+        target = discover(server.url)
+    meta = target.target_meta("completions")
+    assert meta["model_path"] is None
+    assert meta["model_name"] == target.model and meta["model_name_source"] == "served_model"
+
+
+def test_given_model_name_and_engine_facts_are_recorded_as_given():
+    given = {"model_name": "Muse Glimmer 30B (BF16)", "engine_version": "0.5.7",
+             "commit": "abc1234", "backend": "rocm", "build": "rocm-6.4",
+             "repository": "github.com/me/sglang-fork", "quantization": "FP8"}
+    with FakeServer(_seed_routes()) as server:
+        target = discover(server.url, overrides=given)
+    meta = target.target_meta("completions")
+    assert (meta["model_name"], meta["model_name_source"]) == ("Muse Glimmer 30B (BF16)", "given")
+    eng = target.engine_meta()
+    assert (eng["version"], eng["commit"], eng["backend"], eng["build"], eng["repository"],
+            eng["quantization"]) == ("0.5.7", "abc1234", "rocm", "rocm-6.4",
+                                     "github.com/me/sglang-fork", "FP8")
+    for key in ("version", "commit", "backend", "build", "repository", "quantization"):
+        assert eng["sources"][key] == "given", key
+    assert eng["sources"]["name"] == "probed"
+
+
+def test_engine_name_no_adapter_knows_only_names_the_engine():
+    case = json.loads((DATA / "generic" / "plain_openai.json").read_text())
+    with FakeServer(case["routes"]) as server:
+        target = discover(server.url, overrides={"engine": "mlc-llm"})
+        known = discover(server.url, overrides={"engine": "vllm"})
+    assert target.engine == "generic"  # detected as usual
+    eng = target.engine_meta()
+    assert (eng["name"], eng["adapter"], eng["sources"]["name"]) == ("mlc-llm", "generic", "given")
+    assert known.engine_meta()["name"] == "vllm" and known.engine_meta()["adapter"] == "vllm"
+    assert known.engine_meta()["sources"]["name"] == "given"
+
+
+@pytest.mark.parametrize("flavour", ["sglang", "vllm"])
+def test_built_in_engine_says_it_is_simulated(flavour):
+    with start_sim(flavour) as url:
+        target = discover(url)
+    eng = target.engine_meta()
+    assert eng["simulated"] is True and eng["info"]["simulated"] is True
+    assert eng["backend"] == "simulated"
+    assert eng["repository"] is None  # not SGLang's or vLLM's code
+    assert target.target_meta("completions")["model_path"]

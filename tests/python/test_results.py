@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 import synthetic
 from speedmatrix import results
-from speedmatrix.hardware import detect_hardware, parse_gb, query_gpus
+from speedmatrix.hardware import detect_hardware, parse_gb, query_gpus, vram_gb_from_mib
 from speedmatrix.runfile import RunFileError
 
 LABELS = ["8K", "16K", "32K", "64K", "123K"]
@@ -159,10 +159,36 @@ def test_cell_with_repetitions_uses_the_median(tmp_path):
 def test_detect_hardware_from_nvidia_smi():
     out = "NVIDIA H200 NVL, 143771 MiB\n"
     hw = detect_hardware(True, runner=lambda cmd: out)
-    assert hw["gpu"] == "H200 NVL" and hw["type"] == "Discrete GPU" and hw["vram_gb"] == 140
+    # the seed's "141 GB" for the MiB nvidia-smi prints on an H200 NVL
+    assert hw["gpu"] == "H200 NVL" and hw["type"] == "Discrete GPU" and hw["vram_gb"] == 141
     assert hw["os"] and hw["gpu_count"] == 1
+    assert hw["sources"] == {k: "detected" for k in ("type", "gpu", "vram_gb", "os", "cpu",
+                                                     "gpu_count")}
     two = detect_hardware(True, runner=lambda cmd: out * 2)
-    assert two["gpu"] == "2× H200 NVL" and two["gpu_count"] == 2
+    assert two["gpu"] == "2× H200 NVL" and two["gpu_count"] == 2 and two["vram_gb"] == 282
+
+
+@pytest.mark.parametrize("mib, sold_as", [
+    (143771, 141),  # H200 NVL / H200 SXM: "141 GB"
+    (81559, 80),    # H100 80GB
+    (95830, 94),    # H100 NVL: "94 GB"
+    (183359, 180),  # B200: "180 GB"
+    (40960, 40),    # A100 40GB: exactly 40 GiB stays 40
+    (24564, 24),    # RTX 4090
+])
+def test_vram_is_the_gib_figure_rounded_up(mib, sold_as):
+    assert vram_gb_from_mib(mib) == sold_as
+    hw = detect_hardware(True, runner=lambda cmd: f"NVIDIA X, {mib} MiB\n")
+    assert hw["vram_gb"] == sold_as
+
+
+def test_simulated_engine_is_not_given_this_machines_gpu():
+    def smi(cmd):  # a GPU in the machine running the built-in engine
+        return "NVIDIA H200 NVL, 143771 MiB\n"
+
+    hw = detect_hardware(True, runner=smi, simulated=True)
+    assert hw["type"] == "Simulated" and hw["gpu"] is None and hw["vram_gb"] is None
+    assert hw["os"] and hw["sources"]["type"] == "detected"
 
 
 def test_detect_hardware_absent_failed_and_given():
@@ -175,8 +201,10 @@ def test_detect_hardware_absent_failed_and_given():
     assert hw["gpu"] is None and hw["type"] == "CPU"
     remote = detect_hardware(False, given={"gpu": "H200 NVL", "vram": "141 GB", "os": None})
     assert remote["gpu"] == "H200 NVL" and remote["vram_gb"] == 141 and remote["os"] is None
+    assert remote["sources"] == {"gpu": "given", "vram_gb": "given"}
     over = detect_hardware(True, given={"gpu": "B200"}, runner=lambda c: "NVIDIA H100, 81559 MiB")
     assert over["gpu"] == "B200" and over["vram_gb"] == 80
+    assert over["sources"]["gpu"] == "given" and over["sources"]["vram_gb"] == "detected"
     assert parse_gb("24576 MiB") == 24 and parse_gb("80GiB") == 80 and parse_gb("big") is None
 
 

@@ -50,8 +50,10 @@ __all__ = [
     "Target",
     "TokenizeSpec",
     "adapter_names",
+    "display_model_name",
     "get_adapter",
     "parse_prometheus",
+    "precision_label",
     "register_adapter",
     "registered_adapters",
     "split_version",
@@ -255,6 +257,12 @@ class Target:
     warnings: list[str] = field(default_factory=list)
     #: endpoints that answered during discovery, in order
     probed: list[str] = field(default_factory=list)
+    #: the model's display name given by the user (``--model-name``); None = derive it
+    model_name: str | None = None
+    #: engine name given by the user when it names no adapter (``--engine mlc-llm``)
+    engine_name: str | None = None
+    #: where each engine fact came from: {"version": "probed" | "given" | "default", ...}
+    sources: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.url = strip_credentials(self.url).rstrip("/")
@@ -358,16 +366,57 @@ class Target:
             data["output"] = OutputControl(**out)
         return cls(**data).with_api_key(api_key)
 
+    @property
+    def simulated(self) -> bool:
+        """True when the server is speedmatrix's built-in engine (seen at /sim/state)."""
+        return bool(self.info.get("simulated"))
+
+    @property
+    def model_path(self) -> str | None:
+        """The weights the server loaded, as it says (SGLang ``model_path``, vLLM ``root``)."""
+        path = self.info.get("model_path")
+        return str(path) if path else None
+
+    def display_model(self) -> tuple[str | None, str]:
+        """(model name for the report's title, where it came from): given by the user, the
+        last component of the probed model path, else the served name."""
+        if self.model_name:
+            return self.model_name, "given"
+        derived = display_model_name(self.model_path)
+        if derived:
+            return derived, "model_path"
+        return self.model, "served_model"
+
     def engine_meta(self) -> dict[str, Any]:
-        """``meta.engine`` of run.json."""
+        """``meta.engine`` of run.json: the engine facts, the probed extras (``info``) and the
+        source of each fact. A simulated engine says so (``simulated``, backend
+        ``simulated``) and gets no adapter-default repository: it is not that project's code."""
+        sources = dict(self.sources)
+        repository = self.repository
+        backend = self.backend
+        if self.simulated:
+            if sources.get("repository") == "default":
+                repository = None
+                sources.pop("repository")
+            if not backend:
+                backend = "simulated"
+                sources["backend"] = "probed"
+        info = {k: v for k, v in self.info.items() if not isinstance(v, (dict, list))}
         return {
-            "name": self.engine,
+            "name": self.engine_name or self.engine,
+            "adapter": self.engine,
             "version": self.version,
             "commit": self.commit,
             "quantization": self.quantization,
-            "backend": self.backend,
+            "dtype": self.info.get("dtype"),
+            "backend": backend,
             "build": self.build,
-            "repository": self.repository,
+            "repository": repository,
+            "model_path": self.model_path,
+            "tp_size": self.info.get("tp_size"),
+            "simulated": self.simulated,
+            "info": info,
+            "sources": {k: v for k, v in sources.items() if v},
         }
 
     def capacity_meta(self) -> dict[str, dict[str, Any]]:
@@ -375,8 +424,46 @@ class Target:
         return {k: v.to_dict() for k, v in self.capacity.items()}
 
     def target_meta(self, api: str) -> dict[str, Any]:
-        """``meta.target`` of run.json (URL without credentials)."""
-        return {"url": self.url, "model": self.model, "api": api, "engine": self.engine}
+        """``meta.target`` of run.json (URL without credentials); ``model_name`` is the
+        report's display name, ``model_name_source`` says whence (given, model_path,
+        served_model)."""
+        name, source = self.display_model()
+        return {"url": self.url, "model": self.model, "api": api, "engine": self.engine,
+                "model_path": self.model_path, "model_name": name,
+                "model_name_source": source if name else None}
+
+
+_DTYPE_LABELS = {"bfloat16": "BF16", "bf16": "BF16", "float16": "FP16", "half": "FP16",
+                 "fp16": "FP16", "float32": "FP32", "float": "FP32", "fp32": "FP32"}
+
+
+def precision_label(dtype: Any) -> str | None:
+    """The report's precision text for a weights dtype (``bfloat16`` → ``BF16``); None for
+    ``auto`` or nothing (the engine picked the checkpoint's dtype and did not say which)."""
+    if not isinstance(dtype, str) or not dtype.strip():
+        return None
+    d = dtype.strip().lower().removeprefix("torch.")
+    if d == "auto":
+        return None
+    return _DTYPE_LABELS.get(d, dtype.strip().upper())
+
+
+def display_model_name(model_path: str | None) -> str | None:
+    """A model's display name from its path: the last path component
+    (``meta-models/Muse-Glimmer-30B`` → ``Muse-Glimmer-30B``, an HF id ``org/Name`` →
+    ``Name``); in a Hugging Face cache (``.../models--org--Name/snapshots/<hash>``) the
+    name of the model folder, not the hash. None for an empty path."""
+    if not model_path:
+        return None
+    parts = [p for p in re.split(r"[/\\]+", str(model_path).strip()) if p]
+    if not parts:
+        return None
+    for i, part in enumerate(parts):
+        if part.startswith("models--") and "--" in part[8:]:
+            return part.rsplit("--", 1)[1]
+        if part == "snapshots" and i > 0 and i == len(parts) - 2:
+            return parts[i - 1]
+    return parts[-1]
 
 
 def strip_credentials(url: str) -> str:
@@ -439,6 +526,17 @@ class ProbeContext:
                 value = entry.get(key)
                 if isinstance(value, int) and not isinstance(value, bool) and value > 0:
                     return value
+        return None
+
+    def model_root(self, model: str | None) -> str | None:
+        """``root`` of the served model in /v1/models (vLLM: the model path or HF id it
+        loaded); None when absent."""
+        for entry in self.models:
+            if model and str(entry.get("id")) != model:
+                continue
+            root = entry.get("root")
+            if isinstance(root, str) and root.strip():
+                return root.strip()
         return None
 
     def _get(self, kind: str, path: str) -> Any:

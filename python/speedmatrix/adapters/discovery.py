@@ -32,10 +32,14 @@ from speedmatrix.http import HttpClient, HttpError
 
 __all__ = ["OVERRIDE_KEYS", "ModelNotServedError", "discover", "normalise_url"]
 
-#: keys of ``overrides``: capacities, the engine (adapter name) and engine facts
+#: engine facts a user may give (``engine_version`` sets ``version``); recorded as ``given``
+ENGINE_FACTS = ("engine_version", "commit", "build", "backend", "quantization", "repository")
+
+#: keys of ``overrides``: capacities, the engine (adapter name, or any name for the report),
+#: engine facts, the model's display name
 OVERRIDE_KEYS = frozenset(
     set(CAPACITY_NAMES)
-    | {"engine", "engine_version", "commit", "build", "backend", "quantization", "repository"}
+    | {"engine", "model_name", *ENGINE_FACTS}
     | {"token_id_prompts", "metrics_path"}
 )
 
@@ -69,9 +73,12 @@ def discover(
     """Probe the server at ``url`` and return its Target.
 
     ``overrides`` (CLI flags / API arguments) win over probed values: ``kv_tokens``,
-    ``context_length``, ``max_running`` (recorded with source ``given``), ``engine`` (skip
-    detection, use that adapter), ``engine_version``, ``commit``, ``build``, ``backend``,
-    ``quantization``, ``repository``, ``token_id_prompts``, ``metrics_path``.
+    ``context_length``, ``max_running`` (recorded with source ``given``), ``engine`` (an
+    adapter's name skips detection and uses that adapter; any other name is detected as usual
+    and only names the engine in the report), ``engine_version``, ``commit``, ``build``,
+    ``backend``, ``quantization``, ``repository`` (each recorded in ``Target.sources`` as
+    ``given``), ``model_name`` (the report's display name), ``token_id_prompts``,
+    ``metrics_path``.
     ``adapters`` replaces the registry for this call (the generic fallback is still tried last).
 
     Raises ConnectError (unreachable), AuthError (401/403), ModelNotServedError, HttpError.
@@ -97,7 +104,8 @@ def discover(
     if models_answer is not None:
         ctx.answered.insert(0, "/v1/models")
 
-    adapter, found = _detect(ctx, overrides.get("engine"), adapters, warnings)
+    adapter, found = _detect(ctx, _adapter_override(overrides.get("engine")), adapters,
+                             warnings)
     target = _build_target(base, adapter, found, ctx, warnings)
     target.with_api_key(api_key)
     _choose_model(target, ctx, found, model)
@@ -112,6 +120,18 @@ def discover(
 
 
 # ---- steps --------------------------------------------------------------------------------
+def _adapter_override(engine: Any) -> str | None:
+    """The ``engine`` override when it names an adapter; None for any other name (that one
+    only names the engine in the report, see :func:`_apply_overrides`)."""
+    if not engine:
+        return None
+    try:
+        get_adapter(str(engine))
+    except ValueError:
+        return None
+    return str(engine)
+
+
 def _adapter_order(ctx: ProbeContext, adapters: list | None) -> list[Adapter]:
     pool = registered_adapters() if adapters is None else list(adapters)
     instances = [a() if isinstance(a, type) else a for a in pool]
@@ -168,6 +188,12 @@ def _build_target(
         info=dict(found.get("info") or {}),
         warnings=[*warnings, *(found.get("warnings") or [])],
     )
+    target.sources = {"name": "probed"}
+    for key in ("version", "commit", "build", "backend", "quantization", "repository"):
+        if found.get(key):
+            target.sources[key] = "probed"
+    if not found.get("repository") and adapter.repository:
+        target.sources["repository"] = "default"  # the adapter's project, not probed
     details = found.get("capacity_detail") or {}
     for name in CAPACITY_NAMES:
         value = positive_int(found.get(name))
@@ -194,6 +220,10 @@ def _choose_model(
             )
     else:
         target.warnings.append("the server did not say which model it serves (give --model)")
+    if not target.info.get("model_path") and target.model:
+        root = ctx.model_root(target.model)  # vLLM: the path or HF id the weights came from
+        if root:
+            target.info["model_path"] = root
     if target.context_length is None and target.model:
         length = ctx.max_model_len(target.model)
         if length:
@@ -282,10 +312,19 @@ def _apply_overrides(target: Target, overrides: dict[str, Any]) -> None:
             if value is None:
                 raise ValueError(f"{name}: {overrides[name]!r} is not a positive integer")
             target.set_capacity(name, value, "given", "given by the user")
+    engine = overrides.get("engine")
+    if engine:
+        target.sources["name"] = "given"
+        if str(engine) != target.engine:  # a name no adapter has: the report says it
+            target.engine_name = str(engine)
     if overrides.get("engine_version"):
         target.version = str(overrides["engine_version"])
+        target.sources["version"] = "given"
     for key in ("commit", "build", "backend", "quantization", "repository"):
         if overrides.get(key):
             setattr(target, key, str(overrides[key]))
+            target.sources[key] = "given"
+    if overrides.get("model_name"):
+        target.model_name = str(overrides["model_name"])
     if "token_id_prompts" in overrides:
         target.token_id_prompts = bool(overrides["token_id_prompts"])

@@ -15,6 +15,7 @@ from speedmatrix.adapters.base import (
     ProbeContext,
     TokenizeSpec,
     positive_int,
+    precision_label,
     split_version,
 )
 
@@ -88,6 +89,9 @@ class SGLangAdapter(Adapter):
                 "running cap are unknown (give --kv-capacity / --max-running)"
             )
             found["context_length"] = ctx.max_model_len()
+            model_info = ctx.get_dict("/get_model_info")
+            if model_info and model_info.get("model_path"):
+                found["info"] = {"model_path": model_info["model_path"]}
             return found
         found["version"], found["commit"] = split_version(info.get("version"))
         kv, detail = kv_from_server_info(info)
@@ -100,8 +104,10 @@ class SGLangAdapter(Adapter):
         )
         found["max_running"] = max_running_from_server_info(info)
         found["capacity_detail"]["max_running"] = f"{path} max_running_requests"
+        # The seed's "Quantization: BF16" is the weights' precision: without a quantization
+        # method the dtype says it (unless it is "auto", which names nothing).
         quant = info.get("quantization")
-        found["quantization"] = str(quant) if quant else None
+        found["quantization"] = str(quant) if quant else precision_label(info.get("dtype"))
         served = info.get("served_model_name")
         if isinstance(served, str) and served:
             found["served_models"] = [served]
@@ -123,6 +129,10 @@ class SGLangAdapter(Adapter):
             )
             if k in info
         }
+        if "model_path" not in found["info"]:  # older servers: /get_model_info has it
+            model_info = ctx.get_dict("/get_model_info")
+            if model_info and model_info.get("model_path"):
+                found["info"]["model_path"] = model_info["model_path"]
         if info.get("disable_radix_cache"):
             found["cache_reset"] = None
         return found
