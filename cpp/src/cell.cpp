@@ -27,7 +27,8 @@ class MetricsSampler {
   MetricsSampler(const CellSpec& spec, MetricSamples& out) : spec_(spec), out_(out) {
     out_.names = spec.metric_names;
     for (const std::string& r : spec.metric_reduce) {
-      if (r != "sum" && r != "max") throw std::invalid_argument("metric_reduce: '" + r + "' is not sum or max");
+      if (r != "sum" && r != "max")
+        throw std::invalid_argument("metric_reduce: '" + r + "' is not sum or max");
       how_.push_back(r == "max" ? Reduce::kMax : Reduce::kSum);
     }
     if (spec.metrics_url.empty()) return;
