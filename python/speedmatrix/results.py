@@ -56,7 +56,7 @@ def _flatten_cell(cell: dict) -> dict:
                 row[f"server_{sk}"] = np.nan if sv is None else float(sv)
             for sk, sv in (v.items() if isinstance(v, dict) else ()):
                 row.setdefault(f"server_{sk}", sv)
-        elif isinstance(v, dict) and k != "errors":
+        elif isinstance(v, dict) and k not in ("errors", "error_examples"):  # {kind: ...}
             for pk, pv in v.items():
                 row[f"{k}_{pk}"] = pv
         else:

@@ -346,9 +346,12 @@ def build_run(
                 rng, c, n, t, duration_s, max_output, is_err, drift, extra, speed)
             fig = summarize(req, ev, t0, t1)
             kinds: dict[str, int] = {}
-            for k, ph in zip(req["error_kind"].tolist(), req["phase"].tolist()):
+            examples: dict[str, str] = {}  # the first server message of each kind
+            for k, ph, msg in zip(req["error_kind"].tolist(), req["phase"].tolist(),
+                                  req["error_message"].tolist()):
                 if k and ph == 1:
                     kinds[k] = kinds.get(k, 0) + 1
+                    examples.setdefault(k, msg)
             status = "valid"
             reason = None
             if is_err:
@@ -377,6 +380,8 @@ def build_run(
             }
             if reason:
                 cell["reason"] = reason
+            if examples:
+                cell["error_examples"] = examples
             if with_records:
                 cell["records"] = save_records(out, cid, req, ev, met)
             cells.append(cell)
@@ -389,14 +394,25 @@ def build_run(
     doc = {
         "schema": "speedmatrix.run/1",
         "meta": {
+            # what discovery records for the seed's server: the model path SGLang reports
+            # (the report's title derives the model's name from it), facts and their sources
             "target": {"url": "http://127.0.0.1:8000/v1", "model": "muse-glimmer",
-                       "api": "completions", "model_name": "Muse-Glimmer-30B"},
-            "engine": {"name": "sglang", "version": engine_version,
-                       "commit": "05c584c44fb0", "quantization": "BF16", "backend": "cuda",
-                       "build": "cuda-13.2", "repository": "github.com/sgl-project/sglang"},
+                       "api": "completions", "model_path": "meta-models/Muse-Glimmer-30B"},
+            "engine": {"name": "sglang", "adapter": "sglang", "version": engine_version,
+                       "commit": "05c584c44fb0", "quantization": None, "dtype": "bfloat16",
+                       "backend": "cuda", "build": "cuda-13.2",
+                       "repository": "github.com/sgl-project/sglang",
+                       "model_path": "meta-models/Muse-Glimmer-30B", "tp_size": 1,
+                       "simulated": False,
+                       "sources": {"name": "probed", "version": "probed", "commit": "probed",
+                                   "backend": "given", "build": "given",
+                                   "repository": "default"}},
             "hardware": {"type": "Discrete GPU", "gpu": "H200 NVL", "vram_gb": 141,
-                         "os": "linux", "cpu": "Synthetic CPU @ 3.0GHz"},
-            "run": {"served_model": "muse-glimmer", "model": "Muse-Glimmer-30B",
+                         "os": "linux", "cpu": "Synthetic CPU @ 3.0GHz",
+                         "sources": {"type": "detected", "gpu": "detected",
+                                     "vram_gb": "detected", "os": "given",
+                                     "cpu": "detected"}},
+            "run": {"served_model": "muse-glimmer",
                     "revision": "main", "tool": "speedmatrix", "tool_version": "0.1.0",
                     "decode_test": "fixed_duration", "prefill_mode": "decode_warmup",
                     "duration_s": duration_s, "max_output": max_output,

@@ -84,7 +84,7 @@ def seed_doc():
               "--api-key SEEDSECRETKEY123")
     meta = {
         "target": {"url": "http://127.0.0.1:8000/v1", "model": "muse-glimmer",
-                   "model_name": "Muse-Glimmer-30B"},
+                   "model_path": "meta-models/Muse-Glimmer-30B"},
         "engine": {"name": "sglang", "version": "0.5.6.post3.dev9265+g05c584c44",
                    "quantization": "BF16", "backend": "cuda",
                    "repository": "github.com/sgl-project/sglang", "build": "cuda-13.2",
@@ -364,3 +364,99 @@ def test_repeated_cells_get_a_repetition_column(tmp_path):
     one = synthetic.shared_run("full")
     md1, _, _ = render_report(load(one), charts=False)
     assert "Repetition" not in md1
+
+
+# ---------------------------------------------------------------- metadata and its sources
+def _meta_report(tmp_path, edit) -> tuple[str, str]:
+    """Report text of the synthetic run with ``edit(doc)`` applied to its run.json."""
+    d = tmp_path / "run"
+    doc = json.loads((synthetic.shared_run("full") / "run.json").read_text())
+    edit(doc)
+    write_run(d, doc)
+    md, page, _ = render_report(load(d), charts=False)
+    return md, page
+
+
+def test_title_model_is_derived_from_the_model_path(full):
+    _, md, _page, run = full
+    assert "model_name" not in run.meta["target"]  # nothing hand-set: derived from the path
+    assert "**Muse-Glimmer-30B on H200 NVL 141GB**" in md
+    assert "- **Model path:** meta-models/Muse-Glimmer-30B" in md
+    assert "| Model | Name | Muse-Glimmer-30B | From the model path the server reports |" in md
+
+
+def test_given_model_name_wins_over_the_path(tmp_path):
+    def edit(doc):
+        doc["meta"]["target"].update(model_name="Glimmer 30B", model_name_source="given")
+
+    md, _ = _meta_report(tmp_path, edit)
+    assert "**Glimmer 30B on H200 NVL 141GB**" in md
+    assert "| Model | Name | Glimmer 30B | Given by the user |" in md
+
+
+def test_dtype_is_the_precision_when_quantization_is_absent(full):
+    _, md, _page, run = full
+    assert run.meta["engine"]["quantization"] is None
+    assert "sglang · 0.5.6.post3.dev9265+g05c584c44 · BF16" in md
+    assert "- **Quantization:** BF16" in md
+
+
+def test_engine_and_hardware_sources_are_shown(full):
+    _, md, page, _ = full
+    block = md[md.index("## Probed and given"):]
+    for line in ("| Engine | Version | 0.5.6.post3.dev9265+g05c584c44 | Probed from the server |",
+                 "| Engine | Backend | cuda | Given by the user |",
+                 "| Engine | Repository | github.com/sgl-project/sglang | Default |",
+                 "| Hardware | GPU | H200 NVL | Detected on this machine |",
+                 "| Hardware | VRAM | 141 GB | Detected on this machine |",
+                 "| Hardware | OS | linux | Given by the user |"):
+        assert line in block, line
+    assert "<h2>Probed and given</h2>" in page
+
+
+def test_simulated_run_does_not_pose_as_real_hardware(tmp_path):
+    def edit(doc):
+        doc["meta"]["engine"].update(simulated=True, backend="simulated", repository=None)
+        doc["meta"]["hardware"] = {"type": "Simulated", "gpu": None, "vram_gb": None,
+                                   "os": "linux", "cpu": "Some CPU"}
+
+    md, _page = _meta_report(tmp_path, edit)
+    assert "**Muse-Glimmer-30B on speedmatrix-sim (simulated)**" in md
+    assert "sglang (simulated by speedmatrix-sim) · 0.5.6" in md
+    assert "- **Engine:** sglang (simulated by speedmatrix-sim)" in md
+    assert "- **Type:** Simulated" in md and "- **Backend:** simulated" in md
+    assert "H200" not in md.split("## Launch command")[0]
+
+
+def test_warnings_section_when_the_run_recorded_warnings(tmp_path, full):
+    assert "## Warnings" not in full[1]  # none recorded: no section
+
+    def edit(doc):
+        doc["meta"]["warnings"] = [
+            "no Prometheus metrics at /metrics (start SGLang with --enable-metrics)",
+            "plan: 123K × 16 skipped; server said --api-key leaked-KEY-123 is invalid", ""]
+
+    md, page = _meta_report(tmp_path, edit)
+    block = md[md.index("## Warnings"):]
+    assert "no Prometheus metrics at /metrics (start SGLang with --enable-metrics)" in block
+    assert "--api-key <redacted>" in block and "leaked-KEY-123" not in md + page
+    assert "The run recorded 2 warnings: see Warnings." in md
+    assert "<h2>Warnings</h2>" in page and 'href="#warnings"' in page
+
+
+def test_errors_show_an_example_message_per_kind(full, tmp_path):
+    _, md, _page, _ = full
+    errors = md[md.index("## Errors"):]
+    assert re.search(r"\| http_500 × [\d,]+ \(e\.g\. “HTTP 500: internal server error”\) \|",
+                     errors), errors
+
+    def edit(doc):
+        cell = next(c for c in doc["cells"] if c["status"] == "error")
+        cell["errors"] = {"http_401": 3, "timeout": 2}
+        cell["error_examples"] = {"http_401": "HTTP 401: invalid token=tok-SECRET-77 for user",
+                                  "timeout": "no bytes in 30 s"}
+
+    md2, page2 = _meta_report(tmp_path, edit)
+    assert "tok-SECRET-77" not in md2 + page2
+    assert "http_401 × 3 (e.g. “HTTP 401: invalid token=<redacted> for user”); " \
+           "timeout × 2 (e.g. “no bytes in 30 s”)" in md2

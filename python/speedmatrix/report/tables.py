@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from speedmatrix.adapters.base import display_model_name, precision_label
 from speedmatrix.redact import redact
 from speedmatrix.report import formatting as fmt
 
@@ -78,10 +79,36 @@ def _get(d: dict | None, *keys: str) -> Any:
 
 
 def model_name(meta: dict) -> str:
+    """The model in the title: the name the run recorded (given with ``--model-name`` or
+    derived from the model path), else the last part of a recorded model path, else the
+    served name."""
     run, target, eng = meta.get("run") or {}, meta.get("target") or {}, meta.get("engine") or {}
-    return str(_get(target, "model_name") or _get(run, "model_name", "model")
-               or _get(eng, "model") or _get(target, "model") or _get(run, "served_model")
-               or "Unknown model")
+    path = _get(target, "model_path") or _get(eng, "model_path")
+    return str(_get(target, "model_name") or _get(run, "model_name")
+               or display_model_name(path) or _get(target, "model")
+               or _get(run, "served_model", "model") or "Unknown model")
+
+
+def simulated(meta: dict) -> bool:
+    """True for a run against the built-in engine (speedmatrix-sim)."""
+    eng, hw = meta.get("engine") or {}, meta.get("hardware") or {}
+    return bool(eng.get("simulated")) or str(hw.get("type") or "").lower() == "simulated"
+
+
+def engine_name(meta: dict) -> str | None:
+    """The engine as the report names it; the built-in engine says it is a simulation of
+    that engine, so a demo run never reads as a real SGLang or vLLM."""
+    name = _get(meta.get("engine"), "name")
+    if name is None:
+        return None
+    return f"{name} (simulated by speedmatrix-sim)" if simulated(meta) else str(name)
+
+
+def precision(eng: dict) -> str | None:
+    """The seed's "Quantization" value: the quantization method, else the weights' dtype
+    (BF16 for ``bfloat16``; nothing for ``auto``)."""
+    quant = _get(eng, "quantization")
+    return str(quant) if quant is not None else precision_label(eng.get("dtype"))
 
 
 def hardware_name(meta: dict) -> str:
@@ -89,6 +116,8 @@ def hardware_name(meta: dict) -> str:
     hw = meta.get("hardware") or {}
     gpu = _get(hw, "gpu")
     if gpu is None:
+        if simulated(meta):
+            return "speedmatrix-sim (simulated)"
         return str(_get(hw, "cpu") or "unknown hardware")
     vram = _vram(hw)
     if vram and vram.endswith(" GB") and not str(gpu).endswith("GB"):
@@ -105,7 +134,8 @@ def header_lines(run: Run) -> tuple[str, str, str, str]:
     eng = meta.get("engine") or {}
     title = "Speed test matrix"
     subtitle = f"{model_name(meta)} on {hardware_name(meta)}"
-    parts = [str(eng[k]) for k in ("name", "version", "quantization") if not fmt.missing(eng.get(k))]
+    parts = [str(v) for v in (engine_name(meta), eng.get("version"), precision(eng))
+             if not fmt.missing(v)]
     engine_line = " · ".join(parts) if parts else "unknown engine"
     md = run.matrix_definition
     ctx, conc, pre = md["contexts"], md["concurrency"], md["prefill_contexts"]
@@ -146,11 +176,14 @@ def hardware_section(run: Run) -> Section:
 
 def engine_section(run: Run) -> Section:
     e = run.meta.get("engine") or {}
+    t = run.meta.get("target") or {}
     items = _items([
-        ("Engine", e.get("name")), ("Version", e.get("version")),
-        ("Quantization", e.get("quantization")), ("Backend", e.get("backend")),
+        ("Engine", engine_name(run.meta)), ("Version", e.get("version")),
+        ("Quantization", precision(e)), ("Backend", e.get("backend")),
         ("Repository", e.get("repository")), ("Build", e.get("build")),
         ("Commit", e.get("commit")),
+        ("Model path", t.get("model_path") or e.get("model_path")),
+        ("Tensor parallel", e.get("tp_size")),
     ])
     return Section("Engine", items=items or [("Engine", "Not recorded")], anchor="engine")
 
@@ -416,20 +449,96 @@ def capacity_section(run: Run) -> Section:
     return Section("Capacity", table=tbl if rows else None, text=text, anchor="capacity")
 
 
+SOURCE_TEXT = {"probed": "Probed from the server", "given": "Given by the user",
+               "detected": "Detected on this machine", "default": "Default",
+               "missing": "Not available", "model_path": "From the model path the server reports",
+               "served_model": "The served model name"}
+ENGINE_FACTS = (("name", "Engine"), ("version", "Version"), ("commit", "Commit"),
+                ("quantization", "Quantization"), ("backend", "Backend"), ("build", "Build"),
+                ("repository", "Repository"))
+HARDWARE_FACTS = (("type", "Type"), ("gpu", "GPU"), ("vram_gb", "VRAM"), ("os", "OS"),
+                  ("cpu", "CPU"))
+
+
+def _source_text(src: Any) -> str:
+    return SOURCE_TEXT.get(src, fmt.code_text(src)) if not fmt.missing(src) else fmt.DASH
+
+
+def sources_section(run: Run) -> Section | None:
+    """Where the model name, the engine facts and the hardware came from (probed, detected or
+    given); capacity has its own table. None for runs that recorded no sources."""
+    meta = run.meta
+    t, e, hw = meta.get("target") or {}, meta.get("engine") or {}, meta.get("hardware") or {}
+    rows = []
+    name_source = t.get("model_name_source")
+    if not name_source and not t.get("model_name") and (t.get("model_path")
+                                                         or e.get("model_path")):
+        name_source = "model_path"  # the title derives it here (see model_name)
+    if name_source:
+        rows.append(["Model", "Name", model_name(meta), _source_text(name_source)])
+    e_src = e.get("sources") if isinstance(e.get("sources"), dict) else {}
+    for key, label in ENGINE_FACTS:
+        value = engine_name(meta) if key == "name" else e.get(key)
+        if key in e_src and not fmt.missing(value):
+            rows.append(["Engine", label, str(value), _source_text(e_src[key])])
+    h_src = hw.get("sources") if isinstance(hw.get("sources"), dict) else {}
+    for key, label in HARDWARE_FACTS:
+        value = _vram(hw) if key == "vram_gb" else hw.get(key)
+        if key in h_src and not fmt.missing(value):
+            rows.append(["Hardware", label, str(value), _source_text(h_src[key])])
+    if not rows:
+        return None
+    return Section("Probed and given", table=Table(
+        ["Part", "Field", "Value", "Source"], rows,
+        caption="Where the report's metadata came from: probed from the server, detected on "
+                "the machine, or given by the user."), anchor="sources")
+
+
+def warnings_section(run: Run) -> Section | None:
+    """The run's warnings (discovery, plan): None when there are none."""
+    warns = run.meta.get("warnings")
+    if isinstance(warns, str):
+        warns = [warns]
+    if not isinstance(warns, (list, tuple)):
+        return None
+    items = [redact(str(w)).strip() for w in warns if not fmt.missing(w) and str(w).strip()]
+    if not items:
+        return None
+    return Section("Warnings", text=items, anchor="warnings")
+
+
+def _error_kinds(c: dict) -> str:
+    """``kind × count`` per error kind, with the server's example message when the cell kept
+    one (``error_examples``), redacted."""
+    errs = c.get("errors") if isinstance(c.get("errors"), dict) else {}
+    examples = c.get("error_examples") if isinstance(c.get("error_examples"), dict) else {}
+    parts = []
+    for k, v in sorted(errs.items()):
+        text = f"{k} × {fmt.count(v)}"
+        ex = examples.get(k)
+        if not fmt.missing(ex):
+            ex = " ".join(redact(str(ex)).split())
+            text += f" (e.g. “{ex if len(ex) <= 200 else ex[:199] + '…'}”)"
+        parts.append(text)
+    return "; ".join(parts) if examples else ", ".join(parts)
+
+
 def errors_section(run: Run) -> Section | None:
     rows = []
     for c in _ordered_cells(run):
         errs = c.get("errors") if isinstance(c.get("errors"), dict) else {}
         if not errs:
             continue
-        kinds = ", ".join(f"{k} × {fmt.count(v)}" for k, v in sorted(errs.items()))
         rows.append([fmt.phase_text(c["phase"]), c["label"], fmt.count(c["concurrency"]),
-                     fmt.status_text(c["status"]), fmt.count(sum(errs.values())), kinds])
+                     fmt.status_text(c["status"]), fmt.count(sum(errs.values())),
+                     _error_kinds(c)])
     if not rows:
         return None
     return Section("Errors", table=Table(["Phase", "Context", "Requests at once", "Status",
                                           "Failed requests", "By kind"], rows,
-                                         caption="Failed requests by kind."), anchor="errors")
+                                         caption="Failed requests by kind, with an example "
+                                                 "of the server's message where one was "
+                                                 "kept."), anchor="errors")
 
 
 def missing_section(run: Run) -> Section | None:
@@ -450,11 +559,15 @@ def build(run: Run) -> Report:
         notes.append("This run was interrupted"
                      + (f": {fmt.plural(n_miss, 'cell')} of the matrix not measured." if n_miss
                         else "."))
+    warns = warnings_section(run)
+    if warns is not None:
+        notes.append(f"The run recorded {fmt.plural(len(warns.text), 'warning')}: see Warnings.")
     sections = [hardware_section(run), engine_section(run), run_section(run),
                 launch_section(run), prefill_section(run), decode_section(run),
                 all_section(run), ci_section(run), flags_section(run), server_section(run),
                 capacity_section(run)]
-    for extra in (errors_section(run), missing_section(run)):
+    for extra in (sources_section(run), warns, errors_section(run),
+                  missing_section(run)):
         if extra is not None:
             sections.append(extra)
     sections.append(Section("Charts", anchor="charts", charts=[
