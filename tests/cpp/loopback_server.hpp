@@ -344,7 +344,9 @@ inline LoopbackServer::Handler openai_routes(RouteLog& log) {
                 "# TYPE sglang:num_running_reqs gauge\n"
                 "sglang:num_running_reqs{tp_rank=\"0\"} 3\n"
                 "sglang:num_running_reqs{tp_rank=\"1\"} 4\n"
-                "sglang:num_queue_reqs 1\n");
+                "sglang:num_queue_reqs 1\n"
+                "sglang:token_usage{dp_rank=\"0\"} 0.25\n"
+                "sglang:token_usage{dp_rank=\"1\"} 0.75\n");
     } else {
       c.respond(404, "text/plain", "no such route");
     }

@@ -115,6 +115,30 @@ TEST_F(CellTest, MetricsAreSampledAndSummedOverLabels) {
   for (std::size_t i = 1; i < m.t_ns.size(); ++i) EXPECT_GT(m.t_ns[i], m.t_ns[i - 1]);
 }
 
+TEST_F(CellTest, MetricsReduceTakesTheFullestRankOfAPoolFraction) {
+  CellSpec s = spec("/sse?n=3&itl_ms=20");
+  s.metrics_url = server.url("/metrics");
+  s.metrics_interval_s = 0.05;
+  s.metric_names = {"sglang:num_running_reqs", "sglang:token_usage", "sglang:token_usage"};
+  s.metric_reduce = {"sum", "max"};  // the third (shorter list) is summed
+  const CellResult res = CellRunner(s).run();
+  ASSERT_TRUE(res.fatal_error.empty()) << res.fatal_error;
+  ASSERT_GE(res.metrics.t_ns.size(), 1u);
+  EXPECT_EQ(res.metrics.values[0], 7.0);
+  EXPECT_EQ(res.metrics.values[1], 0.75);
+  EXPECT_EQ(res.metrics.values[2], 1.0);
+}
+
+TEST_F(CellTest, UnknownMetricReduceIsAFatalErrorOfTheCell) {
+  CellSpec s = spec("/sse?n=3&itl_ms=20");
+  s.metrics_url = server.url("/metrics");
+  s.metric_names = {"x"};
+  s.metric_reduce = {"mean"};
+  const CellResult res = CellRunner(s).run();
+  EXPECT_NE(res.fatal_error.find("metric_reduce"), std::string::npos) << res.fatal_error;
+  EXPECT_TRUE(res.requests.empty());
+}
+
 TEST_F(CellTest, MetricsFailuresAreCountedNotFatal) {
   CellSpec s = spec("/sse?n=3&itl_ms=20");
   s.duration_s = 0.3;
