@@ -23,6 +23,8 @@ from pathlib import Path
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
+#: where `compare` writes by default, inside DIR_B: its charts must not mix with DIR_B's own
+COMPARE_DIR = "compare"
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
 
@@ -70,8 +72,18 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu", help="GPU name for the report (default: nvidia-smi when local)")
     p.add_argument("--vram", help="GPU memory for the report, e.g. '141 GB'")
     p.add_argument("--hardware-type", help="e.g. 'Discrete GPU'")
+    p.add_argument("--os", help="the server's OS for the report (default: this machine's when "
+                   "the server is local)")
+    p.add_argument("--engine", help="engine name: an adapter (sglang, vllm, ...) skips "
+                   "detection; any other name only names the engine in the report")
     p.add_argument("--engine-version", help="engine version (overrides the probe)")
-    p.add_argument("--quantization", help="e.g. BF16, FP8")
+    p.add_argument("--engine-commit", help="engine commit (overrides the probe)")
+    p.add_argument("--backend", help="engine backend for the report, e.g. cuda, rocm")
+    p.add_argument("--build", help="engine build for the report, e.g. cuda-13.2")
+    p.add_argument("--repository", help="engine repository, e.g. github.com/sgl-project/sglang")
+    p.add_argument("--quantization", help="e.g. BF16, FP8 (overrides the probe)")
+    p.add_argument("--model-name", help="model name for the report's title (default: the last "
+                   "part of the model path the server reports, else the served name)")
     p.add_argument("--revision", help="model revision for the report")
     p.add_argument("--out", type=Path, help="output folder (run.json, records, report)")
     p.add_argument("--resume", type=Path, metavar="DIR",
@@ -109,7 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_ = sub.add_parser("compare", help="compare two saved runs")
     cmp_.add_argument("dir_a", type=Path)
     cmp_.add_argument("dir_b", type=Path)
-    cmp_.add_argument("--out", type=Path, help="folder for compare.md/html (default: DIR_B)")
+    cmp_.add_argument("--out", type=Path, help="folder for compare.md/html/csv and its "
+                      "charts (default: DIR_B/compare, apart from DIR_B's own report)")
     return parser
 
 
@@ -190,8 +203,13 @@ def _overrides(args: argparse.Namespace) -> dict:
         raise UsageError(str(exc)) from exc
     if args.max_running is not None:
         out["max_running"] = _positive_int(str(args.max_running), "--max-running")
-    if args.engine_version:
-        out["engine_version"] = args.engine_version
+    # Engine facts go to discovery, which records them with source "given".
+    for key, value in (("engine", args.engine), ("engine_version", args.engine_version),
+                       ("commit", args.engine_commit), ("backend", args.backend),
+                       ("build", args.build), ("repository", args.repository),
+                       ("quantization", args.quantization), ("model_name", args.model_name)):
+        if value:
+            out[key] = value
     return out
 
 
@@ -209,8 +227,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     info = {
         "launch_command": args.launch_command,
         "hardware": {k: v for k, v in (("gpu", args.gpu), ("vram", args.vram),
-                                        ("type", args.hardware_type)) if v},
-        "engine": {k: v for k, v in (("quantization", args.quantization),) if v},
+                                        ("type", args.hardware_type), ("os", args.os)) if v},
         "revision": args.revision,
     }
     run = sweep.Sweep(args.url, matrix, out=args.out, api_key=_api_key(args), model=args.model,
@@ -257,7 +274,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             raise UsageError(f"{d} holds no run.json")
     from speedmatrix.report.compare import write_compare
 
-    paths = write_compare(args.dir_a, args.dir_b, args.out or args.dir_b)
+    paths = write_compare(args.dir_a, args.dir_b, args.out or args.dir_b / COMPARE_DIR)
     for p in paths:
         print(f"wrote {p}")
     return 0

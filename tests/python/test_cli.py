@@ -1,18 +1,21 @@
 """The command line: bad flags and unreachable targets give one clear line and a
-non-zero exit before any work starts; --help and --version work."""
+non-zero exit before any work starts; --help and --version work; metadata flags reach
+run.json and the report; `report` and `compare` on saved runs."""
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
 
 import pytest
+import synthetic
 
 
 def _cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "speedmatrix.cli", *args], capture_output=True,
-                          text=True, timeout=timeout)
+                          text=True, timeout=timeout, check=False)
 
 
 def _free_port() -> int:
@@ -68,3 +71,82 @@ def test_version_and_help():
     for flag in ("--contexts", "--concurrency", "--prefill-contexts", "--duration",
                  "--max-output", "--api-key", "--out", "--resume", "--kv-capacity"):
         assert flag in res.stdout
+
+
+# ---- metadata flags, and the report / compare commands on saved runs ----------------------
+META_FLAGS = {
+    "--model-name": "Muse-Glimmer-30B", "--engine": "sglang-fork", "--engine-version": "9.9.9",
+    "--engine-commit": "abcdef123456", "--backend": "rocm", "--build": "rocm-6.4",
+    "--repository": "github.com/me/sglang-fork", "--quantization": "FP8", "--os": "plan9",
+    "--gpu": "MI300X", "--vram": "192 GB", "--hardware-type": "Discrete GPU",
+    "--revision": "r42",
+}
+
+
+def test_metadata_flags_reach_run_json_and_the_report(tmp_path):
+    from speedmatrix.sim import Sim
+
+    out = tmp_path / "run"
+    flags = [x for kv in META_FLAGS.items() for x in kv]
+    with Sim("fixed") as sim:
+        res = _cli("run", "--url", sim.url, "--contexts", "64", "--concurrency", "1",
+                   "--duration", "1s", "--max-output", "50", "--prefill-contexts", "64",
+                   "--out", str(out), "--quiet", *flags, timeout=120)
+    assert res.returncode == 0, res.stderr
+    meta = json.loads((out / "run.json").read_text())["meta"]
+    t, e, hw = meta["target"], meta["engine"], meta["hardware"]
+    assert (t["model_name"], t["model_name_source"]) == ("Muse-Glimmer-30B", "given")
+    assert t["model_path"]  # still the probed path beside the given name
+    assert (e["name"], e["version"], e["commit"], e["backend"], e["build"], e["repository"],
+            e["quantization"]) == ("sglang-fork", "9.9.9", "abcdef123456", "rocm", "rocm-6.4",
+                                   "github.com/me/sglang-fork", "FP8")
+    assert e["adapter"] in ("sglang", "vllm") and e["simulated"] is True
+    for key in ("name", "version", "commit", "backend", "build", "repository", "quantization"):
+        assert e["sources"][key] == "given", key
+    assert (hw["os"], hw["gpu"], hw["vram_gb"], hw["type"]) == ("plan9", "MI300X", 192,
+                                                                "Discrete GPU")
+    assert all(hw["sources"][k] == "given" for k in ("os", "gpu", "vram_gb", "type"))
+    assert meta["run"]["revision"] == "r42"
+    md = (out / "report.md").read_text()
+    assert "**Muse-Glimmer-30B on MI300X 192GB**" in md
+    assert "sglang-fork (simulated by speedmatrix-sim) · 9.9.9 · FP8" in md
+    for item in ("- **Commit:** abcdef123456", "- **Backend:** rocm", "- **Build:** rocm-6.4",
+                 "- **Repository:** github.com/me/sglang-fork", "- **OS:** plan9",
+                 "- **Revision:** r42", "| Engine | Build | rocm-6.4 | Given by the user |",
+                 "| Hardware | OS | plan9 | Given by the user |",
+                 "| Model | Name | Muse-Glimmer-30B | Given by the user |"):
+        assert item in md, item
+
+
+def test_report_command_writes_the_report_of_a_saved_run(tmp_path):
+    d = tmp_path / "run"
+    synthetic.build_run(d, contexts=(8192,), concurrency=(1, 2), prefill_contexts=(8192,),
+                        duration_s=2.0)
+    res = _cli("report", str(d))
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["wrote", str(d / "report.md"), "wrote", str(d / "report.html")]
+    md = (d / "report.md").read_text()
+    assert md.startswith("# Speed test matrix\n") and "Muse-Glimmer-30B on H200 NVL 141GB" in md
+    assert "| 8K |" in md and (d / "report.html").read_text().count("<svg") >= 3
+    assert (d / "plots" / "decode_heatmap.svg").is_file()
+
+
+def test_compare_command_keeps_its_charts_apart_from_the_runs(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    kw = {"contexts": (8192,), "concurrency": (1, 2), "prefill_contexts": (8192,),
+          "duration_s": 2.0}
+    synthetic.build_run(a, **kw)
+    synthetic.build_run(b, speed=1.2, seed=3, engine_version="0.5.7", **kw)
+    assert _cli("report", str(b)).returncode == 0
+    own = {p.name: p.read_bytes() for p in (b / "plots").iterdir()}
+    res = _cli("compare", str(a), str(b))
+    assert res.returncode == 0, res.stderr
+    written = [ln.removeprefix("wrote ") for ln in res.stdout.splitlines()]
+    assert written == [str(b / "compare" / "compare.md"), str(b / "compare" / "compare.html")]
+    md = (b / "compare" / "compare.md").read_text()
+    assert "0.5.7" in md and "(plots/ratio_heatmap.svg)" in md
+    assert (b / "compare" / "plots" / "ratio_heatmap.svg").is_file()
+    assert {p.name: p.read_bytes() for p in (b / "plots").iterdir()} == own  # run B's untouched
+    out = tmp_path / "elsewhere"
+    assert _cli("compare", str(a), str(b), "--out", str(out)).returncode == 0
+    assert (out / "compare.html").is_file() and (out / "plots" / "total_overlay.svg").is_file()
