@@ -431,6 +431,52 @@ TEST(SimEngine, FixedModeIsExact) {
   EXPECT_EQ(h.engine.next_deadline() == speedmatrix::kNever || h.engine.next_deadline() > 0, true);
 }
 
+TEST(SimEngine, EosEndsARequestBeforeMaxTokens) {
+  Harness h(small_profile());
+  sm::RequestSpec eos = spec(1, 32, 10, 1);
+  eos.eos_at = 4;                             // the model ends its answer after 4 tokens
+  sm::RequestSpec full = spec(2, 32, 10, 2);  // eos_at 0: ignore_eos, runs to max_tokens
+  sm::RequestSpec late = spec(3, 32, 10, 3);
+  late.eos_at = 50;  // EOS would come after max_tokens: length wins
+  EXPECT_EQ(sm::output_tokens(eos), 4);
+  EXPECT_EQ(sm::output_tokens(full), 10);
+  EXPECT_EQ(sm::output_tokens(late), 10);
+  h.engine.submit(eos);
+  h.engine.submit(full);
+  h.engine.submit(late);
+  h.at(1 * kMs);
+  // Admission reserves max_tokens whatever the EOS: the engine cannot know it in advance.
+  EXPECT_EQ(h.engine.state().kv_reserved_tokens, 3 * (32 + 10));
+  h.at(10'000 * kMs);
+  ASSERT_EQ(h.times(1).size(), 4u);
+  EXPECT_TRUE(h.finished(1));
+  EXPECT_EQ(h.times(2).size(), 10u);
+  EXPECT_EQ(h.times(3).size(), 10u);
+  // The stopped request left the batch: later steps carry the other two only.
+  EXPECT_EQ(h.engine.trace().front().batch, 3);
+  EXPECT_EQ(h.engine.trace().back().batch, 2);
+  auto st = h.engine.state();
+  EXPECT_EQ(st.requests_finished, 3);
+  EXPECT_EQ(st.requests_stopped, 1);
+  EXPECT_EQ(st.generation_tokens_total, 24);
+  EXPECT_EQ(st.kv_reserved_tokens, 0);
+}
+
+TEST(SimEngine, EosInFixedMode) {
+  sm::Profile p = small_profile();
+  p.mode = "fixed";
+  p.fixed_ttft_ms = 50;
+  p.fixed_itl_ms = 20;
+  Harness h(p);
+  sm::RequestSpec s = spec(1, 10, 100, 1);
+  s.eos_at = 3;
+  h.engine.submit(s);
+  h.at(10'000 * kMs);
+  EXPECT_EQ(h.times(1), (std::vector<ns_t>{50 * kMs, 70 * kMs, 90 * kMs}));
+  EXPECT_TRUE(h.finished(1));
+  EXPECT_EQ(h.engine.state().requests_stopped, 1);
+}
+
 TEST(SimProfile, ParsesOverridesAndRejectsUnknownFields) {
   auto p = sm::parse_profile(R"({"name":"x","mode":"fixed","fixed_itl_ms":20,"description":"d"})",
                              {"fixed_itl_ms=12.5", "model=\"m\"", "flavour=vllm"});
@@ -445,6 +491,10 @@ TEST(SimProfile, ParsesOverridesAndRejectsUnknownFields) {
   EXPECT_THROW(sm::parse_profile("{}", {"noequals"}), std::runtime_error);
   auto again = sm::parse_profile(sm::profile_to_json(p));
   EXPECT_DOUBLE_EQ(again.fixed_itl_ms, 12.5);
+  // eos_after: absent = 0 (never), round-trips, and cannot be negative.
+  EXPECT_EQ(p.eos_after, 0);
+  EXPECT_EQ(sm::parse_profile(sm::profile_to_json(sm::parse_profile("{}", {"eos_after=7"}))).eos_after, 7);
+  EXPECT_THROW(sm::parse_profile(R"({"eos_after":-1})"), std::runtime_error);
 }
 
 TEST(SimVocab, IdsAndWordsRoundTrip) {

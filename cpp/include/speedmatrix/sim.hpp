@@ -8,7 +8,8 @@
 //   token) --> waiting queue (FIFO) --admission: running cap and KV pool-->
 //   prefill of the uncached prompt tokens, in chunks, one chunk per engine
 //   iteration --> first token at the end of its last chunk --> one token per
-//   decode step, shared by the whole running batch --> finish at max_tokens.
+//   decode step, shared by the whole running batch --> finish at max_tokens, or
+//   earlier at end-of-sequence (RequestSpec::eos_at).
 // An engine iteration is [prefill chunk (if any)] then [decode step (if any)],
 // so a long prefill delays the batch's next step, as in a chunked-prefill engine.
 // Iterations follow each other on absolute model time (no drift): the next one
@@ -43,6 +44,11 @@ struct Profile {
   std::int32_t block_size = 16;        // prefix-cache block and vLLM KV block, tokens
   std::int64_t chunk_tokens = 8192;    // chunked-prefill chunk size, tokens
   std::int64_t default_max_tokens = 16;
+  // The model emits end-of-sequence after this many output tokens, ending a request
+  // that does not set ignore_eos before its max_tokens (finish_reason "stop"), as a
+  // real model ends its answer; a request's min_tokens holds EOS back. 0 = never:
+  // every request runs to max_tokens, ignore_eos or not.
+  std::int64_t eos_after = 0;
   std::int64_t vocab_size = 151936;
   bool prefix_cache = true;
   // Decode step (ms) = base + per_seq * b + per_seq2 * b^2 + per_kv_token * kv,
@@ -92,11 +98,20 @@ struct RequestSpec {
   // A what-if shortcut for warm-ups (body field "sm_prefill_free"): the request
   // costs no front-end or prefill time but fills the prefix cache as usual.
   bool free_prefill = false;
+  // The request ends at end-of-sequence after this many output tokens when that
+  // comes before max_tokens. 0 = no EOS (ignore_eos, or a profile without eos_after).
+  // KV is still reserved for max_tokens at admission: the engine cannot know in advance.
+  std::int64_t eos_at = 0;
 };
+
+// Output tokens a request produces: max_tokens, or fewer when EOS comes first.
+inline std::int64_t output_tokens(const RequestSpec& s) {
+  return s.eos_at > 0 && s.eos_at < s.max_tokens ? s.eos_at : s.max_tokens;
+}
 
 enum class EventKind : std::uint8_t {
   kToken = 0,     // the request's next token left at t_ns
-  kFinished = 1,  // its last token left at t_ns (max_tokens reached): it is done
+  kFinished = 1,  // its last token left at t_ns (max_tokens or EOS reached): it is done
 };
 
 struct Event {
@@ -132,6 +147,7 @@ struct EngineState {
   std::int64_t generation_tokens_total = 0;
   std::int64_t requests_submitted = 0;
   std::int64_t requests_finished = 0;
+  std::int64_t requests_stopped = 0;  // of requests_finished: ended at EOS before max_tokens
   std::int64_t requests_aborted = 0;
   std::int64_t steps = 0;
 };

@@ -209,10 +209,11 @@ struct Engine::Impl {
   void emit(Req& r, ns_t t, std::vector<Event>& out) {
     r.generated++;
     st.generation_tokens_total++;
-    bool done = r.generated >= r.spec.max_tokens;
+    bool done = r.generated >= output_tokens(r.spec);
     out.push_back({r.spec.id, done ? EventKind::kFinished : EventKind::kToken, t, r.generated, r.cached});
     if (done) {
       st.requests_finished++;
+      if (r.generated < r.spec.max_tokens) st.requests_stopped++;
       release(r);
       if (!fixed && r.stage == Stage::kDecode)
         decode.erase(std::find(decode.begin(), decode.end(), r.spec.id));

@@ -67,6 +67,7 @@ Profile parse_profile(const std::string& text, const std::vector<std::string>& o
                                 "block_size",
                                 "chunk_tokens",
                                 "default_max_tokens",
+                                "eos_after",
                                 "vocab_size",
                                 "prefix_cache",
                                 "step_base_ms",
@@ -97,6 +98,7 @@ Profile parse_profile(const std::string& text, const std::vector<std::string>& o
   get(j, "block_size", p.block_size);
   get(j, "chunk_tokens", p.chunk_tokens);
   get(j, "default_max_tokens", p.default_max_tokens);
+  get(j, "eos_after", p.eos_after);
   get(j, "vocab_size", p.vocab_size);
   get(j, "prefix_cache", p.prefix_cache);
   get(j, "step_base_ms", p.step_base_ms);
@@ -118,6 +120,7 @@ Profile parse_profile(const std::string& text, const std::vector<std::string>& o
   if (p.context_length <= 0 || p.kv_tokens <= 0 || p.max_running <= 0 || p.block_size <= 0 ||
       p.chunk_tokens <= 0 || p.vocab_size <= 0 || p.trace_capacity <= 0)
     throw std::runtime_error("profile sizes must be positive");
+  if (p.eos_after < 0) throw std::runtime_error("eos_after must be 0 (never) or a number of tokens");
   return p;
 }
 
@@ -141,6 +144,7 @@ std::string profile_to_json(const Profile& p) {
             {"block_size", p.block_size},
             {"chunk_tokens", p.chunk_tokens},
             {"default_max_tokens", p.default_max_tokens},
+            {"eos_after", p.eos_after},
             {"vocab_size", p.vocab_size},
             {"prefix_cache", p.prefix_cache},
             {"step_base_ms", p.step_base_ms},

@@ -73,7 +73,8 @@ struct Stream {
   evhttp_connection* conn = nullptr;
   bool chat = false, streaming = true, include_usage = false, continuous_usage = false;
   std::int64_t prompt_tokens = 0, max_tokens = 0, cached = 0;
-  std::int64_t sent = 0;  // tokens written
+  std::int64_t out_tokens = 0;  // tokens the reply carries: max_tokens, or fewer at EOS
+  std::int64_t sent = 0;        // tokens written
   Fault fault = Fault::kNone;
   std::int64_t fault_at = 1;  // the fault fires after this many tokens
   bool stalled = false;
@@ -434,6 +435,23 @@ void Server::handle_generate(evhttp_request* req, bool chat) {
     if (so["include_usage"].get_bool().get(b) == simdjson::SUCCESS) include_usage = b;
     if (so["continuous_usage_stats"].get_bool().get(b) == simdjson::SUCCESS) continuous = b;
   }
+  // The final usage chunk comes only with include_usage, on both engines. vLLM adds
+  // per-chunk usage only on top of it (include_usage and continuous_usage_stats,
+  // should_include_usage in vllm/entrypoints/serve/utils/api_utils.py); SGLang
+  // honours continuous_usage_stats alone (should_include_usage in
+  // python/sglang/srt/entrypoints/openai/utils.py).
+  if (prof_.flavour == "vllm") continuous = continuous && include_usage;
+  bool ignore_eos = false;
+  if (body["ignore_eos"].get(v) == simdjson::SUCCESS && !v.is_null() &&
+      v.get_bool().get(ignore_eos) != simdjson::SUCCESS)
+    return reply_error(req, 400, "'ignore_eos' must be a boolean", "BadRequestError");
+  std::int64_t min_tokens = 0;
+  for (const char* k : {"min_tokens", "min_new_tokens"}) {
+    if (body[k].get(v) != simdjson::SUCCESS || v.is_null()) continue;
+    if (v.get_int64().get(min_tokens) != simdjson::SUCCESS)
+      return reply_error(req, 400, std::string("'") + k + "' must be an integer", "BadRequestError");
+    break;
+  }
   bool free_prefill = false;
   if (body["sm_prefill_free"].get(v) == simdjson::SUCCESS && !v.is_null() &&
       v.get_bool().get(free_prefill) != simdjson::SUCCESS)
@@ -460,6 +478,10 @@ void Server::handle_generate(evhttp_request* req, bool chat) {
   if (fault == Fault::kHttp500)
     return reply_error(req, 500, "simulated internal server error (sm_fault)", "InternalServerError");
 
+  // EOS ends the reply early unless the request ignores it; min_tokens holds it back.
+  std::int64_t eos_at = 0;
+  if (prof_.eos_after > 0 && !ignore_eos) eos_at = std::max(prof_.eos_after, min_tokens);
+
   ns_t arrival_ns = clock_.now();  // the engine's submit time below is the same reading's moment
   RequestId id = next_id_++;
   Stream& s = streams_[id];
@@ -468,12 +490,19 @@ void Server::handle_generate(evhttp_request* req, bool chat) {
   s.conn = evhttp_request_get_connection(req);
   s.chat = chat;
   s.streaming = streaming;
-  s.include_usage = include_usage || continuous;
+  s.include_usage = include_usage;
   s.continuous_usage = continuous;
   s.prompt_tokens = prompt;
   s.max_tokens = max_tokens;
+  RequestSpec spec;
+  spec.id = id;
+  spec.prompt_tokens = prompt;
+  spec.max_tokens = max_tokens;
+  spec.free_prefill = free_prefill;
+  spec.eos_at = eos_at;
+  s.out_tokens = output_tokens(spec);
   s.fault = fault;
-  s.fault_at = std::max<std::int64_t>(1, std::min<std::int64_t>(3, max_tokens - 1));
+  s.fault_at = std::max<std::int64_t>(1, std::min<std::int64_t>(3, s.out_tokens - 1));
   char idbuf[40];
   std::snprintf(idbuf, sizeof idbuf, "%s-sim%016llx", chat ? "chatcmpl" : "cmpl",
                 static_cast<unsigned long long>(id));
@@ -523,11 +552,6 @@ void Server::handle_generate(evhttp_request* req, bool chat) {
     pump_unpaced(id);
     return;
   }
-  RequestSpec spec;
-  spec.id = id;
-  spec.prompt_tokens = prompt;
-  spec.max_tokens = max_tokens;
-  spec.free_prefill = free_prefill;
   if (prof_.prefix_cache && prof_.mode == "batched") spec.block_hashes = block_hashes(ids, prof_.block_size);
   engine_.submit(spec);
   s.in_engine = true;
@@ -559,7 +583,7 @@ void Server::send_token(Stream& s, ns_t, bool last) {
   else
     c += w;
   c += s.tail;
-  c += last ? "\"length\"}]" : "null}]";
+  c += !last ? "null}]" : s.out_tokens < s.max_tokens ? "\"stop\"}]" : "\"length\"}]";
   s.sent++;
   tokens_sent_++;
   if (s.continuous_usage) {
@@ -609,7 +633,7 @@ void Server::write_chunk(Stream& s) {
 
 void Server::send_nonstream(Stream& s) {
   std::string text;
-  for (std::int64_t k = 0; k < s.max_tokens; ++k) {
+  for (std::int64_t k = 0; k < s.out_tokens; ++k) {
     const std::string& w = words_[static_cast<std::size_t>((k + s.id * 31) % kWords)];
     if (k == 0)
       text.append(w, 1, std::string::npos);
@@ -617,15 +641,16 @@ void Server::send_nonstream(Stream& s) {
       text += w;
   }
   std::string c = s.obj_head;
+  const char* reason = s.out_tokens < s.max_tokens ? "stop" : "length";
   if (s.chat)
     c += ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":\"" + text +
-         "\"},\"logprobs\":null,\"finish_reason\":\"length\"}],";
+         "\"},\"logprobs\":null,\"finish_reason\":\"" + reason + "\"}],";
   else
-    c += ",\"choices\":[{\"index\":0,\"text\":\"" + text +
-         "\",\"logprobs\":null,\"finish_reason\":\"length\"}],";
-  tokens_sent_ += s.max_tokens;
-  s.sent = s.max_tokens;
-  usage_json(c, s, s.max_tokens);
+    c += ",\"choices\":[{\"index\":0,\"text\":\"" + text + "\",\"logprobs\":null,\"finish_reason\":\"" +
+         reason + "\"}],";
+  tokens_sent_ += s.out_tokens;
+  s.sent = s.out_tokens;
+  usage_json(c, s, s.out_tokens);
   if (opt_.stamp) {
     c += ",\"sm_t_ns\":";
     append_int(c, now_ns());
@@ -752,7 +777,7 @@ void Server::pump_unpaced(RequestId id) {
   }
   constexpr int kBurst = 256;
   for (int k = 0; k < kBurst; ++k) {
-    bool last = s.sent + 1 >= s.max_tokens;
+    bool last = s.sent + 1 >= s.out_tokens;
     send_token(s, 0, last);
     evbuffer_add(out_, scratch_.data() + kChunkHead, scratch_.size() - kChunkHead);
     if (s.fault != Fault::kNone && s.sent == s.fault_at) {
@@ -849,7 +874,10 @@ void Server::handle_metrics(evhttp_request* req) {
           "Number of generation tokens processed.");
     gauge("vllm:num_preemptions_total", l, 0.0, "counter", "Cumulative number of preemptions.");
     gauge("vllm:request_success_total", l + ",finished_reason=\"length\"",
-          static_cast<double>(st.requests_finished), "counter", "Finished requests.");
+          static_cast<double>(st.requests_finished - st.requests_stopped), "counter", "Finished requests.");
+    // A second series of the same family: no second HELP/TYPE header.
+    m += "vllm:request_success_total{" + l + ",finished_reason=\"stop\"} " +
+         std::to_string(st.requests_stopped) + "\n";
   } else {
     std::string l =
         "model_name=" + jstr(prof_.model) + ",engine_type=\"unified\",tp_rank=\"0\",pp_rank=\"0\"";
@@ -900,6 +928,7 @@ void Server::handle_state(evhttp_request* req) {
             {"tokens_sent", tokens_sent_},
             {"requests_submitted", st.requests_submitted},
             {"requests_finished", st.requests_finished},
+            {"requests_stopped", st.requests_stopped},
             {"requests_aborted", st.requests_aborted},
             {"steps", st.steps},
             {"streams_open", streams_.size()},
