@@ -108,6 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--flavour", choices=["sglang", "vllm"])
     sim.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="override a profile field")
+    from speedmatrix.sim import add_engine_flags  # standard library only: cheap to import
+
+    add_engine_flags(sim)  # --unpaced, --stamp, --fault-* P, --seed N
 
     demo = sub.add_parser("demo", help="built-in engine + the seed's matrix + report")
     demo.add_argument("--out", type=Path, default=Path("speedmatrix-demo"))
@@ -249,6 +252,7 @@ def _cmd_sim(args: argparse.Namespace) -> int:
         argv += ["--flavour", args.flavour]
     for kv in args.set:
         argv += ["--set", kv]
+    argv += sim.engine_flag_args(args)  # sim.main takes them under the same names
     return sim.main(argv)
 
 

@@ -12,6 +12,7 @@ are the JSON files beside this module in ``profiles/`` (names = file stems).
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -76,6 +77,30 @@ def _binary() -> Path:
     return _native.sim_binary()
 
 
+FAULT_KINDS = ("http500", "malformed", "drop", "stall")
+
+
+def _share(text: str) -> float:
+    """A fault share from the command line: a number in [0, 1] (argparse type)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a share in [0, 1]")
+    return value
+
+
+def _fault_args(faults: Mapping[str, float]) -> list[str]:
+    args: list[str] = []
+    for kind, share in faults.items():
+        kind = kind.replace("_", "")
+        if kind not in FAULT_KINDS:
+            raise ValueError(f"unknown fault {kind!r}: use {', '.join(FAULT_KINDS)}")
+        args += [f"--fault-{kind}", repr(float(share))]
+    return args
+
+
 def _fmt_value(v: Any) -> str:
     return v if isinstance(v, str) and not v.startswith(("{", "[")) else json.dumps(v)
 
@@ -127,11 +152,7 @@ class Sim:
             args.append("--unpaced")
         if stamp:
             args.append("--stamp")
-        for kind, share in (faults or {}).items():
-            kind = kind.replace("_", "").replace("http500", "http500")
-            if kind not in ("http500", "malformed", "drop", "stall"):
-                raise ValueError(f"unknown fault {kind!r}: use http500, malformed, drop, stall")
-            args += [f"--fault-{kind}", repr(float(share))]
+        args += _fault_args(faults or {})
         if seed is not None:
             args += ["--seed", str(int(seed))]
         for k, v in (overrides or {}).items():
@@ -265,10 +286,42 @@ class Sim:
         return False
 
 
+def add_engine_flags(ap: argparse.ArgumentParser) -> None:
+    """The flags `speedmatrix sim` passes through to the binary: pacing, stamps, faults.
+    Shared by this module's parser and the `sim` subcommand of speedmatrix.cli."""
+    ap.add_argument(
+        "--unpaced", action="store_true", help="emit tokens as fast as the sockets take them"
+    )
+    ap.add_argument(
+        "--stamp", action="store_true", help='add "sm_t_ns" (the send time) to every chunk'
+    )
+    for kind in FAULT_KINDS:
+        ap.add_argument(
+            f"--fault-{kind}",
+            type=_share,
+            default=0.0,
+            metavar="P",
+            help=f"share of generation requests given the {kind} fault (0..1)",
+        )
+    ap.add_argument("--seed", type=int, help="seed of the fault draws (reproducible faults)")
+
+
+def engine_flag_args(a: argparse.Namespace) -> list[str]:
+    """The binary's arguments for the flags added by add_engine_flags."""
+    args: list[str] = []
+    if a.unpaced:
+        args.append("--unpaced")
+    if a.stamp:
+        args.append("--stamp")
+    shares = {k: getattr(a, f"fault_{k}") for k in FAULT_KINDS}
+    args += _fault_args({k: v for k, v in shares.items() if v})
+    if a.seed is not None:
+        args += ["--seed", str(a.seed)]
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """`speedmatrix sim`: runs the built-in engine in the foreground until Ctrl-C."""
-    import argparse
-
     ap = argparse.ArgumentParser(prog="speedmatrix sim", description="Run the built-in engine.")
     ap.add_argument(
         "--profile",
@@ -278,8 +331,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--port", type=int, default=8000)
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--flavour", choices=["sglang", "vllm"], default=None)
-    ap.add_argument("--unpaced", action="store_true")
-    ap.add_argument("--stamp", action="store_true")
+    add_engine_flags(ap)
     ap.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="override a profile field"
     )
@@ -304,10 +356,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if a.flavour:
         args += ["--flavour", a.flavour]
-    if a.unpaced:
-        args.append("--unpaced")
-    if a.stamp:
-        args.append("--stamp")
+    args += engine_flag_args(a)
     for kv in a.set:
         args += ["--set", kv]
     proc = subprocess.Popen(args)

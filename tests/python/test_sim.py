@@ -11,12 +11,16 @@ import itertools
 import json
 import os
 import selectors
+import signal
 import socket
 import statistics
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 from speedmatrix.sim import Sim, list_profiles, load_profile, profile_path
@@ -258,6 +262,10 @@ def test_profiles_ship_and_load():
     }
     with pytest.raises(ValueError):
         profile_path("no-such-profile")
+    # No shipped profile ends a request at EOS: a client that does not send ignore_eos
+    # still gets max_tokens, as before eos_after existed (tests opt in by override).
+    for n in names:
+        assert load_profile(n).get("eos_after", 0) == 0, n
 
 
 def test_sim_starts_and_stops_cleanly():
@@ -293,6 +301,88 @@ def test_binary_cli_errors():
         check=False,
     )
     assert r.returncode == 2
+
+
+# --- `speedmatrix sim`: the CLI passes pacing, stamps and faults through -------------
+@contextmanager
+def cli_sim(*flags: str):
+    """Runs `speedmatrix sim --profile test-fast --port 0 FLAGS` in the foreground the way
+    a user does, yields its URL, then stops it with Ctrl-C (SIGINT)."""
+    import speedmatrix
+
+    env = dict(os.environ)
+    pkg_root = str(Path(speedmatrix.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH")) if p)
+    args = [sys.executable, "-m", "speedmatrix.cli", "sim", "--profile", "test-fast"]
+    proc = subprocess.Popen(
+        [*args, "--port", "0", *flags],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        sel = selectors.DefaultSelector()
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        assert sel.select(timeout=20), "speedmatrix sim did not start"
+        sel.close()
+        line = proc.stdout.readline().strip()
+        assert line.startswith("speedmatrix-sim listening on 127.0.0.1:"), line
+        url = "http://127.0.0.1:" + line.rsplit(":", 1)[1]
+        yield url
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for f in (proc.stdout, proc.stderr):
+            f.close()
+
+
+def test_cli_sim_unpaced_and_stamp():
+    with cli_sim("--unpaced", "--stamp") as url:
+        state = json.loads(get(url, "/sim/state")[1])
+        assert state["unpaced"] is True and state["stamp"] is True
+        port = int(url.rsplit(":", 1)[1])
+        t0 = time.monotonic()
+        body = {"prompt": "a b", "max_tokens": 2000, "stream": True, "ignore_eos": True}
+        s = RawStream(port, "/v1/completions", body).read_all()
+        # Paced, test-fast would take 50 ms + 2000 x 20 ms = 40 s.
+        assert s.complete and time.monotonic() - t0 < 10
+        toks = [c for c in s.chunks() if c["choices"]]
+        assert len(toks) == 2000 and all(isinstance(c["sm_t_ns"], int) for c in toks)
+    with cli_sim() as url:  # and without the flags, neither
+        state = json.loads(get(url, "/sim/state")[1])
+        assert state["unpaced"] is False and state["stamp"] is False
+
+
+@pytest.mark.parametrize("fault", ["http500", "malformed", "drop", "stall"])
+def test_cli_sim_fault_flags(fault):
+    with cli_sim(f"--fault-{fault}", "1", "--seed", "3") as url:
+        port = int(url.rsplit(":", 1)[1])
+        body = {"prompt": "a b", "max_tokens": 8, "stream": True}
+        s = RawStream(port, "/v1/completions", body).read_all(
+            timeout_s=0.6 if fault == "stall" else 5
+        )
+        if fault == "http500":
+            assert s.status == 500
+        elif fault == "malformed":
+            assert s.complete and sum(not _is_json(d) for _, d in s.events if d != "[DONE]") == 1
+        elif fault == "drop":
+            assert s.eof and not s.complete and 1 <= len(s.events) < 8
+        else:
+            assert not s.done() and 1 <= len(s.events) < 8
+        s.close()
+
+
+def test_cli_sim_rejects_a_bad_share(capsys):
+    from speedmatrix import cli
+
+    assert cli.main(["sim", "--profile", "test-fast", "--fault-drop", "2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--fault-drop" in err and "[0, 1]" in err
 
 
 # --- endpoints ---------------------------------------------------------------------
@@ -473,6 +563,93 @@ def test_chat_stream_and_non_streaming(fast):
     assert len(body["choices"][0]["message"]["content"].split()) == 2
     st, body = post(fast.url, "/v1/completions", {"prompt": ["one two"], "max_tokens": 1})
     assert st == 200 and body["usage"]["prompt_tokens"] == 2
+
+
+# --- end of sequence and usage options ---------------------------------------------
+def _tokens_and_reason(s: RawStream) -> tuple[int, list]:
+    toks = [
+        c for c in s.chunks() if c["choices"] and "role" not in c["choices"][0].get("delta", {})
+    ]
+    return len(toks), [c["choices"][0]["finish_reason"] for c in toks]
+
+
+@pytest.mark.parametrize("profile", ["test-fast", "test-batch"])
+def test_eos_after_ends_requests_that_do_not_ignore_eos(profile):
+    with Sim(profile, flavour="vllm", overrides={"eos_after": 3}) as sim:
+        base = {"prompt": "a b c", "max_tokens": 8, "stream_options": {"include_usage": True}}
+        cases = [  # request fields -> tokens, finish_reason
+            ({}, 3, "stop"),
+            ({"ignore_eos": False}, 3, "stop"),
+            ({"ignore_eos": True}, 8, "length"),
+            ({"min_tokens": 5}, 5, "stop"),  # min_tokens holds EOS back
+            ({"max_tokens": 2}, 2, "length"),  # max_tokens comes first
+        ]
+        for fields, n, reason in cases:
+            body = {**base, **fields}
+            s = RawStream(sim.port, "/v1/completions", {**body, "stream": True}).read_all()
+            assert s.complete and s.events[-1][1] == "[DONE]"
+            assert _tokens_and_reason(s) == (n, [None] * (n - 1) + [reason]), fields
+            assert s.chunks()[-1]["usage"]["completion_tokens"] == n
+            st, out = post(sim.url, "/v1/completions", body)
+            assert st == 200 and out["choices"][0]["finish_reason"] == reason, fields
+            assert len(out["choices"][0]["text"].split()) == out["usage"]["completion_tokens"] == n
+        chat = {"messages": [{"role": "user", "content": "x"}], "max_tokens": 8, "stream": True}
+        s = RawStream(sim.port, "/v1/chat/completions", chat).read_all()
+        assert _tokens_and_reason(s) == (3, [None, None, "stop"])
+        # The engine counts the requests that stopped at EOS apart, under vLLM's label.
+        assert wait_for(lambda: sim.state()["requests_stopped"] == 7)
+        assert sim.state()["requests_finished"] == 11
+        text = get(sim.url, "/metrics")[1]
+        success = {
+            l.split('finished_reason="')[1].split('"')[0]: float(l.rsplit(" ", 1)[1])
+            for l in text.splitlines()
+            if l.startswith("vllm:request_success_total{")
+        }
+        assert success == {"stop": 7.0, "length": 4.0}
+        assert text.count("# TYPE vllm:request_success_total ") == 1
+        st, _ = post(sim.url, "/v1/completions", {**base, "ignore_eos": "yes"})
+        assert st == 400
+
+
+def test_eos_after_unpaced():
+    with Sim("test-fast", unpaced=True, overrides={"eos_after": 3}) as sim:
+        body = {"prompt": "a", "max_tokens": 50, "stream": True}
+        s = RawStream(sim.port, "/v1/completions", body).read_all()
+        assert _tokens_and_reason(s) == (3, [None, None, "stop"])
+        s = RawStream(sim.port, "/v1/completions", {**body, "ignore_eos": True}).read_all()
+        assert _tokens_and_reason(s) == (50, [None] * 49 + ["length"])
+
+
+def test_stream_usage_options_follow_the_flavour(flavoured):
+    """include_usage gives the final usage chunk. continuous_usage_stats adds usage to
+    every chunk: on top of include_usage only in vLLM, on its own too in SGLang."""
+    flavour, sim = flavoured
+    cases = [  # stream_options -> (usage in every token chunk, final usage chunk)
+        (None, (False, False)),
+        ({"include_usage": True}, (False, True)),
+        ({"continuous_usage_stats": True}, (flavour == "sglang", False)),
+        ({"include_usage": False, "continuous_usage_stats": True}, (flavour == "sglang", False)),
+        ({"include_usage": True, "continuous_usage_stats": True}, (True, True)),
+    ]
+    for path, body in (
+        ("/v1/completions", {"prompt": "a b", "max_tokens": 4, "stream": True}),
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": "a"}], "max_tokens": 4, "stream": True},
+        ),
+    ):
+        for opts, (per_chunk, final) in cases:
+            req = body if opts is None else {**body, "stream_options": opts}
+            chunks = RawStream(sim.port, path, req).read_all().chunks()
+            toks = [c for c in chunks if c["choices"]][-4:]  # past chat's role-only chunk
+            assert len(toks) == 4
+            assert [("usage" in c) for c in toks] == [per_chunk] * 4, (path, opts)
+            if per_chunk:
+                assert [c["usage"]["completion_tokens"] for c in toks] == [1, 2, 3, 4]
+            finals = [c for c in chunks if not c["choices"]]
+            assert len(finals) == int(final), (path, opts)
+            if final:
+                assert finals[0]["usage"]["completion_tokens"] == 4
 
 
 def test_fixed_mode_timing_is_exact(fast):
