@@ -1,0 +1,96 @@
+"""End to end: the built-in engine's injected faults reach speedmatrix's own client
+(the sweep and its C++ cell runner) as the error kinds of records.hpp, are counted
+in the cell's errors, and the run is still written.
+
+tests/python/test_sim.py checks the same faults on the wire with a raw socket; here
+the question is what a user of speedmatrix sees in run.json.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from speedmatrix import runfile
+from speedmatrix.matrix import Matrix
+from speedmatrix.sim import Sim
+from speedmatrix.sweep import Sweep
+
+CELL = "decode-c64-n2-r0"
+
+# The fault the engine injects -> the error kind the client must record.
+# A drop is a connection closed in the middle of the chunked body: libcurl ends the
+# transfer with "transfer closed with outstanding read data remaining", which the
+# client files as a broken connection, not as a stream that ended cleanly too early.
+KINDS = {
+    "http_500": "http_500",
+    "malformed": "malformed_event",
+    "drop": "connection_reset",
+    "stall": "stall",
+}
+
+
+def _sweep(url: str, matrix: Matrix, out) -> tuple[int, dict]:
+    code = Sweep(url, matrix, out, progress=False, report=False).execute()
+    doc = json.loads((out / "run.json").read_text())
+    return code, {c["id"]: c for c in doc["cells"]}
+
+
+def _matrix(**kw) -> Matrix:
+    # No warm-up and no prefill cell: every request of the cell is a window request,
+    # so every fault lands in the cell's error count. A short window: at 50 ms TTFT and
+    # 20 ms per token a 10-token request takes about 0.25 s.
+    args = {"contexts": [64], "concurrency": [2], "duration_s": 1.5, "max_output": 10,
+            "prefill_contexts": [], "warmup": False}
+    return Matrix(**{**args, **kw})
+
+
+@pytest.fixture(scope="module")
+def sim():
+    with Sim("test-fast") as s:
+        yield s
+
+
+@pytest.mark.parametrize("fault", list(KINDS))
+def test_each_fault_reaches_the_client_as_its_error_kind(sim, tmp_path, fault):
+    # "sm_fault" in the body makes every request of the cell fail the same way; the
+    # prompt-calibration requests discovery sends do not carry it.
+    m = _matrix(extra={"sm_fault": fault},
+                # A stalled stream is cut after 0.3 s of silence, well inside the window
+                # (a stream still open at the window's end is cancelled, not an error).
+                request_idle_timeout_s=0.3)
+    code, cells = _sweep(sim.url, m, tmp_path)
+    assert code == 0
+    c = cells[CELL]
+    kind = KINDS[fault]
+    # Only this kind, counted once per failed request, and it makes the cell an error.
+    assert set(c["errors"]) == {kind}, c["errors"]
+    assert c["errors"][kind] == c["errors_total"] >= 2
+    assert c["status"] == "error" and kind in c["reason"]
+    # The closed loop kept refilling: more requests failed than the 2 slots.
+    if fault == "stall":
+        assert c["errors_total"] >= 4  # about 0.4 s each in a 1.5 s window
+    # The run on disk holds the cell and its raw records, each failed request with its kind.
+    rec = runfile.load_records(tmp_path, c["records"])
+    req = rec["requests"]
+    window = req["phase"] == 1
+    failed = [k for k, o in zip(req["error_kind"][window], req["outcome"][window]) if o == 3]
+    assert len(failed) == c["errors_total"] and set(failed) == {kind}
+    # A fault that hits after some tokens still delivered them: 3 tokens, then the fault.
+    if fault != "http_500":
+        assert c["output_tokens"] > 0
+    # The engine was left idle: every faulty request was freed.
+    assert sim.wait_idle(timeout_s=5)
+
+
+def test_fault_shares_from_the_engine_flags_are_counted_by_kind(tmp_path):
+    # The engine's own random share (no request asks for a fault): some requests
+    # fail, each as its kind, the others stream to the end.
+    with Sim("test-fast", faults={"http500": 0.2, "malformed": 0.2}, seed=11) as s:
+        code, cells = _sweep(s.url, _matrix(concurrency=[4]), tmp_path)
+    c = cells["decode-c64-n4-r0"]
+    assert code == 0
+    assert set(c["errors"]) == {"http_500", "malformed_event"}, c["errors"]
+    assert c["errors_total"] == sum(c["errors"].values())
+    assert c["completed"] > 0 and c["output_tokens"] > 0
+    assert c["status"] == "error"  # 40% failed, far over the 5% threshold
