@@ -13,15 +13,26 @@ from typing import Any
 
 REDACTED = "<redacted>"
 
-_FLAG_NAMES = (
-    r"api[-_]?key|hf[-_]token|token|auth[-_]?token|access[-_]token|password|passwd|secret"
-    r"|client[-_]secret|bearer"
+# Secret-bearing names. Words that are secrets whatever precedes them take any prefix
+# (--admin-api-key, --openai-api-key, --db-password); "token" only alone or after a prefix
+# that makes it a credential (--hf-token, --auth-token), so --max-token 5 stays as it is.
+_STRONG = r"api[-_]?key|secret|password|passwd|private[-_]key"
+_TOKEN_PREFIX = (
+    r"hf|hub|huggingface|auth|access|api|bearer|github|gh|gitlab|refresh|session|id|openai"
+    r"|admin|oauth|bot"
 )
+_SECRET_NAME = (
+    rf"(?:[a-z0-9]+[-_])*(?:{_STRONG})|(?:(?:{_TOKEN_PREFIX})[-_]?)?token|bearer"
+)
+_FLAG_NAMES = _SECRET_NAME
 _VALUE = r"""(?:"[^"]*"|'[^']*'|[^\s"']+)"""
 
 _PATTERNS: list[tuple[re.Pattern[str], str]] = [
-    # --api-key X, --api-key=X, --hf-token X, --token X, -H/--header handled below
-    (re.compile(rf"(?i)((?<![\w-])--?(?:{_FLAG_NAMES})(?:=|\s+))({_VALUE})"), r"\1" + REDACTED),
+    # --api-key X, --api-key=X, --admin-api-key X, --hf-token X, --token X (-H/--header below)
+    (
+        re.compile(rf"(?i)((?<![\w-])--?(?:{_FLAG_NAMES})(?:=|\s+))(?!{REDACTED})({_VALUE})"),
+        r"\1" + REDACTED,
+    ),
     # api-key style headers: x-api-key: X, api-key: X
     (re.compile(r"(?i)(\b(?:x-)?api-key\s*:\s*)([^\s\"',;]+)"), r"\1" + REDACTED),
     # Authorization: Bearer X / Basic X ; also 'Authorization: X'
@@ -34,24 +45,25 @@ _PATTERNS: list[tuple[re.Pattern[str], str]] = [
     # env-style NAME=VALUE where NAME looks secret (OPENAI_API_KEY, HF_TOKEN, MY_SECRET, ...)
     (
         re.compile(
-            r"\b([A-Z0-9_]*(?:API_?KEY|TOKEN|SECRET|PASSWORD|PASSWD)[A-Z0-9_]*\s*=\s*)"
+            # TOKENS/TOKENIZER are counts and settings (MAX_TOKENS=4096), not credentials
+            r"\b([A-Z0-9_]*(?:API_?KEY|TOKEN(?!S|IZ)|SECRET|PASSWORD|PASSWD)[A-Z0-9_]*\s*=\s*)"
             rf"(?!<redacted>)({_VALUE})"
         ),
         r"\1" + REDACTED,
     ),
-    # query / key-value style: token=X, api_key=X, key=X, access_token=X (URLs, JSON-ish text)
+    # query / key-value style: token=X, api_key=X, key=X, hf_token=X (URLs, JSON-ish text)
     (
         re.compile(
-            r"(?i)([?&;\s,{(]|^)((?:api[-_]?key|key|token|access[-_]token|auth|"
-            r"password|secret|sig|signature)\s*=\s*)(?!<redacted>)([^\s&#\"',;)}]+)"
+            rf"(?i)([?&;\s,{{(]|^)((?:{_SECRET_NAME}|key|auth|sig|signature)\s*=\s*)"
+            r"(?!<redacted>)([^\s&#\"',;)}]+)"
         ),
         r"\1\2" + REDACTED,
     ),
-    # JSON style "api_key": "X"
+    # JSON style "api_key": "X", "admin_api_key": "X", "hf_token": "X"
     (
         re.compile(
-            r"""(?i)(["'](?:api[-_]?key|token|hf[-_]token|access[-_]token|authorization|"""
-            r"""password|secret)["']\s*:\s*["'])([^"']+)(["'])"""
+            rf"""(?i)(["'](?:{_SECRET_NAME}|authorization)["']\s*:\s*["'])"""
+            r"""(?!<redacted>)([^"']+)(["'])"""
         ),
         r"\1" + REDACTED + r"\3",
     ),

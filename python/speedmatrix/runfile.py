@@ -183,23 +183,42 @@ def _as_array(v: Any) -> np.ndarray:
     return np.asarray(v)
 
 
+def _redact_array(a: np.ndarray, fn) -> np.ndarray:
+    """A string array with ``fn`` applied to every element; other arrays unchanged."""
+    if a.dtype.kind == "U":
+        return np.asarray([fn(x) for x in a.ravel().tolist()], dtype=np.str_).reshape(a.shape)
+    if a.dtype.kind == "S":
+        out = [fn(x.decode("utf-8", "replace")).encode("utf-8") for x in a.ravel().tolist()]
+        return np.asarray(out, dtype=np.bytes_).reshape(a.shape)
+    return a
+
+
 def save_records(
     run_dir: str | os.PathLike,
     cell_id: str,
     requests: dict,
     events: dict,
     metrics: dict | None = None,
+    secrets: list[str] | None = None,
 ) -> str:
     """Save one cell's raw records as ``records/<cell id>.npz``; return the relative path.
 
     Arrays are stored as ``req_<name>``, ``ev_<name>``, and ``met_names``,
     ``met_t_ns``, ``met_values`` (plus ``met_failures``); strings as unicode arrays.
+    Every string (the servers' error messages above all: a server may echo a key or a
+    header) passes through :func:`speedmatrix.redact.redact`, and ``secrets`` are replaced
+    by ``<redacted>``, as in run.json.
     """
+    from speedmatrix.redact import redact, redact_known
+
+    def clean(text: str) -> str:
+        return redact_known(redact(text), secrets) if secrets else redact(text)
+
     arrays: dict[str, np.ndarray] = {}
     for k, v in (requests or {}).items():
-        arrays[f"req_{k}"] = _as_array(v)
+        arrays[f"req_{k}"] = _redact_array(_as_array(v), clean)
     for k, v in (events or {}).items():
-        arrays[f"ev_{k}"] = _as_array(v)
+        arrays[f"ev_{k}"] = _redact_array(_as_array(v), clean)
     metrics = metrics or {}
     names = [str(n) for n in metrics.get("names", [])]
     arrays["met_names"] = np.asarray(names, dtype=np.str_)

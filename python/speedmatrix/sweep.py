@@ -358,6 +358,11 @@ class Sweep:
         if names and self.target.metrics_url:
             spec.metrics_url = self.target.metrics_url
             spec.metric_names = names
+            # Request counts add up over ranks; KV usage is a fraction of each
+            # rank's own pool: the fullest rank is the one that limits admission
+            # (MetricsSpec.reduce, the same rule for one-off probes).
+            kv = self.target.metrics.kv_usage
+            spec.metric_reduce = ["max" if n == kv else "sum" for n in names]
             spec.metrics_interval_s = 0.25
         return spec
 
@@ -799,7 +804,8 @@ class Sweep:
 
     def _save_records(self, cell_id: str, res) -> str:
         met = dict(res.metrics)
-        return runfile.save_records(self.out, cell_id, res.requests, res.events, met)
+        return runfile.save_records(self.out, cell_id, res.requests, res.events, met,
+                                    secrets=self._secrets)
 
     def _store(self, outcome: CellOutcome) -> None:
         from speedmatrix.redact import redact_known

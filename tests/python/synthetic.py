@@ -25,6 +25,7 @@ KV_TOKENS = 1_400_000
 MAX_RUNNING = 48
 API_KEY = "sk-synthetic-SECRET-0123456789"
 HF_TOKEN = "hf_SyntheticHuggingFaceToken42"
+SECRETS = [API_KEY, HF_TOKEN]  # what a sweep knows and replaces everywhere it writes
 LAUNCH = (
     '"$HOME/env_h200/bin/sglang" serve --model-path meta-models/Muse-Glimmer-30B '
     "--served-model-name muse-glimmer --tp 1 --context-length 131072 "
@@ -34,6 +35,7 @@ LAUNCH = (
 METRIC_NAMES = ["sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage"]
 T_BASE = 5_000_000_000_000  # monotonic clock origin of the run (ns)
 MS = 1_000_000
+ERROR_MESSAGE = f"HTTP 500: internal server error (upstream refused api_key={API_KEY})"
 S = 1_000_000_000
 
 # Which (context, concurrency) cells get which treatment.
@@ -250,8 +252,9 @@ def _decode_cell(rng, c: int, n: int, t_start: int, duration_s: float, max_outpu
         while sent < t1:
             if error and s % 3 == 0:
                 done = sent + 40 * MS
+                # a server that echoes a credential in its error (redaction must catch it)
                 cell.add(s, 1, sent, -1, done, -1, 3, status=500, kind="http_500",
-                         message="HTTP 500: internal server error")
+                         message=ERROR_MESSAGE)
                 sent = done + 200 * MS
                 continue
             wait = max(0, s - MAX_RUNNING + 1) * 0.5 * ttft if n > MAX_RUNNING else 0.0
@@ -322,7 +325,7 @@ def build_run(
             ft = t + int(ttft * MS)
             pc.add(0, 0, t, ft, ft + MS, c, 1, [ft], [1], finish="length")
             req, ev = pc.arrays()
-            cell["records"] = save_records(out, cid, req, ev, {})
+            cell["records"] = save_records(out, cid, req, ev, {}, secrets=SECRETS)
         cells.append(cell)
         t += int(ttft * MS) + 50 * MS
     for c in contexts:
@@ -383,7 +386,7 @@ def build_run(
             if examples:
                 cell["error_examples"] = examples
             if with_records:
-                cell["records"] = save_records(out, cid, req, ev, met)
+                cell["records"] = save_records(out, cid, req, ev, met, secrets=SECRETS)
             cells.append(cell)
             t = t1 + 200 * MS
     if interrupted:
@@ -430,7 +433,7 @@ def build_run(
         },
         "cells": cells,
     }
-    write_run(out, doc, secrets=[API_KEY, HF_TOKEN])
+    write_run(out, doc, secrets=SECRETS)
     from speedmatrix.runfile import read_run
 
     return read_run(out)

@@ -23,6 +23,22 @@ CASES = [
     ('{"api_key": "inline-secret-1"}', "inline-secret-1", '"api_key"'),
     ('-H "x-api-key: hdrsecret42"', "hdrsecret42", "x-api-key"),
     ("--api-key 'quoted secret'", "quoted secret", "--api-key"),
+    # prefixed flags (SGLang's --admin-api-key), --flag=VALUE forms, env and key=value styles
+    ("sglang serve --admin-api-key adm1nSecret --port 8000", "adm1nSecret", "--port 8000"),
+    ("sglang serve --admin-api-key=adm1nSecret --tp 1", "adm1nSecret", "--tp 1"),
+    ("proxy --openai-api-key oaiSecret99 --x 1", "oaiSecret99", "--x 1"),
+    ("proxy --openai-api-key=oaiSecret99", "oaiSecret99", "--openai-api-key="),
+    ("vllm serve m --hf-token plainHFsecret", "plainHFsecret", "vllm serve m"),
+    ("vllm serve m --hf-token=plainHFsecret --dtype bfloat16", "plainHFsecret", "--dtype"),
+    ("x --auth-token t0k3n --y", "t0k3n", "--y"),
+    ("x --db-password pw123456 --y", "pw123456", "--y"),
+    ("ADMIN_API_KEY=admKey123 sglang serve", "admKey123", "sglang serve"),
+    ("FOO_API_KEY='quoted key' ./serve", "quoted key", "./serve"),
+    ("HF_TOKEN=plainTokenValue vllm serve", "plainTokenValue", "vllm serve"),
+    ("HUGGING_FACE_HUB_TOKEN=plainTokenValue vllm serve", "plainTokenValue", "vllm serve"),
+    ("error: hf_token=plainTokenValue rejected", "plainTokenValue", "rejected"),
+    ('{"admin_api_key": "adm1nSecret"}', "adm1nSecret", '"admin_api_key"'),
+    ('{"hf_token": "plainTokenValue"}', "plainTokenValue", '"hf_token"'),
 ]
 
 UNTOUCHED = [
@@ -30,6 +46,8 @@ UNTOUCHED = [
     "--max-tokens 4096 --tokenizer-path /models/tok --max-token 5",
     "monkey=banana tokens=12",
     "http://127.0.0.1:8000/v1/completions",
+    "MAX_TOKENS=4096 TOKENIZERS_PARALLELISM=false ./serve --max-new-tokens 512",
+    "max_tokens=12 --num-tokens 7 --token-budget 5",
 ]
 
 

@@ -6,6 +6,7 @@ import os
 
 import numpy as np
 import pytest
+from secrets_check import npz_strings, secrets_found
 from speedmatrix.runfile import (
     SCHEMA,
     RunFileError,
@@ -132,3 +133,29 @@ def test_records_without_metrics_and_missing_file(tmp_path):
     assert back["metrics"]["names"] == [] and back["metrics"]["values"].shape == (0, 0)
     with pytest.raises(FileNotFoundError, match="records file missing"):
         load_records(tmp_path, "records/none.npz")
+
+
+def test_records_strings_are_redacted(tmp_path):
+    key = "plain-KEY-without-shape-42"
+    messages = ["", f"HTTP 401: Invalid API key {key}",
+                "HTTP 400: bad header Authorization: Bearer tok-abc.def",
+                "HTTP 403: --admin-api-key adminSecret99 required",
+                "context length 131072 exceeded"]
+    req = {"slot": np.arange(5, dtype=np.int32), "error_message": messages,
+           "error_kind": np.asarray(["", "http_401", "http_400", "http_403", "http_400"])}
+    rel = save_records(tmp_path, "decode-c64-n1-r0", req, {"t_ns": [1]}, None, secrets=[key])
+    back = load_records(tmp_path, rel)["requests"]["error_message"].tolist()
+    assert back == ["", "HTTP 401: Invalid API key <redacted>",
+                    "HTTP 400: bad header Authorization: Bearer <redacted>",
+                    "HTTP 403: --admin-api-key <redacted> required",
+                    "context length 131072 exceeded"]
+    assert secrets_found(tmp_path, [key, "tok-abc.def", "adminSecret99"]) == []
+
+
+def test_the_secret_check_sees_inside_compressed_unicode_arrays(tmp_path):
+    secret = "hidden-SECRET-in-utf32"
+    np.savez_compressed(tmp_path / "x.npz", msg=np.asarray(["a" * 500 + secret] * 50))
+    assert secret.encode() not in (tmp_path / "x.npz").read_bytes()  # why bytes are not enough
+    hits = secrets_found(tmp_path, [secret])
+    assert hits and "in array msg" in hits[0]
+    assert any(secret in s for s in npz_strings(tmp_path))
