@@ -288,13 +288,17 @@ class Run:
         return df[df["phase"] == "decode"] if "phase" in df else df
 
     def matrix(self, figure: str = "total_tok_s", numeric: bool = False,
-               aggregate: str = "median") -> pd.DataFrame:
+               aggregate: str = "median", all_cells: bool = False) -> pd.DataFrame:
         """Decode cells pivoted: rows = context label (context order), columns = concurrency.
 
-        With ``numeric=False`` a cell without a number holds its status text
-        ("Over capacity", "Error", or "Not measured" for cells an interrupted
-        run never reached); with ``numeric=True`` those are NaN. Repetitions are
-        combined by ``aggregate`` (median by default).
+        As in the report's matrix, only valid and queued cells give numbers: a cell
+        whose (combined) status is over capacity or error holds its status text
+        ("Over capacity", "Error"), and a cell an interrupted run never reached
+        "Not measured" (figures an error cell did compute are not to be compared
+        with the others). With ``numeric=True`` those are NaN. Repetitions are
+        combined by ``aggregate`` (median by default) over their valid and queued
+        repetitions. ``all_cells=True`` takes the numbers of every cell whatever its
+        status (counts such as ``errors_total``).
         """
         figure = FIGURE_ALIASES.get(figure, figure)
         dec = self._decode()
@@ -312,11 +316,13 @@ class Run:
                 val: Any = np.nan
                 sub = groups.get((c, n))
                 if sub is not None:
+                    st = _combined_status(sub["status"].tolist())
+                    if not all_cells:
+                        sub = sub[sub["status"].isin(("valid", "queued"))]
                     nums = pd.to_numeric(sub[figure], errors="coerce").dropna()
-                    if len(nums):
+                    if len(nums) and (all_cells or st in ("valid", "queued")):
                         val = float(getattr(nums, aggregate)())
                     elif not numeric:
-                        st = _combined_status(sub["status"].tolist())
                         val = STATUS_TEXT.get(st, st) if st != "valid" else np.nan
                 elif not numeric:
                     val = NOT_MEASURED
@@ -427,9 +433,32 @@ def load(run_dir: str | os.PathLike, label: str | None = None, strict: bool = Tr
     return Run(doc, folder, label=label)
 
 
+CONCAT_FRAMES = ("cells", "requests", "prefill", "tokens")
+
+
+def _tokens_frame(run: Run) -> pd.DataFrame:
+    """Token events of every cell with saved records: :meth:`Run.tokens` plus the cell's
+    id, phase, context and concurrency."""
+    parts = []
+    for c in run.doc.get("cells") or []:
+        cid = _flatten_cell(c)["id"]
+        df = run.tokens(cid)
+        if len(df):
+            parts.append(df.assign(cell=cid, cell_phase=c["phase"], context=c["context"],
+                                   concurrency=c["concurrency"]))
+    cols = ["cell", "cell_phase", "context", "concurrency", "request", "t_ms", "tokens",
+            "gap_ms", "in_window"]
+    if not parts:
+        return pd.DataFrame(columns=cols)
+    return pd.concat(parts, ignore_index=True)[cols]
+
+
 def concat(runs: Iterable[Run], labels: Iterable[str] | None = None,
            frame: str = "cells") -> pd.DataFrame:
-    """One frame of several runs' ``cells`` (or ``requests``/``prefill``) with a ``run`` column."""
+    """One frame of several runs' ``cells`` (or ``requests``, ``prefill``, ``tokens``: the
+    token events of every cell) with a ``run`` column."""
+    if frame not in CONCAT_FRAMES:
+        raise ValueError(f"frame: {frame!r} is not one of {', '.join(CONCAT_FRAMES)}")
     runs = list(runs)
     labels = list(labels) if labels is not None else [r.label for r in runs]
     if len(labels) != len(runs):
@@ -438,7 +467,8 @@ def concat(runs: Iterable[Run], labels: Iterable[str] | None = None,
         labels = [f"{lab} #{i + 1}" for i, lab in enumerate(labels)]
     frames = []
     for r, lab in zip(runs, labels):
-        f = r.prefill() if frame == "prefill" else getattr(r, frame)
+        f = {"prefill": Run.prefill, "tokens": _tokens_frame}.get(
+            frame, lambda run: getattr(run, frame))(r)
         f = f.copy()
         f.insert(0, "run", lab)
         frames.append(f)

@@ -33,8 +33,11 @@ def test_heatmap_annotates_and_marks_over_capacity(run):
     n_over = int((run.cells["status"] == "over_capacity").sum())
     assert texts.count("Over\ncapacity") == n_over
     assert any(t.endswith("queued") for t in texts)
-    assert "Error" not in texts  # the failed cell still has a number, hatched
+    # the failed cell reads "Error" as in the report's matrix (no figure), hatched red
+    n_err = int((run.cells["status"] == "error").sum())
+    assert n_err and texts.count("Error") == n_err
     ax = fig.axes[0]
+    assert len([p for p in ax.patches if p.get_hatch() == "xx"]) == n_err
     hatched = [p for p in ax.patches if p.get_hatch() == "//"]
     assert len(hatched) == n_over
     assert [t.get_text() for t in ax.get_yticklabels()] == ["8K", "16K", "32K", "64K", "123K"]

@@ -110,6 +110,50 @@ def test_concat_adds_a_run_column(run):
         results.concat([run], ["a", "b"])
 
 
+def test_concat_of_token_events(run):
+    other = results.load(synthetic.shared_run("faster"))
+    toks = results.concat([run, other], ["before", "after"], frame="tokens")
+    cid = "decode-c8192-n4-r0"
+    one = toks[(toks["run"] == "before") & (toks["cell"] == cid)]
+    assert len(one) == len(run.tokens(cid)) > 0
+    assert np.array_equal(one["t_ms"].to_numpy(), run.tokens(cid)["t_ms"].to_numpy())
+    assert set(one["context"]) == {8192} and set(one["concurrency"]) == {4}
+    assert set(toks["run"]) == {"before", "after"}
+    # the decode cells' in-window tokens are the cells' output tokens
+    win = toks[(toks["run"] == "before") & toks["in_window"] & (toks["cell_phase"] == "decode")]
+    per_cell = win.groupby("cell")["tokens"].sum()
+    cells = run.cells.set_index("id")
+    assert per_cell[cid] == cells.loc[cid, "output_tokens"]
+    with pytest.raises(ValueError, match="frame: 'bogus' is not one of cells, requests"):
+        results.concat([run], frame="bogus")
+
+
+def test_matrix_agrees_with_the_report_on_error_cells(run, tmp_path):
+    from speedmatrix.report import render_report
+
+    src = run.cell("decode-c32768-n16-r0")
+    assert src["status"] == "error" and src["total_tok_s"] is not None  # it has a figure
+    assert run.matrix("total_tok_s").loc["32K", 16] == "Error"  # as the report prints
+    assert np.isnan(run.matrix("total_tok_s", numeric=True).loc["32K", 16])
+    assert run.matrix("errors_total", all_cells=True).loc["32K", 16] == sum(
+        src["errors"].values())
+    md, _, _ = render_report(run, charts=False)
+    row = next(ln for ln in md.splitlines() if ln.startswith("| 32K |"))
+    assert row.split("|")[6].strip().startswith("Error<br>")
+    # a repeated cell with one failed repetition keeps the valid one's figure
+    doc = json.loads((synthetic.shared_run("full") / "run.json").read_text())
+    ok = next(c for c in doc["cells"] if c["id"] == "decode-c8192-n1-r0")
+    doc["cells"].append(dict(ok, id="decode-c8192-n1-r1", repetition=1, status="queued",
+                             total_tok_s=1.0))
+    doc["cells"].append(dict(ok, id="decode-c8192-n1-r2", repetition=2, status="error",
+                             total_tok_s=1e6))
+    (tmp_path / "run.json").write_text(json.dumps(doc))
+    rep = results.load(tmp_path)
+    assert rep.statuses().loc["8K", 1] == "queued"
+    assert rep.matrix("total_tok_s").loc["8K", 1] == pytest.approx(
+        (ok["total_tok_s"] + 1.0) / 2)  # median of the valid and the queued repetition
+
+
 def test_interrupted_run(tmp_path):
     r = results.load(synthetic.shared_run("interrupted"))
     assert r.interrupted

@@ -268,7 +268,8 @@ def _cell_lines(status: str | None, total: Any, ttft: Any, errors_total: Any) ->
 def decode_section(run: Run) -> Section:
     tot = run.matrix("total_tok_s", numeric=True)
     ttft = run.matrix("ttft_ms", numeric=True)
-    err = run.matrix("errors_total", numeric=True) if "errors_total" in run.cells else None
+    err = (run.matrix("errors_total", numeric=True, all_cells=True)
+           if "errors_total" in run.cells else None)
     st = run.statuses()
     rows, classes = [], []
     for i, label in enumerate(tot.index):
