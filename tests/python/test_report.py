@@ -346,6 +346,13 @@ def test_report_of_a_real_run_against_the_built_in_engine(tmp_path):
     assert rows[1].rstrip().endswith("| Over capacity |")  # 16 × (4,096 + 256) > 60,000
     assert "--api-key <redacted> --hf-token <redacted>" in md
     assert secrets_found(out, [key, launch_key]) == []
+    # the built-in engine says it is one: no real SGLang, no GPU of this machine
+    meta = json.loads((out / "run.json").read_text())["meta"]
+    assert meta["engine"]["simulated"] is True and meta["engine"]["backend"] == "simulated"
+    assert meta["hardware"]["type"] == "Simulated" and meta["hardware"]["gpu"] is None
+    assert meta["target"]["model_path"] and meta["target"]["model_name_source"] == "model_path"
+    assert " on speedmatrix-sim (simulated)**" in md
+    assert "sglang (simulated by speedmatrix-sim)" in md
 
 
 def test_repeated_cells_get_a_repetition_column(tmp_path):
