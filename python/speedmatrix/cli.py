@@ -90,6 +90,9 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
                    help="continue an interrupted run in DIR without redoing finished cells")
     p.add_argument("--no-report", action="store_true", help="do not write report.md/html")
     p.add_argument("--quiet", action="store_true", help="no progress display")
+    p.add_argument("--tokenizer", metavar="NAME_OR_PATH",
+                   help="local Hugging Face tokenizer for exact prompts (needs the "
+                   "transformers or tokenizers package)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -221,7 +224,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     if args.resume is not None:
         return sweep.resume(args.resume, api_key=_api_key(args), progress=not args.quiet,
-                            report=not args.no_report)
+                            report=not args.no_report, tokenizer=args.tokenizer)
     if not args.url:
         raise UsageError("--url is required (or --resume DIR)")
     if not args.out:
@@ -235,7 +238,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     }
     run = sweep.Sweep(args.url, matrix, out=args.out, api_key=_api_key(args), model=args.model,
                       overrides=_overrides(args), info=info, progress=not args.quiet,
-                      report=not args.no_report)
+                      report=not args.no_report, tokenizer=args.tokenizer)
     return run.execute()
 
 

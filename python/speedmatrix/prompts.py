@@ -12,8 +12,10 @@ How the length is made exact, in order of preference:
    TensorRT-LLM, llama.cpp; completions API only). Ids of ordinary words are taken from the
    tokenize endpoint (or an assumed range of ids when there is none). One tiny request checks
    the engine accepts them and learns whether it adds tokens of its own (a BOS).
-2. ``tokenizer`` — a user-given local tokenizer (``callable(text) -> int | list``) counts
-   the text (chat: plus the chat template's tokens, learnt once).
+2. ``tokenizer`` — a user-given local tokenizer counts the text (chat: plus the chat
+   template's tokens, learnt once): ``callable(text) -> int | list``, or an object with
+   ``encode(text)`` (a Hugging Face tokenizer; :func:`load_tokenizer` loads one by name). It
+   must count as the server does, special tokens (a BOS) included.
 3. ``tokenize`` — text built from common words, counted by the server's tokenize endpoint
    (with ``messages`` for the chat API where the endpoint applies the chat template) and
    adjusted until the count is exact.
@@ -34,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from speedmatrix.adapters.base import Target, TokenizeSpec
+from speedmatrix.errors import SpeedmatrixError
 from speedmatrix.http import HttpClient, HttpError
 
 __all__ = [
@@ -44,6 +47,7 @@ __all__ = [
     "PromptFactory",
     "build_prompts",
     "clear_calibrations",
+    "load_tokenizer",
     "request_body",
 ]
 
@@ -258,8 +262,9 @@ SALT_WORDS = 8  # words (or ids) of per-request salt
 _MAX_FIT_ROUNDS = 8
 
 
-class PromptError(RuntimeError):
-    """A prompt of the asked length could not be made."""
+class PromptError(SpeedmatrixError):
+    """A prompt of the asked length could not be made: the server's (or the tokenizer's)
+    doing, not a bug, so it is reported as one line (a sweep records it in the cell)."""
 
 
 @dataclass(frozen=True)
@@ -682,7 +687,54 @@ def _count_ids(
     return tok.parse(client.post_json(tok.path, tok.request(model, text)))
 
 
-def _local_count(tokenizer: Callable[[str], int | list] | None, text: str) -> int:
+def _local_count(tokenizer: Any, text: str) -> int:
+    """Tokens of ``text`` by a local tokenizer: ``encode(text)`` where it has one (Hugging
+    Face ``transformers`` / ``tokenizers``: ids, or an Encoding with ``.ids``), else
+    ``tokenizer(text)`` giving a count or a list of ids."""
     assert tokenizer is not None
-    result = tokenizer(text)
-    return result if isinstance(result, int) else len(result)
+    encode = getattr(tokenizer, "encode", None)
+    result = encode(text) if callable(encode) else tokenizer(text)
+    if isinstance(result, int):
+        return result
+    if hasattr(result, "ids"):
+        return len(result.ids)
+    if isinstance(result, dict) or hasattr(result, "input_ids"):
+        return len(result["input_ids"])
+    return len(result)
+
+
+def load_tokenizer(name_or_path: str) -> Any:
+    """A Hugging Face tokenizer by hub name or local path (a folder, or a tokenizer.json),
+    with ``transformers`` when installed, else ``tokenizers``. Neither is a dependency of
+    speedmatrix: without both, a SpeedmatrixError says what to install."""
+    from pathlib import Path
+
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:
+        AutoTokenizer = None
+    if AutoTokenizer is not None:
+        try:
+            return AutoTokenizer.from_pretrained(name_or_path)
+        except Exception as exc:  # noqa: BLE001 - any failure to load is the user's to fix
+            raise SpeedmatrixError(
+                f"tokenizer {name_or_path!r} could not be loaded with transformers: {exc}"
+            ) from None
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        raise SpeedmatrixError(
+            f"tokenizer {name_or_path!r}: a local tokenizer needs the `transformers` or "
+            "`tokenizers` package (pip install tokenizers), which is not installed"
+        ) from None
+    path = Path(name_or_path)
+    try:
+        if path.is_dir() and (path / "tokenizer.json").is_file():
+            return Tokenizer.from_file(str(path / "tokenizer.json"))
+        if path.is_file():
+            return Tokenizer.from_file(str(path))
+        return Tokenizer.from_pretrained(name_or_path)
+    except Exception as exc:  # noqa: BLE001 - any failure to load is the user's to fix
+        raise SpeedmatrixError(
+            f"tokenizer {name_or_path!r} could not be loaded with tokenizers: {exc}"
+        ) from None

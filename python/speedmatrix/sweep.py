@@ -482,7 +482,7 @@ class Sweep:
             return None
         req = res.requests
         rows = np.flatnonzero(req["phase"] == 1)
-        out = self._prefill_cell(cell, res, rows, idle)
+        out = _with_method(self._prefill_cell(cell, res, rows, idle), prompts)
         self._store(out)
         return out
 
@@ -546,12 +546,13 @@ class Sweep:
         if interrupted:
             self.interrupted = True
             return None
-        out = self._decode_cell(cell, res, idle)
+        out = _with_method(self._decode_cell(cell, res, idle), prompts)
         self._store(out)
         if measures_prefill:
             rows = np.flatnonzero(res.requests["phase"] == 0)[:1]
             pcell = self._planned[prefill_id]
-            self._store(self._prefill_cell(pcell, res, rows, idle, source_id=cell.id))
+            self._store(_with_method(
+                self._prefill_cell(pcell, res, rows, idle, source_id=cell.id), prompts))
         return out
 
     def _decode_cell(self, cell, res, idle: bool) -> CellOutcome:
@@ -955,6 +956,15 @@ def _error_text(errors: dict[str, int], examples: dict[str, str]) -> str:
         if examples.get(top):
             text += f" ({top}: {examples[top]})"
     return text
+
+
+def _with_method(outcome: CellOutcome, prompts) -> CellOutcome:
+    """Records how the cell's prompts were made exact (token_ids, tokenizer, tokenize,
+    usage) beside the prompt-token check."""
+    check = outcome.cell.get("prompt_tokens")
+    if isinstance(check, dict) and prompts:
+        check["method"] = prompts[0].method
+    return outcome
 
 
 def _prompt_check(asked: int, reported: list[int]) -> dict:

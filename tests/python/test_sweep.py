@@ -4,6 +4,7 @@ cap and prefill rate). The figures are held against the engine's truth."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -12,9 +13,10 @@ import numpy as np
 import pytest
 from speedmatrix import runfile
 from speedmatrix._native import _core
+from speedmatrix.adapters import discover
 from speedmatrix.matrix import Matrix
 from speedmatrix.sim import Sim, load_profile
-from speedmatrix.sweep import Sweep
+from speedmatrix.sweep import Sweep, resume
 
 
 def _sweep(url, matrix, out, **kw):
@@ -69,7 +71,7 @@ def test_fixed_engine_figures(fixed_run, n):
     assert c["measured_s"] == pytest.approx(5.0, abs=0.05)
     assert c["completed"] == 0  # 2000 tokens take 40 s: nothing finishes in a 5 s window
     assert c["prompt_tokens"] == {"asked": 256, "reported_min": 256, "reported_max": 256,
-                                  "exact": True}
+                                  "exact": True, "method": "token_ids"}
     lo, hi = c["ci"]["total_tok_s"]
     assert lo <= c["total_tok_s"] <= hi
     assert not {"busy_at_start", "drift", "prompt_mismatch"} & set(c["flags"])
@@ -166,6 +168,22 @@ def test_prefill_rate_matches_the_engine(tmp_path):
     assert "measured_in" not in cells["prefill-c4096-r0"]
 
 
+def test_prefill_is_cold_when_concurrency_is_given_in_descending_order(tmp_path):
+    """With --concurrency 4,2,1 the N=1 cell runs last, after the N=4 and N=2 cells sent
+    prompts of the same context: its warm-up must still be a prompt the server has never
+    seen, or the prefix cache answers it and prompt tok/s reads far too high."""
+    with Sim("test-batch", overrides={"prefill_per_token_us": 100.0, "context_length": 8192,
+                                      "kv_tokens": 65536}) as sim:
+        m = Matrix(contexts=[2048], concurrency=[4, 2, 1], duration_s=0.5, max_output=64,
+                   prefill_contexts=[2048])
+        code, _doc, cells = _sweep(sim.url, m, tmp_path)
+    assert code == 0
+    p = cells["prefill-c2048-r0"]
+    assert p["measured_in"] == "decode-c2048-n1-r0"
+    assert p["prompt_tok_s"] == pytest.approx(10_000.0, rel=0.05), p
+    assert cells["decode-c2048-n1-r0"]["status"] == "valid"
+
+
 def test_every_prompt_is_exact(batch_run):
     _, cells, _, _ = batch_run
     for c in cells.values():
@@ -181,6 +199,21 @@ def test_vllm_flavour_statuses(tmp_path):
     assert doc["meta"]["capacity"]["kv_tokens"]["value"] == 4096
     assert cells["decode-c256-n2-r0"]["status"] == "valid"
     assert cells["decode-c256-n8-r0"]["status"] == "queued"
+
+
+def test_queue_seen_from_the_client_when_metrics_lack_a_waiting_gauge(tmp_path):
+    """/metrics answer with a running count but no waiting gauge: the server rule has
+    nothing to judge, so the client's view decides (as without metrics)."""
+    with Sim("test-batch") as sim:
+        target = discover(sim.url)
+        target.metrics = dataclasses.replace(target.metrics, waiting=None)
+        m = Matrix(contexts=[256], concurrency=[2, 8], duration_s=2, max_output=256)
+        _code, _doc, cells = _sweep(sim.url, m, tmp_path, target=target)
+    c8 = cells["decode-c256-n8-r0"]
+    assert c8["server"]["running_max"] is not None and c8["server"]["waiting_max"] is None
+    assert c8["status"] == "queued", c8
+    assert "waiting count" in c8["reason"]
+    assert cells["decode-c256-n2-r0"]["status"] == "valid"
 
 
 def test_queue_seen_from_the_client_without_metrics(tmp_path):
@@ -203,24 +236,75 @@ def test_http_errors_make_an_error_cell_counted_by_kind(tmp_path):
     assert c["status"] == "error"
     assert c["errors"].get("http_500", 0) >= 2
     assert "http_500" in c["reason"]
+    # beside the counts, what the server said for each kind (no request body)
+    assert set(c["error_examples"]) == set(c["errors"])
+    example = c["error_examples"]["http_500"]
+    assert example and "500" in example and len(example) <= 300
+    assert '"prompt"' not in example
+    assert example in c["reason"]
 
 
-def test_server_dying_mid_sweep_keeps_measured_cells(tmp_path):
+def test_a_cell_whose_prompts_cannot_be_made_is_an_error_and_the_sweep_goes_on(tmp_path):
+    """A 4-token context cannot hold a unique prompt: that cell (and its prefill) is an
+    error cell with the kind and the message; the other cells are measured."""
+    with Sim("fixed") as sim:
+        m = Matrix(contexts=[4, 64], concurrency=[1], duration_s=0.5, max_output=10,
+                   prefill_contexts=[4, 64])
+        code, _doc, cells = _sweep(sim.url, m, tmp_path)
+    assert code == 0
+    for cid in ("decode-c4-n1-r0", "prefill-c4-r0"):
+        c = cells[cid]
+        assert c["status"] == "error", c
+        assert c["errors"] == {"prompt": 1}
+        assert "too short" in c["error_examples"]["prompt"]
+        assert "too short" in c["reason"]
+    assert cells["decode-c64-n1-r0"]["status"] == "valid"
+    assert cells["prefill-c64-r0"]["status"] == "valid"
+
+
+def test_server_dying_mid_sweep_keeps_measured_cells(tmp_path, capsys):
+    """The engine is stopped after the first cell: the cell that finds it gone is an
+    error; the server is probed again, found unreachable, and the cells left are marked
+    without spending their windows; one line says so; resume measures them later."""
     sim = Sim("fixed")
-    m = Matrix(contexts=[64, 128], concurrency=[2], duration_s=1.5, max_output=1000)
+    duration = 3.0
+    m = Matrix(contexts=[64, 128, 256, 512], concurrency=[2], duration_s=duration,
+               max_output=1000)
     sweep = Sweep(sim.url, m, tmp_path, progress=False, report=False)
-    killer = threading.Thread(target=lambda: (_wait_for_cells(tmp_path, 1), sim.stop()))
+    killed_at: list[float] = []
+    killer = threading.Thread(target=lambda: (_wait_for_cells(tmp_path, 1), sim.stop(),
+                                              killed_at.append(time.monotonic())))
     killer.start()
     code = sweep.execute()
+    ended = time.monotonic()
     killer.join()
     doc = json.loads((tmp_path / "run.json").read_text())
     cells = {c["id"]: c for c in doc["cells"]}
-    assert code == 0
+    assert code == 1
     assert cells["decode-c64-n2-r0"]["status"] == "valid"
     dead = cells["decode-c128-n2-r0"]
     assert dead["status"] == "error"
     assert set(dead["errors"]) <= {"connect", "connection_reset", "incomplete_stream"} or \
         "reason" in dead
+    for cid in ("decode-c256-n2-r0", "decode-c512-n2-r0"):
+        c = cells[cid]
+        assert c["status"] == "error" and c["not_run"] == "server_unreachable"
+        assert c["reason"].startswith("server unreachable")
+        assert "records" not in c and c["measured_s"] == 0
+    # at most the one window of the cell that found the server gone, not three
+    assert ended - killed_at[0] < duration + 2.5
+    err = capsys.readouterr().err
+    lines = [x for x in err.splitlines() if "stopped answering" in x]
+    assert len(lines) == 1 and "--resume" in lines[0]
+
+    with Sim("fixed") as again:  # back, on another port: resume measures the cells left
+        doc["meta"]["target"]["url"] = again.url
+        (tmp_path / "run.json").write_text(json.dumps(doc))
+        assert resume(tmp_path, progress=False, report=False) == 0
+    after = {c["id"]: c for c in json.loads((tmp_path / "run.json").read_text())["cells"]}
+    for cid in ("decode-c256-n2-r0", "decode-c512-n2-r0"):
+        assert after[cid]["status"] == "valid" and "not_run" not in after[cid]
+    assert after["decode-c64-n2-r0"]["t0_ns"] == cells["decode-c64-n2-r0"]["t0_ns"]
 
 
 def _wait_for_cells(out, n, timeout=60):
@@ -285,3 +369,82 @@ def test_time_between_tokens_is_the_step_time_from_1_to_128_streams(tmp_path):
         step = float(np.median(steps))
         assert c["tbt_ms"] == pytest.approx(step, rel=0.02), (n, c["tbt_ms"], step)
         assert c["avg_active"] == pytest.approx(n, rel=0.02)
+
+
+def test_resume_measures_a_prefill_left_behind_by_its_warm_up_cell(tmp_path):
+    """Stopped after the N=1 decode cell was stored but before the prefill taken from
+    its warm-up: resuming must measure that prefill on its own."""
+    with Sim("fixed") as sim:
+        m = Matrix(contexts=[64], concurrency=[1], duration_s=0.5, max_output=100,
+                   prefill_contexts=[64])
+        _code, doc, cells = _sweep(sim.url, m, tmp_path)
+        assert cells["prefill-c64-r0"]["measured_in"] == "decode-c64-n1-r0"
+        doc["cells"] = [c for c in doc["cells"] if c["id"] != "prefill-c64-r0"]
+        doc["meta"]["run"]["interrupted"] = True
+        (tmp_path / "run.json").write_text(json.dumps(doc))
+        assert resume(tmp_path, progress=False, report=False) == 0
+    after = {c["id"]: c for c in json.loads((tmp_path / "run.json").read_text())["cells"]}
+    p = after["prefill-c64-r0"]
+    assert p["status"] == "valid" and p["prompt_tok_s"] > 0
+    assert "measured_in" not in p
+    assert after["decode-c64-n1-r0"]["t0_ns"] == cells["decode-c64-n1-r0"]["t0_ns"]
+
+
+def test_warnings_are_shown_once_and_saved(tmp_path, capsys):
+    with Sim("fixed") as sim:
+        target = discover(sim.url)
+        target.set_capacity("kv_tokens", None, "missing")  # the plan warns
+        target.warnings.append("a discovery warning")
+        m = Matrix(contexts=[64], concurrency=[1], duration_s=0.5, max_output=10)
+        sweep = Sweep(sim.url, m, tmp_path, progress=True, report=False, target=target)
+        assert sweep.execute() == 0
+        err = capsys.readouterr().err
+        quiet = Sweep(sim.url, m, tmp_path / "quiet", progress=False, report=False,
+                      target=target)
+        assert quiet.execute() == 0
+        assert "warning" not in capsys.readouterr().err
+    warnings = json.loads((tmp_path / "run.json").read_text())["meta"]["warnings"]
+    assert all(isinstance(w, str) for w in warnings)
+    assert "a discovery warning" in warnings
+    kv = [w for w in warnings if w.startswith("KV capacity unknown")]
+    assert len(kv) == 1
+    for w in ("a discovery warning", kv[0]):
+        assert err.count(w) == 1, err
+
+
+def test_cells_are_flagged_when_the_engine_cannot_force_the_output_length(tmp_path):
+    with Sim("fixed") as sim:
+        target = discover(sim.url)
+        assert target.output.forced
+        m = Matrix(contexts=[64], concurrency=[1], duration_s=0.5, max_output=10)
+        _c, _d, forced = _sweep(sim.url, m, tmp_path / "forced", target=target)
+        target.output = dataclasses.replace(target.output, forced=False)
+        _c, _d, loose = _sweep(sim.url, m, tmp_path / "loose", target=target)
+    assert "output_not_forced" not in forced["decode-c64-n1-r0"]["flags"]
+    assert "output_not_forced" in loose["decode-c64-n1-r0"]["flags"]
+
+
+class _WordCounter:
+    """A local tokenizer: the built-in engine's tokens are whitespace-separated words."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, text: str) -> list[str]:
+        self.calls += 1
+        return text.split()
+
+
+def test_a_local_tokenizer_makes_the_prompts(tmp_path):
+    tok = _WordCounter()
+    with Sim("fixed") as sim:
+        m = Matrix(contexts=[200], concurrency=[2], duration_s=0.5, max_output=10, api="chat",
+                   prefill_contexts=[300])
+        code, doc, cells = _sweep(sim.url, m, tmp_path, tokenizer=tok)
+    assert code == 0 and tok.calls > 0
+    for cid in ("decode-c200-n2-r0", "prefill-c300-r0"):
+        c = cells[cid]
+        assert c["status"] == "valid", c
+        assert c["prompt_tokens"]["method"] == "tokenizer"
+        assert c["prompt_tokens"]["exact"] is True
+    assert doc["meta"]["run"]["tokenizer"] == "_WordCounter"
