@@ -102,8 +102,16 @@ class Run:
 
     @property
     def matrix_definition(self) -> dict:
-        """Contexts, concurrency levels and prefill contexts (from meta, else from the cells)."""
-        m = dict((self.meta.get("run") or {}).get("matrix") or {})
+        """Contexts, concurrency levels and prefill contexts, in tokens: from the plan the
+        sweep resolved against the server (meta.run.plan: "max" as a token count, saved
+        before the first cell, so an interrupted run keeps its whole matrix), else from the
+        matrix definition (keywords it cannot resolve are dropped), always with the cells'
+        own values added."""
+        run = self.meta.get("run") or {}
+        m = dict(run.get("matrix") or {})
+        plan = run.get("plan") or {}
+        m.update({k: plan[k] for k in ("contexts", "concurrency", "prefill_contexts")
+                  if plan.get(k)})
         cells = self.doc.get("cells") or []
         dec = [c for c in cells if c["phase"] == "decode"]
         pre = [c for c in cells if c["phase"] == "prefill"]

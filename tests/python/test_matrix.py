@@ -153,3 +153,26 @@ def test_from_dict_accepts_the_cli_names():
     assert m.extra == {"temperature": 0}
     assert m.request_idle_timeout_s == 120.0
     assert Matrix.from_dict(m.to_dict()) == m
+
+
+def test_an_interrupted_seed_run_keeps_its_max_row():
+    """run.json of a seed-preset run stopped after its first cell: the matrix read back
+    has the 123K decode row and the 123K / 128K prefill columns, from the resolved plan
+    the sweep saved at the start ("max" in the definition alone cannot be resolved)."""
+    from speedmatrix.plan import plan
+    from speedmatrix.results import Run
+    from speedmatrix.sweep import _plan_meta
+
+    m = Matrix.preset("seed")
+    planned = plan(m, None, kv_tokens=1_000_000, context_length=131072)
+    first = {"id": "prefill-c8192-r0", "phase": "prefill", "context": 8192, "concurrency": 1,
+             "status": "valid"}
+    doc = {"meta": {"run": {"matrix": m.to_dict(), "plan": _plan_meta(planned, m),
+                            "interrupted": True}}, "cells": [first]}
+    d = Run(doc).matrix_definition
+    assert d["contexts"] == [8192, 16384, 32768, 65536, 125952]
+    assert d["concurrency"] == [1, 2, 4, 8, 16, 32, 64, 128]
+    assert d["prefill_contexts"] == [8192, 16384, 32768, 65536, 125952, 131008]
+    # without the plan (a run.json from before it was saved) keywords are dropped
+    del doc["meta"]["run"]["plan"]
+    assert Run(doc).matrix_definition["contexts"] == [8192, 16384, 32768, 65536]
