@@ -256,6 +256,55 @@ def test_local_tokenizer_is_used_and_chat_overhead_learnt():
         _ = bos
 
 
+class _Encoding:
+    def __init__(self, ids: list[int]) -> None:
+        self.ids = ids
+
+
+class _HubTokenizer:
+    """Shaped like a Hugging Face tokenizer: ``encode`` gives ids (``transformers``) or an
+    Encoding with ``.ids`` (``tokenizers``), with a BOS; calling it gives a dict, which must
+    not be taken for a list of tokens."""
+
+    def __init__(self, encoding: bool) -> None:
+        self.encoding = encoding
+
+    def encode(self, text: str):
+        ids = [1] + [7] * len(text.split())  # BOS + one token per word
+        return _Encoding(ids) if self.encoding else ids
+
+    def __call__(self, text: str) -> dict:
+        return {"input_ids": self.encode(text), "attention_mask": []}
+
+
+@pytest.mark.parametrize("encoding", [False, True])
+def test_a_hub_shaped_tokenizer_counts_with_encode(encoding):
+    with FakeEngine(bos=1, ids=False, tokenize=False) as eng:
+        target = eng.target(tokenize=False)
+        p = build_prompts(target, 500, 1, tokenizer=_HubTokenizer(encoding))[0]
+        assert p.method == "tokenizer"
+        assert eng.reported(target, "completions", p) == 500  # it counts the BOS as the server
+
+
+def test_prompt_errors_are_speedmatrix_errors():
+    from speedmatrix.errors import SpeedmatrixError
+
+    assert issubclass(PromptError, SpeedmatrixError)
+    assert not issubclass(PromptError, RuntimeError)
+
+
+def test_loading_a_tokenizer_without_a_tokenizer_package_says_what_to_install():
+    import importlib.util
+
+    from speedmatrix.errors import SpeedmatrixError
+    from speedmatrix.prompts import load_tokenizer
+
+    if importlib.util.find_spec("transformers") or importlib.util.find_spec("tokenizers"):
+        pytest.skip("a tokenizer package is installed")
+    with pytest.raises(SpeedmatrixError, match="pip install tokenizers"):
+        load_tokenizer("gpt2")
+
+
 def test_fit_gives_up_with_a_clear_error_on_a_strange_tokenizer():
     def two_per_word(text: str) -> int:
         return 2 * len(text.split())
