@@ -15,7 +15,13 @@ definitions"):
 * figures come from the raw records through `_core.summarize_cell`, the same
   function that recomputes them from a saved run;
 * `run.json` is rewritten atomically after every cell, so a crash or Ctrl-C loses
-  at most the cell in progress, and `--resume` continues without redoing cells.
+  at most the cell in progress, and `--resume` continues without redoing cells;
+  the resolved plan (meta.run.plan) and the cells it will not run are written
+  before the first cell;
+* a cell whose prompts cannot be made is an `error` cell and the sweep goes on;
+  after a cell with failed requests the server is asked again, and when it no
+  longer answers the cells left are marked `error` ("server unreachable",
+  `not_run`: `--resume` measures them) instead of each spending its window.
 """
 
 from __future__ import annotations
