@@ -14,6 +14,7 @@
 #include <string_view>
 
 #include "speedmatrix/cell.hpp"
+#include "speedmatrix/chunked.hpp"
 #include "speedmatrix/sse.hpp"
 
 namespace speedmatrix {
@@ -125,10 +126,12 @@ std::string check_url(const std::string& url) {
 // ---------------------------------------------------------------------------
 // One transfer: an easy handle with its parser state, reused across requests
 // (the connection lives in the multi handle's cache, not in the easy handle).
-struct Transfer final : SseSink {
+struct Transfer final : SseSink, ChunkedDecoder::Sink {
   CurlTransport::Impl* engine = nullptr;
   CURL* easy = nullptr;
   std::int32_t id = -1;
+  ChunkedDecoder chunks;  // libcurl hands over the raw chunked body (see acquire())
+  bool chunked = false;   // Transfer-Encoding: chunked
   SseParser parser;
   OpenAIStreamDecoder decoder;
   long status = 0;
@@ -147,6 +150,8 @@ struct Transfer final : SseSink {
 
   void reset_for(std::int32_t new_id, ApiKind api, ns_t now) {
     id = new_id;
+    chunks.reset();
+    chunked = false;
     parser.reset();
     decoder.reset(api);
     status = 0;
@@ -163,6 +168,9 @@ struct Transfer final : SseSink {
   }
 
   bool on_event(const SseEvent& ev) override;
+  // Decoded body bytes of the current read (all stamped with last_read_ns).
+  // False: abort the transfer (err_kind, or on_event's verdict, says why).
+  bool on_data(std::string_view piece) override;
 };
 
 struct CurlTransport::Impl {
@@ -254,6 +262,12 @@ struct CurlTransport::Impl {
       const std::size_t sp = line.find(' ');
       t->status = sp == std::string_view::npos ? 0 : std::strtol(line.data() + sp + 1, nullptr, 10);
       t->event_stream_type = false;
+      t->chunked = false;
+    } else if (iequals_prefix(line, "transfer-encoding:")) {
+      // "chunked" is always the last coding when present (RFC 9112 6.1).
+      std::string_view v = line.substr(18);
+      while (!v.empty() && (v.back() == '\n' || v.back() == '\r' || v.back() == ' ')) v.remove_suffix(1);
+      t->chunked = v.size() >= 7 && iequals_prefix(v.substr(v.size() - 7), "chunked");
     } else if (iequals_prefix(line, "content-type:")) {
       std::string_view v = line.substr(13);
       while (!v.empty() && v.front() == ' ') v.remove_prefix(1);
@@ -265,40 +279,24 @@ struct CurlTransport::Impl {
   static size_t on_write(char* ptr, size_t size, size_t nmemb, void* userp) {
     auto* t = static_cast<Transfer*>(userp);
     const size_t n = size * nmemb;
-    Impl* self = t->engine;
     // One clock read per write callback, before any parsing, shared by every
-    // event in the buffer. libcurl calls back once per socket read (once per
-    // HTTP chunk of it with chunked encoding). Not once per socket_action:
-    // libcurl reads again in the same call while data keeps arriving, and
-    // bytes that arrive later must not get an earlier stamp.
+    // event in the buffer. With transfer decoding off (acquire()), libcurl
+    // calls back once per socket read, whatever number of HTTP chunks the
+    // read carries, so the events that arrived together share one stamp. Not
+    // once per socket_action: libcurl reads again in the same call while data
+    // keeps arriving, and bytes that arrive later must not get an earlier stamp.
     t->last_activity_ns = t->last_read_ns = now_ns();
-    if (t->body == Transfer::Body::kUnknown) {
-      if (t->status >= 400 || t->status < 200) {
-        t->body = Transfer::Body::kError;
-      } else if (t->event_stream_type || looks_like_sse(std::string_view(ptr, n))) {
-        t->body = Transfer::Body::kSse;
-      } else {
-        t->body = Transfer::Body::kNotSse;
-      }
-    }
-    if (t->body != Transfer::Body::kSse) {
-      const std::size_t room = kMaxCollectedBody - std::min(kMaxCollectedBody, t->collected.size());
-      t->collected.append(ptr, std::min(room, n));
-      if (t->body == Transfer::Body::kNotSse && t->collected.size() >= kMaxCollectedBody) {
-        t->err_kind = "not_sse";
-        return 0;  // enough to say what it was; abort
-      }
-      return n;
-    }
-    switch (t->parser.feed(ptr, n, *t)) {
-      case SseStatus::kOk:
+    if (!t->chunked) return t->on_data(std::string_view(ptr, n)) ? n : 0;
+    switch (t->chunks.feed(ptr, n, *t)) {
+      case ChunkedDecoder::Status::kOk:
+      case ChunkedDecoder::Status::kDone:
         return n;
-      case SseStatus::kEventTooLarge:
-        t->err_kind = "event_too_large";
-        t->err_msg = "an event exceeded " + std::to_string(self->opt.max_event_bytes) + " bytes";
+      case ChunkedDecoder::Status::kStopped:
+        return 0;  // on_data set the verdict
+      case ChunkedDecoder::Status::kError:
+        t->err_kind = "bad_chunking";
+        t->err_msg = std::string("malformed chunked encoding: ") + t->chunks.error();
         return 0;
-      case SseStatus::kStopped:
-        return 0;  // on_event set the verdict
     }
     return n;
   }
@@ -329,6 +327,10 @@ struct CurlTransport::Impl {
     set(CURLOPT_TCP_KEEPALIVE, 1L);
     set(CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(opt.connect_timeout_s * 1000));
     set(CURLOPT_BUFFERSIZE, buffer_size);
+    // Raw chunked bodies: libcurl still follows the chunks to find the end of
+    // the response (keep-alive), but calls back once per socket read instead
+    // of once per chunk; Transfer::chunks decodes them (see on_write).
+    set(CURLOPT_HTTP_TRANSFER_DECODING, 0L);
     set(CURLOPT_WRITEFUNCTION, &Impl::on_write);
     set(CURLOPT_WRITEDATA, t.get());
     set(CURLOPT_HEADERFUNCTION, &Impl::on_header);
@@ -464,6 +466,40 @@ struct CurlTransport::Impl {
     }
   }
 };
+
+bool Transfer::on_data(std::string_view piece) {
+  const char* ptr = piece.data();
+  const std::size_t n = piece.size();
+  if (body == Body::kUnknown) {
+    if (status >= 400 || status < 200) {
+      body = Body::kError;
+    } else if (event_stream_type || looks_like_sse(piece)) {
+      body = Body::kSse;
+    } else {
+      body = Body::kNotSse;
+    }
+  }
+  if (body != Body::kSse) {
+    const std::size_t room = kMaxCollectedBody - std::min(kMaxCollectedBody, collected.size());
+    collected.append(ptr, std::min(room, n));
+    if (body == Body::kNotSse && collected.size() >= kMaxCollectedBody) {
+      err_kind = "not_sse";
+      return false;  // enough to say what it was; abort
+    }
+    return true;
+  }
+  switch (parser.feed(ptr, n, *this)) {
+    case SseStatus::kOk:
+      return true;
+    case SseStatus::kEventTooLarge:
+      err_kind = "event_too_large";
+      err_msg = "an event exceeded " + std::to_string(engine->opt.max_event_bytes) + " bytes";
+      return false;
+    case SseStatus::kStopped:
+      return false;  // on_event set the verdict
+  }
+  return true;
+}
 
 bool Transfer::on_event(const SseEvent& ev) {
   CurlTransport::Impl* self = engine;

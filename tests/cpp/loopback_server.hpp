@@ -268,6 +268,9 @@ inline std::string finish_event(int completion_tokens, int prompt_tokens = 7) {
 //   /reset     tokens, then a RST       /stall     one token, then silence
 //   /big       one event of n bytes     /error_event an error object mid-stream
 //   /upload    one token whose text is the received body size
+//   /burst     n token events, each its own HTTP chunk, in one write; then finish
+//   /unchunked n tokens ITL apart with no Transfer-Encoding (body ends at close)
+//   /badchunk  one token, then a chunk whose size line is not hexadecimal
 //   /metrics   a Prometheus page
 // Every token event is stamped with its send time (sm_t_ns), also kept in
 // log.sent_ns.
@@ -339,6 +342,32 @@ inline LoopbackServer::Handler openai_routes(RouteLog& log) {
       c.chunk(token_event(std::to_string(r.body.size())));
       c.chunk(finish_event(1));
       c.end_chunks();
+    } else if (r.path == "/burst") {
+      c.start_sse();
+      std::string wire;
+      const ns_t t = now_ns();
+      for (int i = 0; i < n; ++i) {
+        const std::string ev = token_event("w" + std::to_string(i), t);
+        char len[32];
+        std::snprintf(len, sizeof len, "%zx\r\n", ev.size());
+        wire += std::string(len) + ev + "\r\n";
+      }
+      c.send_all(wire);
+      c.chunk(finish_event(n));
+      c.end_chunks();
+    } else if (r.path == "/unchunked") {
+      c.send_all("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n");
+      for (int i = 0; i < n; ++i) {
+        if (i && !c.wait_ms(itl)) return gone();
+        c.send_all(token_event("w" + std::to_string(i), now_ns()));
+      }
+      c.send_all(finish_event(n));
+      c.close_after();
+    } else if (r.path == "/badchunk") {
+      c.start_sse();
+      stamp_token(0);
+      c.send_all("zz\r\nxx\r\n");
+      c.close_after();
     } else if (r.path == "/metrics") {
       c.respond(200, "text/plain; version=0.0.4",
                 "# TYPE sglang:num_running_reqs gauge\n"

@@ -112,6 +112,42 @@ TEST_F(HttpTest, StampsAreDroppedUnlessAsked) {
   EXPECT_EQ(e.records.events.server_ns[0], kNever);
 }
 
+TEST_F(HttpTest, EventsOfOneSocketReadShareOneStamp) {
+  // Four tokens, each its own HTTP chunk, leave the server in one write: they
+  // arrive in one read and must carry that read's time, not four clock reads
+  // taken as each chunk is parsed (which would make three ~0 gaps).
+  Engine e(options("/burst?n=4"));
+  const auto id = e.add(R"({"prompt":"hi","stream":true})");
+  e.wait_finished(1);
+  ASSERT_EQ(e.finished.size(), 1u);
+  const RequestRecord& r = e.rec(id);
+  EXPECT_EQ(r.outcome, Outcome::kOk) << r.error_kind << ": " << r.error_message;
+  EXPECT_EQ(r.output_tokens, 4);
+  const EventColumns& ev = e.records.events;
+  ASSERT_EQ(ev.size(), 4u);
+  for (std::size_t i = 1; i < ev.size(); ++i) EXPECT_EQ(ev.t_ns[i], ev.t_ns[0]) << "event " << i;
+  EXPECT_EQ(r.first_token_ns, ev.t_ns[0]);
+}
+
+TEST_F(HttpTest, StreamWithoutChunkedEncodingEndsAtClose) {
+  Engine e(options("/unchunked?n=3&itl_ms=5"));
+  const auto id = e.add(R"({"prompt":"hi","stream":true})");
+  e.wait_finished(1);
+  ASSERT_EQ(e.finished.size(), 1u);
+  const RequestRecord& r = e.rec(id);
+  EXPECT_EQ(r.outcome, Outcome::kOk) << r.error_kind << ": " << r.error_message;
+  EXPECT_EQ(r.output_tokens, 3);
+  ASSERT_EQ(e.records.events.size(), 3u);
+  EXPECT_GT(e.records.events.t_ns[2], e.records.events.t_ns[0]);
+}
+
+TEST_F(HttpTest, MalformedChunkFramingIsItsOwnKind) {
+  const RequestRecord r = one("/badchunk");
+  EXPECT_EQ(r.outcome, Outcome::kError);
+  EXPECT_EQ(r.error_kind, "bad_chunking");
+  EXPECT_NE(r.error_message.find("not hexadecimal"), std::string::npos) << r.error_message;
+}
+
 TEST_F(HttpTest, RefusedConnection) {
   HttpOptions o;
   o.url = "http://127.0.0.1:" + std::to_string(testing::refused_port()) + "/v1/completions";

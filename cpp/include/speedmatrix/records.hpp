@@ -32,6 +32,7 @@ enum class Outcome : std::uint8_t {
 //   "stall"              no bytes for longer than the idle timeout
 //   "event_too_large"    one event exceeded the size limit
 //   "tls"                TLS handshake or certificate failure
+//   "bad_chunking"       the HTTP chunked framing of the body is malformed
 //   "transport"          any other libcurl failure (message says which)
 
 // One request. Times are CLOCK_MONOTONIC ns, kNever (-1) when not reached.
