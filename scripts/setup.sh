@@ -7,6 +7,13 @@ cd "$(dirname "$0")/.."
 DEB_PACKAGES=(g++ cmake pkg-config libcurl4-openssl-dev nlohmann-json3-dev libfmt-dev
               libsimdjson-dev libevent-dev libgtest-dev libgmock-dev)
 if [[ "${SPEEDMATRIX_WITH_BROWSER:-0}" == 1 ]]; then DEB_PACKAGES+=(chromium); fi
+PY=${PYTHON:-python3}
+# The extension compiles against the headers of the Python that installs it;
+# Debian's python3 ships them apart (a pyenv or venv Python has them already).
+if ! $PY -c 'import os, sys, sysconfig
+sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'; then
+  DEB_PACKAGES+=(python3-dev)
+fi
 
 missing=()
 for p in "${DEB_PACKAGES[@]}"; do
@@ -19,7 +26,6 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-PY=${PYTHON:-python3}
 extras="${SPEEDMATRIX_EXTRAS:-}"
 echo "setup: installing speedmatrix${extras:+[$extras]} (compiles the C++ core)"
 $PY -m pip install -q --disable-pip-version-check ".${extras:+[$extras]}"
