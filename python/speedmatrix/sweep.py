@@ -230,10 +230,12 @@ class Sweep:
         from speedmatrix.plan import plan
 
         self.out.mkdir(parents=True, exist_ok=True)
+        tokenizer_name = None
         if isinstance(self.tokenizer, (str, os.PathLike)):
             from speedmatrix.prompts import load_tokenizer
 
-            self.tokenizer = load_tokenizer(os.fspath(self.tokenizer))
+            tokenizer_name = os.fspath(self.tokenizer)  # as given: what a resume needs
+            self.tokenizer = load_tokenizer(tokenizer_name)
         if self.target is None:
             self.target = discover(self.url, api_key=self.api_key, model=self.model,
                                    overrides=self.overrides)
@@ -248,7 +250,7 @@ class Sweep:
         # matrix (the seed's 123K row of over-capacity cells included).
         run_meta["plan"] = _plan_meta(planned, self.matrix)
         if self.tokenizer is not None:
-            run_meta["tokenizer"] = _tokenizer_name(self.tokenizer)
+            run_meta["tokenizer"] = tokenizer_name or _tokenizer_name(self.tokenizer)
         self._warn(list(self.target.warnings) + list(planned.warnings))
         for c in planned:
             if not c.runnable and c.id not in self.cells:
