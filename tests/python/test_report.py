@@ -465,3 +465,16 @@ def test_errors_show_an_example_message_per_kind(full, tmp_path):
     assert "tok-SECRET-77" not in md2 + page2
     assert "http_401 × 3 (e.g. “HTTP 401: invalid token=<redacted> for user”); " \
            "timeout × 2 (e.g. “no bytes in 30 s”)" in md2
+
+
+def test_every_flag_the_sweep_sets_has_report_text():
+    # A flag without text would reach the report as its bare identifier.
+    import speedmatrix.sweep as sweep_module
+    from speedmatrix.report.tables import FLAG_SHORT, FLAG_TEXT
+
+    source = Path(sweep_module.__file__).read_text()
+    set_by_sweep = set(re.findall(r'flags\.append\("(\w+)"\)', source))
+    set_by_sweep |= set(re.findall(r'else \["(\w+)"\]', source))
+    assert {"busy_at_start", "drift", "long_ramp", "output_not_forced"} <= set_by_sweep
+    assert set_by_sweep <= set(FLAG_TEXT), set_by_sweep - set(FLAG_TEXT)
+    assert set_by_sweep <= set(FLAG_SHORT), set_by_sweep - set(FLAG_SHORT)

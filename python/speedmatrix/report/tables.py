@@ -26,6 +26,8 @@ FLAG_TEXT = {
     "long_ramp": ("Long ramp: the N requests took more than a fifth of the window to all stream "
                   "(or some never did), so the figures read lower than the steady state; a "
                   "longer window fixes it."),
+    "output_not_forced": ("Output not forced: the server cannot be told to ignore end-of-sequence, "
+                          "so requests may end early and be replaced (more prefill in the window)."),
 }
 FLAG_SHORT = {
     "busy_at_start": "Busy at start",
@@ -36,6 +38,7 @@ FLAG_SHORT = {
     "interrupted": "Interrupted",
     "server_running_mismatch": "Server running mismatch",
     "long_ramp": "Long ramp",
+    "output_not_forced": "Output not forced",
 }
 CAPACITY_NAMES = {"kv_tokens": "KV cache capacity", "context_length": "Context length",
                   "max_running": "Max running requests"}
