@@ -32,7 +32,7 @@ K = 1024
 # same parser the tests use. Decode cells:
 # (context, N) -> (total tok/s, per-request tok/s, TTFT ms, average active).
 sys.path.insert(0, str(ROOT / "tests" / "python"))
-from seed import label_tokens, reproducible, seed_cells  # noqa: E402
+from seed import label_tokens, reproducible, seed_cells
 
 _SEED = seed_cells()
 SEED_DECODE = {

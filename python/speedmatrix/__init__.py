@@ -24,7 +24,6 @@ _EXPORTS = {
     "plan": "speedmatrix.plan",
     "run": "speedmatrix.sweep",
     "Sweep": "speedmatrix.sweep",
-    "run_cell": "speedmatrix.sweep",
     "load": "speedmatrix.results",
     "concat": "speedmatrix.results",
     "Run": "speedmatrix.results",
@@ -33,7 +32,9 @@ _EXPORTS = {
     "compare": "speedmatrix.report.compare",
 }
 
-__all__ = [*sorted(_EXPORTS), "__version__"]
+# Spelled out for static tools; tests/python/test_api.py holds it to _EXPORTS.
+__all__ = ["Matrix", "Run", "Sim", "Sweep", "Target", "__version__", "compare", "concat",
+           "discover", "load", "plan", "register_adapter", "run", "write_report"]
 
 
 def __getattr__(name: str) -> Any:
