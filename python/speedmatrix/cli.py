@@ -1,7 +1,9 @@
 """The `speedmatrix` command line (the contract of DESIGN.md, plus flags).
 
     speedmatrix run --url URL --contexts 8k,16k --concurrency 1,2,4 --out DIR
-    speedmatrix sim [--port P] [--profile NAME]
+    speedmatrix sim [--port P] [--profile NAME] [--flavour sglang|vllm] [--set KEY=VALUE]
+                    [--unpaced] [--stamp] [--fault-http500 P] [--fault-malformed P]
+                    [--fault-drop P] [--fault-stall P] [--seed N]
     speedmatrix demo [--out DIR]
     speedmatrix report DIR
     speedmatrix compare DIR_A DIR_B [--out DIR]
