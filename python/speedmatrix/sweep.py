@@ -53,6 +53,10 @@ CLIENT_BOUND_CPU_SHARE = 0.85
 # A cell whose first wave took more than this share of the window to stream (or
 # never all streamed) is flagged: its figures include a long ramp-up.
 RAMP_SHARE = 0.2
+#: A cell's median TTFT counts only the requests that got a first token. When
+#: more than this share of the requests sent in the window were still waiting
+#: at its end, longer than that median, the median reads low: flag it.
+TTFT_UNSERVED_SHARE = 0.05
 # An error message kept per error kind in a cell (`error_examples`) is cut to this
 # many characters: enough to say why, never a request body.
 ERROR_EXAMPLE_CHARS = 300
@@ -638,6 +642,10 @@ class Sweep:
         if (server and server.get("running_mean") is not None
                 and server["running_mean"] > cell.concurrency * 1.1 + 0.5):
             flags.append("server_running_mismatch")
+        unserved, unserved_longer = _ttft_unserved(req, t0, t1, base["ttft_ms"])
+        base["ttft_unserved"] = unserved
+        if unserved_longer and unserved_longer > TTFT_UNSERVED_SHARE * max(int(fig["started"]), 1):
+            flags.append("ttft_unserved")
         base["flags"] = flags
 
         started = max(int(fig["started"]), 1)
@@ -999,6 +1007,20 @@ def _first_wave_streamed(req: dict, n: int) -> int:
     """How many of the window's first N requests received a first token."""
     rows = np.flatnonzero(req["phase"] == 1)[:n]
     return int(np.count_nonzero(req["first_token_ns"][rows] > 0))
+
+
+def _ttft_unserved(req: dict, t0: int, t1: int, ttft_ms: float | None) -> tuple[int, int]:
+    """Window requests sent in [t0, t1] that had no first token by t1 and did not fail:
+    (all of them, those that waited longer than `ttft_ms`). The second are requests
+    whose TTFT is known to exceed the median that leaves them out."""
+    sent = req["sent_ns"]
+    first = req["first_token_ns"]
+    rows = np.flatnonzero((req["phase"] == 1) & (sent >= t0) & (sent <= t1) & (req["outcome"] != 3))
+    unserved = rows[(first[rows] < 0) | (first[rows] > t1)]
+    if ttft_ms is None:
+        return len(unserved), len(unserved)
+    longer = np.count_nonzero((t1 - sent[unserved]) / 1e6 > ttft_ms)
+    return len(unserved), int(longer)
 
 
 def _held_waiting(waiting: np.ndarray, running: np.ndarray | None, inside: np.ndarray,

@@ -142,6 +142,36 @@ def test_cells_above_the_running_cap_are_queued(batch_run):
         assert cells[f"decode-c256-n{n}-r0"]["status"] == "valid"
 
 
+def test_requests_left_waiting_make_the_ttft_flagged(batch_run):
+    # 8 requests on an engine that runs 4: each takes 256 steps (~3 s), longer than
+    # the 2 s window, so 4 wait the whole window without a first token. Their TTFT
+    # is at least 2 s; the median over the 4 served ones reads low and says so.
+    _, cells, _, _ = batch_run
+    c = cells["decode-c256-n8-r0"]
+    assert c["ttft_unserved"] == 4, c
+    assert "ttft_unserved" in c["flags"]
+    for n in (1, 2, 4):
+        cn = cells[f"decode-c256-n{n}-r0"]
+        assert "ttft_unserved" not in cn["flags"], cn
+
+
+def test_ttft_unserved_counts_only_long_waits_of_requests_that_did_not_fail():
+    from speedmatrix.sweep import _ttft_unserved
+
+    ms = 1_000_000
+    req = {  # t0 = 0, t1 = 1000 ms
+        "phase": np.array([0, 1, 1, 1, 1, 1, 1], dtype=np.uint8),
+        "sent_ns": np.array([-500, 0, 0, 100, 990, 200, 1200], dtype=np.int64) * ms,
+        "first_token_ns": np.array([-1, 50, -1, -1, -1, -1, -1], dtype=np.int64) * ms,
+        "outcome": np.array([2, 1, 2, 2, 2, 3, 2], dtype=np.uint8),
+    }
+    req["first_token_ns"][req["first_token_ns"] < 0] = -1
+    # warm-up (row 0), a failure (row 5) and a request sent after t1 (row 6) do not count;
+    # rows 2, 3, 4 are unserved; 2 and 3 waited longer than 50 ms, 4 only 10 ms
+    assert _ttft_unserved(req, 0, 1000 * ms, 50.0) == (3, 2)
+    assert _ttft_unserved(req, 0, 1000 * ms, None) == (3, 3)
+
+
 def test_decode_time_between_tokens_is_the_engine_step(batch_run):
     _, cells, trace, _prof = batch_run
     c = cells["decode-c256-n4-r0"]

@@ -26,6 +26,9 @@ FLAG_TEXT = {
     "long_ramp": ("Long ramp: the N requests took more than a fifth of the window to all stream "
                   "(or some never did), so the figures read lower than the steady state; a "
                   "longer window fixes it."),
+    "ttft_unserved": ("TTFT reads low: requests sent in the window were still waiting for their "
+                      "first token when it ended, longer than the median TTFT, which counts only "
+                      "the requests that got one (see the cell's ttft_unserved)."),
     "output_not_forced": ("Output not forced: the server cannot be told to ignore end-of-sequence, "
                           "so requests may end early and be replaced (more prefill in the window)."),
 }
@@ -39,6 +42,7 @@ FLAG_SHORT = {
     "server_running_mismatch": "Server running mismatch",
     "long_ramp": "Long ramp",
     "output_not_forced": "Output not forced",
+    "ttft_unserved": "TTFT reads low",
 }
 CAPACITY_NAMES = {"kv_tokens": "KV cache capacity", "context_length": "Context length",
                   "max_running": "Max running requests"}
