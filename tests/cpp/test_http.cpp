@@ -59,6 +59,15 @@ struct HttpTest : ::testing::Test {
     return e.rec(id);
   }
   RequestRecord one(const std::string& path) { return one(path, options(path)); }
+  // Streams one request on `e` to the end; it must finish OK.
+  const RequestRecord& stream_ok(Engine& e) {
+    const auto id = e.add(R"({"prompt":"hi","stream":true})");
+    e.wait_finished(1);
+    EXPECT_EQ(e.finished.size(), 1u);
+    const RequestRecord& r = e.rec(id);
+    EXPECT_EQ(r.outcome, Outcome::kOk) << r.error_kind << ": " << r.error_message;
+    return r;
+  }
 };
 
 TEST_F(HttpTest, StreamsTokensStampedAtTheirArrival) {
@@ -117,11 +126,7 @@ TEST_F(HttpTest, EventsOfOneSocketReadShareOneStamp) {
   // arrive in one read and must carry that read's time, not four clock reads
   // taken as each chunk is parsed (which would make three ~0 gaps).
   Engine e(options("/burst?n=4"));
-  const auto id = e.add(R"({"prompt":"hi","stream":true})");
-  e.wait_finished(1);
-  ASSERT_EQ(e.finished.size(), 1u);
-  const RequestRecord& r = e.rec(id);
-  EXPECT_EQ(r.outcome, Outcome::kOk) << r.error_kind << ": " << r.error_message;
+  const RequestRecord& r = stream_ok(e);
   EXPECT_EQ(r.output_tokens, 4);
   const EventColumns& ev = e.records.events;
   ASSERT_EQ(ev.size(), 4u);
@@ -131,12 +136,7 @@ TEST_F(HttpTest, EventsOfOneSocketReadShareOneStamp) {
 
 TEST_F(HttpTest, StreamWithoutChunkedEncodingEndsAtClose) {
   Engine e(options("/unchunked?n=3&itl_ms=5"));
-  const auto id = e.add(R"({"prompt":"hi","stream":true})");
-  e.wait_finished(1);
-  ASSERT_EQ(e.finished.size(), 1u);
-  const RequestRecord& r = e.rec(id);
-  EXPECT_EQ(r.outcome, Outcome::kOk) << r.error_kind << ": " << r.error_message;
-  EXPECT_EQ(r.output_tokens, 3);
+  EXPECT_EQ(stream_ok(e).output_tokens, 3);
   ASSERT_EQ(e.records.events.size(), 3u);
   EXPECT_GT(e.records.events.t_ns[2], e.records.events.t_ns[0]);
 }

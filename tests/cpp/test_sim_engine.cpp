@@ -37,6 +37,15 @@ sm::Profile small_profile() {
   return p;
 }
 
+// small_profile in fixed mode: TTFT 50 ms, ITL 20 ms per request.
+sm::Profile fixed_profile() {
+  sm::Profile p = small_profile();
+  p.mode = "fixed";
+  p.fixed_ttft_ms = 50;
+  p.fixed_itl_ms = 20;
+  return p;
+}
+
 std::vector<std::uint64_t> ids_for(std::uint64_t salt, int n) {
   std::vector<std::uint64_t> v(n);
   for (int i = 0; i < n; ++i) v[i] = salt * 100003 + i;
@@ -398,11 +407,7 @@ TEST(SimEngine, DeadlinesAreAbsoluteWhateverTheCallerLatency) {
 }
 
 TEST(SimEngine, FixedModeIsExact) {
-  sm::Profile p = small_profile();
-  p.mode = "fixed";
-  p.fixed_ttft_ms = 50;
-  p.fixed_itl_ms = 20;
-  Harness h(p);
+  Harness h(fixed_profile());
   h.clock.t = 7 * kMs;
   h.engine.submit(spec(1, 100, 5, 1));
   h.clock.t = 12 * kMs;
@@ -463,11 +468,7 @@ TEST(SimEngine, EosEndsARequestBeforeMaxTokens) {
 }
 
 TEST(SimEngine, EosInFixedMode) {
-  sm::Profile p = small_profile();
-  p.mode = "fixed";
-  p.fixed_ttft_ms = 50;
-  p.fixed_itl_ms = 20;
-  Harness h(p);
+  Harness h(fixed_profile());
   sm::RequestSpec s = spec(1, 10, 100, 1);
   s.eos_at = 3;
   h.engine.submit(s);
