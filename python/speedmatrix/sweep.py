@@ -462,6 +462,16 @@ class Sweep:
                                        hash((run_seed, context, repetition)) & 0xFFFFFFFF)
         return cache[key].prompts(count)
 
+    def _prompts_sent(self, context: int, repetition: int) -> bool:
+        """Whether the server may have seen the decode prompts of (context, repetition):
+        made in this process, or a cell of theirs stored before a `--resume` (any cell
+        but those never run: over capacity, or left when the server was lost)."""
+        if (context, repetition) in self.__dict__.get("_prompt_factories", {}):
+            return True
+        return any(c.get("phase") == "decode" and c.get("context") == context
+                   and c.get("repetition", 0) == repetition and not c.get("not_run")
+                   and c.get("status") != "over_capacity" for c in self.cells.values())
+
     def _factory(self, factory_cls, context: int, seed: int | str):
         return factory_cls(self.target, context, api=self.matrix.api,
                            shared_prefix=self.matrix.shared_prefix_for(context), seed=seed,
@@ -544,7 +554,12 @@ class Sweep:
             self._cooldown()  # this warm-up measures a cold prefill
         n, c = cell.concurrency, cell.context
         try:
-            prompts = self._prompts(c, n, cell.repetition, cold=measures_prefill)
+            # The context's own prompts serve the prefill measurement while no cell has
+            # sent them (the run's seed is new, so neither has an earlier run): then the
+            # later cells of this context find their shared prefix cached. Once sent,
+            # the measurement needs prompts of its own.
+            cold = measures_prefill and self._prompts_sent(c, cell.repetition)
+            prompts = self._prompts(c, n, cell.repetition, cold=cold)
             bodies = self._bodies(prompts, self.matrix.max_output)
             warm = self._bodies(prompts, 1) if self.matrix.warmup else []
         except (SpeedmatrixError, ValueError) as exc:

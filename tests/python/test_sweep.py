@@ -214,6 +214,25 @@ def test_prefill_is_cold_when_concurrency_is_given_in_descending_order(tmp_path)
     assert cells["decode-c2048-n1-r0"]["status"] == "valid"
 
 
+def test_prefill_from_a_first_cell_leaves_the_shared_prefix_cached_for_the_next(tmp_path):
+    """In ascending order the N=1 cell is the first to send its context's prompts: they
+    are new (the run's seed is), so its warm-up is a cold prefill and also warms the
+    prefix the context's prompts share, which the N=2 warm-up then finds cached."""
+    with Sim("test-batch", overrides={"prefill_per_token_us": 100.0, "context_length": 8192,
+                                      "kv_tokens": 65536}) as sim:
+        m = Matrix(contexts=[2048], concurrency=[1, 2], duration_s=0.5, max_output=64,
+                   prefill_contexts=[2048], shared_prefix=-64)
+        code, _doc, cells = _sweep(sim.url, m, tmp_path)
+    assert code == 0
+    p = cells["prefill-c2048-r0"]
+    assert p["measured_in"] == "decode-c2048-n1-r0"
+    assert p["prompt_tok_s"] == pytest.approx(10_000.0, rel=0.05), p
+    n2 = cells["decode-c2048-n2-r0"]
+    warmup_ms = (n2["t0_ns"] - n2["warmup_start_ns"]) / 1e6
+    # cached prefix: two 64-token tails at 100 us/token (~13 ms), not 2048 + 64 tokens (~211 ms)
+    assert warmup_ms < 120, warmup_ms
+
+
 def test_every_prompt_is_exact(batch_run):
     _, cells, _, _ = batch_run
     for c in cells.values():
