@@ -39,6 +39,9 @@ def test_demo_writes_the_seed_matrix_and_its_report(tmp_path):
     assert slow["first_wave_streamed"] < 8 and "long_ramp" in slow["flags"]
     assert "long_ramp" not in cells[("decode", "8K", 1)]["flags"]
     md = (out / "report.md").read_text()
+    # the profile's server reports the seed's model path and precision, as SGLang does
+    assert "**Muse-Glimmer-30B on speedmatrix-sim (seed-h200 profile)**" in md
+    assert "- **Quantization:** BF16" in md
     assert md.count("Over capacity") >= 11
     assert "Sustained decode" in md and "All measurements" in md
     assert "Long ramp" in md

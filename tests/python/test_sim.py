@@ -399,6 +399,8 @@ def test_endpoint_shapes(flavoured):
         assert info["max_total_num_tokens"] == 4096 and info["context_length"] == 2048
         assert info["max_running_requests"] == 4 and info["served_model_name"] == "sim-batch"
         assert info["internal_states"][0]["max_total_num_tokens"] == 4096 and "version" in info
+        # a profile without model_path reports its model name as the path
+        assert info["model_path"] == "sim-batch" and info["dtype"] == "auto"
     assert "version" in json.loads(get(url, "/version")[1])
     for path in ("/tokenize", "/v1/tokenize"):
         st, tok = post(url, path, {"model": "sim-batch", "prompt": "the quick brown fox"})
@@ -882,7 +884,11 @@ def test_seed_profile_cold_and_warm_ttft():
     with Sim("seed-h200") as sim:
         info = json.loads(get(sim.url, "/server_info")[1])
         assert info["max_total_num_tokens"] == 1441792 and info["context_length"] == 131072
-        assert json.loads(get(sim.url, "/v1/models")[1])["data"][0]["id"] == "muse-glimmer"
+        model = json.loads(get(sim.url, "/v1/models")[1])["data"][0]
+        assert model["id"] == "muse-glimmer"
+        # what the seed's server loaded (--model-path) and its precision, as SGLang reports
+        assert model["root"] == info["model_path"] == "meta-models/Muse-Glimmer-30B"
+        assert info["served_model_name"] == "muse-glimmer" and info["dtype"] == "bfloat16"
         body = {
             "model": "muse-glimmer",
             "prompt": list(range(1000, 1000 + 8192)),

@@ -35,6 +35,8 @@ namespace speedmatrix::sim {
 struct Profile {
   std::string name = "custom";
   std::string model = "sim-model";
+  std::string model_path;              // what the server says it loaded ("" = the model name)
+  std::string dtype = "auto";          // SGLang /server_info "dtype" (e.g. "bfloat16")
   std::string flavour = "sglang";      // "sglang" | "vllm": metric names, owned_by
   std::string version = "0.0.0-sim";   // reported by /version and /server_info
   std::string mode = "batched";        // "batched" | "fixed"

@@ -58,6 +58,8 @@ Profile parse_profile(const std::string& text, const std::vector<std::string>& o
   Profile p;
   static const char* kKeys[] = {"name",
                                 "model",
+                                "model_path",
+                                "dtype",
                                 "flavour",
                                 "version",
                                 "mode",
@@ -89,6 +91,9 @@ Profile parse_profile(const std::string& text, const std::vector<std::string>& o
   }
   get(j, "name", p.name);
   get(j, "model", p.model);
+  get(j, "model_path", p.model_path);
+  if (p.model_path.empty()) p.model_path = p.model;
+  get(j, "dtype", p.dtype);
   get(j, "flavour", p.flavour);
   get(j, "version", p.version);
   get(j, "mode", p.mode);
@@ -135,6 +140,8 @@ Profile load_profile(const std::string& path, const std::vector<std::string>& ov
 std::string profile_to_json(const Profile& p) {
   json j = {{"name", p.name},
             {"model", p.model},
+            {"model_path", p.model_path},
+            {"dtype", p.dtype},
             {"flavour", p.flavour},
             {"version", p.version},
             {"mode", p.mode},

@@ -246,7 +246,7 @@ void Server::handle_models(evhttp_request* req) {
             {"object", "model"},
             {"created", started_unix_},
             {"owned_by", owned_by_},
-            {"root", prof_.model},
+            {"root", prof_.model_path},
             {"parent", nullptr},
             {"max_model_len", prof_.context_length}};
   reply_json(req, 200, json{{"object", "list"}, {"data", json::array({m})}}.dump());
@@ -256,9 +256,10 @@ void Server::handle_server_info(evhttp_request* req) {
   json internal = {{"max_total_num_tokens", prof_.kv_tokens},
                    {"max_running_requests", prof_.max_running},
                    {"last_gen_throughput", 0.0}};
-  json j = {{"model_path", prof_.model},
+  json j = {{"model_path", prof_.model_path},
             {"served_model_name", prof_.model},
-            {"tokenizer_path", prof_.model},
+            {"tokenizer_path", prof_.model_path},
+            {"dtype", prof_.dtype},
             {"context_length", prof_.context_length},
             {"max_running_requests", prof_.max_running},
             {"max_total_num_tokens", prof_.kv_tokens},
