@@ -19,8 +19,8 @@ definitions"):
   the resolved plan (meta.run.plan) and the cells it will not run are written
   before the first cell;
 * a cell whose prompts cannot be made is an `error` cell and the sweep goes on;
-  after a cell with failed requests the server is asked again, and when it no
-  longer answers the cells left are marked `error` ("server unreachable",
+  before every cell after the first and after a cell with failed requests the
+  server is asked whether it still answers; when it does not, the cells left are marked `error` ("server unreachable",
   `not_run`: `--resume` measures them) instead of each spending its window.
 """
 
@@ -267,6 +267,11 @@ class Sweep:
         total = len(runnable)
         try:
             for i, cell in enumerate(runnable, 1):
+                # A server that went away between two cells is found before this cell
+                # spends its window on refused connections.
+                if i > 1 and self._server_lost(None):
+                    self._mark_unreachable(planned, after=self._label(runnable[i - 2]))
+                    break
                 eta = self._eta(runnable[i - 1:])
                 self.progress.start_cell(i, total, self._label(cell), self._cell_time(cell), eta)
                 if cell.phase == "prefill":
@@ -784,10 +789,11 @@ class Sweep:
         return CellOutcome(base)
 
     # ------------------------------------------------------------ a lost server
-    def _server_lost(self, cell: dict) -> bool:
-        """After a cell with failed requests: does the server still answer? Any HTTP
-        answer to GET /v1/models counts (even 404): only a failure to connect is loss."""
-        if not cell.get("errors") and cell.get("status") != "error":
+    def _server_lost(self, cell: dict | None) -> bool:
+        """Whether the server stopped answering: checked before every cell after the
+        first (`cell` None) and after a cell with failed requests. Any HTTP answer to
+        GET /v1/models counts (even 404): only a failure to connect is loss."""
+        if cell is not None and not cell.get("errors") and cell.get("status") != "error":
             return False
         from speedmatrix.http import ConnectError, HttpClient, HttpError
 

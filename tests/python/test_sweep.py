@@ -356,6 +356,35 @@ def test_server_dying_mid_sweep_keeps_measured_cells(tmp_path, capsys):
     assert after["decode-c64-n2-r0"]["t0_ns"] == cells["decode-c64-n2-r0"]["t0_ns"]
 
 
+def test_server_gone_between_cells_costs_no_window(tmp_path, monkeypatch):
+    """The engine stops right after the first cell is stored, before the next starts:
+    the check before each cell finds it gone, so no cell spends its window on refused
+    connections, and every cell left is marked for --resume."""
+    sim = Sim("fixed")
+    duration = 3.0
+    m = Matrix(contexts=[64, 128, 256], concurrency=[2], duration_s=duration, max_output=1000)
+    sweep = Sweep(sim.url, m, tmp_path, progress=False, report=False)
+    store = Sweep._store
+    killed_at: list[float] = []
+
+    def store_then_stop(self, outcome):
+        store(self, outcome)
+        if not killed_at and outcome.cell["phase"] == "decode":
+            sim.stop()
+            killed_at.append(time.monotonic())
+
+    monkeypatch.setattr(Sweep, "_store", store_then_stop)
+    code = sweep.execute()
+    ended = time.monotonic()
+    cells = {c["id"]: c for c in json.loads((tmp_path / "run.json").read_text())["cells"]}
+    assert code == 1
+    assert cells["decode-c64-n2-r0"]["status"] == "valid"
+    for cid in ("decode-c128-n2-r0", "decode-c256-n2-r0"):
+        assert cells[cid]["not_run"] == "server_unreachable", cells[cid]
+        assert "records" not in cells[cid]
+    assert ended - killed_at[0] < duration  # the re-probes (~1 s), not a window
+
+
 def _wait_for_cells(out, n, timeout=60):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
