@@ -250,9 +250,14 @@ def prefill_vs_context(run: Run) -> Figure:
         if ok.any():
             ax.errorbar(x[ok], y[ok], yerr=[y[ok] - lo[ok], hi[ok] - y[ok]], fmt="none",
                         ecolor="#2c7fb8", capsize=3)
-        for xi, yi in zip(x, y):
+        # Contexts close on the log axis (123K and 128K) would print their labels on top
+        # of each other: the second of a close pair goes below its point.
+        prev_above = None
+        for xi, yi in sorted(zip(x, y)):
+            close = prev_above is not None and np.log2(xi) - np.log2(prev_above) < 0.3
             ax.annotate(fmt.tok_s_short(yi), (xi, yi), textcoords="offset points",
-                        xytext=(0, 6), ha="center", fontsize=7.5)
+                        xytext=(0, -12 if close else 6), ha="center", fontsize=7.5)
+            prev_above = None if close else xi
         ax.set_xscale("log", base=2)
         _context_ticks(ax, x)
         ax.set_ylim(0, float(np.nanmax(y)) * 1.18)
