@@ -141,10 +141,13 @@ def main() -> None:
     ap.add_argument("--unpaced-streams", type=int, default=16)
     ap.add_argument("--max-tokens", type=int, default=4000, help="per request (paced: 20 ms each)")
     ap.add_argument("--no-python", action="store_true", help="only the core")
-    ap.add_argument("--profile", default="lockstep",
-                    help="engine profile of the paced runs: lockstep (one 20 ms decode step for "
-                    "all streams, as a real engine and the reference figures) or fixed (each "
-                    "stream on its own 20 ms schedule)")
+    ap.add_argument(
+        "--profile",
+        default="lockstep",
+        help="engine profile of the paced runs: lockstep (one 20 ms decode step for "
+        "all streams, as a real engine and the reference figures) or fixed (each "
+        "stream on its own 20 ms schedule)",
+    )
     ap.add_argument("--json", help="also write the figures to this file")
     args = ap.parse_args()
     raise_nofile()

@@ -36,13 +36,20 @@ from seed import label_tokens, reproducible, seed_cells
 
 _SEED = seed_cells()
 SEED_DECODE = {
-    (label_tokens(c.label), c.concurrency): (c.total_tok_s, c.per_request_tok_s, c.ttft_ms,
-                                              c.avg_active)
+    (label_tokens(c.label), c.concurrency): (
+        c.total_tok_s,
+        c.per_request_tok_s,
+        c.ttft_ms,
+        c.avg_active,
+    )
     for c in _SEED
     if c.phase == "decode" and c.status != "over_capacity"
 }
-SEED_OVER = {(label_tokens(c.label), c.concurrency) for c in _SEED
-             if c.phase == "decode" and c.status == "over_capacity"}
+SEED_OVER = {
+    (label_tokens(c.label), c.concurrency)
+    for c in _SEED
+    if c.phase == "decode" and c.status == "over_capacity"
+}
 SEED_PREFILL = {label_tokens(c.label): c.ttft_ms for c in _SEED if c.phase == "prefill"}
 _REPRODUCIBLE = {(label_tokens(c.label), c.concurrency) for c in _SEED if reproducible(c)}
 CONTEXTS = [8 * K, 16 * K, 32 * K, 64 * K, 123 * K]

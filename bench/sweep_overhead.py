@@ -26,9 +26,12 @@ def main() -> None:
     from speedmatrix.sim import Sim
     from speedmatrix.sweep import Sweep
 
-    matrix = Matrix(contexts=[int(c) for c in args.contexts.split(",")],
-                    concurrency=[int(n) for n in args.concurrency.split(",")],
-                    duration_s=args.duration, max_output=2000)
+    matrix = Matrix(
+        contexts=[int(c) for c in args.contexts.split(",")],
+        concurrency=[int(n) for n in args.concurrency.split(",")],
+        duration_s=args.duration,
+        max_output=2000,
+    )
     with Sim(args.profile) as sim, tempfile.TemporaryDirectory() as out:
         start = time.monotonic()
         Sweep(sim.url, matrix, out, progress=False, report=False).execute()
@@ -42,8 +45,10 @@ def main() -> None:
     print(f"sweep wall time:             {wall:8.2f} s")
     print(f"windows:                     {windows:8.2f} s")
     print(f"windows + warm-ups:          {needed:8.2f} s")
-    print(f"harness overhead:            {overhead:8.2f} s  ({overhead / max(len(cells), 1):.3f} s "
-          "per cell; target <= 1 s per cell)")
+    print(
+        f"harness overhead:            {overhead:8.2f} s  ({overhead / max(len(cells), 1):.3f} s "
+        "per cell; target <= 1 s per cell)"
+    )
 
 
 if __name__ == "__main__":

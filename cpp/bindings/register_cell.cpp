@@ -28,8 +28,8 @@ template <class T>
 py::array_t<T> adopt(std::vector<T>&& v) {
   auto* heap = new std::vector<T>(std::move(v));
   py::capsule owner(heap, [](void* p) { delete static_cast<std::vector<T>*>(p); });
-  return py::array_t<T>({static_cast<py::ssize_t>(heap->size())}, {static_cast<py::ssize_t>(sizeof(T))},
-                        heap->data(), owner);
+  return py::array_t<T>({static_cast<py::ssize_t>(heap->size())},
+                        {static_cast<py::ssize_t>(sizeof(T))}, heap->data(), owner);
 }
 
 template <class T, class F>
@@ -63,26 +63,29 @@ PyCellResult to_python(CellResult&& r) {
   d["slot"] = request_column<std::int32_t>(q, [](const RequestRecord& x) { return x.slot; });
   d["body"] = request_column<std::int32_t>(q, [](const RequestRecord& x) { return x.body; });
   d["phase"] = request_column<std::uint8_t>(q, [](const RequestRecord& x) { return x.phase; });
-  d["scheduled_ns"] = request_column<std::int64_t>(q, [](const RequestRecord& x) { return x.scheduled_ns; });
+  d["scheduled_ns"] =
+      request_column<std::int64_t>(q, [](const RequestRecord& x) { return x.scheduled_ns; });
   d["sent_ns"] = request_column<std::int64_t>(q, [](const RequestRecord& x) { return x.sent_ns; });
   d["first_byte_ns"] =
       request_column<std::int64_t>(q, [](const RequestRecord& x) { return x.first_byte_ns; });
   d["first_token_ns"] =
       request_column<std::int64_t>(q, [](const RequestRecord& x) { return x.first_token_ns; });
   d["done_ns"] = request_column<std::int64_t>(q, [](const RequestRecord& x) { return x.done_ns; });
-  d["http_status"] = request_column<std::int32_t>(q, [](const RequestRecord& x) { return x.http_status; });
+  d["http_status"] =
+      request_column<std::int32_t>(q, [](const RequestRecord& x) { return x.http_status; });
   d["prompt_tokens"] =
       request_column<std::int64_t>(q, [](const RequestRecord& x) { return x.prompt_tokens; });
   d["output_tokens"] =
       request_column<std::int64_t>(q, [](const RequestRecord& x) { return x.output_tokens; });
-  d["token_source"] = request_column<std::uint8_t>(q, [](const RequestRecord& x) { return x.token_source; });
+  d["token_source"] =
+      request_column<std::uint8_t>(q, [](const RequestRecord& x) { return x.token_source; });
   d["outcome"] = request_column<std::uint8_t>(q, [](const RequestRecord& x) { return x.outcome; });
-  d["finish_reason"] =
-      string_column(q, [](const RequestRecord& x) -> const std::string& { return x.finish_reason; });
+  d["finish_reason"] = string_column(
+      q, [](const RequestRecord& x) -> const std::string& { return x.finish_reason; });
   d["error_kind"] =
       string_column(q, [](const RequestRecord& x) -> const std::string& { return x.error_kind; });
-  d["error_message"] =
-      string_column(q, [](const RequestRecord& x) -> const std::string& { return x.error_message; });
+  d["error_message"] = string_column(
+      q, [](const RequestRecord& x) -> const std::string& { return x.error_message; });
 
   EventColumns& e = r.events;
   out.events["request"] = adopt(std::move(e.request));
@@ -96,7 +99,8 @@ PyCellResult to_python(CellResult&& r) {
   const auto rows = static_cast<py::ssize_t>(ms.t_ns.size());
   const auto cols = static_cast<py::ssize_t>(ms.names.size());
   py::array_t<double> values({rows, cols});
-  if (rows * cols > 0) std::copy(ms.values.begin(), ms.values.begin() + rows * cols, values.mutable_data());
+  if (rows * cols > 0)
+    std::copy(ms.values.begin(), ms.values.begin() + rows * cols, values.mutable_data());
   out.metrics["names"] = names;
   out.metrics["t_ns"] = adopt(std::move(ms.t_ns));
   out.metrics["values"] = values;
@@ -131,7 +135,9 @@ py::list bodies_to(const std::vector<std::string>& bodies) {
 }  // namespace
 
 void register_cell(py::module_& m) {
-  py::enum_<ApiKind>(m, "ApiKind").value("completions", ApiKind::kCompletions).value("chat", ApiKind::kChat);
+  py::enum_<ApiKind>(m, "ApiKind")
+      .value("completions", ApiKind::kCompletions)
+      .value("chat", ApiKind::kChat);
 
   py::class_<CellSpec>(m, "CellSpec", "What one cell sends, to where, for how long (see cell.hpp).")
       .def(py::init<>())
@@ -168,8 +174,8 @@ void register_cell(py::module_& m) {
         return "<CellSpec url=" + s.url + " concurrency=" + std::to_string(s.concurrency) +
                " bodies=" + std::to_string(s.bodies.size()) +
                " warmup=" + std::to_string(s.warmup_bodies.size()) +
-               " duration_s=" + std::to_string(s.duration_s) + (s.api_key.empty() ? "" : " api_key=***") +
-               ">";
+               " duration_s=" + std::to_string(s.duration_s) +
+               (s.api_key.empty() ? "" : " api_key=***") + ">";
       });
 
   py::class_<PyCellResult>(m, "CellResult", "Raw records and timings of one cell.")
@@ -190,7 +196,8 @@ void register_cell(py::module_& m) {
                (r.fatal_error.empty() ? "" : " fatal_error=" + r.fatal_error) + ">";
       });
 
-  py::class_<CellRunner>(m, "CellRunner", "Runs one cell; run() once, stop()/progress() from any thread.")
+  py::class_<CellRunner>(m, "CellRunner",
+                         "Runs one cell; run() once, stop()/progress() from any thread.")
       .def(py::init<CellSpec>(), py::arg("spec"))
       .def(
           "run",
@@ -210,7 +217,8 @@ void register_cell(py::module_& m) {
           },
           "Runs warm-up and window on this thread with the GIL released; returns a CellResult.")
       .def("stop", &CellRunner::stop, py::call_guard<py::gil_scoped_release>(),
-           "Ends the cell early from another thread; in-flight requests are cancelled, records kept.")
+           "Ends the cell early from another thread; in-flight requests are cancelled, records "
+           "kept.")
       .def("progress", [](const CellRunner& runner) {
         const CellProgress& p = runner.progress();
         py::dict d;

@@ -21,7 +21,8 @@ void register_prom(py::module_& m) {
         return out;
       },
       py::arg("text"),
-      "Parses a Prometheus text page: [(name, {label: value}, value)]; malformed lines are skipped.");
+      "Parses a Prometheus text page: [(name, {label: value}, value)]; malformed lines are "
+      "skipped.");
 }
 
 }  // namespace speedmatrix::bindings

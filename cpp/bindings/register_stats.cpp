@@ -16,12 +16,15 @@ namespace {
 // A column of a records dict as a contiguous array of T (converted, and so
 // copied, only when the caller's dtype or layout differs).
 template <class T>
-py::array_t<T, py::array::c_style | py::array::forcecast> column(const py::dict& d, const char* group,
+py::array_t<T, py::array::c_style | py::array::forcecast> column(const py::dict& d,
+                                                                 const char* group,
                                                                  const char* name) {
-  if (!d.contains(name)) throw py::key_error(std::string(group) + " records lack the column '" + name + "'");
+  if (!d.contains(name))
+    throw py::key_error(std::string(group) + " records lack the column '" + name + "'");
   auto a = py::array_t<T, py::array::c_style | py::array::forcecast>::ensure(d[name]);
   if (!a) throw py::type_error(std::string(group) + "['" + name + "'] is not a numeric array");
-  if (a.ndim() != 1) throw py::value_error(std::string(group) + "['" + name + "'] must be 1-dimensional");
+  if (a.ndim() != 1)
+    throw py::value_error(std::string(group) + "['" + name + "'] must be 1-dimensional");
   return a;
 }
 
@@ -83,12 +86,15 @@ void register_stats(py::module_& m) {
         const auto ev_tok = column<std::int32_t>(events, "events", "tokens");
         // optional: usage totals of chunk-counted requests (saved runs have them)
         const bool usage = requests.contains("output_tokens") && requests.contains("token_source");
-        const auto out_tok = usage ? column<std::int64_t>(requests, "requests", "output_tokens")
-                                   : py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>();
-        const auto source = usage ? column<std::uint8_t>(requests, "requests", "token_source")
-                                  : py::array_t<std::uint8_t, py::array::c_style | py::array::forcecast>();
+        const auto out_tok =
+            usage ? column<std::int64_t>(requests, "requests", "output_tokens")
+                  : py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>();
+        const auto source =
+            usage ? column<std::uint8_t>(requests, "requests", "token_source")
+                  : py::array_t<std::uint8_t, py::array::c_style | py::array::forcecast>();
         const py::ssize_t n = sent.size();
-        for (py::ssize_t len : {first.size(), done.size(), outcome.size(), phase.size(), prompt.size()}) {
+        for (py::ssize_t len :
+             {first.size(), done.size(), outcome.size(), phase.size(), prompt.size()}) {
           if (len != n) throw py::value_error("request columns have different lengths");
         }
         if (ev_t.size() != ev_req.size() || ev_tok.size() != ev_req.size()) {
@@ -125,9 +131,10 @@ void register_stats(py::module_& m) {
         }
         return figures_dict(f);
       },
-      py::arg("requests"), py::arg("events"), py::arg("t0_ns"), py::arg("t1_ns"), py::arg("bin_s") = 1.0,
-      py::arg("steady_from_ns") = -1,
-      "Figures of a cell's window [t0_ns, t1_ns] from its raw records (the dicts of CellResult, or\n"
+      py::arg("requests"), py::arg("events"), py::arg("t0_ns"), py::arg("t1_ns"),
+      py::arg("bin_s") = 1.0, py::arg("steady_from_ns") = -1,
+      "Figures of a cell's window [t0_ns, t1_ns] from its raw records (the dicts of CellResult, "
+      "or\n"
       "the same columns loaded from a saved run). Intervals are [lo, hi]; NaN where undefined.");
 }
 

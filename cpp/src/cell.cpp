@@ -113,7 +113,9 @@ struct CellRunner::Impl {
   Transport* transport = nullptr;
 };
 
-CellRunner::CellRunner(CellSpec spec) : impl_(std::make_unique<Impl>()) { impl_->spec = std::move(spec); }
+CellRunner::CellRunner(CellSpec spec) : impl_(std::make_unique<Impl>()) {
+  impl_->spec = std::move(spec);
+}
 
 CellRunner::~CellRunner() = default;
 
@@ -158,8 +160,8 @@ CellResult CellRunner::run() {
   opt.max_event_bytes = spec.max_event_bytes;
   opt.record_events = spec.record_events;
   opt.server_stamps = spec.server_stamps;
-  opt.max_concurrency =
-      std::max<std::int32_t>(spec.concurrency, static_cast<std::int32_t>(spec.warmup_bodies.size()));
+  opt.max_concurrency = std::max<std::int32_t>(
+      spec.concurrency, static_cast<std::int32_t>(spec.warmup_bodies.size()));
   ensure_descriptors(opt.max_concurrency);
 
   ClosedLoopPlan plan;
@@ -188,7 +190,8 @@ CellResult CellRunner::run() {
     MetricsSampler sampler(spec, res.metrics);
     SystemClock clock;
     const ns_t cpu0 = thread_cpu_ns();
-    const ScheduleTimes times = run_closed_loop(plan, transport, clock, records, m.stop, &m.progress);
+    const ScheduleTimes times =
+        run_closed_loop(plan, transport, clock, records, m.stop, &m.progress);
     res.client_cpu_s = static_cast<double>(thread_cpu_ns() - cpu0) / 1e9;
     sampler.finish();
     res.warmup_start_ns = times.warmup_start_ns;

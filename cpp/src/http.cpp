@@ -115,7 +115,8 @@ std::string check_url(const std::string& url) {
     char* scheme = nullptr;
     if (curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) == CURLUE_OK && scheme) {
       const std::string_view s(scheme);
-      if (s != "http" && s != "https") why = "unsupported URL scheme " + std::string(s) + " (http or https)";
+      if (s != "http" && s != "https")
+        why = "unsupported URL scheme " + std::string(s) + " (http or https)";
       curl_free(scheme);
     }
   }
@@ -196,7 +197,8 @@ struct CurlTransport::Impl {
   std::vector<std::int32_t>* finished_out = nullptr;  // set while poll() runs
   std::vector<std::int32_t> pending_failures;         // failed in start(), reported by poll()
 
-  Impl(HttpOptions o, CellRecords& r, CellProgress* p) : opt(std::move(o)), records(r), progress(p) {}
+  Impl(HttpOptions o, CellRecords& r, CellProgress* p)
+      : opt(std::move(o)), records(r), progress(p) {}
 
   ~Impl() {
     for (auto& t : all) {
@@ -266,7 +268,8 @@ struct CurlTransport::Impl {
     } else if (iequals_prefix(line, "transfer-encoding:")) {
       // "chunked" is always the last coding when present (RFC 9112 6.1).
       std::string_view v = line.substr(18);
-      while (!v.empty() && (v.back() == '\n' || v.back() == '\r' || v.back() == ' ')) v.remove_suffix(1);
+      while (!v.empty() && (v.back() == '\n' || v.back() == '\r' || v.back() == ' '))
+        v.remove_suffix(1);
       t->chunked = v.size() >= 7 && iequals_prefix(v.substr(v.size() - 7), "chunked");
     } else if (iequals_prefix(line, "content-type:")) {
       std::string_view v = line.substr(13);
@@ -391,8 +394,8 @@ struct CurlTransport::Impl {
       if (kind == "not_sse" && msg.empty()) msg = error_message_from_body(t->collected);
     } else if (t->status >= 400) {
       kind = "http_" + std::to_string(t->status);
-      msg =
-          t->collected.empty() ? "HTTP " + std::to_string(t->status) : error_message_from_body(t->collected);
+      msg = t->collected.empty() ? "HTTP " + std::to_string(t->status)
+                                 : error_message_from_body(t->collected);
     } else if (t->stream_finished && (code == CURLE_OK || code == CURLE_PARTIAL_FILE ||
                                       code == CURLE_RECV_ERROR || code == CURLE_GOT_NOTHING)) {
       // Complete: the connection may have broken after the last event; the
@@ -576,7 +579,8 @@ CurlTransport::CurlTransport(HttpOptions options, CellRecords& records, CellProg
   mset(CURLMOPT_MAX_HOST_CONNECTIONS, 0L);
   mset(CURLMOPT_MAX_TOTAL_CONNECTIONS, 0L);
   mset(CURLMOPT_MAXCONNECTS, n + 16);
-  if (mc != CURLM_OK) throw std::runtime_error(std::string("curl_multi_setopt: ") + curl_multi_strerror(mc));
+  if (mc != CURLM_OK)
+    throw std::runtime_error(std::string("curl_multi_setopt: ") + curl_multi_strerror(mc));
 
   // Receive buffer: large for few streams (long non-streamed error bodies,
   // fat chunks), bounded in total for thousands (it is allocated per handle).
@@ -614,7 +618,8 @@ void CurlTransport::start(std::int32_t id, std::string_view body) {
   RequestRecord& r = m.rec(id);
   r.sent_ns = now;
   // The body is sent from the caller's buffer: no copy per request.
-  CURLcode rc = curl_easy_setopt(t->easy, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
+  CURLcode rc =
+      curl_easy_setopt(t->easy, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
   if (rc == CURLE_OK) rc = curl_easy_setopt(t->easy, CURLOPT_POSTFIELDS, body.data());
   if (rc != CURLE_OK) {
     r.outcome = Outcome::kError;
@@ -671,7 +676,8 @@ void CurlTransport::poll(ns_t deadline_ns, std::vector<std::int32_t>& finished) 
     ns_t wake_at = std::min(deadline_ns, m.next_sweep_ns);
     if (m.timer_ns != kNever) wake_at = std::min(wake_at, m.timer_ns);
     const ns_t wait = std::max<ns_t>(wake_at - now, 0);
-    const timespec ts{static_cast<time_t>(wait / 1'000'000'000), static_cast<long>(wait % 1'000'000'000)};
+    const timespec ts{static_cast<time_t>(wait / 1'000'000'000),
+                      static_cast<long>(wait % 1'000'000'000)};
     const int n = epoll_pwait2(m.epfd, events, kMaxEpollEvents, &ts, nullptr);
     if (n < 0) {
       if (errno == EINTR) continue;
@@ -709,7 +715,9 @@ void CurlTransport::wake() noexcept {
 
 double CurlTransport::loop_lag_max_ms() const noexcept { return impl_->lag_max_ms; }
 
-std::int64_t CurlTransport::connections_opened() const noexcept { return impl_->connections_opened; }
+std::int64_t CurlTransport::connections_opened() const noexcept {
+  return impl_->connections_opened;
+}
 
 // ---------------------------------------------------------------------------
 struct HttpGetter::Impl {
@@ -771,8 +779,8 @@ bool HttpGetter::get(const std::string& url, std::string* body, std::string* err
   if (rc == CURLE_OK) rc = curl_easy_perform(m.easy);
   if (rc != CURLE_OK) {
     if (error)
-      *error =
-          one_line(std::string(curl_easy_strerror(rc)) + (m.errbuf[0] ? std::string(": ") + m.errbuf : ""));
+      *error = one_line(std::string(curl_easy_strerror(rc)) +
+                        (m.errbuf[0] ? std::string(": ") + m.errbuf : ""));
     return false;
   }
   long status = 0;

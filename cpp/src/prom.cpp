@@ -157,7 +157,8 @@ std::vector<PromSample> parse_prometheus(std::string_view text, int* bad_lines) 
 }
 
 std::vector<double> reduce_by_name(const std::vector<PromSample>& samples,
-                                   const std::vector<std::string>& names, const std::vector<Reduce>& how) {
+                                   const std::vector<std::string>& names,
+                                   const std::vector<Reduce>& how) {
   std::vector<double> out(names.size(), 0.0);
   std::vector<bool> found(names.size(), false);
   std::unordered_map<std::string_view, std::vector<std::size_t>> wanted;

@@ -19,8 +19,8 @@ class Loop {
       : transport_(t), records_(r), stop_(stop), progress_(p) {}
 
   // Creates record `id` and hands it to the transport.
-  std::int32_t launch(std::int32_t slot, std::int32_t body_index, std::string_view body, Phase phase,
-                      ns_t scheduled_ns) {
+  std::int32_t launch(std::int32_t slot, std::int32_t body_index, std::string_view body,
+                      Phase phase, ns_t scheduled_ns) {
     RequestRecord rec;
     rec.slot = slot;
     rec.body = body_index;
@@ -78,7 +78,8 @@ struct Refill {
 }  // namespace
 
 ScheduleTimes run_closed_loop(const ClosedLoopPlan& plan, Transport& transport, Clock& clock,
-                              CellRecords& records, const std::atomic<bool>& stop, CellProgress* progress) {
+                              CellRecords& records, const std::atomic<bool>& stop,
+                              CellProgress* progress) {
   ScheduleTimes times;
   Loop loop(transport, records, stop, progress);
 

@@ -142,7 +142,8 @@ double weighted_percentile(std::span<const double> values, std::span<const std::
   return sorted_weighted_quantile(vw, 0, vw.size(), q);
 }
 
-CellFigures summarize_cell(const RecordView& r, ns_t t0, ns_t t1, double bin_s, ns_t steady_from_ns) {
+CellFigures summarize_cell(const RecordView& r, ns_t t0, ns_t t1, double bin_s,
+                           ns_t steady_from_ns) {
   CellFigures f;
   f.tbt_ms = f.per_request_tok_s = f.ttft_ms = kNaN;
   f.ttft_p90_ms = f.ttft_p99_ms = f.tbt_p90_ms = f.tbt_p99_ms = kNaN;

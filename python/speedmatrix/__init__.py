@@ -33,8 +33,22 @@ _EXPORTS = {
 }
 
 # Spelled out for static tools; tests/python/test_api.py holds it to _EXPORTS.
-__all__ = ["Matrix", "Run", "Sim", "Sweep", "Target", "__version__", "compare", "concat",
-           "discover", "load", "plan", "register_adapter", "run", "write_report"]
+__all__ = [
+    "Matrix",
+    "Run",
+    "Sim",
+    "Sweep",
+    "Target",
+    "__version__",
+    "compare",
+    "concat",
+    "discover",
+    "load",
+    "plan",
+    "register_adapter",
+    "run",
+    "write_report",
+]
 
 
 def __getattr__(name: str) -> Any:

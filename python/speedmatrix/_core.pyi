@@ -1,6 +1,5 @@
 """Type stubs of the compiled core (cpp/bindings). See docs/internals.md section 1."""
 
-
 import enum
 from collections.abc import Iterable
 from typing import TypedDict

@@ -51,15 +51,20 @@ def _csv(text: str) -> list[str]:
 
 def _add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--url", help="base URL of the server, e.g. http://127.0.0.1:8000")
-    p.add_argument("--api-key", help="API key (also $SPEEDMATRIX_API_KEY / $OPENAI_API_KEY); "
-                   "never written anywhere")
+    p.add_argument(
+        "--api-key",
+        help="API key (also $SPEEDMATRIX_API_KEY / $OPENAI_API_KEY); never written anywhere",
+    )
     p.add_argument("--model", help="served model name (default: the server's only/first model)")
     p.add_argument("--matrix", type=Path, help="matrix definition (TOML); flags override it")
     p.add_argument("--preset", help="start from a preset matrix: seed, quick")
     p.add_argument("--contexts", help="decode contexts, e.g. 8k,16k,32k,max")
     p.add_argument("--concurrency", help="concurrency levels, e.g. 1,2,4,8")
-    p.add_argument("--prefill-contexts", help="prefill contexts, e.g. 8k,64k,max-decode,max "
-                   "(max-decode: the decode max; max: the longest prompt the server takes)")
+    p.add_argument(
+        "--prefill-contexts",
+        help="prefill contexts, e.g. 8k,64k,max-decode,max "
+        "(max-decode: the decode max; max: the longest prompt the server takes)",
+    )
     p.add_argument("--duration", help="window per decode cell, e.g. 30s")
     p.add_argument("--max-output", help="max output tokens per request, e.g. 4096")
     p.add_argument("--api", choices=["completions", "chat"], help="endpoint to measure")
@@ -69,37 +74,57 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kv-capacity", help="KV cache capacity in tokens (overrides the probe)")
     p.add_argument("--context-length", help="server context length (overrides the probe)")
     p.add_argument("--max-running", type=int, help="server running-request cap (overrides)")
-    p.add_argument("--launch-command", help="the server's launch command, for the report "
-                   "(secrets are redacted)")
+    p.add_argument(
+        "--launch-command",
+        help="the server's launch command, for the report (secrets are redacted)",
+    )
     p.add_argument("--gpu", help="GPU name for the report (default: nvidia-smi when local)")
     p.add_argument("--vram", help="GPU memory for the report, e.g. '141 GB'")
     p.add_argument("--hardware-type", help="e.g. 'Discrete GPU'")
-    p.add_argument("--os", help="the server's OS for the report (default: this machine's when "
-                   "the server is local)")
-    p.add_argument("--engine", help="engine name: an adapter (sglang, vllm, ...) skips "
-                   "detection; any other name only names the engine in the report")
+    p.add_argument(
+        "--os",
+        help="the server's OS for the report (default: this machine's when the server is local)",
+    )
+    p.add_argument(
+        "--engine",
+        help="engine name: an adapter (sglang, vllm, ...) skips "
+        "detection; any other name only names the engine in the report",
+    )
     p.add_argument("--engine-version", help="engine version (overrides the probe)")
     p.add_argument("--engine-commit", help="engine commit (overrides the probe)")
     p.add_argument("--backend", help="engine backend for the report, e.g. cuda, rocm")
     p.add_argument("--build", help="engine build for the report, e.g. cuda-13.2")
     p.add_argument("--repository", help="engine repository, e.g. github.com/sgl-project/sglang")
     p.add_argument("--quantization", help="e.g. BF16, FP8 (overrides the probe)")
-    p.add_argument("--model-name", help="model name for the report's title (default: the last "
-                   "part of the model path the server reports, else the served name)")
+    p.add_argument(
+        "--model-name",
+        help="model name for the report's title (default: the last "
+        "part of the model path the server reports, else the served name)",
+    )
     p.add_argument("--revision", help="model revision for the report")
     p.add_argument("--out", type=Path, help="output folder (run.json, records, report)")
-    p.add_argument("--resume", type=Path, metavar="DIR",
-                   help="continue an interrupted run in DIR without redoing finished cells")
+    p.add_argument(
+        "--resume",
+        type=Path,
+        metavar="DIR",
+        help="continue an interrupted run in DIR without redoing finished cells",
+    )
     p.add_argument("--no-report", action="store_true", help="do not write report.md/html")
     p.add_argument("--quiet", action="store_true", help="no progress display")
-    p.add_argument("--tokenizer", metavar="NAME_OR_PATH",
-                   help="local Hugging Face tokenizer for exact prompts (needs the "
-                   "transformers or tokenizers package)")
+    p.add_argument(
+        "--tokenizer",
+        metavar="NAME_OR_PATH",
+        help="local Hugging Face tokenizer for exact prompts (needs the "
+        "transformers or tokenizers package)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="speedmatrix", description="Speed test matrix for OpenAI-compatible "
-                     "LLM servers: prefill, sustained decode, TTFT, time between tokens.")
+    parser = _Parser(
+        prog="speedmatrix",
+        description="Speed test matrix for OpenAI-compatible "
+        "LLM servers: prefill, sustained decode, TTFT, time between tokens.",
+    )
     parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
 
@@ -111,16 +136,18 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--host", default="127.0.0.1")
     sim.add_argument("--profile", default="seed-h200")
     sim.add_argument("--flavour", choices=["sglang", "vllm"])
-    sim.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                     help="override a profile field")
+    sim.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a profile field"
+    )
     from speedmatrix.sim import add_engine_flags  # standard library only: cheap to import
 
     add_engine_flags(sim)  # --unpaced, --stamp, --fault-* P, --seed N
 
     demo = sub.add_parser("demo", help="built-in engine + the seed's matrix + report")
     demo.add_argument("--out", type=Path, default=Path("speedmatrix-demo"))
-    demo.add_argument("--duration", default="5s", help="window per decode cell (default 5s; "
-                      "the seed used 30s)")
+    demo.add_argument(
+        "--duration", default="5s", help="window per decode cell (default 5s; the seed used 30s)"
+    )
     demo.add_argument("--quiet", action="store_true")
 
     rep = sub.add_parser("report", help="write report.md and report.html of a saved run")
@@ -129,8 +156,12 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_ = sub.add_parser("compare", help="compare two saved runs")
     cmp_.add_argument("dir_a", type=Path)
     cmp_.add_argument("dir_b", type=Path)
-    cmp_.add_argument("--out", type=Path, help="folder for compare.md/html/csv and its "
-                      "charts (default: DIR_B/compare, apart from DIR_B's own report)")
+    cmp_.add_argument(
+        "--out",
+        type=Path,
+        help="folder for compare.md/html/csv and its "
+        "charts (default: DIR_B/compare, apart from DIR_B's own report)",
+    )
     return parser
 
 
@@ -157,8 +188,7 @@ def _matrix_from_args(args: argparse.Namespace):
         if args.contexts:
             m.contexts = parse_contexts(",".join(_csv(args.contexts)))
         if args.prefill_contexts:
-            m.prefill_contexts = parse_contexts(",".join(_csv(args.prefill_contexts)),
-                                                prefill=True)
+            m.prefill_contexts = parse_contexts(",".join(_csv(args.prefill_contexts)), prefill=True)
         if args.concurrency:
             m.concurrency = [_positive_int(c, "--concurrency") for c in _csv(args.concurrency)]
         if args.duration:
@@ -212,10 +242,16 @@ def _overrides(args: argparse.Namespace) -> dict:
     if args.max_running is not None:
         out["max_running"] = _positive_int(str(args.max_running), "--max-running")
     # Engine facts go to discovery, which records them with source "given".
-    for key, value in (("engine", args.engine), ("engine_version", args.engine_version),
-                       ("commit", args.engine_commit), ("backend", args.backend),
-                       ("build", args.build), ("repository", args.repository),
-                       ("quantization", args.quantization), ("model_name", args.model_name)):
+    for key, value in (
+        ("engine", args.engine),
+        ("engine_version", args.engine_version),
+        ("commit", args.engine_commit),
+        ("backend", args.backend),
+        ("build", args.build),
+        ("repository", args.repository),
+        ("quantization", args.quantization),
+        ("model_name", args.model_name),
+    ):
         if value:
             out[key] = value
     return out
@@ -225,8 +261,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from speedmatrix import sweep
 
     if args.resume is not None:
-        return sweep.resume(args.resume, api_key=_api_key(args), progress=not args.quiet,
-                            report=not args.no_report, tokenizer=args.tokenizer)
+        return sweep.resume(
+            args.resume,
+            api_key=_api_key(args),
+            progress=not args.quiet,
+            report=not args.no_report,
+            tokenizer=args.tokenizer,
+        )
     if not args.url:
         raise UsageError("--url is required (or --resume DIR)")
     if not args.out:
@@ -234,19 +275,40 @@ def _cmd_run(args: argparse.Namespace) -> int:
     matrix = _matrix_from_args(args)
     info = {
         "launch_command": args.launch_command,
-        "hardware": {k: v for k, v in (("gpu", args.gpu), ("vram", args.vram),
-                                        ("type", args.hardware_type), ("os", args.os)) if v},
+        "hardware": {
+            k: v
+            for k, v in (
+                ("gpu", args.gpu),
+                ("vram", args.vram),
+                ("type", args.hardware_type),
+                ("os", args.os),
+            )
+            if v
+        },
         "revision": args.revision,
     }
-    run = sweep.Sweep(args.url, matrix, out=args.out, api_key=_api_key(args), model=args.model,
-                      overrides=_overrides(args), info=info, progress=not args.quiet,
-                      report=not args.no_report, tokenizer=args.tokenizer)
+    run = sweep.Sweep(
+        args.url,
+        matrix,
+        out=args.out,
+        api_key=_api_key(args),
+        model=args.model,
+        overrides=_overrides(args),
+        info=info,
+        progress=not args.quiet,
+        report=not args.no_report,
+        tokenizer=args.tokenizer,
+    )
     return run.execute()
 
 
 def _api_key(args: argparse.Namespace) -> str | None:
-    return args.api_key or os.environ.get("SPEEDMATRIX_API_KEY") or os.environ.get(
-        "OPENAI_API_KEY") or None
+    return (
+        args.api_key
+        or os.environ.get("SPEEDMATRIX_API_KEY")
+        or os.environ.get("OPENAI_API_KEY")
+        or None
+    )
 
 
 def _cmd_sim(args: argparse.Namespace) -> int:
@@ -289,8 +351,13 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"run": _cmd_run, "sim": _cmd_sim, "demo": _cmd_demo, "report": _cmd_report,
-            "compare": _cmd_compare}
+COMMANDS = {
+    "run": _cmd_run,
+    "sim": _cmd_sim,
+    "demo": _cmd_demo,
+    "report": _cmd_report,
+    "compare": _cmd_compare,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

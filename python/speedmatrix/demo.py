@@ -44,11 +44,17 @@ def main(out: str | Path = "speedmatrix-demo", duration: str = "5s", progress: b
     started = time.monotonic()
     print(f"speedmatrix demo: starting the built-in engine (profile {DEMO_PROFILE})", flush=True)
     with Sim(DEMO_PROFILE) as sim:
-        print(f"speedmatrix demo: measuring the seed's matrix against {sim.url} "
-              f"({matrix.duration_s:g} s per decode cell)", flush=True)
+        print(
+            f"speedmatrix demo: measuring the seed's matrix against {sim.url} "
+            f"({matrix.duration_s:g} s per decode cell)",
+            flush=True,
+        )
         info = {
-            "hardware": {"type": "Simulated", "gpu": "speedmatrix-sim (seed-h200 profile)",
-                         "os": sys.platform},
+            "hardware": {
+                "type": "Simulated",
+                "gpu": "speedmatrix-sim (seed-h200 profile)",
+                "os": sys.platform,
+            },
             "engine": {"backend": "simulated"},
             "launch_command": f"speedmatrix sim --profile {DEMO_PROFILE} --port {sim.port}",
         }
@@ -59,10 +65,12 @@ def main(out: str | Path = "speedmatrix-demo", duration: str = "5s", progress: b
     print("Sustained decode, total tok/s (rows: context, columns: requests at once)")
     print(run.matrix("total_tok_s").to_string())
     if matrix.duration_s < 30:
-        print(f"\nA {matrix.duration_s:g} s window includes each cell's ramp-up (the N requests' "
-              "first tokens, up to a few seconds at long contexts), so those cells read lower "
-              "than over the seed's 30 s window; `speedmatrix demo --duration 30s` gives the "
-              "seed's figures (about 20 minutes).")
+        print(
+            f"\nA {matrix.duration_s:g} s window includes each cell's ramp-up (the N requests' "
+            "first tokens, up to a few seconds at long contexts), so those cells read lower "
+            "than over the seed's 30 s window; `speedmatrix demo --duration 30s` gives the "
+            "seed's figures (about 20 minutes)."
+        )
     print()
     print(f"speedmatrix demo: done in {time.monotonic() - started:.0f} s. Files:")
     for name in ("run.json", "report.md", "report.html"):

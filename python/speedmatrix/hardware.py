@@ -24,7 +24,7 @@ def _short_gpu_name(name: str) -> str:
     name = name.strip()
     for prefix in ("NVIDIA ", "Nvidia "):
         if name.startswith(prefix):
-            return name[len(prefix):]
+            return name[len(prefix) :]
     return name
 
 
@@ -111,8 +111,15 @@ def detect_hardware(
     a GPU in this machine has nothing to do with its figures; type is ``Simulated``.
     ``sources`` says for each field whether it was ``detected`` or ``given``.
     """
-    hw: dict[str, Any] = {"type": None, "gpu": None, "vram_gb": None, "os": None,
-                          "cpu": None, "gpu_count": None, "source": "given"}
+    hw: dict[str, Any] = {
+        "type": None,
+        "gpu": None,
+        "vram_gb": None,
+        "os": None,
+        "cpu": None,
+        "gpu_count": None,
+        "source": "given",
+    }
     if local and simulated:
         hw["os"] = platform.system().lower() or None
         hw["cpu"] = _cpu_name()

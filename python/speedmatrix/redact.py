@@ -21,9 +21,7 @@ _TOKEN_PREFIX = (
     r"hf|hub|huggingface|auth|access|api|bearer|github|gh|gitlab|refresh|session|id|openai"
     r"|admin|oauth|bot"
 )
-_SECRET_NAME = (
-    rf"(?:[a-z0-9]+[-_])*(?:{_STRONG})|(?:(?:{_TOKEN_PREFIX})[-_]?)?token|bearer"
-)
+_SECRET_NAME = rf"(?:[a-z0-9]+[-_])*(?:{_STRONG})|(?:(?:{_TOKEN_PREFIX})[-_]?)?token|bearer"
 _FLAG_NAMES = _SECRET_NAME
 _VALUE = r"""(?:"[^"]*"|'[^']*'|[^\s"']+)"""
 
@@ -97,8 +95,9 @@ def redact_known(obj: Any, secrets: list[str] | tuple[str, ...] | None) -> Any:
     Dict keys are scanned too. Secrets shorter than 4 characters are ignored
     (replacing them would mangle ordinary text); empty/None secrets are skipped.
     """
-    vals = sorted({s for s in (secrets or []) if isinstance(s, str) and len(s) >= 4},
-                  key=len, reverse=True)
+    vals = sorted(
+        {s for s in (secrets or []) if isinstance(s, str) and len(s) >= 4}, key=len, reverse=True
+    )
     if not vals:
         return obj
 

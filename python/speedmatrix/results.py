@@ -1,12 +1,12 @@
 """A saved run as an object: tidy frames for pandas work, the seed's matrix, records.
 
-    import speedmatrix as sm
-    run = sm.load("out/seed")
-    run.cells                      # one row per cell, every run.json field
-    run.matrix("total_tok_s")      # rows = context, columns = concurrency
-    run.requests                   # every request of every cell, times in ms from t0
-    run.tokens("decode-c8192-n4-r0")
-    sm.concat([run_a, run_b], ["before", "after"])
+import speedmatrix as sm
+run = sm.load("out/seed")
+run.cells                      # one row per cell, every run.json field
+run.matrix("total_tok_s")      # rows = context, columns = concurrency
+run.requests                   # every request of every cell, times in ms from t0
+run.tokens("decode-c8192-n4-r0")
+sm.concat([run_a, run_b], ["before", "after"])
 """
 
 from __future__ import annotations
@@ -24,15 +24,24 @@ import pandas as pd
 
 from speedmatrix.runfile import load_records, read_run
 
-STATUS_TEXT = {"over_capacity": "Over capacity", "error": "Error", "queued": "Requests queued",
-               "valid": "Valid"}
+STATUS_TEXT = {
+    "over_capacity": "Over capacity",
+    "error": "Error",
+    "queued": "Requests queued",
+    "valid": "Valid",
+}
 NOT_MEASURED = "Not measured"
 OUTCOME_TEXT = {0: "pending", 1: "ok", 2: "cancelled", 3: "error"}
 PHASE_TEXT = {0: "warmup", 1: "window"}
 CI_FIGURES = ("total_tok_s", "per_request_tok_s", "ttft_ms", "tbt_ms", "prompt_tok_s")
-FIGURE_ALIASES = {"ttft": "ttft_ms", "tbt": "tbt_ms", "total": "total_tok_s",
-                  "per_request": "per_request_tok_s", "prompt": "prompt_tok_s",
-                  "active": "avg_active"}
+FIGURE_ALIASES = {
+    "ttft": "ttft_ms",
+    "tbt": "tbt_ms",
+    "total": "total_tok_s",
+    "per_request": "per_request_tok_s",
+    "prompt": "prompt_tok_s",
+    "active": "avg_active",
+}
 _MS = 1e6
 
 
@@ -47,22 +56,24 @@ def _flatten_cell(cell: dict) -> dict:
     for k, v in cell.items():
         if k == "ci" and isinstance(v, dict):
             for fig, iv in v.items():
-                lo, hi = (iv if isinstance(iv, (list, tuple)) and len(iv) == 2 else (None, None))
+                lo, hi = iv if isinstance(iv, (list, tuple)) and len(iv) == 2 else (None, None)
                 row[f"{fig}_lo"] = np.nan if lo is None else float(lo)
                 row[f"{fig}_hi"] = np.nan if hi is None else float(hi)
         elif k == "server":
             for sk in ("running_mean", "running_max", "waiting_max", "kv_usage_max"):
                 sv = v.get(sk) if isinstance(v, dict) else None
                 row[f"server_{sk}"] = np.nan if sv is None else float(sv)
-            for sk, sv in (v.items() if isinstance(v, dict) else ()):
+            for sk, sv in v.items() if isinstance(v, dict) else ():
                 row.setdefault(f"server_{sk}", sv)
         elif isinstance(v, dict) and k not in ("errors", "error_examples"):  # {kind: ...}
             for pk, pv in v.items():
                 row[f"{k}_{pk}"] = pv
         else:
             row[k] = v
-    row.setdefault("id", f"{cell['phase']}-c{cell['context']}-n{cell['concurrency']}-r"
-                         f"{cell.get('repetition', 0)}")
+    row.setdefault(
+        "id",
+        f"{cell['phase']}-c{cell['context']}-n{cell['concurrency']}-r{cell.get('repetition', 0)}",
+    )
     row.setdefault("repetition", 0)
     if not row.get("label"):
         row["label"] = _context_label(cell["context"])
@@ -78,8 +89,9 @@ def _flatten_cell(cell: dict) -> dict:
 class Run:
     """One saved run (``DIR/run.json`` plus ``DIR/records``)."""
 
-    def __init__(self, doc: dict, path: str | os.PathLike | None = None,
-                 label: str | None = None) -> None:
+    def __init__(
+        self, doc: dict, path: str | os.PathLike | None = None, label: str | None = None
+    ) -> None:
         self.doc = doc
         self.path = Path(path) if path is not None else None
         self.meta: dict = doc.get("meta") or {}
@@ -110,8 +122,9 @@ class Run:
         run = self.meta.get("run") or {}
         m = dict(run.get("matrix") or {})
         plan = run.get("plan") or {}
-        m.update({k: plan[k] for k in ("contexts", "concurrency", "prefill_contexts")
-                  if plan.get(k)})
+        m.update(
+            {k: plan[k] for k in ("contexts", "concurrency", "prefill_contexts") if plan.get(k)}
+        )
         cells = self.doc.get("cells") or []
         dec = [c for c in cells if c["phase"] == "decode"]
         pre = [c for c in cells if c["phase"] == "prefill"]
@@ -127,7 +140,8 @@ class Run:
 
         contexts = ints(m.get("contexts")) or sorted({c["context"] for c in dec})
         conc = ints(m.get("concurrency") or m.get("concurrencies")) or sorted(
-            {c["concurrency"] for c in dec})
+            {c["concurrency"] for c in dec}
+        )
         pcs = ints(m.get("prefill_contexts")) or sorted({c["context"] for c in pre})
         # cells may hold resolved values ("max") not in the definition
         contexts = sorted(set(contexts) | {c["context"] for c in dec})
@@ -141,15 +155,27 @@ class Run:
         rows = [_flatten_cell(c) for c in self.doc.get("cells") or []]
         df = pd.DataFrame(rows)
         if df.empty:
-            df = pd.DataFrame(columns=["id", "phase", "context", "concurrency", "status",
-                                       "label", "repetition"])
+            df = pd.DataFrame(
+                columns=["id", "phase", "context", "concurrency", "status", "label", "repetition"]
+            )
         for fig in CI_FIGURES:
             for side in ("lo", "hi"):
                 if f"{fig}_{side}" not in df:
                     df[f"{fig}_{side}"] = np.nan
-        num = ["total_tok_s", "per_request_tok_s", "prompt_tok_s", "ttft_ms", "tbt_ms",
-               "avg_active", "measured_s", "ttft_p90_ms", "ttft_p99_ms", "tbt_p90_ms",
-               "tbt_p99_ms", "drift"]
+        num = [
+            "total_tok_s",
+            "per_request_tok_s",
+            "prompt_tok_s",
+            "ttft_ms",
+            "tbt_ms",
+            "avg_active",
+            "measured_s",
+            "ttft_p90_ms",
+            "ttft_p99_ms",
+            "tbt_p90_ms",
+            "tbt_p99_ms",
+            "drift",
+        ]
         for col in num:
             if col in df:
                 df[col] = pd.to_numeric(df[col], errors="coerce").astype(float)
@@ -172,8 +198,10 @@ class Run:
             try:
                 rec = load_records(self.path, rel)
             except (OSError, ValueError, zipfile.BadZipFile) as exc:
-                warnings.warn(f"records of {cell_id} unreadable ({exc}); figures from run.json "
-                              "only", stacklevel=2)
+                warnings.warn(
+                    f"records of {cell_id} unreadable ({exc}); figures from run.json only",
+                    stacklevel=2,
+                )
         self._records_cache[cell_id] = rec
         return rec
 
@@ -232,8 +260,19 @@ class Run:
             if not f.empty:
                 frames.append(f)
         if not frames:
-            return pd.DataFrame(columns=["cell", "request", "phase", "sent_ms", "first_token_ms",
-                                         "done_ms", "ttft_ms", "output_tokens", "outcome"])
+            return pd.DataFrame(
+                columns=[
+                    "cell",
+                    "request",
+                    "phase",
+                    "sent_ms",
+                    "first_token_ms",
+                    "done_ms",
+                    "ttft_ms",
+                    "output_tokens",
+                    "outcome",
+                ]
+            )
         return pd.concat(frames, ignore_index=True)
 
     def tokens(self, cell_id: str) -> pd.DataFrame:
@@ -254,8 +293,9 @@ class Run:
         gap = np.where(same, np.r_[0, np.diff(t)] / _MS / np.maximum(tok, 1), np.nan)
         t1 = cell.get("t1_ns")
         inw = (t >= t0) & ((t <= int(t1)) if t1 is not None else True)
-        df = pd.DataFrame({"request": req, "t_ms": (t - t0) / _MS, "tokens": tok,
-                           "gap_ms": gap, "in_window": inw})
+        df = pd.DataFrame(
+            {"request": req, "t_ms": (t - t0) / _MS, "tokens": tok, "gap_ms": gap, "in_window": inw}
+        )
         return df.sort_values("t_ms", kind="stable").reset_index(drop=True)
 
     def tbt_samples(self, cell_id: str) -> np.ndarray:
@@ -295,8 +335,13 @@ class Run:
         df = self.cells
         return df[df["phase"] == "decode"] if "phase" in df else df
 
-    def matrix(self, figure: str = "total_tok_s", numeric: bool = False,
-               aggregate: str = "median", all_cells: bool = False) -> pd.DataFrame:
+    def matrix(
+        self,
+        figure: str = "total_tok_s",
+        numeric: bool = False,
+        aggregate: str = "median",
+        all_cells: bool = False,
+    ) -> pd.DataFrame:
         """Decode cells pivoted: rows = context label (context order), columns = concurrency.
 
         As in the report's matrix, only valid and queued cells give numbers: a cell
@@ -315,9 +360,11 @@ class Run:
         if figure not in dec.columns and not dec.empty:
             raise KeyError(f"no figure {figure!r} in the cells (have: {sorted(dec.columns)})")
         labels = self._labels(dec, contexts)
-        out = pd.DataFrame(index=pd.Index([labels[c] for c in contexts], name="context"),
-                           columns=pd.Index(conc, name="concurrency"),
-                           dtype=float if numeric else object)
+        out = pd.DataFrame(
+            index=pd.Index([labels[c] for c in contexts], name="context"),
+            columns=pd.Index(conc, name="concurrency"),
+            dtype=float if numeric else object,
+        )
         groups = self._groups(dec)
         for i, c in enumerate(contexts):
             for j, n in enumerate(conc):
@@ -352,8 +399,11 @@ class Run:
         dec = self._decode()
         md = self.matrix_definition
         labels = self._labels(dec, md["contexts"])
-        out = pd.DataFrame(index=pd.Index([labels[c] for c in md["contexts"]], name="context"),
-                           columns=pd.Index(md["concurrency"], name="concurrency"), dtype=object)
+        out = pd.DataFrame(
+            index=pd.Index([labels[c] for c in md["contexts"]], name="context"),
+            columns=pd.Index(md["concurrency"], name="concurrency"),
+            dtype=object,
+        )
         groups = self._groups(dec)
         for i, c in enumerate(md["contexts"]):
             for j, n in enumerate(md["concurrency"]):
@@ -370,19 +420,31 @@ class Run:
             sub = pre[pre["context"] == c]
             ok = sub[sub["status"].isin(["valid", "queued"])]
             use = ok if len(ok) else sub
-            rows.append({
-                "context": c,
-                "label": sub["label"].iloc[0] if len(sub) else _context_label(c),
-                "status": _combined_status(sub["status"].tolist()) if len(sub) else None,
-                "prompt_tok_s": float(use["prompt_tok_s"].median()) if len(use) else np.nan,
-                "ttft_ms": float(use["ttft_ms"].median()) if len(use) else np.nan,
-                "prompt_tok_s_lo": _safe_min(use, "prompt_tok_s_lo", "prompt_tok_s", len(use)),
-                "prompt_tok_s_hi": _safe_max(use, "prompt_tok_s_hi", "prompt_tok_s", len(use)),
-                "repetitions": len(sub),
-            })
-        return pd.DataFrame(rows, columns=["context", "label", "status", "prompt_tok_s",
-                                           "ttft_ms", "prompt_tok_s_lo", "prompt_tok_s_hi",
-                                           "repetitions"])
+            rows.append(
+                {
+                    "context": c,
+                    "label": sub["label"].iloc[0] if len(sub) else _context_label(c),
+                    "status": _combined_status(sub["status"].tolist()) if len(sub) else None,
+                    "prompt_tok_s": float(use["prompt_tok_s"].median()) if len(use) else np.nan,
+                    "ttft_ms": float(use["ttft_ms"].median()) if len(use) else np.nan,
+                    "prompt_tok_s_lo": _safe_min(use, "prompt_tok_s_lo", "prompt_tok_s", len(use)),
+                    "prompt_tok_s_hi": _safe_max(use, "prompt_tok_s_hi", "prompt_tok_s", len(use)),
+                    "repetitions": len(sub),
+                }
+            )
+        return pd.DataFrame(
+            rows,
+            columns=[
+                "context",
+                "label",
+                "status",
+                "prompt_tok_s",
+                "ttft_ms",
+                "prompt_tok_s_lo",
+                "prompt_tok_s_hi",
+                "repetitions",
+            ],
+        )
 
     def missing_cells(self) -> list[tuple[str, int, int]]:
         """(phase, context, concurrency) of the matrix that have no cell (interrupted runs)."""
@@ -452,17 +514,33 @@ def _tokens_frame(run: Run) -> pd.DataFrame:
         cid = _flatten_cell(c)["id"]
         df = run.tokens(cid)
         if len(df):
-            parts.append(df.assign(cell=cid, cell_phase=c["phase"], context=c["context"],
-                                   concurrency=c["concurrency"]))
-    cols = ["cell", "cell_phase", "context", "concurrency", "request", "t_ms", "tokens",
-            "gap_ms", "in_window"]
+            parts.append(
+                df.assign(
+                    cell=cid,
+                    cell_phase=c["phase"],
+                    context=c["context"],
+                    concurrency=c["concurrency"],
+                )
+            )
+    cols = [
+        "cell",
+        "cell_phase",
+        "context",
+        "concurrency",
+        "request",
+        "t_ms",
+        "tokens",
+        "gap_ms",
+        "in_window",
+    ]
     if not parts:
         return pd.DataFrame(columns=cols)
     return pd.concat(parts, ignore_index=True)[cols]
 
 
-def concat(runs: Iterable[Run], labels: Iterable[str] | None = None,
-           frame: str = "cells") -> pd.DataFrame:
+def concat(
+    runs: Iterable[Run], labels: Iterable[str] | None = None, frame: str = "cells"
+) -> pd.DataFrame:
     """One frame of several runs' ``cells`` (or ``requests``, ``prefill``, ``tokens``: the
     token events of every cell) with a ``run`` column."""
     if frame not in CONCAT_FRAMES:
@@ -476,7 +554,8 @@ def concat(runs: Iterable[Run], labels: Iterable[str] | None = None,
     frames = []
     for r, lab in zip(runs, labels):
         f = {"prefill": Run.prefill, "tokens": _tokens_frame}.get(
-            frame, lambda run: getattr(run, frame))(r)
+            frame, lambda run: getattr(run, frame)
+        )(r)
         f = f.copy()
         f.insert(0, "run", lab)
         frames.append(f)

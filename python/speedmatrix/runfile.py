@@ -146,8 +146,7 @@ def validate_run(doc: Any, source: str = RUN_FILE, strict: bool = True) -> dict:
             )
         if cell["status"] not in STATUSES:
             raise RunFileError(
-                f"{source}: {name} field 'status' is {cell['status']!r}, "
-                f"expected one of {STATUSES}"
+                f"{source}: {name} field 'status' is {cell['status']!r}, expected one of {STATUSES}"
             )
         for field in ("context", "concurrency"):
             if not isinstance(cell[field], int) or isinstance(cell[field], bool):
@@ -251,8 +250,12 @@ def load_records(run_dir: str | os.PathLike, relpath: str) -> dict:
         raise FileNotFoundError(f"records file missing: {path}")
     requests: dict[str, np.ndarray] = {}
     events: dict[str, np.ndarray] = {}
-    metrics: dict[str, Any] = {"names": [], "t_ns": np.zeros(0, np.int64),
-                               "values": np.zeros((0, 0)), "failures": 0}
+    metrics: dict[str, Any] = {
+        "names": [],
+        "t_ns": np.zeros(0, np.int64),
+        "values": np.zeros((0, 0)),
+        "failures": 0,
+    }
     with np.load(path, allow_pickle=False) as z:
         for key in z.files:
             a = z[key]

@@ -119,8 +119,15 @@ class Progress:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def start_cell(self, index: int, total: int, label: str, duration_s: float, eta_s: float,
-                   runner: Any = None) -> None:
+    def start_cell(
+        self,
+        index: int,
+        total: int,
+        label: str,
+        duration_s: float,
+        eta_s: float,
+        runner: Any = None,
+    ) -> None:
         self.live = _Live(index, total, label, time.monotonic(), duration_s, runner, eta_s)
         if not self.enabled:
             return
@@ -129,8 +136,9 @@ class Progress:
                 self._thread = threading.Thread(target=self._loop, daemon=True)
                 self._thread.start()
         else:
-            print(f"[{index}/{total}] {label} (ETA {_fmt_eta(eta_s)})", file=self.stream,
-                  flush=True)
+            print(
+                f"[{index}/{total}] {label} (ETA {_fmt_eta(eta_s)})", file=self.stream, flush=True
+            )
 
     def end_cell(self, summary: str) -> None:
         if not self.enabled:
@@ -174,8 +182,9 @@ class Progress:
                     tok_s = " warming up"
             el_cell = time.monotonic() - live.started
             eta = max(live.eta_s - el_cell, 0)
-            self.stream.write(f"\r\033[K[{live.index}/{live.total}] {live.label}:{tok_s}"
-                              f"  ETA {_fmt_eta(eta)}")
+            self.stream.write(
+                f"\r\033[K[{live.index}/{live.total}] {live.label}:{tok_s}  ETA {_fmt_eta(eta)}"
+            )
             self.stream.flush()
 
 
@@ -194,10 +203,22 @@ class Sweep:
     as a `speedmatrix.results.Run`.
     """
 
-    def __init__(self, url: str, matrix, out: str | os.PathLike, *, api_key: str | None = None,
-                 model: str | None = None, overrides: dict | None = None,
-                 info: dict | None = None, progress: bool = True, report: bool = True,
-                 target=None, resume_doc: dict | None = None, tokenizer=None):
+    def __init__(
+        self,
+        url: str,
+        matrix,
+        out: str | os.PathLike,
+        *,
+        api_key: str | None = None,
+        model: str | None = None,
+        overrides: dict | None = None,
+        info: dict | None = None,
+        progress: bool = True,
+        report: bool = True,
+        target=None,
+        resume_doc: dict | None = None,
+        tokenizer=None,
+    ):
         self.url = url.rstrip("/")
         self.matrix = matrix
         self.out = Path(out)
@@ -241,8 +262,9 @@ class Sweep:
             tokenizer_name = os.fspath(self.tokenizer)  # as given: what a resume needs
             self.tokenizer = load_tokenizer(tokenizer_name)
         if self.target is None:
-            self.target = discover(self.url, api_key=self.api_key, model=self.model,
-                                   overrides=self.overrides)
+            self.target = discover(
+                self.url, api_key=self.api_key, model=self.model, overrides=self.overrides
+            )
         planned = plan(self.matrix, self.target)
         if not self.doc:
             self.doc = {"schema": runfile.SCHEMA, "meta": self._meta(), "cells": []}
@@ -272,7 +294,7 @@ class Sweep:
                 if i > 1 and self._server_lost(None):
                     self._mark_unreachable(planned, after=self._label(runnable[i - 2]))
                     break
-                eta = self._eta(runnable[i - 1:])
+                eta = self._eta(runnable[i - 1 :])
                 self.progress.start_cell(i, total, self._label(cell), self._cell_time(cell), eta)
                 if cell.phase == "prefill":
                     outcome = self._measure_prefill(cell)
@@ -310,9 +332,11 @@ class Sweep:
         Only a decode cell still to run can measure a prefill: when a resumed run
         already has the N=1 cell but not its prefill (stopped between the two), the
         prefill cell is measured on its own."""
-        decode_n1 = {(c.context, c.repetition): c for c in planned
-                     if c.phase == "decode" and c.concurrency == 1
-                     and c.runnable and not self._done(c.id)}
+        decode_n1 = {
+            (c.context, c.repetition): c
+            for c in planned
+            if c.phase == "decode" and c.concurrency == 1 and c.runnable and not self._done(c.id)
+        }
         out = {}
         if self.matrix.prefill_mode == "warmup":
             for c in planned:
@@ -328,8 +352,11 @@ class Sweep:
 
     def _eta(self, remaining) -> float:
         rate = 10_000.0  # prompt tok/s assumed until the first prefill is measured
-        measured = [c.get("prompt_tok_s") for c in self.cells.values()
-                    if c.get("phase") == "prefill" and c.get("prompt_tok_s")]
+        measured = [
+            c.get("prompt_tok_s")
+            for c in self.cells.values()
+            if c.get("phase") == "prefill" and c.get("prompt_tok_s")
+        ]
         if measured:
             rate = float(np.median(measured))
         total = 0.0
@@ -352,8 +379,14 @@ class Sweep:
     def _endpoint(self) -> str:
         return self.target.endpoint(self.matrix.api)
 
-    def _spec(self, concurrency: int, bodies: list[bytes], warmup: list[bytes],
-              duration_s: float, max_requests: int = 0):
+    def _spec(
+        self,
+        concurrency: int,
+        bodies: list[bytes],
+        warmup: list[bytes],
+        duration_s: float,
+        max_requests: int = 0,
+    ):
         from speedmatrix._native import _core
 
         spec = _core.CellSpec()
@@ -456,15 +489,17 @@ class Sweep:
         run_seed = self.doc["meta"]["run"]["seed"]
         if cold:
             self._cold_prompts += 1
-            seed: int | str = f"{run_seed}/{context}/{repetition}/cold/{self._nonce}/" \
-                f"{self._cold_prompts}"
+            seed: int | str = (
+                f"{run_seed}/{context}/{repetition}/cold/{self._nonce}/{self._cold_prompts}"
+            )
             factory = self._factory(PromptFactory, context, seed)
             return factory.prompts(count)
         key = (context, repetition)
         cache = self.__dict__.setdefault("_prompt_factories", {})
         if key not in cache:
-            cache[key] = self._factory(PromptFactory, context,
-                                       hash((run_seed, context, repetition)) & 0xFFFFFFFF)
+            cache[key] = self._factory(
+                PromptFactory, context, hash((run_seed, context, repetition)) & 0xFFFFFFFF
+            )
         return cache[key].prompts(count)
 
     def _prompts_sent(self, context: int, repetition: int) -> bool:
@@ -473,20 +508,33 @@ class Sweep:
         but those never run: over capacity, or left when the server was lost)."""
         if (context, repetition) in self.__dict__.get("_prompt_factories", {}):
             return True
-        return any(c.get("phase") == "decode" and c.get("context") == context
-                   and c.get("repetition", 0) == repetition and not c.get("not_run")
-                   and c.get("status") != "over_capacity" for c in self.cells.values())
+        return any(
+            c.get("phase") == "decode"
+            and c.get("context") == context
+            and c.get("repetition", 0) == repetition
+            and not c.get("not_run")
+            and c.get("status") != "over_capacity"
+            for c in self.cells.values()
+        )
 
     def _factory(self, factory_cls, context: int, seed: int | str):
-        return factory_cls(self.target, context, api=self.matrix.api,
-                           shared_prefix=self.matrix.shared_prefix_for(context), seed=seed,
-                           tokenizer=self.tokenizer, api_key=self.api_key)
+        return factory_cls(
+            self.target,
+            context,
+            api=self.matrix.api,
+            shared_prefix=self.matrix.shared_prefix_for(context),
+            seed=seed,
+            tokenizer=self.tokenizer,
+            api_key=self.api_key,
+        )
 
     def _bodies(self, prompts, max_tokens: int) -> list[bytes]:
         from speedmatrix.prompts import request_body
 
-        return [request_body(self.target, self.matrix.api, p, max_tokens,
-                             extra=self.matrix.extra) for p in prompts]
+        return [
+            request_body(self.target, self.matrix.api, p, max_tokens, extra=self.matrix.extra)
+            for p in prompts
+        ]
 
     def _cooldown(self) -> None:
         time.sleep(float(self.matrix.prefill_cooldown_s))
@@ -501,8 +549,9 @@ class Sweep:
             out = self._prompt_failure(cell, exc)
             self._store(out)
             return out
-        spec = self._spec(1, bodies, [], duration_s=max(600.0, cell.context / 100.0),
-                          max_requests=1)
+        spec = self._spec(
+            1, bodies, [], duration_s=max(600.0, cell.context / 100.0), max_requests=1
+        )
         res, interrupted = self._run_spec(spec)
         if interrupted:
             self.interrupted = True
@@ -528,17 +577,19 @@ class Sweep:
             if req["prompt_tokens"][i] >= 0:
                 reported.append(int(req["prompt_tokens"][i]))
         ttft = float(np.median(ttfts)) if ttfts else None
-        base.update({
-            "status": "valid" if ttft is not None else "error",
-            "prompt_tok_s": cell.context / (ttft / 1000.0) if ttft else None,
-            "ttft_ms": ttft,
-            "completed": len(ttfts),
-            "errors": errors,
-            "error_examples": _error_examples(req, rows),
-            "errors_total": sum(errors.values()),
-            "prompt_tokens": _prompt_check(cell.context, reported),
-            "flags": [] if idle else ["busy_at_start"],
-        })
+        base.update(
+            {
+                "status": "valid" if ttft is not None else "error",
+                "prompt_tok_s": cell.context / (ttft / 1000.0) if ttft else None,
+                "ttft_ms": ttft,
+                "completed": len(ttfts),
+                "errors": errors,
+                "error_examples": _error_examples(req, rows),
+                "errors_total": sum(errors.values()),
+                "prompt_tokens": _prompt_check(cell.context, reported),
+                "flags": [] if idle else ["busy_at_start"],
+            }
+        )
         if base["prompt_tokens"]["exact"] is False:
             base["flags"].append("prompt_mismatch")
         if source_id:
@@ -583,8 +634,9 @@ class Sweep:
         if measures_prefill:
             rows = np.flatnonzero(res.requests["phase"] == 0)[:1]
             pcell = self._planned[prefill_id]
-            self._store(_with_method(
-                self._prefill_cell(pcell, res, rows, idle, source_id=cell.id), prompts))
+            self._store(
+                _with_method(self._prefill_cell(pcell, res, rows, idle, source_id=cell.id), prompts)
+            )
         return out
 
     def _decode_cell(self, cell, res, idle: bool) -> CellOutcome:
@@ -595,8 +647,9 @@ class Sweep:
         t0, t1 = int(res.window_start_ns), int(res.window_end_ns)
         window = req["phase"] == 1
         errors: dict[str, int] = {}
-        for kind, outcome in zip(np.asarray(req["error_kind"], dtype=object)[window],
-                                 req["outcome"][window]):
+        for kind, outcome in zip(
+            np.asarray(req["error_kind"], dtype=object)[window], req["outcome"][window]
+        ):
             if outcome == 3:
                 errors[kind or "unknown"] = errors.get(kind or "unknown", 0) + 1
         flags: list[str] = [] if idle else ["busy_at_start"]
@@ -608,11 +661,21 @@ class Sweep:
             # the window never started: the warm-up's failures say why
             errors = errors or _error_counts(req, np.flatnonzero(req["phase"] == 0))
             examples = _error_examples(req, np.flatnonzero(req["outcome"] == 3))
-            reason = res.fatal_error or "the window never started (every warm-up request " \
-                "failed)" + (f": {_error_text(errors, examples)}" if errors else "")
-            base.update({"status": "error", "errors": errors, "error_examples": examples,
-                         "errors_total": sum(errors.values()), "reason": reason,
-                         "flags": flags})
+            reason = (
+                res.fatal_error
+                or "the window never started (every warm-up request failed)"
+                + (f": {_error_text(errors, examples)}" if errors else "")
+            )
+            base.update(
+                {
+                    "status": "error",
+                    "errors": errors,
+                    "error_examples": examples,
+                    "errors_total": sum(errors.values()),
+                    "reason": reason,
+                    "flags": flags,
+                }
+            )
             base["records"] = self._save_records(base["id"], res)
             return CellOutcome(base)
 
@@ -621,34 +684,40 @@ class Sweep:
         server = self._server_view(res, t0, t1, settle)
         reported = [int(x) for x in req["prompt_tokens"][window] if x >= 0]
         ptok = _prompt_check(cell.context, reported)
-        base.update({
-            "total_tok_s": _finite(fig["total_tok_s"]),
-            "per_request_tok_s": _finite(fig["per_request_tok_s"]),
-            "ttft_ms": _finite(fig["ttft_ms"]),
-            "tbt_ms": _finite(fig["tbt_ms"]),
-            "avg_active": _finite(fig["avg_active"]),
-            "completed": int(fig["completed"]),
-            "output_tokens": int(fig["output_tokens"]),
-            "measured_s": _finite(fig["measured_s"]) or 0.0,
-            "started": int(fig["started"]),
-            "errors": errors,
-            "error_examples": _error_examples(req, np.flatnonzero(window & (req["outcome"] == 3))),
-            "errors_total": sum(errors.values()),
-            "t0_ns": t0,
-            "t1_ns": t1,
-            "warmup_start_ns": int(res.warmup_start_ns),
-            "end_ns": int(res.end_ns),
-            "ci": {k: _interval(fig.get(f"{k}_ci")) for k in
-                   ("total_tok_s", "per_request_tok_s", "ttft_ms", "tbt_ms")},
-            "ttft_p90_ms": _finite(fig.get("ttft_p90_ms")),
-            "ttft_p99_ms": _finite(fig.get("ttft_p99_ms")),
-            "tbt_p90_ms": _finite(fig.get("tbt_p90_ms")),
-            "tbt_p99_ms": _finite(fig.get("tbt_p99_ms")),
-            "drift": _finite(fig.get("drift")),
-            "server": server,
-            "prompt_tokens": ptok,
-            "client": {"cpu_s": res.client_cpu_s, "loop_lag_max_ms": res.loop_lag_max_ms},
-        })
+        base.update(
+            {
+                "total_tok_s": _finite(fig["total_tok_s"]),
+                "per_request_tok_s": _finite(fig["per_request_tok_s"]),
+                "ttft_ms": _finite(fig["ttft_ms"]),
+                "tbt_ms": _finite(fig["tbt_ms"]),
+                "avg_active": _finite(fig["avg_active"]),
+                "completed": int(fig["completed"]),
+                "output_tokens": int(fig["output_tokens"]),
+                "measured_s": _finite(fig["measured_s"]) or 0.0,
+                "started": int(fig["started"]),
+                "errors": errors,
+                "error_examples": _error_examples(
+                    req, np.flatnonzero(window & (req["outcome"] == 3))
+                ),
+                "errors_total": sum(errors.values()),
+                "t0_ns": t0,
+                "t1_ns": t1,
+                "warmup_start_ns": int(res.warmup_start_ns),
+                "end_ns": int(res.end_ns),
+                "ci": {
+                    k: _interval(fig.get(f"{k}_ci"))
+                    for k in ("total_tok_s", "per_request_tok_s", "ttft_ms", "tbt_ms")
+                },
+                "ttft_p90_ms": _finite(fig.get("ttft_p90_ms")),
+                "ttft_p99_ms": _finite(fig.get("ttft_p99_ms")),
+                "tbt_p90_ms": _finite(fig.get("tbt_p90_ms")),
+                "tbt_p99_ms": _finite(fig.get("tbt_p99_ms")),
+                "drift": _finite(fig.get("drift")),
+                "server": server,
+                "prompt_tokens": ptok,
+                "client": {"cpu_s": res.client_cpu_s, "loop_lag_max_ms": res.loop_lag_max_ms},
+            }
+        )
         if fig.get("drifting"):
             flags.append("drift")
         if ptok["exact"] is False:
@@ -659,8 +728,11 @@ class Sweep:
         cell_s = (int(res.end_ns) - int(res.warmup_start_ns)) / 1e9  # client CPU covers it all
         if cell_s > 0 and res.client_cpu_s > CLIENT_BOUND_CPU_SHARE * cell_s:
             flags.append("client_bound")
-        if (server and server.get("running_mean") is not None
-                and server["running_mean"] > cell.concurrency * 1.1 + 0.5):
+        if (
+            server
+            and server.get("running_mean") is not None
+            and server["running_mean"] > cell.concurrency * 1.1 + 0.5
+        ):
             flags.append("server_running_mismatch")
         unserved, unserved_longer = _ttft_unserved(req, t0, t1, base["ttft_ms"])
         base["ttft_unserved"] = unserved
@@ -677,25 +749,36 @@ class Sweep:
             flags.append("long_ramp")
         base["waiting_without_tokens"] = queued_client
         status, reason = "valid", None
-        if (base["errors_total"] > self.matrix.error_threshold * started
-                or base["output_tokens"] == 0):
+        if (
+            base["errors_total"] > self.matrix.error_threshold * started
+            or base["output_tokens"] == 0
+        ):
             status = "error"
-            reason = (f"{base['errors_total']} of {started} requests failed: "
-                      + _error_text(errors, base["error_examples"])) if errors else \
-                "no output tokens in the window"
+            reason = (
+                (
+                    f"{base['errors_total']} of {started} requests failed: "
+                    + _error_text(errors, base["error_examples"])
+                )
+                if errors
+                else "no output tokens in the window"
+            )
         elif server and (server.get("waiting_held_mean") or 0) >= QUEUE_GAP_REQUESTS:
             status = "queued"
-            reason = (f"the server kept {server['waiting_held_mean']:.1f} requests waiting on "
-                      f"average (up to {server['waiting_max']:g}) once the first wave was "
-                      "admitted, while it ran no more than before")
-        elif (not server or server.get("waiting_held_mean") is None) \
-                and queued_client > QUEUE_GAP_REQUESTS:
+            reason = (
+                f"the server kept {server['waiting_held_mean']:.1f} requests waiting on "
+                f"average (up to {server['waiting_max']:g}) once the first wave was "
+                "admitted, while it ran no more than before"
+            )
+        elif (
+            not server or server.get("waiting_held_mean") is None
+        ) and queued_client > QUEUE_GAP_REQUESTS:
             # No waiting count from the server (no metrics, or metrics without a waiting
             # gauge): the client's view decides.
             status = "queued"
             why = "no server metrics" if not server else "the server reports no waiting count"
-            reason = (f"on average {queued_client:.1f} requests were in flight without "
-                      f"streaming ({why})")
+            reason = (
+                f"on average {queued_client:.1f} requests were in flight without streaming ({why})"
+            )
         base["status"] = status
         if reason:
             base["reason"] = reason
@@ -783,9 +866,16 @@ class Sweep:
         kind = "connect" if isinstance(exc, ConnectError) else "prompt"
         message = str(exc)[:ERROR_EXAMPLE_CHARS]
         base = self._base_cell(cell)
-        base.update({"status": "error", "errors": {kind: 1}, "errors_total": 1,
-                     "error_examples": {kind: message}, "flags": [],
-                     "reason": f"prompts of {cell.context} tokens could not be made: {message}"})
+        base.update(
+            {
+                "status": "error",
+                "errors": {kind: 1},
+                "errors_total": 1,
+                "error_examples": {kind: message},
+                "flags": [],
+                "reason": f"prompts of {cell.context} tokens could not be made: {message}",
+            }
+        )
         return CellOutcome(base)
 
     # ------------------------------------------------------------ a lost server
@@ -816,15 +906,24 @@ class Sweep:
         left = [c for c in planned if c.runnable and not self._done(c.id)]
         for c in left:
             base = self._base_cell(c)
-            base.update({"status": "error", "not_run": SERVER_UNREACHABLE, "flags": [],
-                         "reason": f"server unreachable: {self.unreachable}; not run"})
+            base.update(
+                {
+                    "status": "error",
+                    "not_run": SERVER_UNREACHABLE,
+                    "flags": [],
+                    "reason": f"server unreachable: {self.unreachable}; not run",
+                }
+            )
             self.cells[c.id] = base
         self._write()
-        print(f"speedmatrix: error: the server stopped answering after {after} "
-              f"({self.unreachable}); {len(left)} cells left are marked error (server "
-              f"unreachable); measured cells are in {self.out / 'run.json'}; once the server "
-              f"is back, `speedmatrix run --resume {self.out}` measures the rest",
-              file=sys.stderr, flush=True)
+        print(
+            f"speedmatrix: error: the server stopped answering after {after} "
+            f"({self.unreachable}); {len(left)} cells left are marked error (server "
+            f"unreachable); measured cells are in {self.out / 'run.json'}; once the server "
+            f"is back, `speedmatrix run --resume {self.out}` measures the rest",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def _warn(self, warnings: list[str]) -> None:
         """Discovery and plan warnings: kept in meta["warnings"] (a list of strings, each
@@ -842,8 +941,9 @@ class Sweep:
 
     def _save_records(self, cell_id: str, res) -> str:
         met = dict(res.metrics)
-        return runfile.save_records(self.out, cell_id, res.requests, res.events, met,
-                                    secrets=self._secrets)
+        return runfile.save_records(
+            self.out, cell_id, res.requests, res.events, met, secrets=self._secrets
+        )
 
     def _store(self, outcome: CellOutcome) -> None:
         from speedmatrix.redact import redact_known
@@ -854,8 +954,15 @@ class Sweep:
 
     def _write(self) -> None:
         order = {"prefill": 0, "decode": 1}
-        self.doc["cells"] = sorted(self.cells.values(), key=lambda c: (
-            order.get(c["phase"], 2), c["context"], c["concurrency"], c.get("repetition", 0)))
+        self.doc["cells"] = sorted(
+            self.cells.values(),
+            key=lambda c: (
+                order.get(c["phase"], 2),
+                c["context"],
+                c["concurrency"],
+                c.get("repetition", 0),
+            ),
+        )
         runfile.write_run(self.out, self.doc, secrets=self._secrets)
 
     def _finish(self) -> None:
@@ -873,8 +980,11 @@ class Sweep:
             except Exception as exc:  # noqa: BLE001 - the measurements are safe on disk
                 self.progress.message(f"speedmatrix: the report could not be written: {exc}")
         if self.interrupted:  # said even with --quiet: the user needs the way back
-            print(f"speedmatrix: interrupted; finished cells are in {self.out / 'run.json'}; "
-                  f"continue with `speedmatrix run --resume {self.out}`", file=sys.stderr)
+            print(
+                f"speedmatrix: interrupted; finished cells are in {self.out / 'run.json'}; "
+                f"continue with `speedmatrix run --resume {self.out}`",
+                file=sys.stderr,
+            )
 
     def _summary(self, cell: dict) -> str:
         if cell["phase"] == "prefill":
@@ -883,8 +993,10 @@ class Sweep:
             return cell["status"]
         if cell.get("total_tok_s") is None:
             return f"{cell['status']}" + (f" ({cell['reason']})" if cell.get("reason") else "")
-        s = (f"{cell['total_tok_s']:,.1f} tok/s, TTFT {cell['ttft_ms'] or 0:,.0f} ms, "
-             f"TBT {cell['tbt_ms'] or 0:.1f} ms")
+        s = (
+            f"{cell['total_tok_s']:,.1f} tok/s, TTFT {cell['ttft_ms'] or 0:,.0f} ms, "
+            f"TBT {cell['tbt_ms'] or 0:.1f} ms"
+        )
         if cell["status"] != "valid":
             s += f" [{cell['status']}]"
         return s
@@ -898,8 +1010,9 @@ class Sweep:
         t = self.target
         host = urllib.parse.urlsplit(self.url).hostname or ""
         local = host in ("127.0.0.1", "localhost", "::1") or host == socket.gethostname()
-        hardware = detect_hardware(local=local, given=self.info.get("hardware") or {},
-                                   simulated=t.simulated)
+        hardware = detect_hardware(
+            local=local, given=self.info.get("hardware") or {}, simulated=t.simulated
+        )
         engine = t.engine_meta()
         engine.update({k: v for k, v in (self.info.get("engine") or {}).items() if v})
         launch = self.info.get("launch_command")
@@ -927,8 +1040,11 @@ class Sweep:
             },
             "capacity": t.capacity_meta(),
             "warnings": list(t.warnings),
-            "client": {"host": platform.node(), "cpus": os.cpu_count(),
-                       "python": platform.python_version()},
+            "client": {
+                "host": platform.node(),
+                "cpus": os.cpu_count(),
+                "python": platform.python_version(),
+            },
         }
 
 
@@ -939,8 +1055,9 @@ def _plan_meta(planned, matrix) -> dict:
     keywords: dict[str, dict[str, int]] = {"contexts": {}, "prefill_contexts": {}}
     for c in planned:
         if isinstance(c.spec, str) and c.context:
-            keywords["contexts" if c.phase == "decode" else "prefill_contexts"][c.spec] = \
-                int(c.context)
+            keywords["contexts" if c.phase == "decode" else "prefill_contexts"][c.spec] = int(
+                c.context
+            )
     return {
         "contexts": [int(c) for c in planned.contexts],
         "concurrency": [int(n) for n in matrix.concurrency],
@@ -986,7 +1103,7 @@ def _error_examples(req: dict, rows) -> dict[str, str]:
 
 
 def _error_text(errors: dict[str, int], examples: dict[str, str]) -> str:
-    """"http_500 x4, connect x1" and the first message of the most frequent kind."""
+    """ "http_500 x4, connect x1" and the first message of the most frequent kind."""
     text = ", ".join(f"{k} x{v}" for k, v in sorted(errors.items()))
     if errors:
         top = max(sorted(errors), key=lambda k: errors[k])
@@ -1008,8 +1125,12 @@ def _prompt_check(asked: int, reported: list[int]) -> dict:
     if not reported:
         return {"asked": int(asked), "reported_min": None, "reported_max": None, "exact": None}
     lo, hi = min(reported), max(reported)
-    return {"asked": int(asked), "reported_min": lo, "reported_max": hi,
-            "exact": bool(lo == asked and hi == asked)}
+    return {
+        "asked": int(asked),
+        "reported_min": lo,
+        "reported_max": hi,
+        "exact": bool(lo == asked and hi == asked),
+    }
 
 
 def _first_wave_settled(req: dict, n: int, t0: int, t1: int) -> int:
@@ -1044,8 +1165,9 @@ def _ttft_unserved(req: dict, t0: int, t1: int, ttft_ms: float | None) -> tuple[
     return len(unserved), int(longer)
 
 
-def _held_waiting(waiting: np.ndarray, running: np.ndarray | None, inside: np.ndarray,
-                  judged: np.ndarray) -> float | None:
+def _held_waiting(
+    waiting: np.ndarray, running: np.ndarray | None, inside: np.ndarray, judged: np.ndarray
+) -> float | None:
     """Mean over the `judged` samples of the requests the server kept waiting.
 
     A sample's waiting requests count as held when the server was not admitting:
@@ -1107,8 +1229,14 @@ def run(url: str, matrix, out: str | os.PathLike | None = None, **kwargs):
     return sweep.run_result()
 
 
-def resume(out: str | os.PathLike, *, api_key: str | None = None, progress: bool = True,
-           report: bool = True, tokenizer=None) -> int:
+def resume(
+    out: str | os.PathLike,
+    *,
+    api_key: str | None = None,
+    progress: bool = True,
+    report: bool = True,
+    tokenizer=None,
+) -> int:
     """Continues the interrupted run saved in `out`: cells already in run.json are kept
     (those left unrun when the server stopped answering are measured now)."""
     from speedmatrix.matrix import Matrix
@@ -1120,9 +1248,21 @@ def resume(out: str | os.PathLike, *, api_key: str | None = None, progress: bool
         raise SpeedmatrixError(f"cannot resume {out}: {exc}") from exc
     meta = doc["meta"]
     matrix = Matrix.from_dict(meta["run"]["matrix"])
-    given = {k: v["value"] for k, v in meta.get("capacity", {}).items()
-             if isinstance(v, dict) and v.get("source") == "given"}
-    sweep = Sweep(meta["target"]["url"], matrix, out, api_key=api_key,
-                  model=meta["target"].get("model"), overrides=given, progress=progress,
-                  report=report, resume_doc=doc, tokenizer=tokenizer)
+    given = {
+        k: v["value"]
+        for k, v in meta.get("capacity", {}).items()
+        if isinstance(v, dict) and v.get("source") == "given"
+    }
+    sweep = Sweep(
+        meta["target"]["url"],
+        matrix,
+        out,
+        api_key=api_key,
+        model=meta["target"].get("model"),
+        overrides=given,
+        progress=progress,
+        report=report,
+        resume_doc=doc,
+        tokenizer=tokenizer,
+    )
     return sweep.execute()

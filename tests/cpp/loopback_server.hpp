@@ -73,9 +73,9 @@ class Conn {
     const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
     for (;;) {
       if (stop_) return false;
-      const auto left_us =
-          std::chrono::duration_cast<std::chrono::microseconds>(until - std::chrono::steady_clock::now())
-              .count();
+      const auto left_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                               until - std::chrono::steady_clock::now())
+                               .count();
       if (left_us <= 0) return true;
       pollfd p{fd_, POLLIN | POLLRDHUP, 0};
       if (::poll(&p, 1, static_cast<int>(std::min<long>((left_us + 999) / 1000, 20))) > 0) {
@@ -246,8 +246,8 @@ class LoopbackServer {
 // --- SSE payloads in the OpenAI completions shape ---------------------------
 inline std::string sse_data(std::string_view json) { return "data: " + std::string(json) + "\n\n"; }
 inline std::string token_event(std::string_view text, ns_t stamp = -1) {
-  std::string j = R"({"object":"text_completion","choices":[{"index":0,"text":")" + std::string(text) +
-                  R"(","finish_reason":null}])";
+  std::string j = R"({"object":"text_completion","choices":[{"index":0,"text":")" +
+                  std::string(text) + R"(","finish_reason":null}])";
   if (stamp >= 0) j += R"(,"sm_t_ns":)" + std::to_string(stamp);
   return sse_data(j + "}");
 }
@@ -282,7 +282,8 @@ struct RouteLog {
 
 inline LoopbackServer::Handler openai_routes(RouteLog& log) {
   return [&log](Conn& c, const HttpRequest& r) {
-    const int n = r.query_int("n", 5), itl = r.query_int("itl_ms", 10), ttft = r.query_int("ttft_ms", 0);
+    const int n = r.query_int("n", 5), itl = r.query_int("itl_ms", 10),
+              ttft = r.query_int("ttft_ms", 0);
     auto stamp_token = [&](int i) {
       const ns_t t = now_ns();
       {

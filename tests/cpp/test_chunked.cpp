@@ -34,10 +34,11 @@ const std::vector<Case>& cases() {
       {"one_chunk", "5\r\nhello\r\n0\r\n\r\n", "hello", true},
       {"sse_events", "f\r\ndata: {\"a\":1}\n\n\r\nf\r\ndata: {\"b\":2}\n\n\r\n0\r\n\r\n",
        "data: {\"a\":1}\n\ndata: {\"b\":2}\n\n", true},
-      {"upper_and_lower_hex", "A\r\n0123456789\r\na\r\nabcdefghij\r\n0\r\n\r\n", "0123456789abcdefghij",
-       true},
+      {"upper_and_lower_hex", "A\r\n0123456789\r\na\r\nabcdefghij\r\n0\r\n\r\n",
+       "0123456789abcdefghij", true},
       {"leading_zeros", "0005\r\nhello\r\n000\r\n\r\n", "hello", true},
-      {"extensions", "5;name=value\r\nhello\r\n3 ; x=\"y;z\"\r\nabc\r\n0;last\r\n\r\n", "helloabc", true},
+      {"extensions", "5;name=value\r\nhello\r\n3 ; x=\"y;z\"\r\nabc\r\n0;last\r\n\r\n", "helloabc",
+       true},
       {"trailers", "3\r\nabc\r\n0\r\nX-Checksum: 1\r\nX-Other: 2\r\n\r\n", "abc", true},
       {"bare_lf", "3\nabc\n0\n\n", "abc", true},
       {"crlf_inside_data", "4\r\n\r\n\r\n\r\n0\r\n\r\n", "\r\n\r\n", true},
@@ -47,7 +48,8 @@ const std::vector<Case>& cases() {
   return c;
 }
 
-ChunkedDecoder::Status feed_split(ChunkedDecoder& d, const std::string& wire, std::size_t at, Collect& out) {
+ChunkedDecoder::Status feed_split(ChunkedDecoder& d, const std::string& wire, std::size_t at,
+                                  Collect& out) {
   auto s = d.feed(wire.data(), at, out);
   if (s == ChunkedDecoder::Status::kError) return s;
   return d.feed(wire.data() + at, wire.size() - at, out);

@@ -21,7 +21,9 @@ struct Engine {
   std::unique_ptr<CurlTransport> transport;
   std::vector<std::int32_t> finished;
 
-  explicit Engine(HttpOptions o) { transport = std::make_unique<CurlTransport>(std::move(o), records); }
+  explicit Engine(HttpOptions o) {
+    transport = std::make_unique<CurlTransport>(std::move(o), records);
+  }
 
   std::int32_t add(std::string_view body) {
     RequestRecord r;
@@ -36,7 +38,9 @@ struct Engine {
     const ns_t until = now_ns() + timeout;
     while (finished.size() < count && now_ns() < until) transport->poll(until, finished);
   }
-  const RequestRecord& rec(std::int32_t id) const { return records.requests[static_cast<std::size_t>(id)]; }
+  const RequestRecord& rec(std::int32_t id) const {
+    return records.requests[static_cast<std::size_t>(id)];
+  }
 };
 
 struct HttpTest : ::testing::Test {
@@ -97,7 +101,8 @@ TEST_F(HttpTest, StreamsTokensStampedAtTheirArrival) {
     EXPECT_EQ(ev.server_ns[i], sent[i]);  // the engine's stamp is passed through
     const ns_t delay = ev.t_ns[i] - sent[i];
     EXPECT_GE(delay, 0);
-    EXPECT_LT(delay, 30 * kMs) << "event " << i;  // loopback: well under a ms unless the box is busy
+    EXPECT_LT(delay, 30 * kMs) << "event "
+                               << i;  // loopback: well under a ms unless the box is busy
     if (i) {
       const ns_t gap = ev.t_ns[i] - ev.t_ns[i - 1];
       EXPECT_GT(gap, 25 * kMs);
@@ -311,8 +316,8 @@ TEST_F(HttpTest, GetterReadsMetricsAndReportsFailures) {
   EXPECT_NE(body.find("sglang:num_running_reqs"), std::string::npos);
   EXPECT_FALSE(g.get(server.url("/nope"), &body, &err));
   EXPECT_EQ(err, "HTTP 404");
-  EXPECT_FALSE(
-      g.get("http://127.0.0.1:" + std::to_string(testing::refused_port()) + "/metrics", &body, &err));
+  EXPECT_FALSE(g.get("http://127.0.0.1:" + std::to_string(testing::refused_port()) + "/metrics",
+                     &body, &err));
 }
 
 }  // namespace

@@ -67,8 +67,12 @@ class FakeTransport final : public Transport {
 
   FakeClock& clock;
   CellRecords& records;
-  std::function<ns_t(const RequestRecord&)> duration = [](const RequestRecord&) { return 100 * kMs; };
-  std::function<Outcome(const RequestRecord&)> outcome = [](const RequestRecord&) { return Outcome::kOk; };
+  std::function<ns_t(const RequestRecord&)> duration = [](const RequestRecord&) {
+    return 100 * kMs;
+  };
+  std::function<Outcome(const RequestRecord&)> outcome = [](const RequestRecord&) {
+    return Outcome::kOk;
+  };
   std::function<void()> on_poll;
   std::map<std::int32_t, ns_t> ends;
   std::vector<std::string> bodies_seen;

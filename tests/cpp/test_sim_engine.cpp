@@ -52,7 +52,8 @@ std::vector<std::uint64_t> ids_for(std::uint64_t salt, int n) {
   return v;
 }
 
-sm::RequestSpec spec(sm::RequestId id, int prompt, int max_tokens, std::uint64_t salt, int block = 16) {
+sm::RequestSpec spec(sm::RequestId id, int prompt, int max_tokens, std::uint64_t salt,
+                     int block = 16) {
   sm::RequestSpec s;
   s.id = id;
   s.prompt_tokens = prompt;
@@ -403,7 +404,8 @@ TEST(SimEngine, DeadlinesAreAbsoluteWhateverTheCallerLatency) {
   auto t = h.times(1);
   ASSERT_EQ(t.size(), 50u);
   for (std::size_t k = 1; k < t.size(); ++k)
-    EXPECT_EQ(t[k] - t[k - 1], sm::decode_step_ns(h.engine.profile(), 1, 16 + static_cast<std::int64_t>(k)));
+    EXPECT_EQ(t[k] - t[k - 1],
+              sm::decode_step_ns(h.engine.profile(), 1, 16 + static_cast<std::int64_t>(k)));
 }
 
 TEST(SimEngine, FixedModeIsExact) {
@@ -494,7 +496,9 @@ TEST(SimProfile, ParsesOverridesAndRejectsUnknownFields) {
   EXPECT_DOUBLE_EQ(again.fixed_itl_ms, 12.5);
   // eos_after: absent = 0 (never), round-trips, and cannot be negative.
   EXPECT_EQ(p.eos_after, 0);
-  EXPECT_EQ(sm::parse_profile(sm::profile_to_json(sm::parse_profile("{}", {"eos_after=7"}))).eos_after, 7);
+  EXPECT_EQ(
+      sm::parse_profile(sm::profile_to_json(sm::parse_profile("{}", {"eos_after=7"}))).eos_after,
+      7);
   EXPECT_THROW(sm::parse_profile(R"({"eos_after":-1})"), std::runtime_error);
 }
 

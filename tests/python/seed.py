@@ -42,18 +42,29 @@ def seed_cells() -> list[SeedCell]:
         if not line.startswith("| Prefill |") and not line.startswith("| Sustained decode |"):
             continue
         f = [x.strip() for x in line.strip().strip("|").split("|")]
-        cells.append(SeedCell(
-            phase="prefill" if f[0] == "Prefill" else "decode",
-            label=f[1], concurrency=int(f[2]), status=STATUS[f[3]],
-            total_tok_s=_num(f[4]), per_request_tok_s=_num(f[5]), ttft_ms=_num(f[6]),
-            tbt_ms=_num(f[7]), avg_active=_num(f[8])))
+        cells.append(
+            SeedCell(
+                phase="prefill" if f[0] == "Prefill" else "decode",
+                label=f[1],
+                concurrency=int(f[2]),
+                status=STATUS[f[3]],
+                total_tok_s=_num(f[4]),
+                per_request_tok_s=_num(f[5]),
+                ttft_ms=_num(f[6]),
+                tbt_ms=_num(f[7]),
+                avg_active=_num(f[8]),
+            )
+        )
     return cells
 
 
 def seed_over_capacity() -> set[tuple[str, int]]:
     """(context label, concurrency) of the seed's decode cells marked "Over capacity"."""
-    return {(c.label, c.concurrency) for c in seed_cells()
-            if c.phase == "decode" and c.status == "over_capacity"}
+    return {
+        (c.label, c.concurrency)
+        for c in seed_cells()
+        if c.phase == "decode" and c.status == "over_capacity"
+    }
 
 
 def label_tokens(label: str) -> int:
@@ -67,5 +78,9 @@ def reproducible(c: SeedCell) -> bool:
     clean cells (8K x 2 shows 3.0, 16K x 64 shows 99.6); the 2- and 4-stream cells from 16K
     up show 3.4 to 44 x N (20-88 active where 2 or 4 were sent): work left running on the
     server by earlier cells, which speedmatrix must detect, not imitate."""
-    return (c.phase == "decode" and c.status in ("valid", "queued")
-            and c.avg_active is not None and c.avg_active <= 1.7 * c.concurrency)
+    return (
+        c.phase == "decode"
+        and c.status in ("valid", "queued")
+        and c.avg_active is not None
+        and c.avg_active <= 1.7 * c.concurrency
+    )

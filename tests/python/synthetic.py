@@ -45,8 +45,22 @@ BUSY_CELL = (16384, 4)
 MISMATCH_CELL = (65536, 2)
 CLIENT_BOUND_CELL = (8192, 32)
 
-_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
-         9: 2.262, 10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042}
+_T975 = {
+    1: 12.706,
+    2: 4.303,
+    3: 3.182,
+    4: 2.776,
+    5: 2.571,
+    6: 2.447,
+    7: 2.365,
+    8: 2.306,
+    9: 2.262,
+    10: 2.228,
+    12: 2.179,
+    15: 2.131,
+    20: 2.086,
+    30: 2.042,
+}
 
 
 def _t975(df: int) -> float:
@@ -106,17 +120,23 @@ def summarize(req: dict, ev: dict, t0: int, t1: int, bin_s: float = 1.0) -> dict
     edges = t0 + (np.arange(nb + 1) * (t1 - t0) / nb).astype(np.int64)
     tok_bins = np.histogram(ev["t_ns"][in_w], bins=edges, weights=ev["tokens"][in_w])[0]
     tok_bins = tok_bins / ((t1 - t0) / nb / S)
-    tbt_bins = np.array([
-        np.median(gaps[(gap_t >= edges[i]) & (gap_t < edges[i + 1])])
-        if np.any((gap_t >= edges[i]) & (gap_t < edges[i + 1])) else np.nan
-        for i in range(nb)
-    ])
+    tbt_bins = np.array(
+        [
+            np.median(gaps[(gap_t >= edges[i]) & (gap_t < edges[i + 1])])
+            if np.any((gap_t >= edges[i]) & (gap_t < edges[i + 1]))
+            else np.nan
+            for i in range(nb)
+        ]
+    )
     ttft_t = sent[has_ft]
-    ttft_bins = np.array([
-        np.median(ttfts[(ttft_t >= edges[i]) & (ttft_t < edges[i + 1])])
-        if np.any((ttft_t >= edges[i]) & (ttft_t < edges[i + 1])) else np.nan
-        for i in range(nb)
-    ])
+    ttft_bins = np.array(
+        [
+            np.median(ttfts[(ttft_t >= edges[i]) & (ttft_t < edges[i + 1])])
+            if np.any((ttft_t >= edges[i]) & (ttft_t < edges[i + 1]))
+            else np.nan
+            for i in range(nb)
+        ]
+    )
     x = np.arange(nb, dtype=float)
     drift = 0.0
     if nb >= 3 and tok_bins.mean() > 0:
@@ -171,16 +191,47 @@ class _Cell:
     """Accumulates the records of one cell."""
 
     def __init__(self) -> None:
-        self.req = {k: [] for k in (
-            "slot", "body", "phase", "scheduled_ns", "sent_ns", "first_byte_ns",
-            "first_token_ns", "done_ns", "http_status", "prompt_tokens", "output_tokens",
-            "token_source", "outcome", "finish_reason", "error_kind", "error_message")}
+        self.req = {
+            k: []
+            for k in (
+                "slot",
+                "body",
+                "phase",
+                "scheduled_ns",
+                "sent_ns",
+                "first_byte_ns",
+                "first_token_ns",
+                "done_ns",
+                "http_status",
+                "prompt_tokens",
+                "output_tokens",
+                "token_source",
+                "outcome",
+                "finish_reason",
+                "error_kind",
+                "error_message",
+            )
+        }
         self.ev_request: list[np.ndarray] = []
         self.ev_t: list[np.ndarray] = []
         self.ev_tok: list[np.ndarray] = []
 
-    def add(self, slot, phase, sent, ft, done, prompt, outcome, ev_t=None, ev_tok=None,
-            status=200, kind="", message="", finish=""):
+    def add(
+        self,
+        slot,
+        phase,
+        sent,
+        ft,
+        done,
+        prompt,
+        outcome,
+        ev_t=None,
+        ev_tok=None,
+        status=200,
+        kind="",
+        message="",
+        finish="",
+    ):
         i = len(self.req["slot"])
         n_out = 0
         if ev_t is not None and len(ev_t):
@@ -188,20 +239,38 @@ class _Cell:
             self.ev_t.append(np.asarray(ev_t, np.int64))
             self.ev_tok.append(np.asarray(ev_tok, np.int32))
             n_out = int(np.sum(ev_tok))
-        vals = {"slot": slot, "body": slot, "phase": phase, "scheduled_ns": sent,
-                "sent_ns": sent,
-                "first_byte_ns": ft - MS if ft >= 0 else (sent + MS if status != 200 else -1),
-                "first_token_ns": ft, "done_ns": done, "http_status": status,
-                "prompt_tokens": prompt, "output_tokens": n_out,
-                "token_source": 1 if n_out else 0, "outcome": outcome,
-                "finish_reason": finish, "error_kind": kind, "error_message": message}
+        vals = {
+            "slot": slot,
+            "body": slot,
+            "phase": phase,
+            "scheduled_ns": sent,
+            "sent_ns": sent,
+            "first_byte_ns": ft - MS if ft >= 0 else (sent + MS if status != 200 else -1),
+            "first_token_ns": ft,
+            "done_ns": done,
+            "http_status": status,
+            "prompt_tokens": prompt,
+            "output_tokens": n_out,
+            "token_source": 1 if n_out else 0,
+            "outcome": outcome,
+            "finish_reason": finish,
+            "error_kind": kind,
+            "error_message": message,
+        }
         for k, v in vals.items():
             self.req[k].append(v)
 
     def arrays(self):
-        dt = {"slot": np.int32, "body": np.int32, "phase": np.uint8, "http_status": np.int32,
-              "prompt_tokens": np.int64, "output_tokens": np.int64, "token_source": np.uint8,
-              "outcome": np.uint8}
+        dt = {
+            "slot": np.int32,
+            "body": np.int32,
+            "phase": np.uint8,
+            "http_status": np.int32,
+            "prompt_tokens": np.int64,
+            "output_tokens": np.int64,
+            "token_source": np.uint8,
+            "outcome": np.uint8,
+        }
         req = {}
         for k, v in self.req.items():
             if k in ("finish_reason", "error_kind", "error_message"):
@@ -209,17 +278,30 @@ class _Cell:
             else:
                 req[k] = np.asarray(v, dtype=dt.get(k, np.int64))
         if self.ev_t:
-            ev = {"request": np.concatenate(self.ev_request), "t_ns": np.concatenate(self.ev_t),
-                  "tokens": np.concatenate(self.ev_tok)}
+            ev = {
+                "request": np.concatenate(self.ev_request),
+                "t_ns": np.concatenate(self.ev_t),
+                "tokens": np.concatenate(self.ev_tok),
+            }
         else:
-            ev = {"request": np.zeros(0, np.int32), "t_ns": np.zeros(0, np.int64),
-                  "tokens": np.zeros(0, np.int32)}
+            ev = {
+                "request": np.zeros(0, np.int32),
+                "t_ns": np.zeros(0, np.int64),
+                "tokens": np.zeros(0, np.int32),
+            }
         ev["server_ns"] = np.full(len(ev["t_ns"]), -1, np.int64)
         return req, ev
 
 
-def _stream(rng, start_ns: int, end_ns: int, tbt_ms: float, max_tokens: int,
-            drift: float = 0.0, jitter: float = 0.12):
+def _stream(
+    rng,
+    start_ns: int,
+    end_ns: int,
+    tbt_ms: float,
+    max_tokens: int,
+    drift: float = 0.0,
+    jitter: float = 0.12,
+):
     """Token events of one request from its first token until ``end_ns`` or ``max_tokens``."""
     n = max(1, int((end_ns - start_ns) / (tbt_ms * MS) * 1.3) + 4)
     n = min(n, max_tokens)
@@ -234,8 +316,18 @@ def _stream(rng, start_ns: int, end_ns: int, tbt_ms: float, max_tokens: int,
     return t[keep], tok[keep]
 
 
-def _decode_cell(rng, c: int, n: int, t_start: int, duration_s: float, max_output: int,
-                 error: bool, drift: float, prompt_extra: int, speed: float = 1.0):
+def _decode_cell(
+    rng,
+    c: int,
+    n: int,
+    t_start: int,
+    duration_s: float,
+    max_output: int,
+    error: bool,
+    drift: float,
+    prompt_extra: int,
+    speed: float = 1.0,
+):
     cell = _Cell()
     tbt = decode_tbt_ms(c, n) / speed
     ttft = warm_ttft_ms(c, n) / speed
@@ -253,8 +345,9 @@ def _decode_cell(rng, c: int, n: int, t_start: int, duration_s: float, max_outpu
             if error and s % 3 == 0:
                 done = sent + 40 * MS
                 # a server that echoes a credential in its error (redaction must catch it)
-                cell.add(s, 1, sent, -1, done, -1, 3, status=500, kind="http_500",
-                         message=ERROR_MESSAGE)
+                cell.add(
+                    s, 1, sent, -1, done, -1, 3, status=500, kind="http_500", message=ERROR_MESSAGE
+                )
                 sent = done + 200 * MS
                 continue
             wait = max(0, s - MAX_RUNNING + 1) * 0.5 * ttft if n > MAX_RUNNING else 0.0
@@ -265,8 +358,18 @@ def _decode_cell(rng, c: int, n: int, t_start: int, duration_s: float, max_outpu
             t, tok = _stream(rng, ft, t1, tbt * (1 + 0.05 * (s % 3)), max_output, drift)
             finished = int(tok.sum()) >= max_output
             done = int(t[-1]) + MS if finished else t1
-            cell.add(s, 1, sent, ft, done, c + prompt_extra, 1 if finished else 2, t, tok,
-                     finish="length" if finished else "")
+            cell.add(
+                s,
+                1,
+                sent,
+                ft,
+                done,
+                c + prompt_extra,
+                1 if finished else 2,
+                t,
+                tok,
+                finish="length" if finished else "",
+            )
             if not finished:
                 break
             sent = done
@@ -275,8 +378,12 @@ def _decode_cell(rng, c: int, n: int, t_start: int, duration_s: float, max_outpu
     running = np.where((ts >= t0) & (ts <= t1), min(n, MAX_RUNNING), 0).astype(float)
     waiting = np.where((ts >= t0) & (ts <= t1), max(0, n - MAX_RUNNING), 0).astype(float)
     usage = running * (c + 200) / KV_TOKENS
-    metrics = {"names": METRIC_NAMES, "t_ns": ts,
-               "values": np.stack([running, waiting, usage], axis=1), "failures": 0}
+    metrics = {
+        "names": METRIC_NAMES,
+        "t_ns": ts,
+        "values": np.stack([running, waiting, usage], axis=1),
+        "failures": 0,
+    }
     req, ev = cell.arrays()
     return req, ev, metrics, t0, t1
 
@@ -311,14 +418,30 @@ def build_run(
         ttft = c / prefill_rate(c) * 1000 / speed * (1 + 0.01 * rng.standard_normal())
         cid = f"prefill-c{c}-r0"
         cell = {
-            "id": cid, "phase": "prefill", "context": c, "concurrency": 1, "repetition": 0,
-            "label": _label(c), "status": "valid", "total_tok_s": None,
-            "per_request_tok_s": None, "prompt_tok_s": c / (ttft / 1000), "ttft_ms": ttft,
-            "tbt_ms": None, "avg_active": None, "completed": 1, "output_tokens": 1,
-            "measured_s": ttft / 1000, "errors": {}, "started": 1, "errors_total": 0,
-            "flags": [], "server": None,
+            "id": cid,
+            "phase": "prefill",
+            "context": c,
+            "concurrency": 1,
+            "repetition": 0,
+            "label": _label(c),
+            "status": "valid",
+            "total_tok_s": None,
+            "per_request_tok_s": None,
+            "prompt_tok_s": c / (ttft / 1000),
+            "ttft_ms": ttft,
+            "tbt_ms": None,
+            "avg_active": None,
+            "completed": 1,
+            "output_tokens": 1,
+            "measured_s": ttft / 1000,
+            "errors": {},
+            "started": 1,
+            "errors_total": 0,
+            "flags": [],
+            "server": None,
             "prompt_tokens": {"asked": c, "reported_min": c, "reported_max": c, "exact": True},
-            "t0_ns": t, "t1_ns": t + int(ttft * MS),
+            "t0_ns": t,
+            "t1_ns": t + int(ttft * MS),
         }
         if with_records:
             pc = _Cell()
@@ -331,27 +454,49 @@ def build_run(
     for c in contexts:
         for n in concurrency:
             cid = f"decode-c{c}-n{n}-r0"
-            base = {"id": cid, "phase": "decode", "context": c, "concurrency": n,
-                    "repetition": 0, "label": _label(c), "prompt_tok_s": None}
+            base = {
+                "id": cid,
+                "phase": "decode",
+                "context": c,
+                "concurrency": n,
+                "repetition": 0,
+                "label": _label(c),
+                "prompt_tok_s": None,
+            }
             need = n * (c + max_output)
             if need > KV_TOKENS:
-                cells.append({**base, "status": "over_capacity", "total_tok_s": None,
-                              "per_request_tok_s": None, "ttft_ms": None, "tbt_ms": None,
-                              "avg_active": None, "completed": 0, "output_tokens": 0,
-                              "measured_s": 0.0, "errors": {}, "flags": [], "server": None,
-                              "reason": f"{n} × ({c:,} + {max_output:,}) = {need:,} tokens "
-                                        f"> KV capacity {KV_TOKENS:,}"})
+                cells.append(
+                    {
+                        **base,
+                        "status": "over_capacity",
+                        "total_tok_s": None,
+                        "per_request_tok_s": None,
+                        "ttft_ms": None,
+                        "tbt_ms": None,
+                        "avg_active": None,
+                        "completed": 0,
+                        "output_tokens": 0,
+                        "measured_s": 0.0,
+                        "errors": {},
+                        "flags": [],
+                        "server": None,
+                        "reason": f"{n} × ({c:,} + {max_output:,}) = {need:,} tokens "
+                        f"> KV capacity {KV_TOKENS:,}",
+                    }
+                )
                 continue
             is_err = errors and (c, n) == ERROR_CELL
             drift = 0.25 if (c, n) == DRIFT_CELL else 0.0
             extra = 3 if (c, n) == MISMATCH_CELL else 0
             req, ev, met, t0, t1 = _decode_cell(
-                rng, c, n, t, duration_s, max_output, is_err, drift, extra, speed)
+                rng, c, n, t, duration_s, max_output, is_err, drift, extra, speed
+            )
             fig = summarize(req, ev, t0, t1)
             kinds: dict[str, int] = {}
             examples: dict[str, str] = {}  # the first server message of each kind
-            for k, ph, msg in zip(req["error_kind"].tolist(), req["phase"].tolist(),
-                                  req["error_message"].tolist()):
+            for k, ph, msg in zip(
+                req["error_kind"].tolist(), req["phase"].tolist(), req["error_message"].tolist()
+            ):
                 if k and ph == 1:
                     kinds[k] = kinds.get(k, 0) + 1
                     examples.setdefault(k, msg)
@@ -374,12 +519,25 @@ def build_run(
             wait_v = met["values"][:, 1][(met["t_ns"] >= t0) & (met["t_ns"] <= t1)]
             kv_v = met["values"][:, 2]
             cell = {
-                **base, "status": status, **{k: v for k, v in fig.items() if k != "bin_tok_s"},
-                "errors": kinds, "flags": flags, "t0_ns": t0, "t1_ns": t1,
-                "server": {"running_mean": float(run_v.mean()), "running_max": float(run_v.max()),
-                           "waiting_max": float(wait_v.max()), "kv_usage_max": float(kv_v.max())},
-                "prompt_tokens": {"asked": c, "reported_min": c + extra,
-                                  "reported_max": c + extra, "exact": extra == 0},
+                **base,
+                "status": status,
+                **{k: v for k, v in fig.items() if k != "bin_tok_s"},
+                "errors": kinds,
+                "flags": flags,
+                "t0_ns": t0,
+                "t1_ns": t1,
+                "server": {
+                    "running_mean": float(run_v.mean()),
+                    "running_max": float(run_v.max()),
+                    "waiting_max": float(wait_v.max()),
+                    "kv_usage_max": float(kv_v.max()),
+                },
+                "prompt_tokens": {
+                    "asked": c,
+                    "reported_min": c + extra,
+                    "reported_max": c + extra,
+                    "exact": extra == 0,
+                },
             }
             if reason:
                 cell["reason"] = reason
@@ -399,36 +557,75 @@ def build_run(
         "meta": {
             # what discovery records for the seed's server: the model path SGLang reports
             # (the report's title derives the model's name from it), facts and their sources
-            "target": {"url": "http://127.0.0.1:8000/v1", "model": "muse-glimmer",
-                       "api": "completions", "model_path": "meta-models/Muse-Glimmer-30B"},
-            "engine": {"name": "sglang", "adapter": "sglang", "version": engine_version,
-                       "commit": "05c584c44fb0", "quantization": None, "dtype": "bfloat16",
-                       "backend": "cuda", "build": "cuda-13.2",
-                       "repository": "github.com/sgl-project/sglang",
-                       "model_path": "meta-models/Muse-Glimmer-30B", "tp_size": 1,
-                       "simulated": False,
-                       "sources": {"name": "probed", "version": "probed", "commit": "probed",
-                                   "backend": "given", "build": "given",
-                                   "repository": "default"}},
-            "hardware": {"type": "Discrete GPU", "gpu": "H200 NVL", "vram_gb": 141,
-                         "os": "linux", "cpu": "Synthetic CPU @ 3.0GHz",
-                         "sources": {"type": "detected", "gpu": "detected",
-                                     "vram_gb": "detected", "os": "given",
-                                     "cpu": "detected"}},
-            "run": {"served_model": "muse-glimmer",
-                    "revision": "main", "tool": "speedmatrix", "tool_version": "0.1.0",
-                    "decode_test": "fixed_duration", "prefill_mode": "decode_warmup",
-                    "duration_s": duration_s, "max_output": max_output,
-                    "started_at": "2026-12-02T10:00:00Z",
-                    "finished_at": None if interrupted else "2026-12-02T10:30:00Z",
-                    "interrupted": interrupted, "launch_command": LAUNCH,
-                    "api_key_used": API_KEY,
-                    "matrix": {"contexts": list(contexts), "concurrency": list(concurrency),
-                               "prefill_contexts": list(prefill_contexts),
-                               "duration_s": duration_s, "max_output": max_output}},
-            "capacity": {"kv_tokens": {"value": KV_TOKENS, "source": "probed"},
-                         "context_length": {"value": 131072, "source": "probed"},
-                         "max_running": {"value": MAX_RUNNING, "source": "given"}},
+            "target": {
+                "url": "http://127.0.0.1:8000/v1",
+                "model": "muse-glimmer",
+                "api": "completions",
+                "model_path": "meta-models/Muse-Glimmer-30B",
+            },
+            "engine": {
+                "name": "sglang",
+                "adapter": "sglang",
+                "version": engine_version,
+                "commit": "05c584c44fb0",
+                "quantization": None,
+                "dtype": "bfloat16",
+                "backend": "cuda",
+                "build": "cuda-13.2",
+                "repository": "github.com/sgl-project/sglang",
+                "model_path": "meta-models/Muse-Glimmer-30B",
+                "tp_size": 1,
+                "simulated": False,
+                "sources": {
+                    "name": "probed",
+                    "version": "probed",
+                    "commit": "probed",
+                    "backend": "given",
+                    "build": "given",
+                    "repository": "default",
+                },
+            },
+            "hardware": {
+                "type": "Discrete GPU",
+                "gpu": "H200 NVL",
+                "vram_gb": 141,
+                "os": "linux",
+                "cpu": "Synthetic CPU @ 3.0GHz",
+                "sources": {
+                    "type": "detected",
+                    "gpu": "detected",
+                    "vram_gb": "detected",
+                    "os": "given",
+                    "cpu": "detected",
+                },
+            },
+            "run": {
+                "served_model": "muse-glimmer",
+                "revision": "main",
+                "tool": "speedmatrix",
+                "tool_version": "0.1.0",
+                "decode_test": "fixed_duration",
+                "prefill_mode": "decode_warmup",
+                "duration_s": duration_s,
+                "max_output": max_output,
+                "started_at": "2026-12-02T10:00:00Z",
+                "finished_at": None if interrupted else "2026-12-02T10:30:00Z",
+                "interrupted": interrupted,
+                "launch_command": LAUNCH,
+                "api_key_used": API_KEY,
+                "matrix": {
+                    "contexts": list(contexts),
+                    "concurrency": list(concurrency),
+                    "prefill_contexts": list(prefill_contexts),
+                    "duration_s": duration_s,
+                    "max_output": max_output,
+                },
+            },
+            "capacity": {
+                "kv_tokens": {"value": KV_TOKENS, "source": "probed"},
+                "context_length": {"value": 131072, "source": "probed"},
+                "max_running": {"value": MAX_RUNNING, "source": "given"},
+            },
             "client": {"host": "bench-client", "cpus": 16},
         },
         "cells": cells,

@@ -34,6 +34,8 @@ from speedmatrix.adapters.base import Capacity, split_version, strip_credentials
 from speedmatrix.errors import TargetError
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "discovery"
+
+
 @contextlib.contextmanager
 def start_sim(flavour: str = "sglang", profile: str = "seed-h200", *extra: str):
     """The built-in engine of the installed package on 127.0.0.1 (port 0)."""
@@ -544,8 +546,9 @@ def test_sglang_model_path_and_engine_facts_reach_the_meta():
     assert eng["repository"] == "github.com/sgl-project/sglang"
 
 
-@pytest.mark.parametrize("dtype, shown", [("bfloat16", "BF16"), ("float16", "FP16"),
-                                          ("half", "FP16"), ("auto", None)])
+@pytest.mark.parametrize(
+    "dtype, shown", [("bfloat16", "BF16"), ("float16", "FP16"), ("half", "FP16"), ("auto", None)]
+)
 def test_sglang_dtype_is_the_precision_when_there_is_no_quantization(dtype, shown):
     with FakeServer(_seed_routes(dtype=dtype)) as server:
         target = discover(server.url)
@@ -559,8 +562,9 @@ def test_sglang_model_path_from_get_model_info_when_server_info_lacks_it():
     routes = _seed_routes()
     for path in ("GET /server_info", "GET /get_server_info"):
         del routes[path]["json"]["model_path"]
-    routes["GET /get_model_info"] = {"json": {"model_path": "/data/models/Muse-Glimmer-30B/",
-                                              "is_generation": True}}
+    routes["GET /get_model_info"] = {
+        "json": {"model_path": "/data/models/Muse-Glimmer-30B/", "is_generation": True}
+    }
     with FakeServer(routes) as server:
         target = discover(server.url)
     assert target.model_path == "/data/models/Muse-Glimmer-30B/"
@@ -586,17 +590,28 @@ def test_served_name_is_the_model_name_when_no_path_is_known():
 
 
 def test_given_model_name_and_engine_facts_are_recorded_as_given():
-    given = {"model_name": "Muse Glimmer 30B (BF16)", "engine_version": "0.5.7",
-             "commit": "abc1234", "backend": "rocm", "build": "rocm-6.4",
-             "repository": "github.com/me/sglang-fork", "quantization": "FP8"}
+    given = {
+        "model_name": "Muse Glimmer 30B (BF16)",
+        "engine_version": "0.5.7",
+        "commit": "abc1234",
+        "backend": "rocm",
+        "build": "rocm-6.4",
+        "repository": "github.com/me/sglang-fork",
+        "quantization": "FP8",
+    }
     with FakeServer(_seed_routes()) as server:
         target = discover(server.url, overrides=given)
     meta = target.target_meta("completions")
     assert (meta["model_name"], meta["model_name_source"]) == ("Muse Glimmer 30B (BF16)", "given")
     eng = target.engine_meta()
-    assert (eng["version"], eng["commit"], eng["backend"], eng["build"], eng["repository"],
-            eng["quantization"]) == ("0.5.7", "abc1234", "rocm", "rocm-6.4",
-                                     "github.com/me/sglang-fork", "FP8")
+    assert (
+        eng["version"],
+        eng["commit"],
+        eng["backend"],
+        eng["build"],
+        eng["repository"],
+        eng["quantization"],
+    ) == ("0.5.7", "abc1234", "rocm", "rocm-6.4", "github.com/me/sglang-fork", "FP8")
     for key in ("version", "commit", "backend", "build", "repository", "quantization"):
         assert eng["sources"][key] == "given", key
     assert eng["sources"]["name"] == "probed"

@@ -14,8 +14,18 @@ import synthetic
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = next((p for p in (shutil.which("chromium"), shutil.which("chromium-browser"),
-                             shutil.which("google-chrome")) if p), None)
+CHROMIUM = next(
+    (
+        p
+        for p in (
+            shutil.which("chromium"),
+            shutil.which("chromium-browser"),
+            shutil.which("google-chrome"),
+        )
+        if p
+    ),
+    None,
+)
 
 
 class Page:
@@ -44,8 +54,7 @@ class Page:
         self.next_id += 1
         fut = asyncio.get_running_loop().create_future()
         self.pending[self.next_id] = fut
-        await self.ws.send_str(json.dumps({"id": self.next_id, "method": method,
-                                           "params": params}))
+        await self.ws.send_str(json.dumps({"id": self.next_id, "method": method, "params": params}))
         res = await asyncio.wait_for(fut, 30)
         if "error" in res:
             raise RuntimeError(f"{method}: {res['error']}")
@@ -62,10 +71,20 @@ class Page:
 
 
 def _start_chromium(profile):
-    cmd = [CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
-           "--disable-extensions", "--disable-background-networking", "--disable-sync",
-           "--remote-debugging-port=0", "--remote-allow-origins=*",
-           f"--user-data-dir={profile}", "about:blank"]
+    cmd = [
+        CHROMIUM,
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--disable-extensions",
+        "--disable-background-networking",
+        "--disable-sync",
+        "--remote-debugging-port=0",
+        "--remote-allow-origins=*",
+        f"--user-data-dir={profile}",
+        "about:blank",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 30
     lines = []
@@ -109,13 +128,17 @@ async def _inspect(url):
                     "svg": await page.eval("document.querySelectorAll('figure.chart svg').length"),
                     "svg_sizes": await page.eval(
                         "[...document.querySelectorAll('figure.chart svg')].map(s => "
-                        "s.getBoundingClientRect().width * s.getBoundingClientRect().height)"),
-                    "h2": await page.eval("[...document.querySelectorAll('h2')]"
-                                          ".map(h => h.textContent)"),
+                        "s.getBoundingClientRect().width * s.getBoundingClientRect().height)"
+                    ),
+                    "h2": await page.eval(
+                        "[...document.querySelectorAll('h2')].map(h => h.textContent)"
+                    ),
                     "matrix_rows": await page.eval(
-                        "document.querySelectorAll('table.matrix tbody tr').length"),
+                        "document.querySelectorAll('table.matrix tbody tr').length"
+                    ),
                     "matrix_cols": await page.eval(
-                        "document.querySelector('table.matrix thead tr').children.length"),
+                        "document.querySelector('table.matrix thead tr').children.length"
+                    ),
                     "over": await page.eval("document.querySelectorAll('td.over').length"),
                     "title": await page.eval("document.title"),
                 }
@@ -144,8 +167,9 @@ def _problems(events):
 
 
 def _requests(events):
-    return [e["params"]["request"]["url"] for e in events
-            if e["method"] == "Network.requestWillBeSent"]
+    return [
+        e["params"]["request"]["url"] for e in events if e["method"] == "Network.requestWillBeSent"
+    ]
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
@@ -153,11 +177,19 @@ def test_report_html_in_headless_chromium():
     d = synthetic.shared_run("full", report=True)
     info, events = asyncio.run(_inspect((d / "report.html").resolve().as_uri()))
     assert _problems(events) == []
-    assert all(u.startswith(("file:", "data:", "about:")) for u in _requests(events)), \
-        _requests(events)
+    assert all(u.startswith(("file:", "data:", "about:")) for u in _requests(events)), _requests(
+        events
+    )
     assert info["svg"] >= 6 and all(s > 10_000 for s in info["svg_sizes"])
-    assert info["h2"][:7] == ["Hardware", "Engine", "Run", "Launch command", "Prefill",
-                              "Sustained decode", "All measurements"]
+    assert info["h2"][:7] == [
+        "Hardware",
+        "Engine",
+        "Run",
+        "Launch command",
+        "Prefill",
+        "Sustained decode",
+        "All measurements",
+    ]
     assert info["matrix_rows"] == 5 and info["matrix_cols"] == 9
     run = json.loads((d / "run.json").read_text())
     assert info["over"] == sum(c["status"] == "over_capacity" for c in run["cells"])
@@ -168,20 +200,22 @@ def test_report_html_in_headless_chromium():
 def test_the_checker_sees_console_errors(tmp_path):
     """The harness itself must be able to fail: a page with a script error is caught."""
     bad = tmp_path / "bad.html"
-    bad.write_text("<!DOCTYPE html><html><body><script>console.error('boom');"
-                   "undefinedFunction();</script><svg></svg></body></html>")
+    bad.write_text(
+        "<!DOCTYPE html><html><body><script>console.error('boom');"
+        "undefinedFunction();</script><svg></svg></body></html>"
+    )
     _, events = asyncio.run(_inspect(bad.as_uri()))
     kinds = {k for k, _ in _problems(events)}
     assert {"console", "exception"} <= kinds
-
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
 def test_compare_html_in_headless_chromium(tmp_path):
     from speedmatrix.report.compare import write_compare
 
-    _, html_path = write_compare(synthetic.shared_run("full"), synthetic.shared_run("faster"),
-                                 tmp_path / "cmp")
+    _, html_path = write_compare(
+        synthetic.shared_run("full"), synthetic.shared_run("faster"), tmp_path / "cmp"
+    )
     info, events = asyncio.run(_inspect(html_path.resolve().as_uri()))
     assert _problems(events) == []
     assert all(u.startswith(("file:", "data:", "about:")) for u in _requests(events))

@@ -14,8 +14,13 @@ import synthetic
 
 
 def _cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "speedmatrix.cli", *args], capture_output=True,
-                          text=True, timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "speedmatrix.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def _free_port() -> int:
@@ -24,23 +29,76 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["run", "--url", "http://127.0.0.1:9", "--contexts", "8x", "--concurrency", "1",
-      "--out", "o"], "8x"),
-    (["run", "--url", "http://127.0.0.1:9", "--contexts", "8k", "--concurrency", "0",
-      "--out", "o"], "concurrency"),
-    (["run", "--url", "http://127.0.0.1:9", "--contexts", "8k", "--concurrency", "1,two",
-      "--out", "o"], "two"),
-    (["run", "--url", "http://127.0.0.1:9", "--contexts", "8k", "--duration", "5parsecs",
-      "--out", "o"], "5parsecs"),
-    (["run", "--contexts", "8k", "--out", "o"], "--url"),
-    (["run", "--url", "http://127.0.0.1:9", "--contexts", "8k"], "--out"),
-    (["run", "--url", "http://127.0.0.1:9", "--bogus-flag"], "--bogus-flag"),
-    (["run", "--url", "http://127.0.0.1:9", "--api", "grpc", "--out", "o"], "grpc"),
-    (["run", "--url", "http://127.0.0.1:9", "--extra-body", "{not json", "--out", "o"],
-     "extra-body"),
-    (["report", "/nonexistent/run"], "run.json"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (
+            [
+                "run",
+                "--url",
+                "http://127.0.0.1:9",
+                "--contexts",
+                "8x",
+                "--concurrency",
+                "1",
+                "--out",
+                "o",
+            ],
+            "8x",
+        ),
+        (
+            [
+                "run",
+                "--url",
+                "http://127.0.0.1:9",
+                "--contexts",
+                "8k",
+                "--concurrency",
+                "0",
+                "--out",
+                "o",
+            ],
+            "concurrency",
+        ),
+        (
+            [
+                "run",
+                "--url",
+                "http://127.0.0.1:9",
+                "--contexts",
+                "8k",
+                "--concurrency",
+                "1,two",
+                "--out",
+                "o",
+            ],
+            "two",
+        ),
+        (
+            [
+                "run",
+                "--url",
+                "http://127.0.0.1:9",
+                "--contexts",
+                "8k",
+                "--duration",
+                "5parsecs",
+                "--out",
+                "o",
+            ],
+            "5parsecs",
+        ),
+        (["run", "--contexts", "8k", "--out", "o"], "--url"),
+        (["run", "--url", "http://127.0.0.1:9", "--contexts", "8k"], "--out"),
+        (["run", "--url", "http://127.0.0.1:9", "--bogus-flag"], "--bogus-flag"),
+        (["run", "--url", "http://127.0.0.1:9", "--api", "grpc", "--out", "o"], "grpc"),
+        (
+            ["run", "--url", "http://127.0.0.1:9", "--extra-body", "{not json", "--out", "o"],
+            "extra-body",
+        ),
+        (["report", "/nonexistent/run"], "run.json"),
+    ],
+)
 def test_bad_flags_give_one_line_and_exit_2(args, needle, tmp_path):
     res = _cli(*args)
     assert res.returncode == 2, res
@@ -54,8 +112,19 @@ def test_bad_flags_give_one_line_and_exit_2(args, needle, tmp_path):
 def test_unreachable_server_is_one_line_and_exit_1(tmp_path):
     port = _free_port()  # nothing listens there
     out = tmp_path / "run"
-    res = _cli("run", "--url", f"http://127.0.0.1:{port}", "--contexts", "1k",
-               "--concurrency", "1", "--duration", "1s", "--out", str(out))
+    res = _cli(
+        "run",
+        "--url",
+        f"http://127.0.0.1:{port}",
+        "--contexts",
+        "1k",
+        "--concurrency",
+        "1",
+        "--duration",
+        "1s",
+        "--out",
+        str(out),
+    )
     assert res.returncode == 1, res
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1, res.stderr
@@ -68,17 +137,34 @@ def test_version_and_help():
     assert res.returncode == 0 and res.stdout.startswith("speedmatrix ")
     res = _cli("run", "--help")
     assert res.returncode == 0
-    for flag in ("--contexts", "--concurrency", "--prefill-contexts", "--duration",
-                 "--max-output", "--api-key", "--out", "--resume", "--kv-capacity"):
+    for flag in (
+        "--contexts",
+        "--concurrency",
+        "--prefill-contexts",
+        "--duration",
+        "--max-output",
+        "--api-key",
+        "--out",
+        "--resume",
+        "--kv-capacity",
+    ):
         assert flag in res.stdout
 
 
 # ---- metadata flags, and the report / compare commands on saved runs ----------------------
 META_FLAGS = {
-    "--model-name": "Muse-Glimmer-30B", "--engine": "sglang-fork", "--engine-version": "9.9.9",
-    "--engine-commit": "abcdef123456", "--backend": "rocm", "--build": "rocm-6.4",
-    "--repository": "github.com/me/sglang-fork", "--quantization": "FP8", "--os": "plan9",
-    "--gpu": "MI300X", "--vram": "192 GB", "--hardware-type": "Discrete GPU",
+    "--model-name": "Muse-Glimmer-30B",
+    "--engine": "sglang-fork",
+    "--engine-version": "9.9.9",
+    "--engine-commit": "abcdef123456",
+    "--backend": "rocm",
+    "--build": "rocm-6.4",
+    "--repository": "github.com/me/sglang-fork",
+    "--quantization": "FP8",
+    "--os": "plan9",
+    "--gpu": "MI300X",
+    "--vram": "192 GB",
+    "--hardware-type": "Discrete GPU",
     "--revision": "r42",
 }
 
@@ -89,39 +175,81 @@ def test_metadata_flags_reach_run_json_and_the_report(tmp_path):
     out = tmp_path / "run"
     flags = [x for kv in META_FLAGS.items() for x in kv]
     with Sim("fixed") as sim:
-        res = _cli("run", "--url", sim.url, "--contexts", "64", "--concurrency", "1",
-                   "--duration", "1s", "--max-output", "50", "--prefill-contexts", "64",
-                   "--out", str(out), "--quiet", *flags, timeout=120)
+        res = _cli(
+            "run",
+            "--url",
+            sim.url,
+            "--contexts",
+            "64",
+            "--concurrency",
+            "1",
+            "--duration",
+            "1s",
+            "--max-output",
+            "50",
+            "--prefill-contexts",
+            "64",
+            "--out",
+            str(out),
+            "--quiet",
+            *flags,
+            timeout=120,
+        )
     assert res.returncode == 0, res.stderr
     meta = json.loads((out / "run.json").read_text())["meta"]
     t, e, hw = meta["target"], meta["engine"], meta["hardware"]
     assert (t["model_name"], t["model_name_source"]) == ("Muse-Glimmer-30B", "given")
     assert t["model_path"]  # still the probed path beside the given name
-    assert (e["name"], e["version"], e["commit"], e["backend"], e["build"], e["repository"],
-            e["quantization"]) == ("sglang-fork", "9.9.9", "abcdef123456", "rocm", "rocm-6.4",
-                                   "github.com/me/sglang-fork", "FP8")
+    assert (
+        e["name"],
+        e["version"],
+        e["commit"],
+        e["backend"],
+        e["build"],
+        e["repository"],
+        e["quantization"],
+    ) == (
+        "sglang-fork",
+        "9.9.9",
+        "abcdef123456",
+        "rocm",
+        "rocm-6.4",
+        "github.com/me/sglang-fork",
+        "FP8",
+    )
     assert e["adapter"] in ("sglang", "vllm") and e["simulated"] is True
     for key in ("name", "version", "commit", "backend", "build", "repository", "quantization"):
         assert e["sources"][key] == "given", key
-    assert (hw["os"], hw["gpu"], hw["vram_gb"], hw["type"]) == ("plan9", "MI300X", 192,
-                                                                "Discrete GPU")
+    assert (hw["os"], hw["gpu"], hw["vram_gb"], hw["type"]) == (
+        "plan9",
+        "MI300X",
+        192,
+        "Discrete GPU",
+    )
     assert all(hw["sources"][k] == "given" for k in ("os", "gpu", "vram_gb", "type"))
     assert meta["run"]["revision"] == "r42"
     md = (out / "report.md").read_text()
     assert "**Muse-Glimmer-30B on MI300X 192GB**" in md
     assert "sglang-fork (simulated by speedmatrix-sim) · 9.9.9 · FP8" in md
-    for item in ("- **Commit:** abcdef123456", "- **Backend:** rocm", "- **Build:** rocm-6.4",
-                 "- **Repository:** github.com/me/sglang-fork", "- **OS:** plan9",
-                 "- **Revision:** r42", "| Engine | Build | rocm-6.4 | Given by the user |",
-                 "| Hardware | OS | plan9 | Given by the user |",
-                 "| Model | Name | Muse-Glimmer-30B | Given by the user |"):
+    for item in (
+        "- **Commit:** abcdef123456",
+        "- **Backend:** rocm",
+        "- **Build:** rocm-6.4",
+        "- **Repository:** github.com/me/sglang-fork",
+        "- **OS:** plan9",
+        "- **Revision:** r42",
+        "| Engine | Build | rocm-6.4 | Given by the user |",
+        "| Hardware | OS | plan9 | Given by the user |",
+        "| Model | Name | Muse-Glimmer-30B | Given by the user |",
+    ):
         assert item in md, item
 
 
 def test_report_command_writes_the_report_of_a_saved_run(tmp_path):
     d = tmp_path / "run"
-    synthetic.build_run(d, contexts=(8192,), concurrency=(1, 2), prefill_contexts=(8192,),
-                        duration_s=2.0)
+    synthetic.build_run(
+        d, contexts=(8192,), concurrency=(1, 2), prefill_contexts=(8192,), duration_s=2.0
+    )
     res = _cli("report", str(d))
     assert res.returncode == 0, res.stderr
     assert res.stdout.split() == ["wrote", str(d / "report.md"), "wrote", str(d / "report.html")]
@@ -133,8 +261,12 @@ def test_report_command_writes_the_report_of_a_saved_run(tmp_path):
 
 def test_compare_command_keeps_its_charts_apart_from_the_runs(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
-    kw = {"contexts": (8192,), "concurrency": (1, 2), "prefill_contexts": (8192,),
-          "duration_s": 2.0}
+    kw = {
+        "contexts": (8192,),
+        "concurrency": (1, 2),
+        "prefill_contexts": (8192,),
+        "duration_s": 2.0,
+    }
     synthetic.build_run(a, **kw)
     synthetic.build_run(b, speed=1.2, seed=3, engine_version="0.5.7", **kw)
     assert _cli("report", str(b)).returncode == 0

@@ -32,8 +32,22 @@ def _cells(out: Path) -> dict:
 
 def test_ctrl_c_keeps_finished_cells_and_resume_completes_the_run(sim, tmp_path):
     out = tmp_path / "run"
-    args = CLI + ["run", "--url", sim.url, "--contexts", "64,128,256", "--concurrency", "1,2",
-                  "--duration", "1s", "--max-output", "500", "--out", str(out), "--quiet"]
+    args = CLI + [
+        "run",
+        "--url",
+        sim.url,
+        "--contexts",
+        "64,128,256",
+        "--concurrency",
+        "1,2",
+        "--duration",
+        "1s",
+        "--max-output",
+        "500",
+        "--out",
+        str(out),
+        "--quiet",
+    ]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and len(_cells(out)) < 2:
@@ -51,8 +65,13 @@ def test_ctrl_c_keeps_finished_cells_and_resume_completes_the_run(sim, tmp_path)
     assert all(c["status"] == "valid" for c in before.values())
     assert (out / "report.md").is_file()  # a report of what was measured
 
-    res = subprocess.run(CLI + ["run", "--resume", str(out), "--quiet"], capture_output=True,
-                         text=True, timeout=120, check=False)
+    res = subprocess.run(
+        CLI + ["run", "--resume", str(out), "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert res.returncode == 0, res.stderr
     after = _cells(out)
     assert len(after) == 6
@@ -69,12 +88,37 @@ def test_secrets_never_reach_a_file(sim, tmp_path):
     launch_key = "hunter2-LAUNCHSECRET"
     admin_key = "adminKEY-LAUNCHSECRET"
     hf = "hf_TOKENSECRETabcdef"
-    launch = (f"HF_TOKEN={hf} python -m sglang.launch_server --model-path m --api-key "
-              f"{launch_key} --admin-api-key={admin_key} --port 8000")
-    res = subprocess.run(CLI + ["run", "--url", sim.url, "--api-key", key, "--contexts", "64",
-                                "--concurrency", "1", "--duration", "1s", "--max-output", "100",
-                                "--launch-command", launch, "--out", str(out), "--quiet"],
-                         capture_output=True, text=True, timeout=120, check=False)
+    launch = (
+        f"HF_TOKEN={hf} python -m sglang.launch_server --model-path m --api-key "
+        f"{launch_key} --admin-api-key={admin_key} --port 8000"
+    )
+    res = subprocess.run(
+        CLI
+        + [
+            "run",
+            "--url",
+            sim.url,
+            "--api-key",
+            key,
+            "--contexts",
+            "64",
+            "--concurrency",
+            "1",
+            "--duration",
+            "1s",
+            "--max-output",
+            "100",
+            "--launch-command",
+            launch,
+            "--out",
+            str(out),
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert res.returncode == 0, res.stderr
     files = [p for p in out.rglob("*") if p.is_file()]
     assert {"run.json", "report.md", "report.html"} <= {p.name for p in files}
@@ -97,9 +141,25 @@ def test_an_interrupted_run_keeps_its_whole_matrix(tmp_path):
     # max decode = 8192 - 500 - 512 -> 7168; max prefill = 8192 - 64 = 8128;
     # N=64 needs 64 x (C + 500) > 20000 tokens: over capacity at both contexts
     with Sim("fixed", overrides={"context_length": 8192, "kv_tokens": 20000}) as s:
-        args = CLI + ["run", "--url", s.url, "--contexts", "256,max", "--concurrency", "1,64",
-                      "--prefill-contexts", "max", "--duration", "2s", "--max-output", "500",
-                      "--out", str(out), "--quiet", "--no-report"]
+        args = CLI + [
+            "run",
+            "--url",
+            s.url,
+            "--contexts",
+            "256,max",
+            "--concurrency",
+            "1,64",
+            "--prefill-contexts",
+            "max",
+            "--duration",
+            "2s",
+            "--max-output",
+            "500",
+            "--out",
+            str(out),
+            "--quiet",
+            "--no-report",
+        ]
         proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and "decode-c256-n1-r0" not in _cells(out):
@@ -116,16 +176,38 @@ def test_an_interrupted_run_keeps_its_whole_matrix(tmp_path):
     plan = json.loads((out / "run.json").read_text())["meta"]["run"]["plan"]
     assert plan["contexts"] == [256, 7168] and plan["prefill_contexts"] == [8128]
     assert plan["keywords"] == {"contexts": {"max": 7168}, "prefill_contexts": {"max": 8128}}
-    assert load(out).matrix_definition == {"contexts": [256, 7168], "concurrency": [1, 64],
-                                           "prefill_contexts": [8128]}
+    assert load(out).matrix_definition == {
+        "contexts": [256, 7168],
+        "concurrency": [1, 64],
+        "prefill_contexts": [8128],
+    }
 
 
 def test_a_cell_whose_prompts_cannot_be_made_ends_no_run(sim, tmp_path):
     out = tmp_path / "run"
-    res = subprocess.run(CLI + ["run", "--url", sim.url, "--contexts", "4,64", "--concurrency",
-                                "1", "--duration", "1s", "--max-output", "50", "--out", str(out),
-                                "--no-report"],
-                         check=False, capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        CLI
+        + [
+            "run",
+            "--url",
+            sim.url,
+            "--contexts",
+            "4,64",
+            "--concurrency",
+            "1",
+            "--duration",
+            "1s",
+            "--max-output",
+            "50",
+            "--out",
+            str(out),
+            "--no-report",
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stderr
     assert "Traceback" not in res.stderr
     cells = _cells(out)
@@ -139,9 +221,26 @@ def test_tokenizer_flag_without_a_tokenizer_package_is_one_clear_line(sim, tmp_p
 
     if importlib.util.find_spec("transformers") or importlib.util.find_spec("tokenizers"):
         pytest.skip("a tokenizer package is installed")
-    res = subprocess.run(CLI + ["run", "--url", sim.url, "--contexts", "64", "--concurrency",
-                                "1", "--tokenizer", "gpt2", "--out", str(tmp_path / "run")],
-                         check=False, capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        CLI
+        + [
+            "run",
+            "--url",
+            sim.url,
+            "--contexts",
+            "64",
+            "--concurrency",
+            "1",
+            "--tokenizer",
+            "gpt2",
+            "--out",
+            str(tmp_path / "run"),
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 1
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and "pip install tokenizers" in lines[0], res.stderr

@@ -20,8 +20,9 @@ def test_faster_build_is_seen_as_faster(runs):
     a, b = runs
     df = compare(a, b)
     dec = df[(df["phase"] == "decode") & (df["status_a"] != "over_capacity")]
-    assert len(dec) == int(((a.cells["phase"] == "decode")
-                            & (a.cells["status"] != "over_capacity")).sum())
+    assert len(dec) == int(
+        ((a.cells["phase"] == "decode") & (a.cells["status"] != "over_capacity")).sum()
+    )
     assert dec["total_tok_s_ratio"].median() == pytest.approx(1.1, rel=0.02)
     sig = dec["total_tok_s_significant"]
     # non-overlapping 95% intervals is a strict test on 8 s windows: a third of the cells at least
@@ -90,12 +91,18 @@ def test_t_critical_and_welch():
 
 
 def test_write_compare_outputs(tmp_path):
-    md_path, html_path = write_compare(synthetic.shared_run("full"),
-                                       synthetic.shared_run("faster"), tmp_path / "cmp")
+    md_path, html_path = write_compare(
+        synthetic.shared_run("full"), synthetic.shared_run("faster"), tmp_path / "cmp"
+    )
     md = md_path.read_text()
     page = html_path.read_text()
-    for s in ("## Runs", "## Sustained decode", "## Prefill", "## Status changes",
-              "## All measurements"):
+    for s in (
+        "## Runs",
+        "## Sustained decode",
+        "## Prefill",
+        "## Status changes",
+        "## All measurements",
+    ):
         assert s in md
     assert md.index("## Runs") < md.index("## Sustained decode") < md.index("## Prefill")
     assert "sglang 0.5.7 versus sglang 0.5.6.post3.dev9265+g05c584c44" in md
@@ -104,7 +111,11 @@ def test_write_compare_outputs(tmp_path):
     assert "Over capacity" in md
     assert page.count("<svg") >= 2 and "<script" not in page
     assert (tmp_path / "cmp" / "compare.csv").is_file()
-    md2, _ = write_compare(synthetic.shared_run("full"), synthetic.shared_run("interrupted"),
-                           tmp_path / "cmp2", charts=False)
+    md2, _ = write_compare(
+        synthetic.shared_run("full"),
+        synthetic.shared_run("interrupted"),
+        tmp_path / "cmp2",
+        charts=False,
+    )
     text = md2.read_text()
     assert "Not measured" in text  # cells the interrupted run never reached

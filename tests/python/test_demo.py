@@ -14,9 +14,23 @@ from seed import seed_cells
 
 def test_demo_writes_the_seed_matrix_and_its_report(tmp_path):
     out = tmp_path / "demo"
-    res = subprocess.run([sys.executable, "-m", "speedmatrix.cli", "demo", "--out", str(out),
-                          "--duration", "2s", "--quiet"], capture_output=True, text=True,
-                         timeout=600, check=False)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "speedmatrix.cli",
+            "demo",
+            "--out",
+            str(out),
+            "--duration",
+            "2s",
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     for name in ("run.json", "report.md", "report.html"):
         assert (out / name).is_file()
@@ -32,7 +46,8 @@ def test_demo_writes_the_seed_matrix_and_its_report(tmp_path):
             assert ours["status"] == "valid", (key, ours.get("reason"))
     for label, ref in ((k[1], v) for k, v in seed.items() if k[0] == "prefill"):
         assert cells[("prefill", label, 1)]["prompt_tok_s"] == pytest.approx(
-            ref.total_tok_s, rel=0.10), label
+            ref.total_tok_s, rel=0.10
+        ), label
     # seed-h200's front-end takes ~0.6 s per 123K prompt, one at a time: 8 of them
     # cannot all stream in 2 s, and the cell says so; one 8K request settles at once.
     slow = cells[("decode", "123K", 8)]
@@ -45,4 +60,3 @@ def test_demo_writes_the_seed_matrix_and_its_report(tmp_path):
     assert md.count("Over capacity") >= 11
     assert "Sustained decode" in md and "All measurements" in md
     assert "Long ramp" in md
-

@@ -61,8 +61,14 @@ def _matrix(**kw) -> Matrix:
     # No warm-up and no prefill cell: every request of the cell is a window request,
     # so every fault lands in the cell's error count. A short window: at 50 ms TTFT and
     # 20 ms per token a 10-token request takes about 0.25 s.
-    args = {"contexts": [64], "concurrency": [2], "duration_s": 1.5, "max_output": 10,
-            "prefill_contexts": [], "warmup": False}
+    args = {
+        "contexts": [64],
+        "concurrency": [2],
+        "duration_s": 1.5,
+        "max_output": 10,
+        "prefill_contexts": [],
+        "warmup": False,
+    }
     return Matrix(**{**args, **kw})
 
 
@@ -76,10 +82,12 @@ def sim():
 def test_each_fault_reaches_the_client_as_its_error_kind(sim, tmp_path, fault):
     # "sm_fault" in the body makes every request of the cell fail the same way; the
     # prompt-calibration requests discovery sends do not carry it.
-    m = _matrix(extra={"sm_fault": fault},
-                # A stalled stream is cut after 0.3 s of silence, well inside the window
-                # (a stream still open at the window's end is cancelled, not an error).
-                request_idle_timeout_s=0.3)
+    m = _matrix(
+        extra={"sm_fault": fault},
+        # A stalled stream is cut after 0.3 s of silence, well inside the window
+        # (a stream still open at the window's end is cancelled, not an error).
+        request_idle_timeout_s=0.3,
+    )
     code, cells = _sweep(sim.url, m, tmp_path)
     assert code == 0
     c = cells[CELL]

@@ -165,10 +165,19 @@ def test_an_interrupted_seed_run_keeps_its_max_row():
 
     m = Matrix.preset("seed")
     planned = plan(m, None, kv_tokens=1_000_000, context_length=131072)
-    first = {"id": "prefill-c8192-r0", "phase": "prefill", "context": 8192, "concurrency": 1,
-             "status": "valid"}
-    doc = {"meta": {"run": {"matrix": m.to_dict(), "plan": _plan_meta(planned, m),
-                            "interrupted": True}}, "cells": [first]}
+    first = {
+        "id": "prefill-c8192-r0",
+        "phase": "prefill",
+        "context": 8192,
+        "concurrency": 1,
+        "status": "valid",
+    }
+    doc = {
+        "meta": {
+            "run": {"matrix": m.to_dict(), "plan": _plan_meta(planned, m), "interrupted": True}
+        },
+        "cells": [first],
+    }
     d = Run(doc).matrix_definition
     assert d["contexts"] == [8192, 16384, 32768, 65536, 125952]
     assert d["concurrency"] == [1, 2, 4, 8, 16, 32, 64, 128]

@@ -26,16 +26,23 @@ def _execute(name, workdir, env):
     # installed package, or the source tree when PYTHONPATH points there)
     os.environ["PYTHONPATH"] = os.pathsep.join(
         [str(Path(speedmatrix.__file__).resolve().parents[1])]
-        + [str(Path(p).resolve()) for p in old.get("PYTHONPATH", "").split(os.pathsep) if p])
+        + [str(Path(p).resolve()) for p in old.get("PYTHONPATH", "").split(os.pathsep) if p]
+    )
     os.environ.pop("MPLBACKEND", None)  # the kernel's inline backend shows the charts
     try:
-        NotebookClient(nb, timeout=240, kernel_name="python3",
-                       resources={"metadata": {"path": str(workdir)}}).execute()
+        NotebookClient(
+            nb, timeout=240, kernel_name="python3", resources={"metadata": {"path": str(workdir)}}
+        ).execute()
     finally:
         os.environ.clear()
         os.environ.update(old)
-    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
-              if o.get("output_type") == "error"]
+    errors = [
+        o
+        for c in nb.cells
+        if c.cell_type == "code"
+        for o in c.get("outputs", [])
+        if o.get("output_type") == "error"
+    ]
     assert not errors
     return nb
 
@@ -47,7 +54,10 @@ def _copy(src, dst):
 
 def test_every_notebook_is_tested():
     assert sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")) == [
-        "01_quickstart.ipynb", "02_explore_saved_run.ipynb", "03_compare_runs.ipynb"]
+        "01_quickstart.ipynb",
+        "02_explore_saved_run.ipynb",
+        "03_compare_runs.ipynb",
+    ]
     for p in NOTEBOOKS.glob("*.ipynb"):
         nb = nbformat.read(p, as_version=4)
         assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), p.name
@@ -57,26 +67,30 @@ def test_explore_saved_run(tmp_path):
     run_dir = _copy(synthetic.shared_run("full"), tmp_path / "run")
     nb = _execute("02_explore_saved_run.ipynb", tmp_path, {"SPEEDMATRIX_RUN_DIR": str(run_dir)})
     assert (run_dir / "report.html").is_file()
-    html = [o for c in nb.cells for o in c.get("outputs", [])
-            if "image/png" in o.get("data", {})]
+    html = [o for c in nb.cells for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
     assert len(html) >= 5  # the charts were drawn
 
 
 def test_compare_runs(tmp_path):
     a = _copy(synthetic.shared_run("full"), tmp_path / "a")
     b = _copy(synthetic.shared_run("faster"), tmp_path / "b")
-    nb = _execute("03_compare_runs.ipynb", tmp_path,
-                  {"SPEEDMATRIX_RUN_A": str(a), "SPEEDMATRIX_RUN_B": str(b)})
+    nb = _execute(
+        "03_compare_runs.ipynb",
+        tmp_path,
+        {"SPEEDMATRIX_RUN_A": str(a), "SPEEDMATRIX_RUN_B": str(b)},
+    )
     text = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
     assert "# Speed test matrix comparison" in text
-    assert sum("image/png" in o.get("data", {}) for c in nb.cells
-               for o in c.get("outputs", [])) == 2
+    assert (
+        sum("image/png" in o.get("data", {}) for c in nb.cells for o in c.get("outputs", [])) == 2
+    )
 
 
 @pytest.mark.slow
 def test_quickstart_against_the_built_in_engine(tmp_path):
     try:
         from speedmatrix import _native
+
         _native.sim_binary()
     except (ImportError, FileNotFoundError) as exc:
         pytest.skip(f"the compiled core or the built-in engine is not built: {exc}")

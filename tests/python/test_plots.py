@@ -41,21 +41,32 @@ def test_heatmap_annotates_and_marks_over_capacity(run):
     hatched = [p for p in ax.patches if p.get_hatch() == "//"]
     assert len(hatched) == n_over
     assert [t.get_text() for t in ax.get_yticklabels()] == ["8K", "16K", "32K", "64K", "123K"]
-    assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "2", "4", "8", "16", "32",
-                                                            "64", "128"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == [
+        "1",
+        "2",
+        "4",
+        "8",
+        "16",
+        "32",
+        "64",
+        "128",
+    ]
     v = run.matrix("total_tok_s", numeric=True).loc["8K", 1]
     assert f"{v:,.1f}" in texts
 
 
 def test_lines_vs_concurrency(run):
-    for fn, fig_name in ((plots.total_vs_concurrency, "total_tok_s"),
-                         (plots.per_request_vs_concurrency, "per_request_tok_s")):
+    for fn, fig_name in (
+        (plots.total_vs_concurrency, "total_tok_s"),
+        (plots.per_request_vs_concurrency, "per_request_tok_s"),
+    ):
         fig = fn(run)
         ax = fig.axes[0]
         assert ax.get_xscale() == "log"
         assert ax.xaxis.get_transform().base == 2
-        lines = [ln for ln in ax.get_lines() if ln.get_label() in
-                 ("8K", "16K", "32K", "64K", "123K")]
+        lines = [
+            ln for ln in ax.get_lines() if ln.get_label() in ("8K", "16K", "32K", "64K", "123K")
+        ]
         assert len(lines) == 5
         m = run.matrix(fig_name, numeric=True)
         y = lines[0].get_ydata()
@@ -117,8 +128,14 @@ def test_plots_with_only_failed_cells(tmp_path):
     doc = json.loads((synthetic.shared_run("norecords") / "run.json").read_text())
     for c in doc["cells"]:
         if c["phase"] == "decode" and c["status"] != "over_capacity":
-            c.update(status="error", total_tok_s=None, per_request_tok_s=None, ttft_ms=None,
-                     tbt_ms=None, errors={"connect": 4})
+            c.update(
+                status="error",
+                total_tok_s=None,
+                per_request_tok_s=None,
+                ttft_ms=None,
+                tbt_ms=None,
+                errors={"connect": 4},
+            )
     write_run(tmp_path, doc)
     r = load(tmp_path)
     fig = plots.decode_heatmap(r)

@@ -23,8 +23,9 @@ class _Terminal(io.StringIO):
 def _run(tmp_path, monkeypatch, stream) -> str:
     monkeypatch.setattr(sys, "stderr", stream)
     with Sim("fixed") as sim:
-        m = Matrix(contexts=[128], concurrency=[2, 4], duration_s=1.5, max_output=1000,
-                   prefill_contexts=[])
+        m = Matrix(
+            contexts=[128], concurrency=[2, 4], duration_s=1.5, max_output=1000, prefill_contexts=[]
+        )
         code = Sweep(sim.url, m, tmp_path, progress=True, report=False).execute()
     assert code == 0
     return stream.getvalue()

@@ -18,32 +18,38 @@ def held(running, waiting, judge_from=0):
     return _held_waiting(w, r, inside, judged)
 
 
-@pytest.mark.parametrize("running, waiting", [
-    # 8K x 64 and 16K x 64 on seed-h200: admitted one by one, a request seen
-    # between front-end and scheduler now and then
-    ([3, 9, 15, 21, 28, 34, 40, 47], [0, 0, 0, 1, 0, 0, 1, 0]),
-    ([0, 2, 5, 8, 11, 15, 18, 21], [0, 0, 0, 0, 1, 0, 0, 0]),
-    # the series that once read as "0.5 waiting on average" in the second half
-    ([5, 12, 20, 27, 33, 40, 46, 52], [0, 0, 0, 0, 0, 1, 1, 0]),
-    # a slow front-end: running stays level between samples, one blip
-    ([0, 0, 1, 1, 1, 2, 2, 3], [0, 0, 0, 0, 1, 0, 0, 0]),
-    # steady state at N with one replacement request seen waiting once
-    ([16, 16, 16, 15, 16, 16, 16, 16], [0, 0, 0, 1, 0, 0, 0, 0]),
-])
+@pytest.mark.parametrize(
+    "running, waiting",
+    [
+        # 8K x 64 and 16K x 64 on seed-h200: admitted one by one, a request seen
+        # between front-end and scheduler now and then
+        ([3, 9, 15, 21, 28, 34, 40, 47], [0, 0, 0, 1, 0, 0, 1, 0]),
+        ([0, 2, 5, 8, 11, 15, 18, 21], [0, 0, 0, 0, 1, 0, 0, 0]),
+        # the series that once read as "0.5 waiting on average" in the second half
+        ([5, 12, 20, 27, 33, 40, 46, 52], [0, 0, 0, 0, 0, 1, 1, 0]),
+        # a slow front-end: running stays level between samples, one blip
+        ([0, 0, 1, 1, 1, 2, 2, 3], [0, 0, 0, 0, 1, 0, 0, 0]),
+        # steady state at N with one replacement request seen waiting once
+        ([16, 16, 16, 15, 16, 16, 16, 16], [0, 0, 0, 1, 0, 0, 0, 0]),
+    ],
+)
 def test_admission_in_progress_is_not_queuing(running, waiting):
     assert held(running, waiting) < QUEUE_GAP_REQUESTS
 
 
-@pytest.mark.parametrize("running, waiting, expected", [
-    # a running cap of 4 with 8 sent: level at the cap, 4 waiting throughout
-    ([4, 4, 4, 4, 4, 4, 4, 4], [4, 4, 4, 4, 4, 4, 4, 4], 3.5),
-    # the same with requests finishing and being replaced between samples
-    ([4, 3, 4, 4, 3, 4, 4, 3], [4, 5, 4, 4, 5, 4, 4, 5], 3.875),
-    # one more than the cap: a single request waits all along
-    ([4, 4, 4, 4, 4, 4, 4, 4], [1, 1, 1, 1, 1, 1, 1, 1], 0.875),
-    # KV pool full: the server retracts running requests back to the queue
-    ([40, 40, 38, 36, 36, 35, 35, 34], [0, 0, 2, 4, 4, 5, 5, 6], 3.25),
-])
+@pytest.mark.parametrize(
+    "running, waiting, expected",
+    [
+        # a running cap of 4 with 8 sent: level at the cap, 4 waiting throughout
+        ([4, 4, 4, 4, 4, 4, 4, 4], [4, 4, 4, 4, 4, 4, 4, 4], 3.5),
+        # the same with requests finishing and being replaced between samples
+        ([4, 3, 4, 4, 3, 4, 4, 3], [4, 5, 4, 4, 5, 4, 4, 5], 3.875),
+        # one more than the cap: a single request waits all along
+        ([4, 4, 4, 4, 4, 4, 4, 4], [1, 1, 1, 1, 1, 1, 1, 1], 0.875),
+        # KV pool full: the server retracts running requests back to the queue
+        ([40, 40, 38, 36, 36, 35, 35, 34], [0, 0, 2, 4, 4, 5, 5, 6], 3.25),
+    ],
+)
 def test_a_server_that_cannot_run_n_at_once_is_queuing(running, waiting, expected):
     got = held(running, waiting)
     assert got >= QUEUE_GAP_REQUESTS

@@ -7,7 +7,11 @@ CASES = [
     # (input, secret that must vanish, text that must stay)
     ("sglang serve --api-key abc123XYZ --port 8000", "abc123XYZ", "--port 8000"),
     ("sglang serve --api-key=abc123XYZ --tp 1", "abc123XYZ", "--tp 1"),
-    ("vllm serve m --hf-token hf_abcdefghijklmnopqrstu", "hf_abcdefghijklmnopqrstu", "vllm serve m"),
+    (
+        "vllm serve m --hf-token hf_abcdefghijklmnopqrstu",
+        "hf_abcdefghijklmnopqrstu",
+        "vllm serve m",
+    ),
     ("tool --token s3cr3tvalue --verbose", "s3cr3tvalue", "--verbose"),
     ('curl -H "Authorization: Bearer tok-98765" http://h/v1', "tok-98765", "http://h/v1"),
     ("Authorization: Bearer abc.def.ghi", "abc.def.ghi", "Authorization: Bearer"),

@@ -14,34 +14,75 @@ from speedmatrix.results import load
 from speedmatrix.runfile import write_run
 
 SEED = Path(__file__).resolve().parents[1] / "data" / "seed_report.txt"
-SEED_SECTIONS = ["Hardware", "Engine", "Run", "Launch command", "Prefill", "Sustained decode",
-                 "All measurements"]
+SEED_SECTIONS = [
+    "Hardware",
+    "Engine",
+    "Run",
+    "Launch command",
+    "Prefill",
+    "Sustained decode",
+    "All measurements",
+]
 EXTRA_SECTIONS = ["Confidence intervals and tails", "Flags", "Server-side view", "Capacity"]
 
 
 # ---------------------------------------------------------------- number formatting
-@pytest.mark.parametrize("fn,value,text", [
-    (fmt.tok_s, 10369.6, "10.4K"), (fmt.tok_s, 10_200, "10.2K"), (fmt.tok_s, 9995.0, "9,995.0"),
-    (fmt.tok_s, 1583.94, "1,583.9"), (fmt.tok_s, 59.3, "59.3"), (fmt.tok_s, 2616.6, "2,616.6"),
-    (fmt.tok_s_short, 9995.2, "9,995"), (fmt.tok_s_short, 10_369, "10.4K"),
-    (fmt.tok_s_short, 8474, "8,474"), (fmt.ms, 790.4, "790 ms"), (fmt.ms, 1590, "1,590 ms"),
-    (fmt.ms, 14523, "14,523 ms"), (fmt.ms1, 16.84, "16.8 ms"), (fmt.one, 98.1, "98.1"),
-    (fmt.one, 1, "1.0"), (fmt.count, 1779, "1,779"), (fmt.count, 0, "0"),
-    (fmt.count, 78501, "78,501"), (fmt.seconds, 30, "30.0 s"), (fmt.plain_seconds, 30, "30 s"),
-    (fmt.tokens, 4096, "4,096 tokens"), (fmt.gigabytes, 141, "141 GB"),
-    (fmt.context_label, 8192, "8K"), (fmt.context_label, 125952, "123K"),
-    (fmt.context_label, 131072, "128K"), (fmt.context_label, 512, "512"),
-    (fmt.status_text, "over_capacity", "Over capacity"),
-    (fmt.status_text, "queued", "Requests queued"), (fmt.status_text, "valid", "Valid"),
-    (fmt.phase_text, "decode", "Sustained decode"), (fmt.ratio, 1.0712, "1.07×"),
-    (fmt.ci, (59.12, 59.55), "59.1–59.5"), (fmt.percent, 0.032, "+3.2%"),
-])
+@pytest.mark.parametrize(
+    "fn,value,text",
+    [
+        (fmt.tok_s, 10369.6, "10.4K"),
+        (fmt.tok_s, 10_200, "10.2K"),
+        (fmt.tok_s, 9995.0, "9,995.0"),
+        (fmt.tok_s, 1583.94, "1,583.9"),
+        (fmt.tok_s, 59.3, "59.3"),
+        (fmt.tok_s, 2616.6, "2,616.6"),
+        (fmt.tok_s_short, 9995.2, "9,995"),
+        (fmt.tok_s_short, 10_369, "10.4K"),
+        (fmt.tok_s_short, 8474, "8,474"),
+        (fmt.ms, 790.4, "790 ms"),
+        (fmt.ms, 1590, "1,590 ms"),
+        (fmt.ms, 14523, "14,523 ms"),
+        (fmt.ms1, 16.84, "16.8 ms"),
+        (fmt.one, 98.1, "98.1"),
+        (fmt.one, 1, "1.0"),
+        (fmt.count, 1779, "1,779"),
+        (fmt.count, 0, "0"),
+        (fmt.count, 78501, "78,501"),
+        (fmt.seconds, 30, "30.0 s"),
+        (fmt.plain_seconds, 30, "30 s"),
+        (fmt.tokens, 4096, "4,096 tokens"),
+        (fmt.gigabytes, 141, "141 GB"),
+        (fmt.context_label, 8192, "8K"),
+        (fmt.context_label, 125952, "123K"),
+        (fmt.context_label, 131072, "128K"),
+        (fmt.context_label, 512, "512"),
+        (fmt.status_text, "over_capacity", "Over capacity"),
+        (fmt.status_text, "queued", "Requests queued"),
+        (fmt.status_text, "valid", "Valid"),
+        (fmt.phase_text, "decode", "Sustained decode"),
+        (fmt.ratio, 1.0712, "1.07×"),
+        (fmt.ci, (59.12, 59.55), "59.1–59.5"),
+        (fmt.percent, 0.032, "+3.2%"),
+    ],
+)
 def test_formatting_matches_the_seed(fn, value, text):
     assert (fn(*value) if isinstance(value, tuple) else fn(value)) == text
 
 
-@pytest.mark.parametrize("fn", [fmt.tok_s, fmt.tok_s_short, fmt.ms, fmt.ms1, fmt.one, fmt.count,
-                                fmt.seconds, fmt.gigabytes, fmt.context_label])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        fmt.tok_s,
+        fmt.tok_s_short,
+        fmt.ms,
+        fmt.ms1,
+        fmt.one,
+        fmt.count,
+        fmt.seconds,
+        fmt.gigabytes,
+        fmt.context_label,
+    ],
+)
 def test_missing_values_are_an_em_dash(fn):
     assert fn(None) == "—" and fn(float("nan")) == "—"
 
@@ -69,35 +110,64 @@ def seed_doc():
             continue
         f = [x.strip() for x in line.strip().strip("|").split("|")]
         pre = f[0] == "Prefill"
-        cells.append({
-            "phase": "prefill" if pre else "decode", "context": _ctx(f[1]), "label": f[1],
-            "concurrency": int(f[2]), "status": status[f[3]],
-            "total_tok_s": None if pre else _num(f[4]),
-            "prompt_tok_s": _num(f[4]) if pre else None,
-            "per_request_tok_s": _num(f[5]), "ttft_ms": _num(f[6]), "tbt_ms": _num(f[7]),
-            "avg_active": _num(f[8]), "completed": int(_num(f[9]) or 0),
-            "output_tokens": int(_num(f[10]) or 0), "measured_s": _num(f[11]) or 0.0,
-            "errors": {}})
-    launch = ('"$HOME/env_h200-meta-sglang/bin/sglang" serve --model-path '
-              "meta-models/Muse-Glimmer-30B --served-model-name muse-glimmer --tp 1 "
-              "--reasoning-parser muse --tool-call-parser muse --context-length 131072 "
-              "--mem-fraction-static 0.856257 --enable-metrics --host 0.0.0.0 --port 8000 "
-              "--api-key SEEDSECRETKEY123")
+        cells.append(
+            {
+                "phase": "prefill" if pre else "decode",
+                "context": _ctx(f[1]),
+                "label": f[1],
+                "concurrency": int(f[2]),
+                "status": status[f[3]],
+                "total_tok_s": None if pre else _num(f[4]),
+                "prompt_tok_s": _num(f[4]) if pre else None,
+                "per_request_tok_s": _num(f[5]),
+                "ttft_ms": _num(f[6]),
+                "tbt_ms": _num(f[7]),
+                "avg_active": _num(f[8]),
+                "completed": int(_num(f[9]) or 0),
+                "output_tokens": int(_num(f[10]) or 0),
+                "measured_s": _num(f[11]) or 0.0,
+                "errors": {},
+            }
+        )
+    launch = (
+        '"$HOME/env_h200-meta-sglang/bin/sglang" serve --model-path '
+        "meta-models/Muse-Glimmer-30B --served-model-name muse-glimmer --tp 1 "
+        "--reasoning-parser muse --tool-call-parser muse --context-length 131072 "
+        "--mem-fraction-static 0.856257 --enable-metrics --host 0.0.0.0 --port 8000 "
+        "--api-key SEEDSECRETKEY123"
+    )
     meta = {
-        "target": {"url": "http://127.0.0.1:8000/v1", "model": "muse-glimmer",
-                   "model_path": "meta-models/Muse-Glimmer-30B"},
-        "engine": {"name": "sglang", "version": "0.5.6.post3.dev9265+g05c584c44",
-                   "quantization": "BF16", "backend": "cuda",
-                   "repository": "github.com/sgl-project/sglang", "build": "cuda-13.2",
-                   "commit": "05c584c44fb0"},
+        "target": {
+            "url": "http://127.0.0.1:8000/v1",
+            "model": "muse-glimmer",
+            "model_path": "meta-models/Muse-Glimmer-30B",
+        },
+        "engine": {
+            "name": "sglang",
+            "version": "0.5.6.post3.dev9265+g05c584c44",
+            "quantization": "BF16",
+            "backend": "cuda",
+            "repository": "github.com/sgl-project/sglang",
+            "build": "cuda-13.2",
+            "commit": "05c584c44fb0",
+        },
         "hardware": {"type": "Discrete GPU", "gpu": "H200 NVL", "vram_gb": 141, "os": "linux"},
-        "run": {"served_model": "muse-glimmer", "revision": "main",
-                "tool": "llm-inference-bench", "tool_version": "0.4.29",
-                "decode_test": "Fixed duration", "prefill_mode": "Measured during decode warm-up",
-                "duration_s": 30, "max_output": 4096, "launch_command": launch,
-                "matrix": {"contexts": [8192, 16384, 32768, 65536, 125952],
-                           "concurrency": [1, 2, 4, 8, 16, 32, 64, 128],
-                           "prefill_contexts": [8192, 16384, 32768, 65536, 125952, 131072]}},
+        "run": {
+            "served_model": "muse-glimmer",
+            "revision": "main",
+            "tool": "llm-inference-bench",
+            "tool_version": "0.4.29",
+            "decode_test": "Fixed duration",
+            "prefill_mode": "Measured during decode warm-up",
+            "duration_s": 30,
+            "max_output": 4096,
+            "launch_command": launch,
+            "matrix": {
+                "contexts": [8192, 16384, 32768, 65536, 125952],
+                "concurrency": [1, 2, 4, 8, 16, 32, 64, 128],
+                "prefill_contexts": [8192, 16384, 32768, 65536, 125952, 131072],
+            },
+        },
     }
     return {"schema": "speedmatrix.run/1", "meta": meta, "cells": cells}
 
@@ -117,8 +187,10 @@ def test_seed_header_lines(seed_report):
     assert lines[0] == f"# {seed[0]}"
     assert f"**{seed[1]}**" in lines
     engine = "sglang · 0.5.6.post3.dev9265+g05c584c44 · BF16"
-    size = ("5 contexts (8K–123K) × 8 concurrency levels (1–128) · prefill at 8K, 16K, 32K, "
-            "64K, 123K, 128K")
+    size = (
+        "5 contexts (8K–123K) × 8 concurrency levels (1–128) · prefill at 8K, 16K, 32K, "
+        "64K, 123K, 128K"
+    )
     assert seed[2] == engine + size  # the seed's text dump joins the two lines
     assert engine in lines and size in lines
 
@@ -128,8 +200,10 @@ def test_seed_metadata_items(seed_report):
     seed = SEED.read_text().splitlines()
     start, end = seed.index("Hardware"), seed.index("Launch command")
     block = [x for x in seed[start:end] if x not in ("Hardware", "Engine", "Run")]
-    pairs = [(block[i].removeprefix("- "), block[i + 1].removeprefix("- "))
-             for i in range(0, len(block), 2)]
+    pairs = [
+        (block[i].removeprefix("- "), block[i + 1].removeprefix("- "))
+        for i in range(0, len(block), 2)
+    ]
     assert len(pairs) == 4 + 7 + 7
     for k, v in pairs:
         assert f"- **{k}:** {v}" in md, (k, v)
@@ -154,7 +228,7 @@ def test_seed_prefill_lines(seed_report):
 
 
 def _decode_rows(md):
-    part = md[md.index("## Sustained decode"):md.index("## All measurements")]
+    part = md[md.index("## Sustained decode") : md.index("## All measurements")]
     return [ln for ln in part.splitlines() if re.match(r"^\| \d+K \| ", ln)]
 
 
@@ -171,15 +245,20 @@ def test_seed_matrix_rows_verbatim(seed_report):
 
 def test_seed_all_measurements_rows_verbatim(seed_report):
     md, _ = seed_report
-    seed_rows = [x for x in SEED.read_text().splitlines()
-                 if x.startswith(("| Prefill |", "| Sustained decode |"))]
+    seed_rows = [
+        x
+        for x in SEED.read_text().splitlines()
+        if x.startswith(("| Prefill |", "| Sustained decode |"))
+    ]
     lines = md.splitlines()
     mine = [ln for ln in lines if ln.startswith(("| Prefill |", "| Sustained decode |"))]
     assert len(seed_rows) == 46
     assert mine[: len(seed_rows)] == seed_rows
-    header = ("| Phase | Context | Requests at once | Status | Total tok/s | Per request tok/s | "
-              "TTFT | Time between tokens | Average active requests | Completed requests | "
-              "Output tokens | Measured for |")
+    header = (
+        "| Phase | Context | Requests at once | Status | Total tok/s | Per request tok/s | "
+        "TTFT | Time between tokens | Average active requests | Completed requests | "
+        "Output tokens | Measured for |"
+    )
     assert header in lines
 
 
@@ -203,9 +282,15 @@ def test_seed_sections_in_order(seed_report):
     md, page = seed_report
     _order(md, [f"\n## {s}\n" for s in SEED_SECTIONS + EXTRA_SECTIONS])
     _order(page, [f"<h2>{s}</h2>" for s in SEED_SECTIONS + EXTRA_SECTIONS])
-    _order(page[page.index("<body>"):], [
-        "<h1>Speed test matrix</h1>", "Muse-Glimmer-30B on H200 NVL 141GB",
-                  "sglang · 0.5.6.post3.dev9265+g05c584c44 · BF16", "5 contexts (8K–123K)"])
+    _order(
+        page[page.index("<body>") :],
+        [
+            "<h1>Speed test matrix</h1>",
+            "Muse-Glimmer-30B on H200 NVL 141GB",
+            "sglang · 0.5.6.post3.dev9265+g05c584c44 · BF16",
+            "5 contexts (8K–123K)",
+        ],
+    )
 
 
 # ---------------------------------------------------------------- a synthetic run
@@ -245,14 +330,14 @@ def test_extras_intervals_tails_flags_server_capacity(full):
     ci = fmt.ci(c["total_tok_s_lo"], c["total_tok_s_hi"], fmt.tok_s)
     line = next(ln for ln in md.splitlines() if ln.startswith("| 8K | 8 | Valid |"))
     assert ci in line and fmt.ms(c["ttft_p99_ms"]) in line and fmt.ms1(c["tbt_p99_ms"]) in line
-    flags = md[md.index("## Flags"):md.index("## Server-side view")]
+    flags = md[md.index("## Flags") : md.index("## Server-side view")]
     for word in ("Drift", "Busy at start", "Prompt mismatch", "Client bound", "Error"):
         assert word in flags, word
     assert "asked 65,536, server counted 65,539" in flags
     assert "too many failed requests" in flags
-    server = md[md.index("## Server-side view"):md.index("## Capacity")]
+    server = md[md.index("## Server-side view") : md.index("## Capacity")]
     assert "| 8K | 64 | Requests queued | 64.0 | 48.0 | 48 | 16 |" in server
-    cap = md[md.index("## Capacity"):]
+    cap = md[md.index("## Capacity") :]
     assert "| KV cache capacity | 1,400,000 tokens | Probed from the server |" in cap
     assert "| Max running requests | 48 | Given by the user |" in cap
     assert "## Errors" in md and "http_500 ×" in md
@@ -266,8 +351,14 @@ def test_html_is_self_contained_with_charts(full):
     assert "<style>" in page
     ids = re.findall(r'\bid="([^"]+)"', page)
     assert len(ids) == len(set(ids)), "duplicate ids in the page"
-    for name in ("decode_heatmap", "total_vs_concurrency", "prefill_vs_context",
-                 "ttft_vs_context", "tbt_distribution", "per_request_vs_concurrency"):
+    for name in (
+        "decode_heatmap",
+        "total_vs_concurrency",
+        "prefill_vs_context",
+        "ttft_vs_context",
+        "tbt_distribution",
+        "per_request_vs_concurrency",
+    ):
         assert f'id="chart-{name}"' in page
         assert (d / "plots" / f"{name}.svg").is_file()
         assert f"(plots/{name}.svg)" in md
@@ -281,7 +372,8 @@ def test_no_secret_anywhere_under_the_output_folder(full):
     assert "--api-key <redacted>" in full[1]
     # the server's message that echoed the key is kept, without it
     assert "HTTP 500: internal server error (upstream refused api_key=<redacted>)" in (
-        npz_strings(d))
+        npz_strings(d)
+    )
 
 
 def test_report_of_an_interrupted_run():
@@ -325,17 +417,30 @@ def test_report_of_a_real_run_against_the_built_in_engine(tmp_path):
     trace of the API key or of the key inside the launch command under the output folder."""
     try:
         from speedmatrix import _native
+
         _native.sim_binary()
         import speedmatrix as sm
     except (ImportError, FileNotFoundError) as exc:
         pytest.skip(f"the compiled core or the built-in engine is not built: {exc}")
     key, launch_key = "sk-e2e-SECRET-4242424242", "hf_E2eLaunchSecretToken99"
     out = tmp_path / "run"
-    matrix = sm.Matrix(contexts=["1k", "4k"], concurrency=[1, 16], duration_s=1.0,
-                       max_output=256, prefill_contexts=["1k", "4k"], idle_timeout_s=10)
+    matrix = sm.Matrix(
+        contexts=["1k", "4k"],
+        concurrency=[1, 16],
+        duration_s=1.0,
+        max_output=256,
+        prefill_contexts=["1k", "4k"],
+        idle_timeout_s=10,
+    )
     with sm.Sim("seed-h200", overrides={"kv_tokens": 60000}) as sim:
-        sm.run(sim.url, matrix, out=out, api_key=key, progress=False,
-               info={"launch_command": f"sglang serve --api-key {key} --hf-token {launch_key}"})
+        sm.run(
+            sim.url,
+            matrix,
+            out=out,
+            api_key=key,
+            progress=False,
+            info={"launch_command": f"sglang serve --api-key {key} --hf-token {launch_key}"},
+        )
     md = (out / "report.md").read_text()
     page = (out / "report.html").read_text()
     _order(md, [f"\n## {s}\n" for s in SEED_SECTIONS + EXTRA_SECTIONS])
@@ -356,11 +461,13 @@ def test_report_of_a_real_run_against_the_built_in_engine(tmp_path):
 
 
 def test_repeated_cells_get_a_repetition_column(tmp_path):
-    synthetic.build_run(tmp_path, contexts=(8192,), concurrency=(1,), prefill_contexts=(8192,),
-                        duration_s=2.0)
+    synthetic.build_run(
+        tmp_path, contexts=(8192,), concurrency=(1,), prefill_contexts=(8192,), duration_s=2.0
+    )
     doc = json.loads((tmp_path / "run.json").read_text())
-    doc["cells"].append(dict(doc["cells"][1], id="decode-c8192-n1-r1", repetition=1,
-                             total_tok_s=70.0))
+    doc["cells"].append(
+        dict(doc["cells"][1], id="decode-c8192-n1-r1", repetition=1, total_tok_s=70.0)
+    )
     write_run(tmp_path, doc)
     md, _, _ = render_report(load(tmp_path), charts=False)
     assert "| Measured for | Repetition |" in md
@@ -408,13 +515,15 @@ def test_dtype_is_the_precision_when_quantization_is_absent(full):
 
 def test_engine_and_hardware_sources_are_shown(full):
     _, md, page, _ = full
-    block = md[md.index("## Probed and given"):]
-    for line in ("| Engine | Version | 0.5.6.post3.dev9265+g05c584c44 | Probed from the server |",
-                 "| Engine | Backend | cuda | Given by the user |",
-                 "| Engine | Repository | github.com/sgl-project/sglang | Default |",
-                 "| Hardware | GPU | H200 NVL | Detected on this machine |",
-                 "| Hardware | VRAM | 141 GB | Detected on this machine |",
-                 "| Hardware | OS | linux | Given by the user |"):
+    block = md[md.index("## Probed and given") :]
+    for line in (
+        "| Engine | Version | 0.5.6.post3.dev9265+g05c584c44 | Probed from the server |",
+        "| Engine | Backend | cuda | Given by the user |",
+        "| Engine | Repository | github.com/sgl-project/sglang | Default |",
+        "| Hardware | GPU | H200 NVL | Detected on this machine |",
+        "| Hardware | VRAM | 141 GB | Detected on this machine |",
+        "| Hardware | OS | linux | Given by the user |",
+    ):
         assert line in block, line
     assert "<h2>Probed and given</h2>" in page
 
@@ -422,8 +531,13 @@ def test_engine_and_hardware_sources_are_shown(full):
 def test_simulated_run_does_not_pose_as_real_hardware(tmp_path):
     def edit(doc):
         doc["meta"]["engine"].update(simulated=True, backend="simulated", repository=None)
-        doc["meta"]["hardware"] = {"type": "Simulated", "gpu": None, "vram_gb": None,
-                                   "os": "linux", "cpu": "Some CPU"}
+        doc["meta"]["hardware"] = {
+            "type": "Simulated",
+            "gpu": None,
+            "vram_gb": None,
+            "os": "linux",
+            "cpu": "Some CPU",
+        }
 
     md, _page = _meta_report(tmp_path, edit)
     assert "**Muse-Glimmer-30B on speedmatrix-sim (simulated)**" in md
@@ -439,10 +553,12 @@ def test_warnings_section_when_the_run_recorded_warnings(tmp_path, full):
     def edit(doc):
         doc["meta"]["warnings"] = [
             "no Prometheus metrics at /metrics (start SGLang with --enable-metrics)",
-            "plan: 123K × 16 skipped; server said --api-key leaked-KEY-123 is invalid", ""]
+            "plan: 123K × 16 skipped; server said --api-key leaked-KEY-123 is invalid",
+            "",
+        ]
 
     md, page = _meta_report(tmp_path, edit)
-    block = md[md.index("## Warnings"):]
+    block = md[md.index("## Warnings") :]
     assert "no Prometheus metrics at /metrics (start SGLang with --enable-metrics)" in block
     assert "--api-key <redacted>" in block and "leaked-KEY-123" not in md + page
     assert "The run recorded 2 warnings: see Warnings." in md
@@ -451,20 +567,27 @@ def test_warnings_section_when_the_run_recorded_warnings(tmp_path, full):
 
 def test_errors_show_an_example_message_per_kind(full, tmp_path):
     _, md, _page, _ = full
-    errors = md[md.index("## Errors"):]
-    assert re.search(r"\| http_500 × [\d,]+ \(e\.g\. “HTTP 500: internal server error "
-                     r"\(upstream refused api_key=<redacted>\)”\) \|", errors), errors
+    errors = md[md.index("## Errors") :]
+    assert re.search(
+        r"\| http_500 × [\d,]+ \(e\.g\. “HTTP 500: internal server error "
+        r"\(upstream refused api_key=<redacted>\)”\) \|",
+        errors,
+    ), errors
 
     def edit(doc):
         cell = next(c for c in doc["cells"] if c["status"] == "error")
         cell["errors"] = {"http_401": 3, "timeout": 2}
-        cell["error_examples"] = {"http_401": "HTTP 401: invalid token=tok-SECRET-77 for user",
-                                  "timeout": "no bytes in 30 s"}
+        cell["error_examples"] = {
+            "http_401": "HTTP 401: invalid token=tok-SECRET-77 for user",
+            "timeout": "no bytes in 30 s",
+        }
 
     md2, page2 = _meta_report(tmp_path, edit)
     assert "tok-SECRET-77" not in md2 + page2
-    assert "http_401 × 3 (e.g. “HTTP 401: invalid token=<redacted> for user”); " \
-           "timeout × 2 (e.g. “no bytes in 30 s”)" in md2
+    assert (
+        "http_401 × 3 (e.g. “HTTP 401: invalid token=<redacted> for user”); "
+        "timeout × 2 (e.g. “no bytes in 30 s”)" in md2
+    )
 
 
 def test_every_flag_the_sweep_sets_has_report_text():

@@ -31,8 +31,14 @@ def test_cells_frame_has_every_field_and_split_intervals(run, doc):
         for k in c:
             if k not in ("ci", "server", "prompt_tokens"):
                 assert k in cells.columns, k
-    for col in ("total_tok_s_lo", "total_tok_s_hi", "ttft_ms_lo", "tbt_ms_hi",
-                "server_waiting_max", "prompt_tokens_asked"):
+    for col in (
+        "total_tok_s_lo",
+        "total_tok_s_hi",
+        "ttft_ms_lo",
+        "tbt_ms_hi",
+        "server_waiting_max",
+        "prompt_tokens_asked",
+    ):
         assert col in cells.columns
     row = cells.set_index("id").loc["decode-c8192-n4-r0"]
     src = next(c for c in doc["cells"] if c["id"] == "decode-c8192-n4-r0")
@@ -45,8 +51,7 @@ def test_matrix_is_the_seed_table(run, doc):
     m = run.matrix("total_tok_s")
     assert list(m.index) == LABELS
     assert list(m.columns) == [1, 2, 4, 8, 16, 32, 64, 128]
-    over = [(c["label"], c["concurrency"]) for c in doc["cells"]
-            if c["status"] == "over_capacity"]
+    over = [(c["label"], c["concurrency"]) for c in doc["cells"] if c["status"] == "over_capacity"]
     assert over and all(m.loc[lab, n] == "Over capacity" for lab, n in over)
     src = {(c["label"], c["concurrency"]): c for c in doc["cells"] if c["phase"] == "decode"}
     assert m.loc["8K", 64] == pytest.approx(src[("8K", 64)]["total_tok_s"])  # queued keeps it
@@ -102,7 +107,8 @@ def test_concat_adds_a_run_column(run):
     assert len(both) == len(run.cells) + len(other.cells)
     assert list(both["run"].cat.categories) == ["before", "after"]
     piv = both[both["phase"] == "decode"].pivot_table(
-        index=["context", "concurrency"], columns="run", values="total_tok_s", observed=True)
+        index=["context", "concurrency"], columns="run", values="total_tok_s", observed=True
+    )
     assert (piv["after"] / piv["before"]).median() == pytest.approx(1.1, rel=0.03)
     pre = results.concat([run, other], ["a", "b"], frame="prefill")
     assert len(pre) == 12
@@ -135,23 +141,25 @@ def test_matrix_agrees_with_the_report_on_error_cells(run, tmp_path):
     assert src["status"] == "error" and src["total_tok_s"] is not None  # it has a figure
     assert run.matrix("total_tok_s").loc["32K", 16] == "Error"  # as the report prints
     assert np.isnan(run.matrix("total_tok_s", numeric=True).loc["32K", 16])
-    assert run.matrix("errors_total", all_cells=True).loc["32K", 16] == sum(
-        src["errors"].values())
+    assert run.matrix("errors_total", all_cells=True).loc["32K", 16] == sum(src["errors"].values())
     md, _, _ = render_report(run, charts=False)
     row = next(ln for ln in md.splitlines() if ln.startswith("| 32K |"))
     assert row.split("|")[6].strip().startswith("Error<br>")
     # a repeated cell with one failed repetition keeps the valid one's figure
     doc = json.loads((synthetic.shared_run("full") / "run.json").read_text())
     ok = next(c for c in doc["cells"] if c["id"] == "decode-c8192-n1-r0")
-    doc["cells"].append(dict(ok, id="decode-c8192-n1-r1", repetition=1, status="queued",
-                             total_tok_s=1.0))
-    doc["cells"].append(dict(ok, id="decode-c8192-n1-r2", repetition=2, status="error",
-                             total_tok_s=1e6))
+    doc["cells"].append(
+        dict(ok, id="decode-c8192-n1-r1", repetition=1, status="queued", total_tok_s=1.0)
+    )
+    doc["cells"].append(
+        dict(ok, id="decode-c8192-n1-r2", repetition=2, status="error", total_tok_s=1e6)
+    )
     (tmp_path / "run.json").write_text(json.dumps(doc))
     rep = results.load(tmp_path)
     assert rep.statuses().loc["8K", 1] == "queued"
     assert rep.matrix("total_tok_s").loc["8K", 1] == pytest.approx(
-        (ok["total_tok_s"] + 1.0) / 2)  # median of the valid and the queued repetition
+        (ok["total_tok_s"] + 1.0) / 2
+    )  # median of the valid and the queued repetition
 
 
 def test_interrupted_run(tmp_path):
@@ -160,7 +168,8 @@ def test_interrupted_run(tmp_path):
     m = r.matrix("total_tok_s")
     assert list(m.index) == LABELS
     assert (m == "Not measured").to_numpy().sum() == len(
-        [x for x in r.missing_cells() if x[0] == "decode"])
+        [x for x in r.missing_cells() if x[0] == "decode"]
+    )
     assert r.missing_cells()
     assert r.statuses().isna().to_numpy().sum() > 0
     assert "interrupted" in repr(r)
@@ -188,8 +197,9 @@ def test_load_errors(tmp_path):
 
 
 def test_cell_with_repetitions_uses_the_median(tmp_path):
-    synthetic.build_run(tmp_path, contexts=(8192,), concurrency=(1, 2), prefill_contexts=(8192,),
-                        duration_s=2.0)
+    synthetic.build_run(
+        tmp_path, contexts=(8192,), concurrency=(1, 2), prefill_contexts=(8192,), duration_s=2.0
+    )
     d = json.loads((tmp_path / "run.json").read_text())
     extra = dict(d["cells"][1], id="decode-c8192-n1-r1", repetition=1, total_tok_s=1000.0)
     extra2 = dict(d["cells"][1], id="decode-c8192-n1-r2", repetition=2, total_tok_s=2000.0)
@@ -206,20 +216,24 @@ def test_detect_hardware_from_nvidia_smi():
     # the seed's "141 GB" for the MiB nvidia-smi prints on an H200 NVL
     assert hw["gpu"] == "H200 NVL" and hw["type"] == "Discrete GPU" and hw["vram_gb"] == 141
     assert hw["os"] and hw["gpu_count"] == 1
-    assert hw["sources"] == {k: "detected" for k in ("type", "gpu", "vram_gb", "os", "cpu",
-                                                     "gpu_count")}
+    assert hw["sources"] == {
+        k: "detected" for k in ("type", "gpu", "vram_gb", "os", "cpu", "gpu_count")
+    }
     two = detect_hardware(True, runner=lambda cmd: out * 2)
     assert two["gpu"] == "2× H200 NVL" and two["gpu_count"] == 2 and two["vram_gb"] == 282
 
 
-@pytest.mark.parametrize("mib, sold_as", [
-    (143771, 141),  # H200 NVL / H200 SXM: "141 GB"
-    (81559, 80),    # H100 80GB
-    (95830, 94),    # H100 NVL: "94 GB"
-    (183359, 180),  # B200: "180 GB"
-    (40960, 40),    # A100 40GB: exactly 40 GiB stays 40
-    (24564, 24),    # RTX 4090
-])
+@pytest.mark.parametrize(
+    "mib, sold_as",
+    [
+        (143771, 141),  # H200 NVL / H200 SXM: "141 GB"
+        (81559, 80),  # H100 80GB
+        (95830, 94),  # H100 NVL: "94 GB"
+        (183359, 180),  # B200: "180 GB"
+        (40960, 40),  # A100 40GB: exactly 40 GiB stays 40
+        (24564, 24),  # RTX 4090
+    ],
+)
 def test_vram_is_the_gib_figure_rounded_up(mib, sold_as):
     assert vram_gb_from_mib(mib) == sold_as
     hw = detect_hardware(True, runner=lambda cmd: f"NVIDIA X, {mib} MiB\n")

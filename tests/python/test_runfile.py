@@ -18,10 +18,23 @@ from speedmatrix.runfile import (
 
 
 def _cell(**kw):
-    c = {"id": "decode-c8192-n4-r0", "phase": "decode", "context": 8192, "concurrency": 4,
-         "status": "valid", "total_tok_s": 221.9, "per_request_tok_s": 55.6,
-         "prompt_tok_s": None, "ttft_ms": 200.0, "tbt_ms": 18.0, "avg_active": 4.0,
-         "completed": 0, "output_tokens": 6656, "measured_s": 30.0, "errors": {}}
+    c = {
+        "id": "decode-c8192-n4-r0",
+        "phase": "decode",
+        "context": 8192,
+        "concurrency": 4,
+        "status": "valid",
+        "total_tok_s": 221.9,
+        "per_request_tok_s": 55.6,
+        "prompt_tok_s": None,
+        "ttft_ms": 200.0,
+        "tbt_ms": 18.0,
+        "avg_active": 4.0,
+        "completed": 0,
+        "output_tokens": 6656,
+        "measured_s": 30.0,
+        "errors": {},
+    }
     c.update(kw)
     return c
 
@@ -65,16 +78,19 @@ def test_write_redacts_launch_command_url_and_known_secrets(tmp_path):
     assert "--port 8000" in text
 
 
-@pytest.mark.parametrize("mutate,message", [
-    (lambda d: d.pop("schema"), "missing field 'schema'"),
-    (lambda d: d.update(schema="speedmatrix.run/0"), "unsupported schema"),
-    (lambda d: d.pop("cells"), "missing field 'cells'"),
-    (lambda d: d["cells"][0].pop("tbt_ms"), "decode-c8192-n4-r0) is missing field 'tbt_ms'"),
-    (lambda d: d["cells"][0].pop("status"), "missing field 'status'"),
-    (lambda d: d["cells"][0].update(status="great"), "field 'status' is 'great'"),
-    (lambda d: d["cells"][0].update(phase="warmup"), "field 'phase' is 'warmup'"),
-    (lambda d: d["cells"][0].update(context="8k"), "field 'context' must be an integer"),
-])
+@pytest.mark.parametrize(
+    "mutate,message",
+    [
+        (lambda d: d.pop("schema"), "missing field 'schema'"),
+        (lambda d: d.update(schema="speedmatrix.run/0"), "unsupported schema"),
+        (lambda d: d.pop("cells"), "missing field 'cells'"),
+        (lambda d: d["cells"][0].pop("tbt_ms"), "decode-c8192-n4-r0) is missing field 'tbt_ms'"),
+        (lambda d: d["cells"][0].pop("status"), "missing field 'status'"),
+        (lambda d: d["cells"][0].update(status="great"), "field 'status' is 'great'"),
+        (lambda d: d["cells"][0].update(phase="warmup"), "field 'phase' is 'warmup'"),
+        (lambda d: d["cells"][0].update(context="8k"), "field 'context' must be an integer"),
+    ],
+)
 def test_schema_errors_name_the_problem(tmp_path, mutate, message):
     doc = _doc(_cell())
     mutate(doc)
@@ -103,18 +119,36 @@ def test_missing_folder_file_and_bad_json(tmp_path):
 
 
 def test_records_round_trip(tmp_path):
-    req = {"slot": np.arange(3, dtype=np.int32), "phase": np.array([0, 1, 1], np.uint8),
-           "sent_ns": np.array([1, 2, -1], np.int64),
-           "error_kind": ["", "http_500", ""], "finish_reason": ["length", "", ""]}
-    ev = {"request": np.array([0, 1, 1], np.int32), "t_ns": np.array([5, 6, 7], np.int64),
-          "tokens": np.array([1, 2, 1], np.int32), "server_ns": np.full(3, -1, np.int64)}
-    met = {"names": ["sglang:num_running_reqs", "sglang:num_queue_reqs"],
-           "t_ns": [10, 20], "values": [[1.0, 0.0], [2.0, float("nan")]], "failures": 2}
+    req = {
+        "slot": np.arange(3, dtype=np.int32),
+        "phase": np.array([0, 1, 1], np.uint8),
+        "sent_ns": np.array([1, 2, -1], np.int64),
+        "error_kind": ["", "http_500", ""],
+        "finish_reason": ["length", "", ""],
+    }
+    ev = {
+        "request": np.array([0, 1, 1], np.int32),
+        "t_ns": np.array([5, 6, 7], np.int64),
+        "tokens": np.array([1, 2, 1], np.int32),
+        "server_ns": np.full(3, -1, np.int64),
+    }
+    met = {
+        "names": ["sglang:num_running_reqs", "sglang:num_queue_reqs"],
+        "t_ns": [10, 20],
+        "values": [[1.0, 0.0], [2.0, float("nan")]],
+        "failures": 2,
+    }
     rel = save_records(tmp_path, "decode-c8192-n4-r0", req, ev, met)
     assert rel == "records/decode-c8192-n4-r0.npz"
     with np.load(tmp_path / rel, allow_pickle=False) as z:
-        assert {"req_slot", "req_error_kind", "ev_t_ns", "met_names", "met_t_ns",
-                "met_values"} <= set(z.files)
+        assert {
+            "req_slot",
+            "req_error_kind",
+            "ev_t_ns",
+            "met_names",
+            "met_t_ns",
+            "met_values",
+        } <= set(z.files)
         assert z["req_error_kind"].dtype.kind == "U"
     back = load_records(tmp_path, rel)
     assert back["requests"]["error_kind"].tolist() == ["", "http_500", ""]
@@ -137,18 +171,27 @@ def test_records_without_metrics_and_missing_file(tmp_path):
 
 def test_records_strings_are_redacted(tmp_path):
     key = "plain-KEY-without-shape-42"
-    messages = ["", f"HTTP 401: Invalid API key {key}",
-                "HTTP 400: bad header Authorization: Bearer tok-abc.def",
-                "HTTP 403: --admin-api-key adminSecret99 required",
-                "context length 131072 exceeded"]
-    req = {"slot": np.arange(5, dtype=np.int32), "error_message": messages,
-           "error_kind": np.asarray(["", "http_401", "http_400", "http_403", "http_400"])}
+    messages = [
+        "",
+        f"HTTP 401: Invalid API key {key}",
+        "HTTP 400: bad header Authorization: Bearer tok-abc.def",
+        "HTTP 403: --admin-api-key adminSecret99 required",
+        "context length 131072 exceeded",
+    ]
+    req = {
+        "slot": np.arange(5, dtype=np.int32),
+        "error_message": messages,
+        "error_kind": np.asarray(["", "http_401", "http_400", "http_403", "http_400"]),
+    }
     rel = save_records(tmp_path, "decode-c64-n1-r0", req, {"t_ns": [1]}, None, secrets=[key])
     back = load_records(tmp_path, rel)["requests"]["error_message"].tolist()
-    assert back == ["", "HTTP 401: Invalid API key <redacted>",
-                    "HTTP 400: bad header Authorization: Bearer <redacted>",
-                    "HTTP 403: --admin-api-key <redacted> required",
-                    "context length 131072 exceeded"]
+    assert back == [
+        "",
+        "HTTP 401: Invalid API key <redacted>",
+        "HTTP 400: bad header Authorization: Bearer <redacted>",
+        "HTTP 403: --admin-api-key <redacted> required",
+        "context length 131072 exceeded",
+    ]
     assert secrets_found(tmp_path, [key, "tok-abc.def", "adminSecret99"]) == []
 
 

@@ -38,8 +38,9 @@ def big_cell():
     # to the hard limit.
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard != resource.RLIM_INFINITY and hard < N + 256:
-        pytest.skip(f"RLIMIT_NOFILE hard limit {hard} is below the {N + 256} descriptors "
-                    f"{N} streams need")
+        pytest.skip(
+            f"RLIMIT_NOFILE hard limit {hard} is below the {N + 256} descriptors {N} streams need"
+        )
     prof = load_profile("fixed")
     assert prof["mode"] == "fixed" and prof["max_running"] >= N  # no cap below N
     body = {"prompt": "hello", "max_tokens": 1000, "ignore_eos": True, "stream": True}
@@ -63,8 +64,14 @@ def big_cell():
         def sample() -> None:
             while not stop.wait(0.2):
                 p = runner.progress()
-                samples.append({"in_flight": p["in_flight"], "window": p["window_start_ns"] > 0,
-                                "running": sim.state()["running"], "fds": _open_descriptors()})
+                samples.append(
+                    {
+                        "in_flight": p["in_flight"],
+                        "window": p["window_start_ns"] > 0,
+                        "running": sim.state()["running"],
+                        "fds": _open_descriptors(),
+                    }
+                )
 
         poller = threading.Thread(target=sample, daemon=True)
         fds_before = _open_descriptors()
@@ -76,8 +83,13 @@ def big_cell():
         poller.join()
         # Cancelling N streams at the window's end frees every one in the engine.
         idle = sim.wait_idle(timeout_s=10)
-    return {"res": res, "samples": samples, "wall_s": wall_s, "idle": idle,
-            "fds_before": fds_before}
+    return {
+        "res": res,
+        "samples": samples,
+        "wall_s": wall_s,
+        "idle": idle,
+        "fds_before": fds_before,
+    }
 
 
 def test_no_errors_and_every_request_accounted_for(big_cell):

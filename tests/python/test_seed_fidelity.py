@@ -35,8 +35,11 @@ def _seed():
 def test_over_capacity_set_is_the_seeds():
     with Sim("seed-h200") as sim:
         planned = plan(Matrix.preset("seed"), discover(sim.url))
-    ours = {(c.label, c.concurrency) for c in planned
-            if c.phase == "decode" and c.status == "over_capacity"}
+    ours = {
+        (c.label, c.concurrency)
+        for c in planned
+        if c.phase == "decode" and c.status == "over_capacity"
+    }
     assert ours == seed_over_capacity()
     decode_labels = {c.label for c in planned if c.phase == "decode"}
     assert decode_labels == {"8K", "16K", "32K", "64K", "123K"}
@@ -51,16 +54,26 @@ def seed_run(tmp_path_factory):
     with Sim("seed-h200") as sim:
         target = discover(sim.url)
         # Prefill: every seed context, cold, one request each.
-        m = Matrix(contexts=[8192], concurrency=[1], duration_s=1, max_output=4096,
-                   prefill_contexts=[8192, 16384, 32768, 65536, "max-decode", "max"],
-                   prefill_mode="separate")
+        m = Matrix(
+            contexts=[8192],
+            concurrency=[1],
+            duration_s=1,
+            max_output=4096,
+            prefill_contexts=[8192, 16384, 32768, 65536, "max-decode", "max"],
+            prefill_mode="separate",
+        )
         Sweep(sim.url, m, out / "prefill", progress=False, report=False, target=target).execute()
         results["prefill"] = json.loads((out / "prefill" / "run.json").read_text())["cells"]
         # Decode: the seed's window and max output; prompts of a cell share all but
         # their last 512 tokens so warm-ups do not prefill millions of tokens.
         for label, n in CELLS:
-            m = Matrix(contexts=[label_tokens(label)], concurrency=[n], duration_s=30,
-                       max_output=4096, shared_prefix=-512)
+            m = Matrix(
+                contexts=[label_tokens(label)],
+                concurrency=[n],
+                duration_s=30,
+                max_output=4096,
+                shared_prefix=-512,
+            )
             d = out / f"{label}-{n}"
             Sweep(sim.url, m, d, progress=False, report=False, target=target).execute()
             cells = json.loads((d / "run.json").read_text())["cells"]
@@ -80,8 +93,7 @@ def test_decode_within_10_percent_of_the_seed(seed_run, label, n):
 
 def test_prefill_within_10_percent_of_the_seed(seed_run):
     seed = _seed()
-    cells = {format_tokens(c["context"]): c for c in seed_run["prefill"]
-             if c["phase"] == "prefill"}
+    cells = {format_tokens(c["context"]): c for c in seed_run["prefill"] if c["phase"] == "prefill"}
     assert set(cells) == {"8K", "16K", "32K", "64K", "123K", "128K"}
     for label, cell in cells.items():
         ref = seed[("prefill", label, 1)]

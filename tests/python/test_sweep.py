@@ -31,8 +31,13 @@ def fixed_run(tmp_path_factory):
     """Issue 2's exactness case: TTFT 50 ms, ITL 20 ms, 1 / 16 / 64 streams."""
     out = tmp_path_factory.mktemp("fixed")
     with Sim("fixed", stamp=True) as sim:
-        m = Matrix(contexts=[256], concurrency=[1, 16, 64], duration_s=5, max_output=2000,
-                   prefill_contexts=[256])
+        m = Matrix(
+            contexts=[256],
+            concurrency=[1, 16, 64],
+            duration_s=5,
+            max_output=2000,
+            prefill_contexts=[256],
+        )
         code, doc, cells = _sweep(sim.url, m, out)
     assert code == 0
     return out, doc, cells
@@ -70,8 +75,13 @@ def test_fixed_engine_figures(fixed_run, n):
     assert c["avg_active"] == pytest.approx(n, rel=0.01)
     assert c["measured_s"] == pytest.approx(5.0, abs=0.05)
     assert c["completed"] == 0  # 2000 tokens take 40 s: nothing finishes in a 5 s window
-    assert c["prompt_tokens"] == {"asked": 256, "reported_min": 256, "reported_max": 256,
-                                  "exact": True, "method": "token_ids"}
+    assert c["prompt_tokens"] == {
+        "asked": 256,
+        "reported_min": 256,
+        "reported_max": 256,
+        "exact": True,
+        "method": "token_ids",
+    }
     lo, hi = c["ci"]["total_tok_s"]
     assert lo <= c["total_tok_s"] <= hi
     assert not {"busy_at_start", "drift", "prompt_mismatch"} & set(c["flags"])
@@ -111,8 +121,13 @@ def batch_run(tmp_path_factory):
     """test-batch: KV 4096 tokens, 4 running at most, 10 ms steps, 100K tok/s prefill."""
     out = tmp_path_factory.mktemp("batch")
     with Sim("test-batch") as sim:
-        m = Matrix(contexts=[256, 1024], concurrency=[1, 2, 4, 8], duration_s=2, max_output=256,
-                   prefill_contexts=[256, 1024])
+        m = Matrix(
+            contexts=[256, 1024],
+            concurrency=[1, 2, 4, 8],
+            duration_s=2,
+            max_output=256,
+            prefill_contexts=[256, 1024],
+        )
         code, doc, cells = _sweep(sim.url, m, out)
         trace = sim.trace()
     assert code == 0
@@ -175,8 +190,11 @@ def test_ttft_unserved_counts_only_long_waits_of_requests_that_did_not_fail():
 def test_decode_time_between_tokens_is_the_engine_step(batch_run):
     _, cells, trace, _prof = batch_run
     c = cells["decode-c256-n4-r0"]
-    steps = [s["step_ns"] / 1e6 for s in trace
-             if c["t0_ns"] <= s["t_ns"] <= c["t1_ns"] and s["batch"] == 4]
+    steps = [
+        s["step_ns"] / 1e6
+        for s in trace
+        if c["t0_ns"] <= s["t_ns"] <= c["t1_ns"] and s["batch"] == 4
+    ]
     assert len(steps) > 50
     assert c["tbt_ms"] == pytest.approx(float(np.median(steps)), rel=0.02)
     assert c["total_tok_s"] == pytest.approx(4 * 1000 / float(np.median(steps)), rel=0.02)
@@ -185,10 +203,17 @@ def test_decode_time_between_tokens_is_the_engine_step(batch_run):
 def test_prefill_rate_matches_the_engine(tmp_path):
     # 100 us per prompt token: a 10K tok/s engine, slow enough that the fixed
     # costs of a request (HTTP, scheduling) stay far below 5% of the prefill.
-    with Sim("test-batch", overrides={"prefill_per_token_us": 100.0, "context_length": 8192,
-                                      "kv_tokens": 65536}) as sim:
-        m = Matrix(contexts=[2048], concurrency=[1], duration_s=0.5, max_output=64,
-                   prefill_contexts=[2048, 4096, 6144])
+    with Sim(
+        "test-batch",
+        overrides={"prefill_per_token_us": 100.0, "context_length": 8192, "kv_tokens": 65536},
+    ) as sim:
+        m = Matrix(
+            contexts=[2048],
+            concurrency=[1],
+            duration_s=0.5,
+            max_output=64,
+            prefill_contexts=[2048, 4096, 6144],
+        )
         _code, _doc, cells = _sweep(sim.url, m, tmp_path)
     for ctx in (2048, 4096, 6144):
         p = cells[f"prefill-c{ctx}-r0"]
@@ -202,10 +227,17 @@ def test_prefill_is_cold_when_concurrency_is_given_in_descending_order(tmp_path)
     """With --concurrency 4,2,1 the N=1 cell runs last, after the N=4 and N=2 cells sent
     prompts of the same context: its warm-up must still be a prompt the server has never
     seen, or the prefix cache answers it and prompt tok/s reads far too high."""
-    with Sim("test-batch", overrides={"prefill_per_token_us": 100.0, "context_length": 8192,
-                                      "kv_tokens": 65536}) as sim:
-        m = Matrix(contexts=[2048], concurrency=[4, 2, 1], duration_s=0.5, max_output=64,
-                   prefill_contexts=[2048])
+    with Sim(
+        "test-batch",
+        overrides={"prefill_per_token_us": 100.0, "context_length": 8192, "kv_tokens": 65536},
+    ) as sim:
+        m = Matrix(
+            contexts=[2048],
+            concurrency=[4, 2, 1],
+            duration_s=0.5,
+            max_output=64,
+            prefill_contexts=[2048],
+        )
         code, _doc, cells = _sweep(sim.url, m, tmp_path)
     assert code == 0
     p = cells["prefill-c2048-r0"]
@@ -218,10 +250,18 @@ def test_prefill_from_a_first_cell_leaves_the_shared_prefix_cached_for_the_next(
     """In ascending order the N=1 cell is the first to send its context's prompts: they
     are new (the run's seed is), so its warm-up is a cold prefill and also warms the
     prefix the context's prompts share, which the N=2 warm-up then finds cached."""
-    with Sim("test-batch", overrides={"prefill_per_token_us": 100.0, "context_length": 8192,
-                                      "kv_tokens": 65536}) as sim:
-        m = Matrix(contexts=[2048], concurrency=[1, 2], duration_s=0.5, max_output=64,
-                   prefill_contexts=[2048], shared_prefix=-64)
+    with Sim(
+        "test-batch",
+        overrides={"prefill_per_token_us": 100.0, "context_length": 8192, "kv_tokens": 65536},
+    ) as sim:
+        m = Matrix(
+            contexts=[2048],
+            concurrency=[1, 2],
+            duration_s=0.5,
+            max_output=64,
+            prefill_contexts=[2048],
+            shared_prefix=-64,
+        )
         code, _doc, cells = _sweep(sim.url, m, tmp_path)
     assert code == 0
     p = cells["prefill-c2048-r0"]
@@ -268,8 +308,9 @@ def test_queue_seen_from_the_client_when_metrics_lack_a_waiting_gauge(tmp_path):
 def test_queue_seen_from_the_client_without_metrics(tmp_path):
     with Sim("test-batch") as sim:
         m = Matrix(contexts=[256], concurrency=[2, 8], duration_s=2, max_output=256)
-        _code, _doc, cells = _sweep(sim.url, m, tmp_path,
-                                  overrides={"metrics_path": "/no-metrics-here"})
+        _code, _doc, cells = _sweep(
+            sim.url, m, tmp_path, overrides={"metrics_path": "/no-metrics-here"}
+        )
     assert cells["decode-c256-n8-r0"].get("server") is None
     assert cells["decode-c256-n2-r0"]["status"] == "valid"
     assert cells["decode-c256-n8-r0"]["status"] == "queued"
@@ -297,8 +338,13 @@ def test_a_cell_whose_prompts_cannot_be_made_is_an_error_and_the_sweep_goes_on(t
     """A 4-token context cannot hold a unique prompt: that cell (and its prefill) is an
     error cell with the kind and the message; the other cells are measured."""
     with Sim("fixed") as sim:
-        m = Matrix(contexts=[4, 64], concurrency=[1], duration_s=0.5, max_output=10,
-                   prefill_contexts=[4, 64])
+        m = Matrix(
+            contexts=[4, 64],
+            concurrency=[1],
+            duration_s=0.5,
+            max_output=10,
+            prefill_contexts=[4, 64],
+        )
         code, _doc, cells = _sweep(sim.url, m, tmp_path)
     assert code == 0
     for cid in ("decode-c4-n1-r0", "prefill-c4-r0"):
@@ -317,12 +363,16 @@ def test_server_dying_mid_sweep_keeps_measured_cells(tmp_path, capsys):
     without spending their windows; one line says so; resume measures them later."""
     sim = Sim("fixed")
     duration = 3.0
-    m = Matrix(contexts=[64, 128, 256, 512], concurrency=[2], duration_s=duration,
-               max_output=1000)
+    m = Matrix(contexts=[64, 128, 256, 512], concurrency=[2], duration_s=duration, max_output=1000)
     sweep = Sweep(sim.url, m, tmp_path, progress=False, report=False)
     killed_at: list[float] = []
-    killer = threading.Thread(target=lambda: (_wait_for_cells(tmp_path, 1), sim.stop(),
-                                              killed_at.append(time.monotonic())))
+    killer = threading.Thread(
+        target=lambda: (
+            _wait_for_cells(tmp_path, 1),
+            sim.stop(),
+            killed_at.append(time.monotonic()),
+        )
+    )
     killer.start()
     code = sweep.execute()
     ended = time.monotonic()
@@ -333,8 +383,10 @@ def test_server_dying_mid_sweep_keeps_measured_cells(tmp_path, capsys):
     assert cells["decode-c64-n2-r0"]["status"] == "valid"
     dead = cells["decode-c128-n2-r0"]
     assert dead["status"] == "error"
-    assert set(dead["errors"]) <= {"connect", "connection_reset", "incomplete_stream"} or \
-        "reason" in dead
+    assert (
+        set(dead["errors"]) <= {"connect", "connection_reset", "incomplete_stream"}
+        or "reason" in dead
+    )
     for cid in ("decode-c256-n2-r0", "decode-c512-n2-r0"):
         c = cells[cid]
         assert c["status"] == "error" and c["not_run"] == "server_unreachable"
@@ -408,18 +460,22 @@ def test_leftover_work_on_the_server_is_flagged(tmp_path):
         leftovers = []
         for _ in range(10):  # someone else's requests, still streaming
             s = socket.create_connection(("127.0.0.1", sim.port))
-            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
-                      b"application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+            s.sendall(
+                b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                b"application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+            )
             leftovers.append(s)
         try:
-            m = Matrix(contexts=[64], concurrency=[2], duration_s=1.5, max_output=1000,
-                       idle_timeout_s=0.5)
+            m = Matrix(
+                contexts=[64], concurrency=[2], duration_s=1.5, max_output=1000, idle_timeout_s=0.5
+            )
             _, _, cells = _sweep(sim.url, m, tmp_path)
         finally:
             for s in leftovers:
                 s.close()
-        m2 = Matrix(contexts=[64], concurrency=[2], duration_s=1.0, max_output=1000,
-                    idle_timeout_s=5)
+        m2 = Matrix(
+            contexts=[64], concurrency=[2], duration_s=1.0, max_output=1000, idle_timeout_s=5
+        )
         _, _, clean = _sweep(sim.url, m2, tmp_path / "clean")
     c = cells["decode-c64-n2-r0"]
     assert "busy_at_start" in c["flags"]
@@ -434,15 +490,19 @@ def test_time_between_tokens_is_the_step_time_from_1_to_128_streams(tmp_path):
     """Issue 3's fidelity figure: the measured time between tokens equals the
     engine's decode step (its own /sim/trace) within 2%, at 1 to 128 streams."""
     levels = [1, 8, 32, 128]
-    with Sim("test-batch", overrides={"max_running": 256, "kv_tokens": 1 << 24,
-                                      "context_length": 8192}) as sim:
+    with Sim(
+        "test-batch", overrides={"max_running": 256, "kv_tokens": 1 << 24, "context_length": 8192}
+    ) as sim:
         m = Matrix(contexts=[128], concurrency=levels, duration_s=2, max_output=4000)
         _, _, cells = _sweep(sim.url, m, tmp_path)
         trace = sim.trace()
     for n in levels:
         c = cells[f"decode-c128-n{n}-r0"]
-        steps = [s["step_ns"] / 1e6 for s in trace
-                 if c["t0_ns"] <= s["t_ns"] <= c["t1_ns"] and s["batch"] == n]
+        steps = [
+            s["step_ns"] / 1e6
+            for s in trace
+            if c["t0_ns"] <= s["t_ns"] <= c["t1_ns"] and s["batch"] == n
+        ]
         assert len(steps) >= 10, (n, len(steps))
         step = float(np.median(steps))
         assert c["tbt_ms"] == pytest.approx(step, rel=0.02), (n, c["tbt_ms"], step)
@@ -453,8 +513,9 @@ def test_resume_measures_a_prefill_left_behind_by_its_warm_up_cell(tmp_path):
     """Stopped after the N=1 decode cell was stored but before the prefill taken from
     its warm-up: resuming must measure that prefill on its own."""
     with Sim("fixed") as sim:
-        m = Matrix(contexts=[64], concurrency=[1], duration_s=0.5, max_output=100,
-                   prefill_contexts=[64])
+        m = Matrix(
+            contexts=[64], concurrency=[1], duration_s=0.5, max_output=100, prefill_contexts=[64]
+        )
         _code, doc, cells = _sweep(sim.url, m, tmp_path)
         assert cells["prefill-c64-r0"]["measured_in"] == "decode-c64-n1-r0"
         doc["cells"] = [c for c in doc["cells"] if c["id"] != "prefill-c64-r0"]
@@ -477,8 +538,7 @@ def test_warnings_are_shown_once_and_saved(tmp_path, capsys):
         sweep = Sweep(sim.url, m, tmp_path, progress=True, report=False, target=target)
         assert sweep.execute() == 0
         err = capsys.readouterr().err
-        quiet = Sweep(sim.url, m, tmp_path / "quiet", progress=False, report=False,
-                      target=target)
+        quiet = Sweep(sim.url, m, tmp_path / "quiet", progress=False, report=False, target=target)
         assert quiet.execute() == 0
         assert "warning" not in capsys.readouterr().err
     warnings = json.loads((tmp_path / "run.json").read_text())["meta"]["warnings"]
@@ -516,8 +576,14 @@ class _WordCounter:
 def test_a_local_tokenizer_makes_the_prompts(tmp_path):
     tok = _WordCounter()
     with Sim("fixed") as sim:
-        m = Matrix(contexts=[200], concurrency=[2], duration_s=0.5, max_output=10, api="chat",
-                   prefill_contexts=[300])
+        m = Matrix(
+            contexts=[200],
+            concurrency=[2],
+            duration_s=0.5,
+            max_output=10,
+            api="chat",
+            prefill_contexts=[300],
+        )
         code, doc, cells = _sweep(sim.url, m, tmp_path, tokenizer=tok)
     assert code == 0 and tok.calls > 0
     for cid in ("decode-c200-n2-r0", "prefill-c300-r0"):

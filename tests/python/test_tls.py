@@ -30,11 +30,7 @@ from speedmatrix._native import _core
 API_KEY = "sk-tls-test-7f3a"
 TOKENS = 3  # text chunks per answer
 # Per rank: the sampler adds up label sets ("sum"), so it reads 3 + 4.
-METRICS = (
-    "# TYPE sm_running gauge\n"
-    'sm_running{rank="0"} 3\n'
-    'sm_running{rank="1"} 4\n'
-)
+METRICS = '# TYPE sm_running gauge\nsm_running{rank="0"} 3\nsm_running{rank="1"} 4\n'
 
 
 def _make_cert(dirpath: Path) -> tuple[Path, Path]:
@@ -43,10 +39,29 @@ def _make_cert(dirpath: Path) -> tuple[Path, Path]:
     openssl = shutil.which("openssl")
     if openssl:
         subprocess.run(
-            [openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt",
-             "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2", "-subj", "/CN=127.0.0.1",
-             "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-            check=True, capture_output=True, timeout=60,
+            [
+                openssl,
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+                "-nodes",
+                "-days",
+                "2",
+                "-subj",
+                "/CN=127.0.0.1",
+                "-addext",
+                "subjectAltName=IP:127.0.0.1",
+                "-keyout",
+                str(key),
+                "-out",
+                str(cert),
+            ],
+            check=True,
+            capture_output=True,
+            timeout=60,
         )
         return cert, key
     try:
@@ -55,8 +70,7 @@ def _make_cert(dirpath: Path) -> tuple[Path, Path]:
         from cryptography.hazmat.primitives.asymmetric import ec
         from cryptography.x509.oid import NameOID
     except ImportError:
-        pytest.skip("needs the openssl command or the cryptography package to make a "
-                    "certificate")
+        pytest.skip("needs the openssl command or the cryptography package to make a certificate")
     k = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
     now = datetime.datetime.now(datetime.timezone.utc)
@@ -68,15 +82,21 @@ def _make_cert(dirpath: Path) -> tuple[Path, Path]:
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(hours=1))
         .not_valid_after(now + datetime.timedelta(days=2))
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(
-            ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .sign(k, hashes.SHA256())
     )
     cert.write_bytes(c.public_bytes(serialization.Encoding.PEM))
-    key.write_bytes(k.private_bytes(serialization.Encoding.PEM,
-                                    serialization.PrivateFormat.PKCS8,
-                                    serialization.NoEncryption()))
+    key.write_bytes(
+        k.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
     return cert, key
 
 
@@ -94,8 +114,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         pass
 
     def _seen(self) -> None:
-        self.server.seen.append((self.command, self.path, self.headers.get("Authorization"),
-                                 self.connection.version()))  # the TLS version: over TLS
+        self.server.seen.append(
+            (self.command, self.path, self.headers.get("Authorization"), self.connection.version())
+        )  # the TLS version: over TLS
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length", 0)))

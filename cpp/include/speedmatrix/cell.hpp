@@ -18,7 +18,7 @@ namespace speedmatrix {
 struct CellSpec {
   std::string url;                   // full endpoint, e.g. http://127.0.0.1:8000/v1/completions
   std::vector<std::string> headers;  // extra "Name: value" headers
-  std::string api_key;               // sent as "Authorization: Bearer ..."; never logged or returned
+  std::string api_key;  // sent as "Authorization: Bearer ..."; never logged or returned
   ApiKind api = ApiKind::kCompletions;
 
   // Warm-up: each body is sent once, all at once, and the window starts when
@@ -30,17 +30,17 @@ struct CellSpec {
   // sends it again as soon as it finishes (closed loop).
   std::vector<std::string> bodies;
   std::int32_t concurrency = 1;
-  double duration_s = 30;        // window length; at its end everything in flight is cancelled
-  std::int64_t max_requests = 0; // >0: stop starting new requests after this many (window ends when they
-                                 // finish; a duration_s > 0 still bounds the window)
+  double duration_s = 30;         // window length; at its end everything in flight is cancelled
+  std::int64_t max_requests = 0;  // >0: stop starting new requests after this many (window ends
+                                  // when they finish; a duration_s > 0 still bounds the window)
 
   double connect_timeout_s = 10;
-  double idle_timeout_s = 120;   // no byte for this long => "stall"
-  bool tls_verify = true;        // https: verify the server's certificate and host name
-  std::string ca_file;           // https: CA bundle (PEM) to verify against; "" = the system's
+  double idle_timeout_s = 120;  // no byte for this long => "stall"
+  bool tls_verify = true;       // https: verify the server's certificate and host name
+  std::string ca_file;          // https: CA bundle (PEM) to verify against; "" = the system's
   std::size_t max_event_bytes = 16u << 20;
   bool record_events = true;
-  bool server_stamps = false;    // read the engine's "sm_t_ns" stamps (benchmarks)
+  bool server_stamps = false;  // read the engine's "sm_t_ns" stamps (benchmarks)
 
   // /metrics sampler (empty url = off): polled every metrics_interval_s from
   // before the warm-up to the end of the window.
@@ -61,15 +61,15 @@ struct CellResult {
   std::vector<RequestRecord> requests;  // warm-up first, then window, in send order
   EventColumns events;
   MetricSamples metrics;
-  double client_cpu_s = 0;        // CPU time of the client thread during the cell
-  double loop_lag_max_ms = 0;     // worst event-loop iteration beyond its wait
-  bool stopped = false;           // CellRunner::stop() ended it early
-  std::string fatal_error;        // set when the cell could not run at all (bad URL, ...)
+  double client_cpu_s = 0;     // CPU time of the client thread during the cell
+  double loop_lag_max_ms = 0;  // worst event-loop iteration beyond its wait
+  bool stopped = false;        // CellRunner::stop() ended it early
+  std::string fatal_error;     // set when the cell could not run at all (bad URL, ...)
 };
 
 // Live view for progress displays; read from another thread.
 struct CellProgress {
-  std::atomic<std::int64_t> tokens{0};      // window tokens so far
+  std::atomic<std::int64_t> tokens{0};  // window tokens so far
   std::atomic<std::int64_t> completed{0};
   std::atomic<std::int64_t> errors{0};
   std::atomic<std::int32_t> in_flight{0};

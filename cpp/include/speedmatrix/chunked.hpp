@@ -45,7 +45,16 @@ class ChunkedDecoder {
   void reset() noexcept { *this = ChunkedDecoder(); }
 
  private:
-  enum class State : std::uint8_t { kSize, kExtension, kData, kDataCr, kDataLf, kTrailer, kDone, kError };
+  enum class State : std::uint8_t {
+    kSize,
+    kExtension,
+    kData,
+    kDataCr,
+    kDataLf,
+    kTrailer,
+    kDone,
+    kError
+  };
 
   Status fail(const char* why) {
     state_ = State::kError;

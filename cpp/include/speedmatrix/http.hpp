@@ -69,8 +69,8 @@ class CurlTransport final : public Transport {
 // A blocking GET on a kept-alive connection, for the /metrics sampler.
 class HttpGetter {
  public:
-  HttpGetter(std::vector<std::string> headers, std::string api_key, double timeout_s, bool tls_verify = true,
-             const std::string& ca_file = {});
+  HttpGetter(std::vector<std::string> headers, std::string api_key, double timeout_s,
+             bool tls_verify = true, const std::string& ca_file = {});
   ~HttpGetter();
   HttpGetter(const HttpGetter&) = delete;
   HttpGetter& operator=(const HttpGetter&) = delete;

@@ -27,10 +27,10 @@ enum class ApiKind : std::uint8_t { kCompletions = 0, kChat = 1 };
 
 // How a request's output token count was obtained.
 enum class TokenSource : std::uint8_t {
-  kNone = 0,           // no tokens seen
-  kChunks = 1,         // one per non-empty chunk: an estimate
-  kUsageFinal = 2,     // per-chunk counts estimated, total from the final usage
-  kUsageContinuous = 3 // every chunk's count from cumulative usage: exact
+  kNone = 0,            // no tokens seen
+  kChunks = 1,          // one per non-empty chunk: an estimate
+  kUsageFinal = 2,      // per-chunk counts estimated, total from the final usage
+  kUsageContinuous = 3  // every chunk's count from cumulative usage: exact
 };
 
 enum class ChunkKind : std::uint8_t {
@@ -42,22 +42,22 @@ enum class ChunkKind : std::uint8_t {
 
 struct ChunkResult {
   ChunkKind kind = ChunkKind::kData;
-  std::int32_t tokens = 0;     // output tokens this chunk adds (>= 0)
-  bool has_text = false;       // non-empty text/content/reasoning
-  bool first_token = false;    // this chunk carries the request's first token
-  bool finished = false;       // a finish_reason was given in this chunk
-  std::int64_t server_ns = -1; // "sm_t_ns" stamp of the built-in engine (benchmarks), else -1
+  std::int32_t tokens = 0;      // output tokens this chunk adds (>= 0)
+  bool has_text = false;        // non-empty text/content/reasoning
+  bool first_token = false;     // this chunk carries the request's first token
+  bool finished = false;        // a finish_reason was given in this chunk
+  std::int64_t server_ns = -1;  // "sm_t_ns" stamp of the built-in engine (benchmarks), else -1
 };
 
 struct StreamSummary {
-  std::int64_t output_tokens = 0;     // best count so far (usage when given)
-  std::int64_t chunk_tokens = 0;      // sum of ChunkResult::tokens
-  std::int64_t prompt_tokens = -1;    // usage.prompt_tokens, -1 if never given
+  std::int64_t output_tokens = 0;   // best count so far (usage when given)
+  std::int64_t chunk_tokens = 0;    // sum of ChunkResult::tokens
+  std::int64_t prompt_tokens = -1;  // usage.prompt_tokens, -1 if never given
   TokenSource source = TokenSource::kNone;
-  std::string finish_reason;          // "" until given
-  std::string error_type;             // kError: the server's type (or code); kMalformed: "malformed_event"
-  std::string error_message;          // one line, at most 500 bytes
-  bool done = false;                  // "[DONE]" seen
+  std::string finish_reason;  // "" until given
+  std::string error_type;     // kError: the server's type (or code); kMalformed: "malformed_event"
+  std::string error_message;  // one line, at most 500 bytes
+  bool done = false;          // "[DONE]" seen
 };
 
 class OpenAIStreamDecoder {

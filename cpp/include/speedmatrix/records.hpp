@@ -37,8 +37,8 @@ enum class Outcome : std::uint8_t {
 
 // One request. Times are CLOCK_MONOTONIC ns, kNever (-1) when not reached.
 struct RequestRecord {
-  std::int32_t slot = 0;         // concurrency slot (0..N-1) or warm-up index
-  std::int32_t body = 0;         // index of the body it sent
+  std::int32_t slot = 0;  // concurrency slot (0..N-1) or warm-up index
+  std::int32_t body = 0;  // index of the body it sent
   Phase phase = Phase::kWindow;
   ns_t scheduled_ns = kNever;    // when the scheduler wanted it sent
   ns_t sent_ns = kNever;         // when the transfer was handed to libcurl
@@ -51,8 +51,8 @@ struct RequestRecord {
   TokenSource token_source = TokenSource::kNone;
   Outcome outcome = Outcome::kPending;
   std::string finish_reason;
-  std::string error_kind;        // "" unless outcome == kError
-  std::string error_message;     // one line, secrets never included
+  std::string error_kind;     // "" unless outcome == kError
+  std::string error_message;  // one line, secrets never included
 };
 
 // Every event that carried tokens, in arrival order.

@@ -92,7 +92,8 @@ class Pacer {
 // rate_per_s requests per second, evenly spaced; `count` > 0 bounds the plan.
 class ConstantPacer final : public Pacer {
  public:
-  explicit ConstantPacer(double rate_per_s, std::int64_t count = 0) : rate_(rate_per_s), count_(count) {}
+  explicit ConstantPacer(double rate_per_s, std::int64_t count = 0)
+      : rate_(rate_per_s), count_(count) {}
   ns_t due_ns(std::int64_t k) override;
 
  private:

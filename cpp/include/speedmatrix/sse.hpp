@@ -42,7 +42,9 @@ class SseParser {
   // kStopped the bytes of this call that followed the stopping event are
   // dropped; a later feed() continues with its own bytes.
   SseStatus feed(const char* bytes, std::size_t n, SseSink& sink);
-  SseStatus feed(std::string_view bytes, SseSink& sink) { return feed(bytes.data(), bytes.size(), sink); }
+  SseStatus feed(std::string_view bytes, SseSink& sink) {
+    return feed(bytes.data(), bytes.size(), sink);
+  }
 
   // True when bytes of an unfinished event (or line) are buffered: at the end
   // of a stream this means it stopped mid-event.
@@ -64,10 +66,10 @@ class SseParser {
   std::string data_;
   std::size_t data_len_ = 0;
   std::string event_;
-  std::string id_;           // last event ID: persists across events (WHATWG)
-  bool have_data_ = false;   // a "data" field was seen in the current event
-  bool pending_ = false;     // any field of the current event was seen
-  bool last_was_cr_ = false; // the previous feed ended in '\r'
+  std::string id_;            // last event ID: persists across events (WHATWG)
+  bool have_data_ = false;    // a "data" field was seen in the current event
+  bool pending_ = false;      // any field of the current event was seen
+  bool last_was_cr_ = false;  // the previous feed ended in '\r'
   bool too_large_ = false;
   std::size_t events_ = 0;
   std::size_t comments_ = 0;

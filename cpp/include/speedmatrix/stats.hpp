@@ -15,7 +15,7 @@ struct RecordView {
   // per request
   std::span<const ns_t> sent_ns;
   std::span<const ns_t> first_token_ns;
-  std::span<const ns_t> done_ns;        // kNever = still running at the end
+  std::span<const ns_t> done_ns;          // kNever = still running at the end
   std::span<const std::uint8_t> outcome;  // Outcome values
   std::span<const std::uint8_t> phase;    // Phase values
   std::span<const std::int64_t> prompt_tokens;
@@ -36,16 +36,18 @@ struct Interval {
 };
 
 struct CellFigures {
-  double measured_s = 0;          // D = t1 - t0
-  std::int64_t output_tokens = 0; // tokens whose arrival lies in [t0, t1]
-  double total_tok_s = 0;         // output_tokens / D
-  double tbt_ms = 0;              // median gap between token arrivals in the window, chunk gaps spread over their tokens; NaN if none
-  double per_request_tok_s = 0;   // 1000 / tbt_ms
-  double ttft_ms = 0;             // median first_token - sent over window requests sent in [t0, t1]; NaN if none
-  double avg_active = 0;          // time-weighted mean of window requests in flight over [t0, t1]
-  std::int64_t completed = 0;     // window requests that finished OK inside [t0, t1]
-  std::int64_t started = 0;       // window requests sent inside [t0, t1]
-  std::int64_t errors = 0;        // window requests that failed
+  double measured_s = 0;           // D = t1 - t0
+  std::int64_t output_tokens = 0;  // tokens whose arrival lies in [t0, t1]
+  double total_tok_s = 0;          // output_tokens / D
+  double tbt_ms = 0;  // median gap between token arrivals in the window, chunk gaps spread over
+                      // their tokens; NaN if none
+  double per_request_tok_s = 0;  // 1000 / tbt_ms
+  double ttft_ms =
+      0;  // median first_token - sent over window requests sent in [t0, t1]; NaN if none
+  double avg_active = 0;       // time-weighted mean of window requests in flight over [t0, t1]
+  std::int64_t completed = 0;  // window requests that finished OK inside [t0, t1]
+  std::int64_t started = 0;    // window requests sent inside [t0, t1]
+  std::int64_t errors = 0;     // window requests that failed
   // 95% confidence intervals from per-second bins (t-interval over bins).
   Interval total_tok_s_ci, tbt_ms_ci, per_request_tok_s_ci, ttft_ms_ci;
   // Drift: relative change of throughput across the steady part of the window
@@ -76,7 +78,8 @@ CellFigures summarize_cell(const RecordView& r, ns_t t0, ns_t t1, double bin_s =
                            ns_t steady_from_ns = kNever);
 
 // Weighted median / percentile (q in [0,1]) of values with integer weights.
-double weighted_percentile(std::span<const double> values, std::span<const std::int64_t> weights, double q);
+double weighted_percentile(std::span<const double> values, std::span<const std::int64_t> weights,
+                           double q);
 double percentile(std::vector<double> values, double q);  // linear interpolation; NaN if empty
 
 }  // namespace speedmatrix

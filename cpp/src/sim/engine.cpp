@@ -106,7 +106,9 @@ struct Engine::Impl {
     st.kv_capacity_tokens = p.kv_tokens;
   }
 
-  std::int64_t cached_free_tokens() const { return static_cast<std::int64_t>(lru.size()) * p.block_size; }
+  std::int64_t cached_free_tokens() const {
+    return static_cast<std::int64_t>(lru.size()) * p.block_size;
+  }
 
   void pin(std::uint64_t h) {
     auto [it, fresh] = cache.try_emplace(h);
@@ -144,7 +146,8 @@ struct Engine::Impl {
       if (reserved + need > p.kv_tokens) return;
       std::size_t matched = 0;
       if (p.prefix_cache) {
-        while (matched < r.spec.block_hashes.size() && cache.count(r.spec.block_hashes[matched])) ++matched;
+        while (matched < r.spec.block_hashes.size() && cache.count(r.spec.block_hashes[matched]))
+          ++matched;
         for (std::size_t i = 0; i < matched; ++i) pin(r.spec.block_hashes[i]);
       }
       r.pinned_blocks = matched;
@@ -187,14 +190,17 @@ struct Engine::Impl {
       budget -= n;
       it_prefill_tokens += n;
     }
-    if (!it_pieces.empty()) pre += static_cast<ns_t>(std::llround(p.prefill_chunk_overhead_ms * 1e6));
+    if (!it_pieces.empty())
+      pre += static_cast<ns_t>(std::llround(p.prefill_chunk_overhead_ms * 1e6));
     it_decode = decode;
     it_kv = 0;
     for (RequestId id : it_decode) {
       const Req& r = reqs.at(id);
       it_kv += r.spec.prompt_tokens + r.generated;
     }
-    ns_t dec = it_decode.empty() ? 0 : decode_step_ns(p, static_cast<std::int64_t>(it_decode.size()), it_kv);
+    ns_t dec = it_decode.empty()
+                   ? 0
+                   : decode_step_ns(p, static_cast<std::int64_t>(it_decode.size()), it_kv);
     if (it_pieces.empty() && it_decode.empty()) {
       busy = false;
       return;
@@ -210,7 +216,8 @@ struct Engine::Impl {
     r.generated++;
     st.generation_tokens_total++;
     bool done = r.generated >= output_tokens(r.spec);
-    out.push_back({r.spec.id, done ? EventKind::kFinished : EventKind::kToken, t, r.generated, r.cached});
+    out.push_back(
+        {r.spec.id, done ? EventKind::kFinished : EventKind::kToken, t, r.generated, r.cached});
     if (done) {
       st.requests_finished++;
       if (r.generated < r.spec.max_tokens) st.requests_stopped++;
@@ -246,8 +253,8 @@ struct Engine::Impl {
   void apply_decode(std::vector<Event>& out) {
     if (!it_decode.empty()) {
       st.steps++;
-      trace.push_back({it_end, static_cast<std::int32_t>(it_decode.size()), it_kv, it_end - it_prefill_end,
-                       it_prefill_end - it_start, it_prefill_tokens});
+      trace.push_back({it_end, static_cast<std::int32_t>(it_decode.size()), it_kv,
+                       it_end - it_prefill_end, it_prefill_end - it_start, it_prefill_tokens});
       while (trace.size() > static_cast<std::size_t>(p.trace_capacity)) trace.pop_front();
     }
     for (RequestId id : it_decode) {
@@ -297,7 +304,8 @@ struct Engine::Impl {
   }
 };
 
-Engine::Engine(Profile profile, Clock& clock) : impl_(std::make_unique<Impl>(std::move(profile), clock)) {}
+Engine::Engine(Profile profile, Clock& clock)
+    : impl_(std::make_unique<Impl>(std::move(profile), clock)) {}
 Engine::~Engine() = default;
 
 const Profile& Engine::profile() const { return impl_->p; }
@@ -306,11 +314,13 @@ const std::deque<StepRecord>& Engine::trace() const { return impl_->trace; }
 std::string Engine::validate(std::int64_t prompt_tokens, std::int64_t max_tokens) const {
   const Profile& p = impl_->p;
   if (prompt_tokens <= 0) return "The prompt is empty: at least one token is required.";
-  if (max_tokens < 1) return "max_tokens must be at least 1, got " + std::to_string(max_tokens) + ".";
+  if (max_tokens < 1)
+    return "max_tokens must be at least 1, got " + std::to_string(max_tokens) + ".";
   if (prompt_tokens + max_tokens > p.context_length)
     return "This model's maximum context length is " + std::to_string(p.context_length) +
-           " tokens. However, you requested " + std::to_string(prompt_tokens + max_tokens) + " tokens (" +
-           std::to_string(prompt_tokens) + " in the messages, " + std::to_string(max_tokens) +
+           " tokens. However, you requested " + std::to_string(prompt_tokens + max_tokens) +
+           " tokens (" + std::to_string(prompt_tokens) + " in the messages, " +
+           std::to_string(max_tokens) +
            " in the completion). Please reduce the length of the "
            "messages or completion.";
   if (!impl_->fixed && prompt_tokens + max_tokens > p.kv_tokens)

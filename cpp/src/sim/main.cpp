@@ -12,9 +12,11 @@
 namespace {
 
 const char kUsage[] =
-    "usage: speedmatrix-sim --profile PATH.json [--host 127.0.0.1] [--port 0] [--flavour sglang|vllm]\n"
+    "usage: speedmatrix-sim --profile PATH.json [--host 127.0.0.1] [--port 0] [--flavour "
+    "sglang|vllm]\n"
     "                       [--set key=value ...] [--unpaced] [--stamp]\n"
-    "                       [--fault-http500 P] [--fault-malformed P] [--fault-drop P] [--fault-stall P]\n"
+    "                       [--fault-http500 P] [--fault-malformed P] [--fault-drop P] "
+    "[--fault-stall P]\n"
     "                       [--seed N] [--watch-stdin]\n";
 
 // 4096 concurrent streams need more descriptors than the usual soft limit.

@@ -28,7 +28,8 @@ void apply_override(json& j, const std::string& kv) {
   std::size_t start = 0;
   while (true) {
     auto dot = key.find('.', start);
-    std::string part = key.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    std::string part =
+        key.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
     if (dot == std::string::npos) {
       (*node)[part] = v;
       break;
@@ -125,7 +126,8 @@ Profile parse_profile(const std::string& text, const std::vector<std::string>& o
   if (p.context_length <= 0 || p.kv_tokens <= 0 || p.max_running <= 0 || p.block_size <= 0 ||
       p.chunk_tokens <= 0 || p.vocab_size <= 0 || p.trace_capacity <= 0)
     throw std::runtime_error("profile sizes must be positive");
-  if (p.eos_after < 0) throw std::runtime_error("eos_after must be 0 (never) or a number of tokens");
+  if (p.eos_after < 0)
+    throw std::runtime_error("eos_after must be 0 (never) or a number of tokens");
   return p;
 }
 

@@ -43,13 +43,23 @@ using nlohmann::json;
 class Server;
 Server* g_server = nullptr;  // the process's only server, for libevent's C callbacks
 
-enum class Fault : std::uint8_t { kNone, kHttp500, kMalformed, kDrop, kStall, kNotSse, kNoDone, kErrorEvent };
+enum class Fault : std::uint8_t {
+  kNone,
+  kHttp500,
+  kMalformed,
+  kDrop,
+  kStall,
+  kNotSse,
+  kNoDone,
+  kErrorEvent
+};
 
 bool parse_fault(const std::string& s, Fault& f) {
   static const std::pair<const char*, Fault> kNames[] = {
-      {"none", Fault::kNone},      {"http_500", Fault::kHttp500},      {"malformed", Fault::kMalformed},
-      {"drop", Fault::kDrop},      {"stall", Fault::kStall},           {"not_sse", Fault::kNotSse},
-      {"no_done", Fault::kNoDone}, {"error_event", Fault::kErrorEvent}};
+      {"none", Fault::kNone},           {"http_500", Fault::kHttp500},
+      {"malformed", Fault::kMalformed}, {"drop", Fault::kDrop},
+      {"stall", Fault::kStall},         {"not_sse", Fault::kNotSse},
+      {"no_done", Fault::kNoDone},      {"error_event", Fault::kErrorEvent}};
   for (auto& [n, v] : kNames)
     if (s == n) {
       f = v;
@@ -90,7 +100,8 @@ class Server {
       : opt_(o), prof_(o.profile), engine_(o.profile, clock_), rng_(o.seed) {
     words_.reserve(kWords);
     for (int i = 0; i < kWords; ++i)
-      words_.push_back(" " + token_word(static_cast<std::uint64_t>((i * 2654435761ULL) % prof_.vocab_size)));
+      words_.push_back(
+          " " + token_word(static_cast<std::uint64_t>((i * 2654435761ULL) % prof_.vocab_size)));
     owned_by_ = prof_.flavour;
   }
 
@@ -118,7 +129,9 @@ class Server {
   std::int64_t started_unix_ = static_cast<std::int64_t>(time(nullptr));
 
   // --- plumbing ---
-  static void on_request(evhttp_request* req, void* self) { static_cast<Server*>(self)->handle(req); }
+  static void on_request(evhttp_request* req, void* self) {
+    static_cast<Server*>(self)->handle(req);
+  }
   static void on_timer(evutil_socket_t, short, void* self) { static_cast<Server*>(self)->tick(); }
   static void on_close(evhttp_connection*, void* arg);
   static void on_drained(evhttp_connection*, void* arg);
@@ -128,7 +141,8 @@ class Server {
   void arm();
   void dispatch(const Event& ev);
 
-  void reply_json(evhttp_request* req, int code, const std::string& body, const char* reason = nullptr);
+  void reply_json(evhttp_request* req, int code, const std::string& body,
+                  const char* reason = nullptr);
   void reply_error(evhttp_request* req, int code, const std::string& msg, const char* type);
   std::string body_of(evhttp_request* req);
 
@@ -143,7 +157,8 @@ class Server {
 
   // Tokenizes a prompt field (string, list of ids, or a one-element batch of
   // either) or chat messages. Returns false with msg set on a bad shape.
-  bool tokens_of(simdjson::dom::object body, bool chat, std::vector<std::uint64_t>& ids, std::string& msg);
+  bool tokens_of(simdjson::dom::object body, bool chat, std::vector<std::uint64_t>& ids,
+                 std::string& msg);
   // Parses a request body (simdjson: a 128K-token prompt is ~1 MB and must not stall
   // the loop). Returns false, having replied 400, when it is not a JSON object.
   bool parse_body(evhttp_request* req, simdjson::dom::object& out);
@@ -171,7 +186,8 @@ std::string Server::body_of(evhttp_request* req) {
   return s;
 }
 
-void Server::reply_json(evhttp_request* req, int code, const std::string& body, const char* reason) {
+void Server::reply_json(evhttp_request* req, int code, const std::string& body,
+                        const char* reason) {
   evkeyvalq* h = evhttp_request_get_output_headers(req);
   evhttp_add_header(h, "Content-Type", "application/json");
   evbuffer* b = evbuffer_new();
@@ -304,8 +320,8 @@ bool Server::tokens_of(simdjson::dom::object body, bool chat, std::vector<std::u
   using simdjson::dom::element_type;
   simdjson::dom::element messages, prompt;
   bool has_messages = body["messages"].get(messages) == simdjson::SUCCESS;
-  bool has_prompt =
-      body["prompt"].get(prompt) == simdjson::SUCCESS || body["text"].get(prompt) == simdjson::SUCCESS;
+  bool has_prompt = body["prompt"].get(prompt) == simdjson::SUCCESS ||
+                    body["text"].get(prompt) == simdjson::SUCCESS;
   if (chat || (has_messages && !has_prompt)) {
     simdjson::dom::array arr;
     if (!has_messages || messages.get_array().get(arr) != simdjson::SUCCESS || arr.size() == 0) {
@@ -387,7 +403,8 @@ void Server::handle_tokenize(evhttp_request* req) {
 
 void Server::handle_detokenize(evhttp_request* req) {
   json body = json::parse(body_of(req), nullptr, false);
-  if (body.is_discarded() || !body.is_object() || !body.contains("tokens") || !body["tokens"].is_array())
+  if (body.is_discarded() || !body.is_object() || !body.contains("tokens") ||
+      !body["tokens"].is_array())
     return reply_error(req, 400, "expected {\"tokens\": [ids]}", "BadRequestError");
   std::string text;
   for (const auto& v : body["tokens"]) {
@@ -410,7 +427,8 @@ void Server::handle_generate(evhttp_request* req, bool chat) {
     if (v.get_string().get(m) != simdjson::SUCCESS)
       return reply_error(req, 400, "'model' must be a string", "BadRequestError");
     if (m != prof_.model)
-      return reply_error(req, 404, "The model `" + std::string(m) + "` does not exist.", "NotFoundError");
+      return reply_error(req, 404, "The model `" + std::string(m) + "` does not exist.",
+                         "NotFoundError");
   }
   std::vector<std::uint64_t> ids;
   std::string msg;
@@ -421,7 +439,8 @@ void Server::handle_generate(evhttp_request* req, bool chat) {
   for (const char* k : {"max_tokens", "max_completion_tokens", "max_new_tokens"}) {
     if (body[k].get(v) != simdjson::SUCCESS || v.is_null()) continue;
     if (v.get_int64().get(max_tokens) != simdjson::SUCCESS)
-      return reply_error(req, 400, std::string("'") + k + "' must be an integer", "BadRequestError");
+      return reply_error(req, 400, std::string("'") + k + "' must be an integer",
+                         "BadRequestError");
     break;
   }
   bool streaming = false;
@@ -450,7 +469,8 @@ void Server::handle_generate(evhttp_request* req, bool chat) {
   for (const char* k : {"min_tokens", "min_new_tokens"}) {
     if (body[k].get(v) != simdjson::SUCCESS || v.is_null()) continue;
     if (v.get_int64().get(min_tokens) != simdjson::SUCCESS)
-      return reply_error(req, 400, std::string("'") + k + "' must be an integer", "BadRequestError");
+      return reply_error(req, 400, std::string("'") + k + "' must be an integer",
+                         "BadRequestError");
     break;
   }
   bool free_prefill = false;
@@ -477,7 +497,8 @@ void Server::handle_generate(evhttp_request* req, bool chat) {
   std::string err = engine_.validate(prompt, max_tokens);
   if (!err.empty()) return reply_error(req, 400, err, "BadRequestError");
   if (fault == Fault::kHttp500)
-    return reply_error(req, 500, "simulated internal server error (sm_fault)", "InternalServerError");
+    return reply_error(req, 500, "simulated internal server error (sm_fault)",
+                       "InternalServerError");
 
   // EOS ends the reply early unless the request ignores it; min_tokens holds it back.
   std::int64_t eos_at = 0;
@@ -507,14 +528,16 @@ void Server::handle_generate(evhttp_request* req, bool chat) {
   char idbuf[40];
   std::snprintf(idbuf, sizeof idbuf, "%s-sim%016llx", chat ? "chatcmpl" : "cmpl",
                 static_cast<unsigned long long>(id));
-  s.obj_head = std::string("{\"id\":\"") + idbuf + "\",\"object\":\"" +
-               (chat ? (streaming ? "chat.completion.chunk" : "chat.completion") : "text_completion") +
-               "\",\"created\":" + std::to_string(time(nullptr)) + ",\"model\":" + jstr(prof_.model);
+  s.obj_head =
+      std::string("{\"id\":\"") + idbuf + "\",\"object\":\"" +
+      (chat ? (streaming ? "chat.completion.chunk" : "chat.completion") : "text_completion") +
+      "\",\"created\":" + std::to_string(time(nullptr)) + ",\"model\":" + jstr(prof_.model);
   if (chat)
     s.head = "data: " + s.obj_head + ",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"";
   else
     s.head = "data: " + s.obj_head + ",\"choices\":[{\"index\":0,\"text\":\"";
-  s.tail = chat ? "\"},\"logprobs\":null,\"finish_reason\":" : "\",\"logprobs\":null,\"finish_reason\":";
+  s.tail =
+      chat ? "\"},\"logprobs\":null,\"finish_reason\":" : "\",\"logprobs\":null,\"finish_reason\":";
   evhttp_connection_set_closecb(s.conn, &Server::on_close,
                                 reinterpret_cast<void*>(static_cast<std::uintptr_t>(id)));
 
@@ -537,9 +560,10 @@ void Server::handle_generate(evhttp_request* req, bool chat) {
     evhttp_add_header(h, "X-SM-Arrival-Ns", std::to_string(arrival_ns).c_str());
     evhttp_send_reply_start(req, 200, "OK");
     if (chat) {  // the role-only first chunk, as vLLM and SGLang send it
-      std::string c = "data: " + s.obj_head +
-                      ",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},"
-                      "\"logprobs\":null,\"finish_reason\":null}]";
+      std::string c =
+          "data: " + s.obj_head +
+          ",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},"
+          "\"logprobs\":null,\"finish_reason\":null}]";
       if (opt_.stamp) {
         c += ",\"sm_t_ns\":";
         append_int(c, now_ns());
@@ -553,7 +577,8 @@ void Server::handle_generate(evhttp_request* req, bool chat) {
     pump_unpaced(id);
     return;
   }
-  if (prof_.prefix_cache && prof_.mode == "batched") spec.block_hashes = block_hashes(ids, prof_.block_size);
+  if (prof_.prefix_cache && prof_.mode == "batched")
+    spec.block_hashes = block_hashes(ids, prof_.block_size);
   engine_.submit(spec);
   s.in_engine = true;
 }
@@ -647,8 +672,8 @@ void Server::send_nonstream(Stream& s) {
     c += ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":\"" + text +
          "\"},\"logprobs\":null,\"finish_reason\":\"" + reason + "\"}],";
   else
-    c += ",\"choices\":[{\"index\":0,\"text\":\"" + text + "\",\"logprobs\":null,\"finish_reason\":\"" +
-         reason + "\"}],";
+    c += ",\"choices\":[{\"index\":0,\"text\":\"" + text +
+         "\",\"logprobs\":null,\"finish_reason\":\"" + reason + "\"}],";
   tokens_sent_ += s.out_tokens;
   s.sent = s.out_tokens;
   usage_json(c, s, s.out_tokens);
@@ -667,7 +692,8 @@ bool Server::fire_fault(Stream& s) {
   if (s.fault == Fault::kNone || s.sent != s.fault_at) return false;
   switch (s.fault) {
     case Fault::kMalformed: {
-      static const char kBad[] = "data: {\"id\":\"broken\",\"choices\":[{\"index\":0,\"text\":\"oops\n\n";
+      static const char kBad[] =
+          "data: {\"id\":\"broken\",\"choices\":[{\"index\":0,\"text\":\"oops\n\n";
       evbuffer_add(out_, kBad, sizeof kBad - 1);
       evhttp_send_reply_chunk(s.req, out_);
       return false;  // the stream goes on after the bad event
@@ -801,7 +827,8 @@ void Server::pump_unpaced(RequestId id) {
 }
 
 void Server::on_drained(evhttp_connection*, void* arg) {
-  if (g_server) g_server->pump_unpaced(static_cast<RequestId>(reinterpret_cast<std::uintptr_t>(arg)));
+  if (g_server)
+    g_server->pump_unpaced(static_cast<RequestId>(reinterpret_cast<std::uintptr_t>(arg)));
 }
 
 // --- timing --------------------------------------------------------------------
@@ -839,14 +866,15 @@ void Server::handle_metrics(evhttp_request* req) {
   ns_t now = clock_.now();
   double gen_tps = 0;
   std::int64_t recent = 0;
-  for (auto it = engine_.trace().rbegin(); it != engine_.trace().rend() && it->t_ns > now - 1'000'000'000;
-       ++it)
+  for (auto it = engine_.trace().rbegin();
+       it != engine_.trace().rend() && it->t_ns > now - 1'000'000'000; ++it)
     recent += it->batch;
   gen_tps = static_cast<double>(recent);
   std::string m;
-  auto gauge = [&](const std::string& name, const std::string& labels, double v, const char* type = "gauge",
-                   const char* help = "") {
-    m += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n" + name + "{" + labels + "} ";
+  auto gauge = [&](const std::string& name, const std::string& labels, double v,
+                   const char* type = "gauge", const char* help = "") {
+    m += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n" + name + "{" +
+         labels + "} ";
     char buf[64];
     std::snprintf(buf, sizeof buf, "%.17g", v);
     m += buf;
@@ -859,23 +887,25 @@ void Server::handle_metrics(evhttp_request* req) {
           "Number of requests in model execution batches.");
     gauge("vllm:num_requests_waiting", l, static_cast<double>(st.waiting), "gauge",
           "Number of requests waiting to be processed.");
-    gauge("vllm:kv_cache_usage_perc", l, usage, "gauge", "KV-cache usage. 1 means 100 percent usage.");
+    gauge("vllm:kv_cache_usage_perc", l, usage, "gauge",
+          "KV-cache usage. 1 means 100 percent usage.");
     std::string cl = "block_size=\"" + std::to_string(prof_.block_size) +
                      "\",cache_dtype=\"auto\",enable_prefix_caching=\"" +
                      (prof_.prefix_cache ? "True" : "False") + "\",engine=\"0\",num_gpu_blocks=\"" +
                      std::to_string(prof_.kv_tokens / prof_.block_size) + "\"";
     gauge("vllm:cache_config_info", cl, 1.0, "gauge", "Information of the LLMEngine CacheConfig");
-    gauge("vllm:prefix_cache_queries_total", l, static_cast<double>(st.cache_query_tokens), "counter",
-          "Prefix cache queries, in tokens.");
+    gauge("vllm:prefix_cache_queries_total", l, static_cast<double>(st.cache_query_tokens),
+          "counter", "Prefix cache queries, in tokens.");
     gauge("vllm:prefix_cache_hits_total", l, static_cast<double>(st.cache_hit_tokens), "counter",
           "Prefix cache hits, in tokens.");
     gauge("vllm:prompt_tokens_total", l, static_cast<double>(st.prompt_tokens_total), "counter",
           "Number of prefill tokens processed.");
-    gauge("vllm:generation_tokens_total", l, static_cast<double>(st.generation_tokens_total), "counter",
-          "Number of generation tokens processed.");
+    gauge("vllm:generation_tokens_total", l, static_cast<double>(st.generation_tokens_total),
+          "counter", "Number of generation tokens processed.");
     gauge("vllm:num_preemptions_total", l, 0.0, "counter", "Cumulative number of preemptions.");
     gauge("vllm:request_success_total", l + ",finished_reason=\"length\"",
-          static_cast<double>(st.requests_finished - st.requests_stopped), "counter", "Finished requests.");
+          static_cast<double>(st.requests_finished - st.requests_stopped), "counter",
+          "Finished requests.");
     // A second series of the same family: no second HELP/TYPE header.
     m += "vllm:request_success_total{" + l + ",finished_reason=\"stop\"} " +
          std::to_string(st.requests_stopped) + "\n";
@@ -890,16 +920,16 @@ void Server::handle_metrics(evhttp_request* req) {
           "The number of used tokens.");
     gauge("sglang:token_usage", l, usage, "gauge", "The token usage.");
     gauge("sglang:gen_throughput", l, gen_tps, "gauge", "The generation throughput (token/s).");
-    double hit = st.cache_query_tokens
-                     ? static_cast<double>(st.cache_hit_tokens) / static_cast<double>(st.cache_query_tokens)
-                     : 0.0;
+    double hit = st.cache_query_tokens ? static_cast<double>(st.cache_hit_tokens) /
+                                             static_cast<double>(st.cache_query_tokens)
+                                       : 0.0;
     gauge("sglang:cache_hit_rate", l, hit, "gauge", "The prefix cache hit rate.");
     gauge("sglang:max_total_num_tokens", l, static_cast<double>(prof_.kv_tokens), "gauge",
           "Maximum total number of tokens in the KV pool.");
     gauge("sglang:prompt_tokens_total", l, static_cast<double>(st.prompt_tokens_total), "counter",
           "Number of prefill tokens processed.");
-    gauge("sglang:generation_tokens_total", l, static_cast<double>(st.generation_tokens_total), "counter",
-          "Number of generation tokens processed.");
+    gauge("sglang:generation_tokens_total", l, static_cast<double>(st.generation_tokens_total),
+          "counter", "Number of generation tokens processed.");
     gauge("sglang:num_requests_total", l, static_cast<double>(st.requests_submitted), "counter",
           "Number of requests processed.");
   }
@@ -981,7 +1011,9 @@ void Server::handle_trace(evhttp_request* req) {
 
 // --- loop ------------------------------------------------------------------------
 
-void on_signal(evutil_socket_t, short, void* base) { event_base_loopbreak(static_cast<event_base*>(base)); }
+void on_signal(evutil_socket_t, short, void* base) {
+  event_base_loopbreak(static_cast<event_base*>(base));
+}
 
 void on_stdin(evutil_socket_t fd, short, void* base) {
   char buf[256];
@@ -1030,13 +1062,14 @@ int Server::run() {
   evhttp_set_max_headers_size(http_, 1 << 20);
   timeval long_tv{24 * 3600, 0};
   evhttp_set_timeout_tv(http_, &long_tv);
-  evhttp_set_allowed_methods(http_, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD | EVHTTP_REQ_OPTIONS);
+  evhttp_set_allowed_methods(
+      http_, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD | EVHTTP_REQ_OPTIONS);
   evhttp_set_gencb(http_, &Server::on_request, this);
   int port = 0;
   int fd = listen_socket(opt_.host, opt_.port, port);
   if (fd < 0) {
-    std::fprintf(stderr, "speedmatrix-sim: cannot listen on %s:%d: %s\n", opt_.host.c_str(), opt_.port,
-                 std::strerror(errno));
+    std::fprintf(stderr, "speedmatrix-sim: cannot listen on %s:%d: %s\n", opt_.host.c_str(),
+                 opt_.port, std::strerror(errno));
     return 1;
   }
   if (!evhttp_accept_socket_with_handle(http_, fd)) {

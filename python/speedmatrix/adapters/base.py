@@ -428,13 +428,27 @@ class Target:
         report's display name, ``model_name_source`` says whence (given, model_path,
         served_model)."""
         name, source = self.display_model()
-        return {"url": self.url, "model": self.model, "api": api, "engine": self.engine,
-                "model_path": self.model_path, "model_name": name,
-                "model_name_source": source if name else None}
+        return {
+            "url": self.url,
+            "model": self.model,
+            "api": api,
+            "engine": self.engine,
+            "model_path": self.model_path,
+            "model_name": name,
+            "model_name_source": source if name else None,
+        }
 
 
-_DTYPE_LABELS = {"bfloat16": "BF16", "bf16": "BF16", "float16": "FP16", "half": "FP16",
-                 "fp16": "FP16", "float32": "FP32", "float": "FP32", "fp32": "FP32"}
+_DTYPE_LABELS = {
+    "bfloat16": "BF16",
+    "bf16": "BF16",
+    "float16": "FP16",
+    "half": "FP16",
+    "fp16": "FP16",
+    "float32": "FP32",
+    "float": "FP32",
+    "fp32": "FP32",
+}
 
 
 def precision_label(dtype: Any) -> str | None:

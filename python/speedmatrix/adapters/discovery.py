@@ -104,8 +104,7 @@ def discover(
     if models_answer is not None:
         ctx.answered.insert(0, "/v1/models")
 
-    adapter, found = _detect(ctx, _adapter_override(overrides.get("engine")), adapters,
-                             warnings)
+    adapter, found = _detect(ctx, _adapter_override(overrides.get("engine")), adapters, warnings)
     target = _build_target(base, adapter, found, ctx, warnings)
     target.with_api_key(api_key)
     _choose_model(target, ctx, found, model)

@@ -1,7 +1,7 @@
 """Reports of a saved run: ``DIR/report.md`` and a self-contained ``DIR/report.html``.
 
-    from speedmatrix.report import write_report
-    md_path, html_path = write_report("out/seed")
+from speedmatrix.report import write_report
+md_path, html_path = write_report("out/seed")
 """
 
 from __future__ import annotations
@@ -44,8 +44,9 @@ def render_report(run, charts: bool = True) -> tuple[str, str, dict[str, str]]:
     return md, page, svgs
 
 
-def write_report(run_dir: str | os.PathLike, charts: bool = True,
-                 secrets: list[str] | None = None) -> tuple[Path, Path]:
+def write_report(
+    run_dir: str | os.PathLike, charts: bool = True, secrets: list[str] | None = None
+) -> tuple[Path, Path]:
     """Write ``DIR/report.md``, ``DIR/report.html`` and ``DIR/plots/*.svg``; return both paths.
 
     ``secrets`` (the API key of the run, say) are replaced by ``<redacted>`` in

@@ -26,15 +26,37 @@ from speedmatrix.report.tables import Report, Section, Table, hardware_name, mod
 if TYPE_CHECKING:  # pragma: no cover
     from speedmatrix.results import Run
 
-FIGURES = ("total_tok_s", "per_request_tok_s", "ttft_ms", "tbt_ms", "prompt_tok_s",
-           "avg_active")
-HIGHER_IS_BETTER = {"total_tok_s": True, "per_request_tok_s": True, "prompt_tok_s": True,
-                    "ttft_ms": False, "tbt_ms": False, "avg_active": True}
+FIGURES = ("total_tok_s", "per_request_tok_s", "ttft_ms", "tbt_ms", "prompt_tok_s", "avg_active")
+HIGHER_IS_BETTER = {
+    "total_tok_s": True,
+    "per_request_tok_s": True,
+    "prompt_tok_s": True,
+    "ttft_ms": False,
+    "tbt_ms": False,
+    "avg_active": True,
+}
 KEY = ["phase", "context", "concurrency"]
 
-_T975 = [(1, 12.706), (2, 4.303), (3, 3.182), (4, 2.776), (5, 2.571), (6, 2.447), (7, 2.365),
-         (8, 2.306), (9, 2.262), (10, 2.228), (12, 2.179), (15, 2.131), (20, 2.086),
-         (25, 2.060), (30, 2.042), (40, 2.021), (60, 2.000), (120, 1.980)]
+_T975 = [
+    (1, 12.706),
+    (2, 4.303),
+    (3, 3.182),
+    (4, 2.776),
+    (5, 2.571),
+    (6, 2.447),
+    (7, 2.365),
+    (8, 2.306),
+    (9, 2.262),
+    (10, 2.228),
+    (12, 2.179),
+    (15, 2.131),
+    (20, 2.086),
+    (25, 2.060),
+    (30, 2.042),
+    (40, 2.021),
+    (60, 2.000),
+    (120, 1.980),
+]
 
 
 def t_critical(df: float) -> float:
@@ -59,8 +81,9 @@ def welch(a: np.ndarray, b: np.ndarray) -> tuple[float, float, bool]:
     if va + vb == 0:
         return (math.inf if a.mean() != b.mean() else 0.0), math.inf, bool(a.mean() != b.mean())
     t = (b.mean() - a.mean()) / math.sqrt(va + vb)
-    df = (va + vb) ** 2 / ((va**2 / (len(a) - 1) if va else 0) + (vb**2 / (len(b) - 1) if vb
-                                                                    else 0))
+    df = (va + vb) ** 2 / (
+        (va**2 / (len(a) - 1) if va else 0) + (vb**2 / (len(b) - 1) if vb else 0)
+    )
     return float(t), float(df), bool(abs(t) > t_critical(df))
 
 
@@ -112,8 +135,9 @@ def compare(run_a: Run, run_b: Run) -> pd.DataFrame:
     m = pd.merge(a, b, on=KEY, how="outer", suffixes=("_a", "_b"), sort=False)
     m["label"] = m["label_a"].fillna(m["label_b"]) if len(m) else m.get("label_a")
     for col in ("status_a", "status_b"):
-        m[col] = pd.Series([x if isinstance(x, str) else None for x in m[col]], index=m.index,
-                           dtype=object)
+        m[col] = pd.Series(
+            [x if isinstance(x, str) else None for x in m[col]], index=m.index, dtype=object
+        )
     m["status_changed"] = [sa != sb for sa, sb in zip(m["status_a"], m["status_b"])]
     for f in FIGURES:
         va, vb = m[f"{f}_a"].astype(float), m[f"{f}_b"].astype(float)
@@ -146,8 +170,18 @@ def compare(run_a: Run, run_b: Run) -> pd.DataFrame:
     m = m.assign(_o=m["phase"].map(order)).sort_values(["_o", "context", "concurrency"])
     cols = KEY + ["label", "status_a", "status_b", "status_changed"]
     for f in FIGURES:
-        cols += [f"{f}_a", f"{f}_lo_a", f"{f}_hi_a", f"{f}_b", f"{f}_lo_b", f"{f}_hi_b",
-                 f"{f}_ratio", f"{f}_significant", f"{f}_method", f"{f}_better"]
+        cols += [
+            f"{f}_a",
+            f"{f}_lo_a",
+            f"{f}_hi_a",
+            f"{f}_b",
+            f"{f}_lo_b",
+            f"{f}_hi_b",
+            f"{f}_ratio",
+            f"{f}_significant",
+            f"{f}_method",
+            f"{f}_better",
+        ]
     return m[cols].reset_index(drop=True)
 
 
@@ -167,21 +201,29 @@ def build(run_a: Run, run_b: Run, la: str, lb: str) -> tuple[Report, pd.DataFram
     df = compare(run_a, run_b)
     title = "Speed test matrix comparison"
     subtitle = f"{lb} versus {la}"
-    engine_line = (f"A: {la} — {model_name(run_a.meta)} on {hardware_name(run_a.meta)} · "
-                   f"B: {lb} — {model_name(run_b.meta)} on {hardware_name(run_b.meta)}")
-    note = ("Ratios are B / A. ▲ marks a difference beyond the 95% confidence intervals that is "
-            "an improvement in B, ▼ one that is a regression (lower TTFT and time between "
-            "tokens are better); unmarked differences are within the noise.")
+    engine_line = (
+        f"A: {la} — {model_name(run_a.meta)} on {hardware_name(run_a.meta)} · "
+        f"B: {lb} — {model_name(run_b.meta)} on {hardware_name(run_b.meta)}"
+    )
+    note = (
+        "Ratios are B / A. ▲ marks a difference beyond the 95% confidence intervals that is "
+        "an improvement in B, ▼ one that is a regression (lower TTFT and time between "
+        "tokens are better); unmarked differences are within the noise."
+    )
     sections = []
 
     def meta_rows():
         rows = []
-        for name, path in (("Model", None), ("Hardware", None), ("Engine", ("engine", "name")),
-                           ("Version", ("engine", "version")),
-                           ("Quantization", ("engine", "quantization")),
-                           ("Commit", ("engine", "commit")),
-                           ("Time per measurement", ("run", "duration_s")),
-                           ("Max output", ("run", "max_output"))):
+        for name, path in (
+            ("Model", None),
+            ("Hardware", None),
+            ("Engine", ("engine", "name")),
+            ("Version", ("engine", "version")),
+            ("Quantization", ("engine", "quantization")),
+            ("Commit", ("engine", "commit")),
+            ("Time per measurement", ("run", "duration_s")),
+            ("Max output", ("run", "max_output")),
+        ):
             vals = []
             for r in (run_a, run_b):
                 if name == "Model":
@@ -198,8 +240,9 @@ def build(run_a: Run, run_b: Run, la: str, lb: str) -> tuple[Report, pd.DataFram
             rows.append([name, vals[0], vals[1]])
         return rows
 
-    sections.append(Section("Runs", table=Table(["", f"A: {la}", f"B: {lb}"], meta_rows()),
-                            anchor="runs"))
+    sections.append(
+        Section("Runs", table=Table(["", f"A: {la}", f"B: {lb}"], meta_rows()), anchor="runs")
+    )
     # decode matrix of total tok/s
     dec = df[df["phase"] == "decode"]
     ctxs = sorted(dec["context"].unique().tolist())
@@ -220,8 +263,10 @@ def build(run_a: Run, run_b: Run, la: str, lb: str) -> tuple[Report, pd.DataFram
                 row.append(["Over capacity"])
                 cls.append("over")
                 continue
-            lines = [f"{fmt.ratio(r['total_tok_s_ratio'])}{_mark(_is(r['total_tok_s_better']))}",
-                     f"{fmt.tok_s(r['total_tok_s_a'])} → {fmt.tok_s(r['total_tok_s_b'])}"]
+            lines = [
+                f"{fmt.ratio(r['total_tok_s_ratio'])}{_mark(_is(r['total_tok_s_better']))}",
+                f"{fmt.tok_s(r['total_tok_s_a'])} → {fmt.tok_s(r['total_tok_s_b'])}",
+            ]
             if sa != sb:
                 lines.append(f"{fmt.status_text(sa)} → {fmt.status_text(sb)}")
             row.append(lines)
@@ -229,61 +274,123 @@ def build(run_a: Run, run_b: Run, la: str, lb: str) -> tuple[Report, pd.DataFram
             cls.append("better" if b is True else "worse" if b is False else "valid")
         rows.append(row)
         classes.append(cls)
-    sections.append(Section(
-        "Sustained decode",
-        table=Table(["Context"] + [str(n) for n in concs], rows, classes=classes,
-                    caption="total tok/s, B / A · rows are context length, columns are "
-                            "simultaneous requests", note=note),
-        text=[] if rows else ["Neither run has decode cells."], anchor="sustained-decode",
-        charts=["ratio_heatmap", "total_overlay"]))
+    sections.append(
+        Section(
+            "Sustained decode",
+            table=Table(
+                ["Context"] + [str(n) for n in concs],
+                rows,
+                classes=classes,
+                caption="total tok/s, B / A · rows are context length, columns are "
+                "simultaneous requests",
+                note=note,
+            ),
+            text=[] if rows else ["Neither run has decode cells."],
+            anchor="sustained-decode",
+            charts=["ratio_heatmap", "total_overlay"],
+        )
+    )
     # prefill
     pre = df[df["phase"] == "prefill"]
-    prow = [[f"{r['label']} context", fmt.tok_s_short(r["prompt_tok_s_a"]),
-             fmt.tok_s_short(r["prompt_tok_s_b"]),
-             fmt.ratio(r["prompt_tok_s_ratio"]) + _mark(_is(r["prompt_tok_s_better"])),
-             fmt.ms(r["ttft_ms_a"]), fmt.ms(r["ttft_ms_b"]), fmt.ratio(r["ttft_ms_ratio"])]
-            for _, r in pre.iterrows()]
-    sections.append(Section("Prefill", table=Table(
-        ["Context", "A prompt tok/s", "B prompt tok/s", "B / A", "A TTFT", "B TTFT", "B / A"],
-        prow, caption="prompt tok/s by context length"),
-        text=[] if prow else ["Neither run has prefill cells."], anchor="prefill"))
+    prow = [
+        [
+            f"{r['label']} context",
+            fmt.tok_s_short(r["prompt_tok_s_a"]),
+            fmt.tok_s_short(r["prompt_tok_s_b"]),
+            fmt.ratio(r["prompt_tok_s_ratio"]) + _mark(_is(r["prompt_tok_s_better"])),
+            fmt.ms(r["ttft_ms_a"]),
+            fmt.ms(r["ttft_ms_b"]),
+            fmt.ratio(r["ttft_ms_ratio"]),
+        ]
+        for _, r in pre.iterrows()
+    ]
+    sections.append(
+        Section(
+            "Prefill",
+            table=Table(
+                [
+                    "Context",
+                    "A prompt tok/s",
+                    "B prompt tok/s",
+                    "B / A",
+                    "A TTFT",
+                    "B TTFT",
+                    "B / A",
+                ],
+                prow,
+                caption="prompt tok/s by context length",
+            ),
+            text=[] if prow else ["Neither run has prefill cells."],
+            anchor="prefill",
+        )
+    )
     # status changes
     ch = df[df["status_changed"]]
-    crow = [[fmt.phase_text(r["phase"]), str(r["label"]), fmt.count(r["concurrency"]),
-             fmt.status_text(r["status_a"]), fmt.status_text(r["status_b"])]
-            for _, r in ch.iterrows()]
-    sections.append(Section("Status changes", table=Table(
-        ["Phase", "Context", "Requests at once", f"A: {la}", f"B: {lb}"], crow),
-        text=[] if crow else ["No cell changed status."], anchor="status-changes"))
+    crow = [
+        [
+            fmt.phase_text(r["phase"]),
+            str(r["label"]),
+            fmt.count(r["concurrency"]),
+            fmt.status_text(r["status_a"]),
+            fmt.status_text(r["status_b"]),
+        ]
+        for _, r in ch.iterrows()
+    ]
+    sections.append(
+        Section(
+            "Status changes",
+            table=Table(["Phase", "Context", "Requests at once", f"A: {la}", f"B: {lb}"], crow),
+            text=[] if crow else ["No cell changed status."],
+            anchor="status-changes",
+        )
+    )
     # every figure
     arow = []
     for _, r in df.iterrows():
         if r["status_a"] == "over_capacity" and r["status_b"] == "over_capacity":
             continue
         line = [fmt.phase_text(r["phase"]), str(r["label"]), fmt.count(r["concurrency"])]
-        figs = ("prompt_tok_s", "ttft_ms") if r["phase"] == "prefill" else (
-            "total_tok_s", "per_request_tok_s", "ttft_ms", "tbt_ms")
+        figs = (
+            ("prompt_tok_s", "ttft_ms")
+            if r["phase"] == "prefill"
+            else ("total_tok_s", "per_request_tok_s", "ttft_ms", "tbt_ms")
+        )
         parts = []
         for f in figs:
             f1 = {"ttft_ms": fmt.ms, "tbt_ms": fmt.ms1}.get(f, fmt.tok_s)
-            name = {"total_tok_s": "total", "per_request_tok_s": "per request",
-                    "ttft_ms": "TTFT", "tbt_ms": "TBT", "prompt_tok_s": "prompt"}[f]
+            name = {
+                "total_tok_s": "total",
+                "per_request_tok_s": "per request",
+                "ttft_ms": "TTFT",
+                "tbt_ms": "TBT",
+                "prompt_tok_s": "prompt",
+            }[f]
             sig = _is(r[f"{f}_significant"])
-            parts.append(f"{name} {f1(r[f'{f}_a'])} → {f1(r[f'{f}_b'])} "
-                         f"({fmt.ratio(r[f'{f}_ratio'])}{_mark(_is(r[f'{f}_better']))}"
-                         f"{'' if sig is None else (', beyond CI' if sig else ', within CI')})")
+            parts.append(
+                f"{name} {f1(r[f'{f}_a'])} → {f1(r[f'{f}_b'])} "
+                f"({fmt.ratio(r[f'{f}_ratio'])}{_mark(_is(r[f'{f}_better']))}"
+                f"{'' if sig is None else (', beyond CI' if sig else ', within CI')})"
+            )
         line.append(parts)
         arow.append(line)
-    sections.append(Section("All measurements", table=Table(
-        ["Phase", "Context", "Requests at once", "Figures (A → B)"], arow,
-        caption="Latencies are medians. Significance from non-overlapping 95% confidence "
-                "intervals, else a Welch test over per-second throughput bins."),
-        anchor="all-measurements"))
+    sections.append(
+        Section(
+            "All measurements",
+            table=Table(
+                ["Phase", "Context", "Requests at once", "Figures (A → B)"],
+                arow,
+                caption="Latencies are medians. Significance from non-overlapping 95% confidence "
+                "intervals, else a Welch test over per-second throughput bins.",
+            ),
+            anchor="all-measurements",
+        )
+    )
     return Report(title, subtitle, engine_line, "", [], sections), df
 
 
-def ratio_heatmap(run_a: Run, run_b: Run, figure: str = "total_tok_s",
-                  df: pd.DataFrame | None = None):
+def ratio_heatmap(
+    run_a: Run, run_b: Run, figure: str = "total_tok_s", df: pd.DataFrame | None = None
+):
     """Heatmap of b/a of a decode figure (green = B better), ratios annotated.
 
     ``df`` is a :func:`compare` result to reuse (computed when not given).
@@ -295,8 +402,10 @@ def ratio_heatmap(run_a: Run, run_b: Run, figure: str = "total_tok_s",
     dec = df[df["phase"] == "decode"]
     ctxs = sorted(dec["context"].unique().tolist())
     concs = sorted(dec["concurrency"].unique().tolist())
-    fig = Figure(figsize=(max(5.0, 0.9 * len(concs) + 2), max(2.8, 0.55 * len(ctxs) + 1.6)),
-                 layout="constrained")
+    fig = Figure(
+        figsize=(max(5.0, 0.9 * len(concs) + 2), max(2.8, 0.55 * len(ctxs) + 1.6)),
+        layout="constrained",
+    )
     ax = fig.add_subplot()
     if not ctxs:
         ax.text(0.5, 0.5, "no decode cells", ha="center", va="center", transform=ax.transAxes)
@@ -316,8 +425,14 @@ def ratio_heatmap(run_a: Run, run_b: Run, figure: str = "total_tok_s",
     for i in range(len(ctxs)):
         for j in range(len(concs)):
             v = grid[i, j]
-            ax.text(j, i, fmt.ratio(v) if np.isfinite(v) else "—", ha="center", va="center",
-                    fontsize=7.5)
+            ax.text(
+                j,
+                i,
+                fmt.ratio(v) if np.isfinite(v) else "—",
+                ha="center",
+                va="center",
+                fontsize=7.5,
+            )
     ax.set_xticks(range(len(concs)), [str(n) for n in concs])
     ax.set_yticks(range(len(ctxs)), [fmt.context_label(c) for c in ctxs])
     ax.set_xlabel("simultaneous requests")
@@ -355,15 +470,20 @@ def total_overlay(run_a: Run, run_b: Run, la: str = "A", lb: str = "B"):
         ticks = sorted(xs)
         ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
         ax.minorticks_off()
-        handles = [Line2D([], [], color=colors[k], marker="o", ms=3, label=str(lab))
-                   for k, lab in enumerate(labels)]
-        short = (lambda s: s if len(s) <= 28 else s[:27] + "…")
-        handles += [Line2D([], [], color="0.3", ls="-", label=f"A: {short(la)}"),
-                    Line2D([], [], color="0.3", ls="--", label=f"B: {short(lb)}")]
+        handles = [
+            Line2D([], [], color=colors[k], marker="o", ms=3, label=str(lab))
+            for k, lab in enumerate(labels)
+        ]
+        short = lambda s: s if len(s) <= 28 else s[:27] + "…"
+        handles += [
+            Line2D([], [], color="0.3", ls="-", label=f"A: {short(la)}"),
+            Line2D([], [], color="0.3", ls="--", label=f"B: {short(lb)}"),
+        ]
         ax.legend(handles=handles, fontsize=7, ncols=2, title="context / run")
     else:
-        ax.text(0.5, 0.5, "no measured decode cells", ha="center", va="center",
-                transform=ax.transAxes)
+        ax.text(
+            0.5, 0.5, "no measured decode cells", ha="center", va="center", transform=ax.transAxes
+        )
     ax.grid(True, alpha=0.3)
     ax.set_xlabel("simultaneous requests")
     ax.set_ylabel("total tok/s")
@@ -371,9 +491,13 @@ def total_overlay(run_a: Run, run_b: Run, la: str = "A", lb: str = "B"):
     return fig
 
 
-def write_compare(dir_a: str | os.PathLike, dir_b: str | os.PathLike,
-                  out_dir: str | os.PathLike, labels: tuple[str, str] | None = None,
-                  charts: bool = True) -> tuple[Path, Path]:
+def write_compare(
+    dir_a: str | os.PathLike,
+    dir_b: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    labels: tuple[str, str] | None = None,
+    charts: bool = True,
+) -> tuple[Path, Path]:
     """Write ``out_dir/compare.md`` and a self-contained ``out_dir/compare.html``."""
     import matplotlib.pyplot as plt
 
@@ -394,8 +518,10 @@ def write_compare(dir_a: str | os.PathLike, dir_b: str | os.PathLike,
     out.mkdir(parents=True, exist_ok=True)
     svgs: dict[str, str] = {}
     if charts:
-        for name, fig in (("ratio_heatmap", ratio_heatmap(ra, rb, df=df)),
-                          ("total_overlay", total_overlay(ra, rb, la, lb))):
+        for name, fig in (
+            ("ratio_heatmap", ratio_heatmap(ra, rb, df=df)),
+            ("total_overlay", total_overlay(ra, rb, la, lb)),
+        ):
             svgs[name] = figure_to_svg(fig, id_prefix=name)
             plt.close(fig)
             _atomic_write(out / "plots" / f"{name}.svg", svgs[name].encode("utf-8"))

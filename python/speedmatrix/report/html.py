@@ -71,7 +71,11 @@ def _heat(v: float, lo: float, hi: float) -> str:
     """A light background colour for a matrix figure: pale blue (low) to pale green (high)."""
     if not (math.isfinite(v) and math.isfinite(lo) and math.isfinite(hi)) or hi <= lo:
         return ""
-    x = (math.log(v) - math.log(lo)) / (math.log(hi) - math.log(lo)) if lo > 0 else (v - lo) / (hi - lo)
+    x = (
+        (math.log(v) - math.log(lo)) / (math.log(hi) - math.log(lo))
+        if lo > 0
+        else (v - lo) / (hi - lo)
+    )
     x = min(max(x, 0.0), 1.0)
     a = (228, 238, 250)
     b = (199, 233, 192)
@@ -92,8 +96,11 @@ def table_html(t: Table, css: str = "") -> str:
     if t.caption:
         out.append(f'<p class="caption">{_e(t.caption)}</p>')
     out.append('<div class="scroll">')
-    out.append(f'<table class="{_e(css)}"><thead><tr>'
-               + "".join(f"<th>{_e(c)}</th>" for c in t.columns) + "</tr></thead><tbody>")
+    out.append(
+        f'<table class="{_e(css)}"><thead><tr>'
+        + "".join(f"<th>{_e(c)}</th>" for c in t.columns)
+        + "</tr></thead><tbody>"
+    )
     matrix = css == "matrix"
     nums = []
     if matrix:
@@ -122,8 +129,7 @@ def table_html(t: Table, css: str = "") -> str:
                 inner = _e(v)
                 if not c:
                     text = str(v)
-                    c = "wrap" if len(text) > 40 else (
-                        "" if _NUMERIC.match(text) else "txt")
+                    c = "wrap" if len(text) > 40 else ("" if _NUMERIC.match(text) else "txt")
             tag = "th" if matrix and j == 0 else "td"
             attrs = (f' class="{_e(c)}"' if c else "") + (f' style="{style}"' if style else "")
             cells.append(f"<{tag}{attrs}>{inner}</{tag}>")
@@ -139,16 +145,21 @@ _NUMERIC = re.compile(r"^[-+—]?[\d.,]*\d?[\d.,–\-]*(K|×|%| ms| s| GB| token
 
 def _figure(name: str, svg: str) -> str:
     title = CHART_TITLES.get(name, name)
-    return (f'<figure class="chart" id="chart-{_e(name)}">{svg}'
-            f"<figcaption>{_e(title)}</figcaption></figure>")
+    return (
+        f'<figure class="chart" id="chart-{_e(name)}">{svg}'
+        f"<figcaption>{_e(title)}</figcaption></figure>"
+    )
 
 
 def section_html(s: Section, charts: dict[str, str]) -> str:
     anchor = s.anchor or _slug(s.title)
     out = [f'<section id="{_e(anchor)}"><h2>{_e(s.title)}</h2>']
     if s.items is not None:
-        out.append('<dl class="items">' + "".join(
-            f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in s.items) + "</dl>")
+        out.append(
+            '<dl class="items">'
+            + "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in s.items)
+            + "</dl>"
+        )
     if s.code is not None:
         out.append(f'<pre class="cmd">{_e(s.code)}</pre>')
     if s.table is not None and s.table.rows:
@@ -166,10 +177,14 @@ def section_html(s: Section, charts: dict[str, str]) -> str:
 def render(report: Report, charts: dict[str, str] | None = None, generator: str = "") -> str:
     """HTML text of ``report``; ``charts`` maps chart names to inline ``<svg>`` strings."""
     charts = charts or {}
-    sections = [s for s in report.sections
-                if not (s.title == "Charts" and not any(c in charts for c in s.charts))]
-    nav = "".join(f'<a href="#{_e(s.anchor or _slug(s.title))}">{_e(s.title)}</a>'
-                  for s in sections)
+    sections = [
+        s
+        for s in report.sections
+        if not (s.title == "Charts" and not any(c in charts for c in s.charts))
+    ]
+    nav = "".join(
+        f'<a href="#{_e(s.anchor or _slug(s.title))}">{_e(s.title)}</a>' for s in sections
+    )
     head = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',

@@ -1,8 +1,8 @@
 """Charts of a run (matplotlib, Agg backend). Each function returns a Figure.
 
-    from speedmatrix.report import plots
-    fig = plots.decode_heatmap(run)
-    svg = plots.figure_to_svg(fig)        # inline SVG for HTML
+from speedmatrix.report import plots
+fig = plots.decode_heatmap(run)
+svg = plots.figure_to_svg(fig)        # inline SVG for HTML
 """
 
 from __future__ import annotations
@@ -46,8 +46,7 @@ def _new(w: float = 7.0, h: float = 4.0, layout: str | None = None) -> tuple[Fig
     with plt.rc_context(_STYLE):
         fig = Figure(figsize=(w, h), layout=layout)
         if layout is None:
-            fig.subplots_adjust(left=0.8 / w, right=1 - 0.25 / w, bottom=0.55 / h,
-                                top=1 - 0.35 / h)
+            fig.subplots_adjust(left=0.8 / w, right=1 - 0.25 / w, bottom=0.55 / h, top=1 - 0.35 / h)
         ax = fig.add_subplot()
     return fig, ax
 
@@ -94,31 +93,64 @@ def decode_heatmap(run: Run, figure: str = "total_tok_s") -> Figure:
         finite = data[np.isfinite(data)]
         vmin = float(finite.min()) if finite.size else 0.0
         vmax = float(finite.max()) if finite.size else 1.0
-        norm = matplotlib.colors.LogNorm(max(vmin, 1e-9), max(vmax, vmin * 1.0001 + 1e-9)) \
-            if finite.size and vmin > 0 and vmax / max(vmin, 1e-9) > 20 else \
-            matplotlib.colors.Normalize(vmin, vmax if vmax > vmin else vmin + 1)
+        norm = (
+            matplotlib.colors.LogNorm(max(vmin, 1e-9), max(vmax, vmin * 1.0001 + 1e-9))
+            if finite.size and vmin > 0 and vmax / max(vmin, 1e-9) > 20
+            else matplotlib.colors.Normalize(vmin, vmax if vmax > vmin else vmin + 1)
+        )
         im = ax.imshow(masked, cmap=cmap, norm=norm, aspect="auto")
-        text_fn = fmt.ms if figure.startswith("ttft") else (
-            fmt.ms1 if figure.startswith("tbt") else fmt.tok_s)
+        text_fn = (
+            fmt.ms
+            if figure.startswith("ttft")
+            else (fmt.ms1 if figure.startswith("tbt") else fmt.tok_s)
+        )
         for i in range(nr):
             for j in range(nc):
                 s = st.iat[i, j]
                 v = data[i, j]
                 if s == "over_capacity":
-                    ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor="0.85",
-                                           hatch="//", edgecolor="0.6", lw=0))
-                    ax.text(j, i, "Over\ncapacity", ha="center", va="center", fontsize=7,
-                            color="0.3")
+                    ax.add_patch(
+                        Rectangle(
+                            (j - 0.5, i - 0.5),
+                            1,
+                            1,
+                            facecolor="0.85",
+                            hatch="//",
+                            edgecolor="0.6",
+                            lw=0,
+                        )
+                    )
+                    ax.text(
+                        j, i, "Over\ncapacity", ha="center", va="center", fontsize=7, color="0.3"
+                    )
                     continue
                 if s is None:
                     ax.text(j, i, "not run", ha="center", va="center", fontsize=7, color="0.5")
                     continue
                 if s == "error":
-                    ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor="none",
-                                           hatch="xx", edgecolor="#c0392b", lw=0))
+                    ax.add_patch(
+                        Rectangle(
+                            (j - 0.5, i - 0.5),
+                            1,
+                            1,
+                            facecolor="none",
+                            hatch="xx",
+                            edgecolor="#c0392b",
+                            lw=0,
+                        )
+                    )
                 if s == "queued":
-                    ax.add_patch(Rectangle((j - 0.45, i - 0.45), 0.9, 0.9, facecolor="none",
-                                           edgecolor="#e67e22", lw=1.5, ls="--"))
+                    ax.add_patch(
+                        Rectangle(
+                            (j - 0.45, i - 0.45),
+                            0.9,
+                            0.9,
+                            facecolor="none",
+                            edgecolor="#e67e22",
+                            lw=1.5,
+                            ls="--",
+                        )
+                    )
                 label = text_fn(v).replace(" ms", "") if np.isfinite(v) else "Error"
                 if s == "queued":
                     label += "\nqueued"
@@ -133,8 +165,12 @@ def decode_heatmap(run: Run, figure: str = "total_tok_s") -> Figure:
         ax.set_yticks(range(nr), list(vals.index))
         ax.set_xlabel("simultaneous requests")
         ax.set_ylabel("context length")
-        names = {"total_tok_s": "total tok/s", "per_request_tok_s": "per request tok/s",
-                 "ttft_ms": "TTFT (ms)", "tbt_ms": "time between tokens (ms)"}
+        names = {
+            "total_tok_s": "total tok/s",
+            "per_request_tok_s": "per request tok/s",
+            "ttft_ms": "TTFT (ms)",
+            "tbt_ms": "time between tokens (ms)",
+        }
         ax.set_title(f"Sustained decode: {names.get(figure, figure)}")
         fig.colorbar(im, ax=ax, shrink=0.8, label=names.get(figure, figure))
     return fig
@@ -166,12 +202,20 @@ def _decode_lines(run: Run, figure: str, ylabel: str, title: str, logy: bool) ->
                 hi = sub[hi_col].to_numpy(float)
                 bad = ~(np.isfinite(lo) & np.isfinite(hi)) | (lo <= 0)  # too few bins: no band
                 lo, hi = np.where(bad, np.nan, lo), np.where(bad, np.nan, hi)
-                ax.fill_between(sub["concurrency"].to_numpy(float), lo, hi,
-                                color=colors[k], alpha=0.15, lw=0)
+                ax.fill_between(
+                    sub["concurrency"].to_numpy(float), lo, hi, color=colors[k], alpha=0.15, lw=0
+                )
             q = dec[(dec["context"] == ctx) & (dec["status"] == "queued")] if len(dec) else dec
             if len(q) and figure in q:
-                ax.scatter(q["concurrency"].astype(float), q[figure], marker="s", s=40,
-                           facecolor="none", edgecolor="#e67e22", zorder=3)
+                ax.scatter(
+                    q["concurrency"].astype(float),
+                    q[figure],
+                    marker="s",
+                    s=40,
+                    facecolor="none",
+                    edgecolor="#e67e22",
+                    zorder=3,
+                )
         if not plotted:
             _empty(ax, "no measured decode cells")
             return fig
@@ -194,8 +238,9 @@ def total_vs_concurrency(run: Run) -> Figure:
 
 def per_request_vs_concurrency(run: Run) -> Figure:
     """Per-request tok/s versus simultaneous requests, one line per context."""
-    return _decode_lines(run, "per_request_tok_s", "per request tok/s",
-                         "Per-request speed", logy=False)
+    return _decode_lines(
+        run, "per_request_tok_s", "per request tok/s", "Per-request speed", logy=False
+    )
 
 
 def ttft_vs_context(run: Run) -> Figure:
@@ -217,8 +262,15 @@ def ttft_vs_context(run: Run) -> Figure:
         pre = pre[pre["ttft_ms"].notna()]
         if len(pre):
             plotted = True
-            ax.plot(pre["context"], pre["ttft_ms"], color="black", ls="--", marker="D", ms=4,
-                    label="prefill (cold)")
+            ax.plot(
+                pre["context"],
+                pre["ttft_ms"],
+                color="black",
+                ls="--",
+                marker="D",
+                ms=4,
+                label="prefill (cold)",
+            )
         if not plotted:
             _empty(ax, "no TTFT measured")
             return fig
@@ -248,15 +300,27 @@ def prefill_vs_context(run: Run) -> Figure:
         lo, hi = pre["prompt_tok_s_lo"].to_numpy(float), pre["prompt_tok_s_hi"].to_numpy(float)
         ok = np.isfinite(lo) & np.isfinite(hi)
         if ok.any():
-            ax.errorbar(x[ok], y[ok], yerr=[y[ok] - lo[ok], hi[ok] - y[ok]], fmt="none",
-                        ecolor="#2c7fb8", capsize=3)
+            ax.errorbar(
+                x[ok],
+                y[ok],
+                yerr=[y[ok] - lo[ok], hi[ok] - y[ok]],
+                fmt="none",
+                ecolor="#2c7fb8",
+                capsize=3,
+            )
         # Contexts close on the log axis (123K and 128K) would print their labels on top
         # of each other: the second of a close pair goes below its point.
         prev_above = None
         for xi, yi in sorted(zip(x, y)):
             close = prev_above is not None and np.log2(xi) - np.log2(prev_above) < 0.3
-            ax.annotate(fmt.tok_s_short(yi), (xi, yi), textcoords="offset points",
-                        xytext=(0, -12 if close else 6), ha="center", fontsize=7.5)
+            ax.annotate(
+                fmt.tok_s_short(yi),
+                (xi, yi),
+                textcoords="offset points",
+                xytext=(0, -12 if close else 6),
+                ha="center",
+                fontsize=7.5,
+            )
             prev_above = None if close else xi
         ax.set_xscale("log", base=2)
         _context_ticks(ax, x)

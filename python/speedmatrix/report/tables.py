@@ -21,16 +21,24 @@ FLAG_TEXT = {
     "estimated_tokens": "Estimated tokens: output tokens were estimated, not counted per chunk.",
     "client_bound": "Client bound: the benchmark client was busy enough to limit the figures.",
     "interrupted": "Interrupted: the run stopped during or after this cell.",
-    "server_running_mismatch": ("Server running mismatch: the server ran more requests than the "
-                                "cell sent (work left over from earlier cells)."),
-    "long_ramp": ("Long ramp: the N requests took more than a fifth of the window to all stream "
-                  "(or some never did), so the figures read lower than the steady state; a "
-                  "longer window fixes it."),
-    "ttft_unserved": ("TTFT reads low: requests sent in the window were still waiting for their "
-                      "first token when it ended, longer than the median TTFT, which counts only "
-                      "the requests that got one (see the cell's ttft_unserved)."),
-    "output_not_forced": ("Output not forced: the server cannot be told to ignore end-of-sequence, "
-                          "so requests may end early and be replaced (more prefill in the window)."),
+    "server_running_mismatch": (
+        "Server running mismatch: the server ran more requests than the "
+        "cell sent (work left over from earlier cells)."
+    ),
+    "long_ramp": (
+        "Long ramp: the N requests took more than a fifth of the window to all stream "
+        "(or some never did), so the figures read lower than the steady state; a "
+        "longer window fixes it."
+    ),
+    "ttft_unserved": (
+        "TTFT reads low: requests sent in the window were still waiting for their "
+        "first token when it ended, longer than the median TTFT, which counts only "
+        "the requests that got one (see the cell's ttft_unserved)."
+    ),
+    "output_not_forced": (
+        "Output not forced: the server cannot be told to ignore end-of-sequence, "
+        "so requests may end early and be replaced (more prefill in the window)."
+    ),
 }
 FLAG_SHORT = {
     "busy_at_start": "Busy at start",
@@ -44,8 +52,11 @@ FLAG_SHORT = {
     "output_not_forced": "Output not forced",
     "ttft_unserved": "TTFT reads low",
 }
-CAPACITY_NAMES = {"kv_tokens": "KV cache capacity", "context_length": "Context length",
-                  "max_running": "Max running requests"}
+CAPACITY_NAMES = {
+    "kv_tokens": "KV cache capacity",
+    "context_length": "Context length",
+    "max_running": "Max running requests",
+}
 
 
 @dataclass
@@ -91,9 +102,14 @@ def model_name(meta: dict) -> str:
     served name."""
     run, target, eng = meta.get("run") or {}, meta.get("target") or {}, meta.get("engine") or {}
     path = _get(target, "model_path") or _get(eng, "model_path")
-    return str(_get(target, "model_name") or _get(run, "model_name")
-               or display_model_name(path) or _get(target, "model")
-               or _get(run, "served_model", "model") or "Unknown model")
+    return str(
+        _get(target, "model_name")
+        or _get(run, "model_name")
+        or display_model_name(path)
+        or _get(target, "model")
+        or _get(run, "served_model", "model")
+        or "Unknown model"
+    )
 
 
 def simulated(meta: dict) -> bool:
@@ -141,8 +157,11 @@ def header_lines(run: Run) -> tuple[str, str, str, str]:
     eng = meta.get("engine") or {}
     title = "Speed test matrix"
     subtitle = f"{model_name(meta)} on {hardware_name(meta)}"
-    parts = [str(v) for v in (engine_name(meta), eng.get("version"), precision(eng))
-             if not fmt.missing(v)]
+    parts = [
+        str(v)
+        for v in (engine_name(meta), eng.get("version"), precision(eng))
+        if not fmt.missing(v)
+    ]
     engine_line = " · ".join(parts) if parts else "unknown engine"
     md = run.matrix_definition
     ctx, conc, pre = md["contexts"], md["concurrency"], md["prefill_contexts"]
@@ -151,7 +170,9 @@ def header_lines(run: Run) -> tuple[str, str, str, str]:
         pieces.append(
             f"{fmt.plural(len(ctx), 'context')} {fmt.range_text(ctx, fmt.context_label)} × "
             f"{fmt.plural(len(conc), 'concurrency level')} {fmt.range_text(conc)}".replace(
-                "  ", " ").strip())
+                "  ", " "
+            ).strip()
+        )
     if pre:
         pieces.append("prefill at " + ", ".join(fmt.context_label(c) for c in pre))
     return title, subtitle, engine_line, " · ".join(pieces)
@@ -171,27 +192,34 @@ def _vram(hw: dict) -> str | None:
 
 def hardware_section(run: Run) -> Section:
     hw = run.meta.get("hardware") or {}
-    items = _items([
-        ("Type", fmt.code_text(hw.get("type")) if hw.get("type") else None),
-        ("GPU", hw.get("gpu")),
-        ("VRAM", _vram(hw)),
-        ("OS", hw.get("os")),
-        ("CPU", hw.get("cpu")),
-    ])
+    items = _items(
+        [
+            ("Type", fmt.code_text(hw.get("type")) if hw.get("type") else None),
+            ("GPU", hw.get("gpu")),
+            ("VRAM", _vram(hw)),
+            ("OS", hw.get("os")),
+            ("CPU", hw.get("cpu")),
+        ]
+    )
     return Section("Hardware", items=items or [("Type", "Not recorded")], anchor="hardware")
 
 
 def engine_section(run: Run) -> Section:
     e = run.meta.get("engine") or {}
     t = run.meta.get("target") or {}
-    items = _items([
-        ("Engine", engine_name(run.meta)), ("Version", e.get("version")),
-        ("Quantization", precision(e)), ("Backend", e.get("backend")),
-        ("Repository", e.get("repository")), ("Build", e.get("build")),
-        ("Commit", e.get("commit")),
-        ("Model path", t.get("model_path") or e.get("model_path")),
-        ("Tensor parallel", e.get("tp_size")),
-    ])
+    items = _items(
+        [
+            ("Engine", engine_name(run.meta)),
+            ("Version", e.get("version")),
+            ("Quantization", precision(e)),
+            ("Backend", e.get("backend")),
+            ("Repository", e.get("repository")),
+            ("Build", e.get("build")),
+            ("Commit", e.get("commit")),
+            ("Model path", t.get("model_path") or e.get("model_path")),
+            ("Tensor parallel", e.get("tp_size")),
+        ]
+    )
     return Section("Engine", items=items or [("Engine", "Not recorded")], anchor="engine")
 
 
@@ -204,22 +232,30 @@ def run_section(run: Run) -> Section:
     status = None
     if r.get("interrupted"):
         status = "Interrupted"
-    items = _items([
-        ("Served model", r.get("served_model") or t.get("model")),
-        ("Revision", r.get("revision")),
-        ("Benchmark tool", tool),
-        ("Decode test", fmt.code_text(r["decode_test"]) if r.get("decode_test") else None),
-        ("Prefill mode", fmt.code_text(r["prefill_mode"]) if r.get("prefill_mode") else None),
-        ("Time per measurement",
-         fmt.plain_seconds(r["duration_s"]) if not fmt.missing(r.get("duration_s")) else None),
-        ("Max output", fmt.tokens(r["max_output"]) if not fmt.missing(r.get("max_output"))
-         else None),
-        ("API", t.get("api")),
-        ("Target", redact(str(t["url"])) if t.get("url") else None),
-        ("Started", r.get("started_at")),
-        ("Finished", r.get("finished_at")),
-        ("Status", status),
-    ])
+    items = _items(
+        [
+            ("Served model", r.get("served_model") or t.get("model")),
+            ("Revision", r.get("revision")),
+            ("Benchmark tool", tool),
+            ("Decode test", fmt.code_text(r["decode_test"]) if r.get("decode_test") else None),
+            ("Prefill mode", fmt.code_text(r["prefill_mode"]) if r.get("prefill_mode") else None),
+            (
+                "Time per measurement",
+                fmt.plain_seconds(r["duration_s"])
+                if not fmt.missing(r.get("duration_s"))
+                else None,
+            ),
+            (
+                "Max output",
+                fmt.tokens(r["max_output"]) if not fmt.missing(r.get("max_output")) else None,
+            ),
+            ("API", t.get("api")),
+            ("Target", redact(str(t["url"])) if t.get("url") else None),
+            ("Started", r.get("started_at")),
+            ("Finished", r.get("finished_at")),
+            ("Status", status),
+        ]
+    )
     return Section("Run", items=items, anchor="run")
 
 
@@ -243,16 +279,21 @@ def prefill_section(run: Run) -> Section:
         spread = fmt.DASH
         if int(p["repetitions"]) > 1 or not fmt.missing(p["prompt_tok_s_lo"]):
             spread = fmt.ci(p["prompt_tok_s_lo"], p["prompt_tok_s_hi"], fmt.tok_s_short)
-        rows.append([f"{p['label']} context", fmt.tok_s_short(p["prompt_tok_s"]),
-                     f"{fmt.ms(p['ttft_ms'])} TTFT", spread])
+        rows.append(
+            [
+                f"{p['label']} context",
+                fmt.tok_s_short(p["prompt_tok_s"]),
+                f"{fmt.ms(p['ttft_ms'])} TTFT",
+                spread,
+            ]
+        )
         classes.append(["", "num", "sub", "sub"])
     cols = ["Context", "Prompt tok/s", "TTFT", "Range"]
     if all(r[3] in ("", fmt.DASH) for r in rows):  # one repetition each: no spread to show
         cols, rows, classes = cols[:3], [r[:3] for r in rows], [c[:3] for c in classes]
     tbl = Table(cols, rows, caption=fmt.PREFILL_CAPTION, classes=classes)
     text = [] if rows else ["No prefill cells were measured."]
-    return Section("Prefill", table=tbl, text=text, anchor="prefill",
-                   charts=["prefill_vs_context"])
+    return Section("Prefill", table=tbl, text=text, anchor="prefill", charts=["prefill_vs_context"])
 
 
 def _cell_lines(status: str | None, total: Any, ttft: Any, errors_total: Any) -> list[str]:
@@ -275,8 +316,11 @@ def _cell_lines(status: str | None, total: Any, ttft: Any, errors_total: Any) ->
 def decode_section(run: Run) -> Section:
     tot = run.matrix("total_tok_s", numeric=True)
     ttft = run.matrix("ttft_ms", numeric=True)
-    err = (run.matrix("errors_total", numeric=True, all_cells=True)
-           if "errors_total" in run.cells else None)
+    err = (
+        run.matrix("errors_total", numeric=True, all_cells=True)
+        if "errors_total" in run.cells
+        else None
+    )
     st = run.statuses()
     rows, classes = [], []
     for i, label in enumerate(tot.index):
@@ -286,39 +330,79 @@ def decode_section(run: Run) -> Section:
             s = st.iat[i, j]
             e = err.iat[i, j] if err is not None else None
             row.append(_cell_lines(s, tot.iat[i, j], ttft.iat[i, j], e))
-            cls.append({"over_capacity": "over", "queued": "queued", "error": "error",
-                        None: "missing"}.get(s, "valid"))
+            cls.append(
+                {
+                    "over_capacity": "over",
+                    "queued": "queued",
+                    "error": "error",
+                    None: "missing",
+                }.get(s, "valid")
+            )
         rows.append(row)
         classes.append(cls)
-    tbl = Table(["Context"] + [str(c) for c in tot.columns], rows, caption=fmt.MATRIX_CAPTION,
-                note=fmt.LEGEND, classes=classes)
+    tbl = Table(
+        ["Context"] + [str(c) for c in tot.columns],
+        rows,
+        caption=fmt.MATRIX_CAPTION,
+        note=fmt.LEGEND,
+        classes=classes,
+    )
     text = [fmt.TTFT_NOTE]
     if any(s == "error" for s in st.to_numpy().ravel()):
-        text.append("Error: too many requests failed in this cell, so its figures are not "
-                    "reported; the failures are counted by kind under Errors.")
+        text.append(
+            "Error: too many requests failed in this cell, so its figures are not "
+            "reported; the failures are counted by kind under Errors."
+        )
     if run.interrupted or any(s is None for s in st.to_numpy().ravel()):
         text.append("Not measured: the run ended before this cell was reached.")
-    return Section("Sustained decode", table=tbl, text=text, anchor="sustained-decode",
-                   charts=["decode_heatmap"])
+    return Section(
+        "Sustained decode",
+        table=tbl,
+        text=text,
+        anchor="sustained-decode",
+        charts=["decode_heatmap"],
+    )
 
 
 def _all_row(c: dict) -> list[str]:
     phase = c.get("phase")
     status = c.get("status")
     if status == "over_capacity":
-        return [fmt.phase_text(phase), c["label"], fmt.count(c["concurrency"]),
-                fmt.status_text(status)] + [fmt.DASH] * 8
+        return [
+            fmt.phase_text(phase),
+            c["label"],
+            fmt.count(c["concurrency"]),
+            fmt.status_text(status),
+        ] + [fmt.DASH] * 8
     if phase == "prefill":
-        return [fmt.phase_text(phase), c["label"], fmt.count(c["concurrency"]),
-                fmt.status_text(status), fmt.tok_s(c.get("prompt_tok_s")), fmt.DASH,
-                fmt.ms(c.get("ttft_ms")), fmt.DASH, fmt.DASH, fmt.count(c.get("completed")),
-                fmt.DASH, fmt.DASH]
-    return [fmt.phase_text(phase), c["label"], fmt.count(c["concurrency"]),
-            fmt.status_text(status), fmt.tok_s(c.get("total_tok_s")),
-            fmt.tok_s(c.get("per_request_tok_s")), fmt.ms(c.get("ttft_ms")),
-            fmt.ms1(c.get("tbt_ms")), fmt.one(c.get("avg_active")),
-            fmt.count(c.get("completed")), fmt.count(c.get("output_tokens")),
-            fmt.seconds(c.get("measured_s"))]
+        return [
+            fmt.phase_text(phase),
+            c["label"],
+            fmt.count(c["concurrency"]),
+            fmt.status_text(status),
+            fmt.tok_s(c.get("prompt_tok_s")),
+            fmt.DASH,
+            fmt.ms(c.get("ttft_ms")),
+            fmt.DASH,
+            fmt.DASH,
+            fmt.count(c.get("completed")),
+            fmt.DASH,
+            fmt.DASH,
+        ]
+    return [
+        fmt.phase_text(phase),
+        c["label"],
+        fmt.count(c["concurrency"]),
+        fmt.status_text(status),
+        fmt.tok_s(c.get("total_tok_s")),
+        fmt.tok_s(c.get("per_request_tok_s")),
+        fmt.ms(c.get("ttft_ms")),
+        fmt.ms1(c.get("tbt_ms")),
+        fmt.one(c.get("avg_active")),
+        fmt.count(c.get("completed")),
+        fmt.count(c.get("output_tokens")),
+        fmt.seconds(c.get("measured_s")),
+    ]
 
 
 def _ordered_cells(run: Run) -> list[dict]:
@@ -351,30 +435,58 @@ def ci_section(run: Run) -> Section:
     for c in _ordered_cells(run):
         if c["phase"] != "decode" or c["status"] == "over_capacity":
             continue
-        rows.append([
-            c["label"], fmt.count(c["concurrency"]), fmt.status_text(c["status"]),
-            fmt.tok_s(c.get("total_tok_s")),
-            fmt.ci(c.get("total_tok_s_lo"), c.get("total_tok_s_hi"), fmt.tok_s),
-            fmt.tok_s(c.get("per_request_tok_s")),
-            fmt.ci(c.get("per_request_tok_s_lo"), c.get("per_request_tok_s_hi"), fmt.tok_s),
-            fmt.ci(c.get("ttft_ms_lo"), c.get("ttft_ms_hi"), fmt.ms),
-            fmt.ms(c.get("ttft_p90_ms")), fmt.ms(c.get("ttft_p99_ms")),
-            fmt.ci(c.get("tbt_ms_lo"), c.get("tbt_ms_hi"), fmt.ms1),
-            fmt.ms1(c.get("tbt_p90_ms")), fmt.ms1(c.get("tbt_p99_ms")),
-            fmt.percent(c.get("drift")),
-        ])
-    cols = ["Context", "Requests at once", "Status", "Total tok/s", "95% CI",
-            "Per request tok/s", "95% CI", "TTFT 95% CI", "TTFT p90", "TTFT p99",
-            "Time between tokens 95% CI", "TBT p90", "TBT p99", "Drift"]
-    tbl = Table(cols, rows, caption=(
-        "95% confidence intervals from per-second bins of each window (t-interval); "
-        "p90/p99 are tails over the window's requests and tokens; drift is the relative change "
-        "of throughput across the window."),
-        classes=[["txt", "", "txt"] + [""] * 11 for _ in rows])
+        rows.append(
+            [
+                c["label"],
+                fmt.count(c["concurrency"]),
+                fmt.status_text(c["status"]),
+                fmt.tok_s(c.get("total_tok_s")),
+                fmt.ci(c.get("total_tok_s_lo"), c.get("total_tok_s_hi"), fmt.tok_s),
+                fmt.tok_s(c.get("per_request_tok_s")),
+                fmt.ci(c.get("per_request_tok_s_lo"), c.get("per_request_tok_s_hi"), fmt.tok_s),
+                fmt.ci(c.get("ttft_ms_lo"), c.get("ttft_ms_hi"), fmt.ms),
+                fmt.ms(c.get("ttft_p90_ms")),
+                fmt.ms(c.get("ttft_p99_ms")),
+                fmt.ci(c.get("tbt_ms_lo"), c.get("tbt_ms_hi"), fmt.ms1),
+                fmt.ms1(c.get("tbt_p90_ms")),
+                fmt.ms1(c.get("tbt_p99_ms")),
+                fmt.percent(c.get("drift")),
+            ]
+        )
+    cols = [
+        "Context",
+        "Requests at once",
+        "Status",
+        "Total tok/s",
+        "95% CI",
+        "Per request tok/s",
+        "95% CI",
+        "TTFT 95% CI",
+        "TTFT p90",
+        "TTFT p99",
+        "Time between tokens 95% CI",
+        "TBT p90",
+        "TBT p99",
+        "Drift",
+    ]
+    tbl = Table(
+        cols,
+        rows,
+        caption=(
+            "95% confidence intervals from per-second bins of each window (t-interval); "
+            "p90/p99 are tails over the window's requests and tokens; drift is the relative change "
+            "of throughput across the window."
+        ),
+        classes=[["txt", "", "txt"] + [""] * 11 for _ in rows],
+    )
     text = [] if rows else ["No decode cell was measured."]
-    return Section("Confidence intervals and tails", table=tbl, text=text,
-                   anchor="confidence-intervals", charts=["total_vs_concurrency",
-                                                          "per_request_vs_concurrency"])
+    return Section(
+        "Confidence intervals and tails",
+        table=tbl,
+        text=text,
+        anchor="confidence-intervals",
+        charts=["total_vs_concurrency", "per_request_vs_concurrency"],
+    )
 
 
 def flags_section(run: Run) -> Section:
@@ -399,14 +511,23 @@ def flags_section(run: Run) -> Section:
             if f not in seen:
                 seen.append(f)
         reason = c.get("reason")
-        rows.append([fmt.phase_text(c["phase"]), c["label"], fmt.count(c["concurrency"]),
-                     fmt.status_text(c["status"]),
-                     ", ".join(FLAG_SHORT.get(f, f) for f in flags) or fmt.DASH,
-                     prompt if "prompt_mismatch" in flags else fmt.DASH,
-                     str(reason) if not fmt.missing(reason) else fmt.DASH])
-    tbl = Table(["Phase", "Context", "Requests at once", "Status", "Flags", "Prompt tokens",
-                 "Reason"], rows, caption="Cells that are flagged or not valid, and why.",
-                note=" ".join(FLAG_TEXT.get(f, f) for f in seen))
+        rows.append(
+            [
+                fmt.phase_text(c["phase"]),
+                c["label"],
+                fmt.count(c["concurrency"]),
+                fmt.status_text(c["status"]),
+                ", ".join(FLAG_SHORT.get(f, f) for f in flags) or fmt.DASH,
+                prompt if "prompt_mismatch" in flags else fmt.DASH,
+                str(reason) if not fmt.missing(reason) else fmt.DASH,
+            ]
+        )
+    tbl = Table(
+        ["Phase", "Context", "Requests at once", "Status", "Flags", "Prompt tokens", "Reason"],
+        rows,
+        caption="Cells that are flagged or not valid, and why.",
+        note=" ".join(FLAG_TEXT.get(f, f) for f in seen),
+    )
     text = [] if rows else ["No cell was flagged: every measured cell is valid."]
     return Section("Flags", table=tbl, text=text, anchor="flags")
 
@@ -416,21 +537,40 @@ def server_section(run: Run) -> Section:
     for c in _ordered_cells(run):
         if c["phase"] != "decode" or c["status"] == "over_capacity":
             continue
-        srv = [c.get(f"server_{k}") for k in ("running_mean", "running_max", "waiting_max",
-                                               "kv_usage_max")]
+        srv = [
+            c.get(f"server_{k}")
+            for k in ("running_mean", "running_max", "waiting_max", "kv_usage_max")
+        ]
         kv = srv[3]
-        rows.append([c["label"], fmt.count(c["concurrency"]), fmt.status_text(c["status"]),
-                     fmt.one(c.get("avg_active")), fmt.one(srv[0]), fmt.count(srv[1]),
-                     fmt.count(srv[2]),
-                     fmt.DASH if fmt.missing(kv) else f"{float(kv) * 100:.1f}%"])
+        rows.append(
+            [
+                c["label"],
+                fmt.count(c["concurrency"]),
+                fmt.status_text(c["status"]),
+                fmt.one(c.get("avg_active")),
+                fmt.one(srv[0]),
+                fmt.count(srv[1]),
+                fmt.count(srv[2]),
+                fmt.DASH if fmt.missing(kv) else f"{float(kv) * 100:.1f}%",
+            ]
+        )
     have = any(any(x != fmt.DASH for x in r[4:]) for r in rows)
-    tbl = Table(["Context", "Requests at once", "Status", "Average active (client)",
-                 "Running (server, mean)", "Running (server, max)", "Waiting (server, max)",
-                 "KV cache use (max)"], rows,
-                caption="The server's own view from /metrics, sampled during each window.")
+    tbl = Table(
+        [
+            "Context",
+            "Requests at once",
+            "Status",
+            "Average active (client)",
+            "Running (server, mean)",
+            "Running (server, max)",
+            "Waiting (server, max)",
+            "KV cache use (max)",
+        ],
+        rows,
+        caption="The server's own view from /metrics, sampled during each window.",
+    )
     text = [] if have else ["The server exposed no /metrics samples for these cells."]
-    return Section("Server-side view", table=tbl if rows else None, text=text,
-                   anchor="server-view")
+    return Section("Server-side view", table=tbl if rows else None, text=text, anchor="server-view")
 
 
 def capacity_section(run: Run) -> Section:
@@ -442,30 +582,61 @@ def capacity_section(run: Run) -> Section:
         else:
             val, src = v, None
         name = CAPACITY_NAMES.get(k, k.replace("_", " ").capitalize())
-        shown = fmt.count(val) if isinstance(val, (int, float)) and not fmt.missing(val) else (
-            fmt.DASH if fmt.missing(val) else str(val))
+        shown = (
+            fmt.count(val)
+            if isinstance(val, (int, float)) and not fmt.missing(val)
+            else (fmt.DASH if fmt.missing(val) else str(val))
+        )
         if k in ("kv_tokens", "context_length") and shown != fmt.DASH:
             shown += " tokens"
         detail = v.get("detail") if isinstance(v, dict) else None
-        rows.append([name, shown, {"probed": "Probed from the server", "given": "Given by the user",
-                                   "default": "Default", "missing": "Not available"}.get(
-                                       src, fmt.code_text(src)),
-                     fmt.DASH if fmt.missing(detail) else str(detail)])
-    tbl = Table(["Value", "Used", "Source", "Detail"], rows,
-                caption="What the plan used, and whether it was probed from the server or given.")
+        rows.append(
+            [
+                name,
+                shown,
+                {
+                    "probed": "Probed from the server",
+                    "given": "Given by the user",
+                    "default": "Default",
+                    "missing": "Not available",
+                }.get(src, fmt.code_text(src)),
+                fmt.DASH if fmt.missing(detail) else str(detail),
+            ]
+        )
+    tbl = Table(
+        ["Value", "Used", "Source", "Detail"],
+        rows,
+        caption="What the plan used, and whether it was probed from the server or given.",
+    )
     text = [] if rows else ["No capacity values were recorded."]
     return Section("Capacity", table=tbl if rows else None, text=text, anchor="capacity")
 
 
-SOURCE_TEXT = {"probed": "Probed from the server", "given": "Given by the user",
-               "detected": "Detected on this machine", "default": "Default",
-               "missing": "Not available", "model_path": "From the model path the server reports",
-               "served_model": "The served model name"}
-ENGINE_FACTS = (("name", "Engine"), ("version", "Version"), ("commit", "Commit"),
-                ("quantization", "Quantization"), ("backend", "Backend"), ("build", "Build"),
-                ("repository", "Repository"))
-HARDWARE_FACTS = (("type", "Type"), ("gpu", "GPU"), ("vram_gb", "VRAM"), ("os", "OS"),
-                  ("cpu", "CPU"))
+SOURCE_TEXT = {
+    "probed": "Probed from the server",
+    "given": "Given by the user",
+    "detected": "Detected on this machine",
+    "default": "Default",
+    "missing": "Not available",
+    "model_path": "From the model path the server reports",
+    "served_model": "The served model name",
+}
+ENGINE_FACTS = (
+    ("name", "Engine"),
+    ("version", "Version"),
+    ("commit", "Commit"),
+    ("quantization", "Quantization"),
+    ("backend", "Backend"),
+    ("build", "Build"),
+    ("repository", "Repository"),
+)
+HARDWARE_FACTS = (
+    ("type", "Type"),
+    ("gpu", "GPU"),
+    ("vram_gb", "VRAM"),
+    ("os", "OS"),
+    ("cpu", "CPU"),
+)
 
 
 def _source_text(src: Any) -> str:
@@ -479,8 +650,7 @@ def sources_section(run: Run) -> Section | None:
     t, e, hw = meta.get("target") or {}, meta.get("engine") or {}, meta.get("hardware") or {}
     rows = []
     name_source = t.get("model_name_source")
-    if not name_source and not t.get("model_name") and (t.get("model_path")
-                                                         or e.get("model_path")):
+    if not name_source and not t.get("model_name") and (t.get("model_path") or e.get("model_path")):
         name_source = "model_path"  # the title derives it here (see model_name)
     if name_source:
         rows.append(["Model", "Name", model_name(meta), _source_text(name_source)])
@@ -496,10 +666,16 @@ def sources_section(run: Run) -> Section | None:
             rows.append(["Hardware", label, str(value), _source_text(h_src[key])])
     if not rows:
         return None
-    return Section("Probed and given", table=Table(
-        ["Part", "Field", "Value", "Source"], rows,
-        caption="Where the report's metadata came from: probed from the server, detected on "
-                "the machine, or given by the user."), anchor="sources")
+    return Section(
+        "Probed and given",
+        table=Table(
+            ["Part", "Field", "Value", "Source"],
+            rows,
+            caption="Where the report's metadata came from: probed from the server, detected on "
+            "the machine, or given by the user.",
+        ),
+        anchor="sources",
+    )
 
 
 def warnings_section(run: Run) -> Section | None:
@@ -537,16 +713,29 @@ def errors_section(run: Run) -> Section | None:
         errs = c.get("errors") if isinstance(c.get("errors"), dict) else {}
         if not errs:
             continue
-        rows.append([fmt.phase_text(c["phase"]), c["label"], fmt.count(c["concurrency"]),
-                     fmt.status_text(c["status"]), fmt.count(sum(errs.values())),
-                     _error_kinds(c)])
+        rows.append(
+            [
+                fmt.phase_text(c["phase"]),
+                c["label"],
+                fmt.count(c["concurrency"]),
+                fmt.status_text(c["status"]),
+                fmt.count(sum(errs.values())),
+                _error_kinds(c),
+            ]
+        )
     if not rows:
         return None
-    return Section("Errors", table=Table(["Phase", "Context", "Requests at once", "Status",
-                                          "Failed requests", "By kind"], rows,
-                                         caption="Failed requests by kind, with an example "
-                                                 "of the server's message where one was "
-                                                 "kept."), anchor="errors")
+    return Section(
+        "Errors",
+        table=Table(
+            ["Phase", "Context", "Requests at once", "Status", "Failed requests", "By kind"],
+            rows,
+            caption="Failed requests by kind, with an example "
+            "of the server's message where one was "
+            "kept.",
+        ),
+        anchor="errors",
+    )
 
 
 def missing_section(run: Run) -> Section | None:
@@ -554,9 +743,15 @@ def missing_section(run: Run) -> Section | None:
     if not miss:
         return None
     rows = [[fmt.phase_text(p), fmt.context_label(c), fmt.count(n)] for p, c, n in miss]
-    return Section("Not measured", table=Table(["Phase", "Context", "Requests at once"], rows,
-                                               caption="Cells of the matrix this run never "
-                                                       "reached."), anchor="not-measured")
+    return Section(
+        "Not measured",
+        table=Table(
+            ["Phase", "Context", "Requests at once"],
+            rows,
+            caption="Cells of the matrix this run never reached.",
+        ),
+        anchor="not-measured",
+    )
 
 
 def build(run: Run) -> Report:
@@ -564,20 +759,34 @@ def build(run: Run) -> Report:
     notes = []
     if run.interrupted:
         n_miss = len(run.missing_cells())
-        notes.append("This run was interrupted"
-                     + (f": {fmt.plural(n_miss, 'cell')} of the matrix not measured." if n_miss
-                        else "."))
+        notes.append(
+            "This run was interrupted"
+            + (f": {fmt.plural(n_miss, 'cell')} of the matrix not measured." if n_miss else ".")
+        )
     warns = warnings_section(run)
     if warns is not None:
         notes.append(f"The run recorded {fmt.plural(len(warns.text), 'warning')}: see Warnings.")
-    sections = [hardware_section(run), engine_section(run), run_section(run),
-                launch_section(run), prefill_section(run), decode_section(run),
-                all_section(run), ci_section(run), flags_section(run), server_section(run),
-                capacity_section(run)]
-    for extra in (sources_section(run), warns, errors_section(run),
-                  missing_section(run)):
+    sections = [
+        hardware_section(run),
+        engine_section(run),
+        run_section(run),
+        launch_section(run),
+        prefill_section(run),
+        decode_section(run),
+        all_section(run),
+        ci_section(run),
+        flags_section(run),
+        server_section(run),
+        capacity_section(run),
+    ]
+    for extra in (sources_section(run), warns, errors_section(run), missing_section(run)):
         if extra is not None:
             sections.append(extra)
-    sections.append(Section("Charts", anchor="charts", charts=[
-        "ttft_vs_context", "tbt_distribution", "throughput_over_time"]))
+    sections.append(
+        Section(
+            "Charts",
+            anchor="charts",
+            charts=["ttft_vs_context", "tbt_distribution", "throughput_over_time"],
+        )
+    )
     return Report(title, subtitle, engine_line, matrix_line, notes, sections)
