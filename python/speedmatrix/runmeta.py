@@ -89,6 +89,8 @@ def plan_meta(planned: Any, matrix: Any) -> dict:
         "kv_tokens": planned.kv_tokens,
         "context_length": planned.context_length,
         "max_running": planned.max_running,
+        # which capacity model decided over_capacity, its values and their sources
+        "capacity_model": getattr(planned, "capacity_model", None),
         "cells": len(planned),
     }
 

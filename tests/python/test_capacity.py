@@ -1,5 +1,6 @@
 """The capacity model of each engine family (capacity.py), as tables: (C, N, O) -> verdict."""
 
+import numpy as np
 import pytest
 from speedmatrix.adapters import Target
 from speedmatrix.capacity import CapacityModel, model_for
@@ -143,3 +144,22 @@ def test_plan_uses_the_family_rule_and_records_it():
 def test_unknown_family_is_refused():
     with pytest.raises(ValueError, match="unknown capacity family"):
         CapacityModel("magic")
+
+
+# ---- estimated_tokens: only completed requests decide (verdict.tokens_estimated) ----------
+# token_source: 1 chunks, 2 usage_final; outcome: 1 ok, 2 cancelled, 3 error
+@pytest.mark.parametrize(
+    ("sources", "outcomes", "flagged"),
+    [
+        ([2, 2, 2, 1], [1, 1, 1, 2], False),  # llama.cpp: the cut request has no usage
+        ([2, 1, 2], [1, 1, 2], True),  # a completed request without usage
+        ([1, 1], [2, 2], True),  # nothing completed: the chunk counts are all there is
+        ([2, 2], [1, 1], False),
+        ([], [], False),
+        ([1, 2], [3, 1], False),  # a failed request's count is not a figure
+    ],
+)
+def test_estimated_tokens_rule(sources, outcomes, flagged):
+    from speedmatrix.verdict import tokens_estimated
+
+    assert tokens_estimated(np.array(sources), np.array(outcomes)) is flagged
