@@ -163,3 +163,19 @@ def test_estimated_tokens_rule(sources, outcomes, flagged):
     from speedmatrix.verdict import tokens_estimated
 
     assert tokens_estimated(np.array(sources), np.array(outcomes)) is flagged
+
+
+@pytest.mark.parametrize(
+    ("model_id", "shown"),
+    [
+        ("/home/ci/models/tiny-llama-f32.gguf", "tiny-llama-f32"),
+        ("C:\\models\\Qwen2.5-7B-Q4_K_M.gguf", "Qwen2.5-7B-Q4_K_M"),
+        ("meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.1-8B-Instruct"),
+        ("gpt-oss-20b", "gpt-oss-20b"),
+        (None, None),
+    ],
+)
+def test_served_model_of_a_file_path_is_its_stem(model_id, shown):
+    from speedmatrix.naming import served_model_name
+
+    assert served_model_name(model_id) == shown

@@ -26,17 +26,9 @@ from speedmatrix.adapters.base import (
     first_metric,
     positive_int,
 )
+from speedmatrix.naming import served_model_name
 
 _BUILD = re.compile(r"^b?(\d+)-([0-9a-f]{6,40}|unknown)$")
-#: model file extensions whose stem is the model's name ("/m/tiny-q8_0.gguf" -> "tiny-q8_0")
-_MODEL_FILE = re.compile(r"\.(gguf|bin|ggml)$", re.IGNORECASE)
-
-
-def model_stem(path_or_id: str) -> str:
-    """The served name of a model given by file path: the file's stem, never a path (a
-    shareable report must not carry the server's directories)."""
-    name = re.split(r"[/\\]+", str(path_or_id).strip())[-1]
-    return _MODEL_FILE.sub("", name) or str(path_or_id)
 
 
 def kv_layout(n_ctx: int | None, slots: int | None, n_ctx_train: int | None) -> dict[str, Any]:
@@ -126,7 +118,7 @@ class LlamaCppAdapter(Adapter):
             found["build"] = build
         if props.get("model_path"):
             found["info"]["model_path"] = props["model_path"]
-            found["served_models"] = [model_stem(str(props["model_path"]))]
+            found["served_models"] = [served_model_name(props["model_path"])]
         samples = ctx.get_metrics("/metrics")
         if samples is not None:
             found["metrics"] = MetricsSpec(
