@@ -62,7 +62,9 @@ class LlamaCppAdapter(Adapter):
         kv_usage=None,
         path="/metrics",
     )
-    tokenize = (TokenizeSpec("/tokenize", "llamacpp"),)
+    # chats: rendered by the server's own template (/apply-template), then tokenized as the
+    # chat endpoint does, so chat prompts are exact too
+    tokenize = (TokenizeSpec("/tokenize", "llamacpp", messages=True, template="/apply-template"),)
     output = OutputControl(
         forced=True, ignore_eos=True, note="no min_tokens: ignore_eos runs to max_tokens"
     )
