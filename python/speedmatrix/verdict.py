@@ -340,6 +340,9 @@ def decode_cell(
                 req, np.flatnonzero(window & (req["outcome"] == _ERROR))
             ),
             "errors_total": sum(errors.values()),
+            # re-sent on a new connection after a kept-alive one died before any byte of
+            # the answer (a keep-alive close racing the request): counted apart, not errors
+            "retried": int(np.count_nonzero(req["retries"][window])) if "retries" in req else 0,
             "t0_ns": t0,
             "t1_ns": t1,
             "warmup_start_ns": int(records.warmup_start_ns),
