@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 from speedmatrix import discover
 from speedmatrix.matrix import Matrix
+from speedmatrix.prompts import WORDS
 from speedmatrix.sweep import run
 from tiny_gguf import write_tiny_model
 
@@ -34,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = ROOT / "scripts" / "llamacpp.sh"
 N_CTX_TRAIN = 4096
 SLOTS = 4
-MAX_OUTPUT = 48
+MAX_OUTPUT = 128
 MODES = {
     "split": ["--parallel", str(SLOTS), "-c", "8192"],
     "unified": [],
@@ -139,7 +140,8 @@ def binary() -> Path:
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory) -> Path:
-    return write_tiny_model(tmp_path_factory.mktemp("model") / "tiny-llama-f32.gguf", N_CTX_TRAIN)
+    path = tmp_path_factory.mktemp("model") / "tiny-llama-f32.gguf"
+    return write_tiny_model(path, N_CTX_TRAIN, words=WORDS)
 
 
 @pytest.fixture(scope="module", params=list(MODES))
@@ -196,7 +198,7 @@ def test_matrix_end_to_end(server, api, tmp_path):
         )
 
     req = result.requests
-    window = req[req["cell_phase"] == "decode"]
+    window = req[(req["cell_phase"] == "decode") & (req["phase"] == "window")]
     # no request fails on a healthy server, over the whole matrix
     assert (req["outcome"] != "error").all(), req[req["outcome"] == "error"][
         ["cell", "error_kind", "error_message"]
@@ -206,11 +208,11 @@ def test_matrix_end_to_end(server, api, tmp_path):
     # output counts are the server's usage, forced to max_output
     assert (done["token_source"] >= 2).all()
     assert (done["output_tokens"] == MAX_OUTPUT).all()
-    # prompts exact by the server's own count
-    if api == "completions":
-        assert (done["prompt_tokens"] == done["context"]).all(), done[
-            ["cell", "prompt_tokens", "context"]
-        ]
+    # prompts exact by the server's own count, chat too (through the server's template)
+    assert (done["prompt_tokens"] == done["context"]).all(), done[
+        ["cell", "prompt_tokens", "context"]
+    ]
+    assert not [cid for cid, c in cells.items() if c.get("status") == "error"]
     # the cut requests do not flag a cell whose completed requests all had usage
     for cid, c in cells.items():
         assert "estimated_tokens" not in (c.get("flags") or []), cid
@@ -292,7 +294,7 @@ def test_speed_agrees_with_the_servers_timings(server, tmp_path):
     )
     server_tok_s = tokens / seconds
     req = result.requests
-    done = req[(req["outcome"] == "ok") & (req["cell_phase"] == "decode")]
+    done = req[(req["outcome"] == "ok") & (req["phase"] == "window")]
     ours = float(np.median(done["tok_s"]))
     print(
         f"llamacpp: {server.mode}: decode per request {ours:.0f} tok/s measured, "

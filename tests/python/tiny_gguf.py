@@ -3,7 +3,10 @@ architecture, a byte-level BPE vocabulary (GPT-2 style: the 256 bytes, a few mer
 and chat markers) and a chat template. Test-only: written with the ``gguf`` package in well
 under a second, a few hundred KB.
 
-    write_tiny_model(path, n_ctx_train=4096) -> path
+    write_tiny_model(path, n_ctx_train=4096, words=WORDS) -> path
+
+``words`` become whole tokens (with and without the leading-space marker), merged letter
+by letter, so text of those words is about one token per word, as in a real vocabulary.
 """
 
 from __future__ import annotations
@@ -39,14 +42,28 @@ def _byte_tokens() -> list[str]:
     return [chr(table[b]) for b in range(256)]
 
 
-def write_tiny_model(path: Path | str, n_ctx_train: int = 4096, seed: int = 0) -> Path:
+def _word_merges(words) -> tuple[list[str], list[str]]:
+    """(new tokens, merges) that build each word (and "Ġ" + word) left to right."""
+    tokens: dict[str, None] = {}
+    merges: dict[str, None] = {}
+    # The "Ġ" (space-led) chains rank first: BPE applies the best-ranked pair anywhere in
+    # a word, and a plain chain's inner pair ("t h") would otherwise split "Ġthe" in two.
+    pieces = ["Ġ" + w for w in words] + list(words)
+    for piece in pieces:
+        for i in range(2, len(piece) + 1):
+            merges[f"{piece[: i - 1]} {piece[i - 1]}"] = None
+            tokens[piece[:i]] = None
+    return list(tokens), list(merges)
+
+
+def write_tiny_model(path: Path | str, n_ctx_train: int = 4096, seed: int = 0, words=()) -> Path:
     import gguf  # test dependency (pyproject extras "test")
 
     path = Path(path)
     rng = np.random.default_rng(seed)
     tokens = _byte_tokens()
-    merges = ["Ġ t", "Ġ a", "h e", "i n", "Ġt he"]
-    tokens += [m.replace(" ", "") for m in merges]
+    word_tokens, merges = _word_merges(words)
+    tokens += [t for t in word_tokens if t not in set(tokens)]
     specials = ["<s>", "</s>"]
     bos, eos = len(tokens), len(tokens) + 1
     tokens += specials
