@@ -6,6 +6,12 @@ cd "$(dirname "$0")/.."
 SPEEDMATRIX_WITH_BROWSER=1 SPEEDMATRIX_EXTRAS=test bash scripts/setup.sh
 
 PY=${PYTHON:-python3}
+echo "test: format, lint and types"
+$PY -m ruff format --check python tests bench
+$PY -m ruff check python tests bench
+$PY -m mypy
+find cpp tests/cpp -name '*.cpp' -o -name '*.hpp' | sort | xargs clang-format --dry-run --Werror
+
 echo "test: building the C++ test suite"
 cmake -S . -B build/tests -DSPEEDMATRIX_BUILD_TESTS=ON -DSPEEDMATRIX_BUILD_PYTHON=OFF \
       -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
@@ -14,10 +20,10 @@ echo "test: ctest"
 ctest --test-dir build/tests --output-on-failure -j"$(nproc)"
 
 echo "test: llama.cpp llama-server for the real-engine tests (cached after the first build)"
-# Builds once per machine (about 11 minutes on 2 cores), then only prints the build.
+# Builds once per machine (about 11 minutes on 2 idle cores), then only prints the build.
 # SPEEDMATRIX_LLAMACPP=skip skips the build and the tests, on purpose only.
 if [[ "${SPEEDMATRIX_LLAMACPP:-}" != skip ]]; then bash scripts/llamacpp.sh; fi
 
-echo "test: pytest"
+echo "test: pytest (both tiers: -m 'not e2e' is the fast one)"
 # Run from the tests folder against the installed package, not the source tree.
 $PY -m pytest -q tests/python -p no:cacheprovider "$@"

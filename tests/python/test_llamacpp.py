@@ -29,7 +29,7 @@ from speedmatrix.prompts import WORDS
 from speedmatrix.sweep import run
 from tiny_gguf import write_tiny_model
 
-pytestmark = pytest.mark.llamacpp
+pytestmark = [pytest.mark.llamacpp, pytest.mark.e2e]
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = ROOT / "scripts" / "llamacpp.sh"
