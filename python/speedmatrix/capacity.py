@@ -78,7 +78,7 @@ class CapacityModel:
         """Whether a cell of ``n`` concurrent requests of ``context`` + ``output`` tokens
         fits. A prefill cell is ``n`` = 1, ``output`` = 1."""
         per_request = context + output
-        queued = bool(self.slots) and n > self.slots
+        queued = self.slots is not None and n > self.slots
         running = self.running(n)
         slot_bound = self.family in ("per_slot", "tokens_in_flight")
         if slot_bound and self.slot_tokens is not None and per_request > self.slot_tokens:

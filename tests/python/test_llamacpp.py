@@ -21,7 +21,6 @@ import time
 import urllib.request
 from pathlib import Path
 
-import numpy as np
 import pytest
 from speedmatrix import discover
 from speedmatrix.matrix import Matrix
