@@ -244,8 +244,8 @@ def test_matrix_end_to_end(server, api, tmp_path):
 
 
 def test_context_beyond_the_slot_is_refused_before_any_request(server, tmp_path):
-    if server.mode != "split":
-        pytest.skip("the per-slot refusal is the split mode's")
+    # a slot holds 2048 tokens split, the whole 4096-token pool unified
+    slot = 8192 // SLOTS if server.mode == "split" else N_CTX_TRAIN
     before = _metrics(server.url)
     cmd = [
         sys.executable,
@@ -255,7 +255,7 @@ def test_context_beyond_the_slot_is_refused_before_any_request(server, tmp_path)
         "--url",
         server.url,
         "--contexts",
-        "4096",
+        str(slot),
         "--concurrency",
         "1",
         "--duration",
@@ -272,7 +272,7 @@ def test_context_beyond_the_slot_is_refused_before_any_request(server, tmp_path)
     doc = json.loads((tmp_path / "run" / "run.json").read_text())
     (cell,) = [c for c in doc["cells"] if c["phase"] == "decode"]
     assert cell["status"] in ("error", "over_capacity")
-    assert re.search(r"4096 \+ .*2048", cell["reason"]), cell["reason"]
+    assert re.search(rf"{slot} \+ .*{slot}", cell["reason"]), cell["reason"]
     assert after["llamacpp:prompt_tokens_total"] == before["llamacpp:prompt_tokens_total"]
     # The exit status does not yet say that a cell was refused (Sweep.execute returns 0
     # for a matrix run to its end; changing that is the CLI contract's, issue 14).
