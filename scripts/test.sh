@@ -19,6 +19,11 @@ cmake --build build/tests -j"$(nproc)" >/dev/null
 echo "test: ctest"
 ctest --test-dir build/tests --output-on-failure -j"$(nproc)"
 
+echo "test: llama.cpp llama-server for the real-engine tests (cached after the first build)"
+# Builds once per machine (about 11 minutes on 2 idle cores), then only prints the build.
+# SPEEDMATRIX_LLAMACPP=skip skips the build and the tests, on purpose only.
+if [[ "${SPEEDMATRIX_LLAMACPP:-}" != skip ]]; then bash scripts/llamacpp.sh; fi
+
 echo "test: pytest (both tiers: -m 'not e2e' is the fast one)"
 # Run from the tests folder against the installed package, not the source tree.
 $PY -m pytest -q tests/python -p no:cacheprovider "$@"

@@ -86,6 +86,7 @@ PyCellResult to_python(CellResult&& r) {
       string_column(q, [](const RequestRecord& x) -> const std::string& { return x.error_kind; });
   d["error_message"] = string_column(
       q, [](const RequestRecord& x) -> const std::string& { return x.error_message; });
+  d["retries"] = request_column<std::int32_t>(q, [](const RequestRecord& x) { return x.retries; });
 
   EventColumns& e = r.events;
   out.events["request"] = adopt(std::move(e.request));

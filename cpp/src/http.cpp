@@ -125,8 +125,17 @@ std::string check_url(const std::string& url) {
 }
 
 // ---------------------------------------------------------------------------
-// One transfer: an easy handle with its parser state, reused across requests
-// (the connection lives in the multi handle's cache, not in the easy handle).
+// One transfer: parser state reused across requests, and an easy handle made
+// afresh for each request from the transport's template (the connection lives
+// in the multi handle's cache, not in the easy handle).
+//
+// Why a fresh handle per request: when a kept-alive connection turns out dead
+// before any response byte (a server such as llama.cpp's closes an idle one
+// after its keep-alive timeout; a request can cross that moment), libcurl
+// re-sends the request on a new connection by itself, but its retry budget
+// (5) belongs to the easy handle and libcurl 7.88 never refills it after a
+// success. A handle reused for many requests used it up, and the next such
+// close failed at once: "Connection died, tried 5 times before giving up".
 struct Transfer final : SseSink, ChunkedDecoder::Sink {
   CurlTransport::Impl* engine = nullptr;
   CURL* easy = nullptr;
@@ -145,6 +154,7 @@ struct Transfer final : SseSink, ChunkedDecoder::Sink {
   std::string collected;       // body of an error / non-SSE answer (bounded)
   std::string err_kind;        // our own verdict, set before we abort a transfer
   std::string err_msg;
+  std::int32_t sends = 0;  // times libcurl sent this request (> 1: re-sent on a new connection)
   char errbuf[CURL_ERROR_SIZE];
 
   Transfer(std::size_t max_event_bytes, ApiKind api) : parser(max_event_bytes), decoder(api) {}
@@ -165,6 +175,7 @@ struct Transfer final : SseSink, ChunkedDecoder::Sink {
     collected.clear();
     err_kind.clear();
     err_msg.clear();
+    sends = 0;
     errbuf[0] = '\0';
   }
 
@@ -179,6 +190,7 @@ struct CurlTransport::Impl {
   CellRecords& records;
   CellProgress* progress;
   CURLM* multi = nullptr;
+  CURL* tmpl = nullptr;  // every request's options; each request gets a duplicate
   curl_slist* header_list = nullptr;
   int epfd = -1;
   int wakefd = -1;
@@ -203,11 +215,13 @@ struct CurlTransport::Impl {
   ~Impl() {
     for (auto& t : all) {
       if (t->easy) {
-        if (t->id >= 0) curl_multi_remove_handle(multi, t->easy);
+        // Teardown: nothing useful to do with a failure here.
+        if (t->id >= 0) (void)curl_multi_remove_handle(multi, t->easy);
         curl_easy_cleanup(t->easy);
       }
     }
     if (multi) curl_multi_cleanup(multi);
+    if (tmpl) curl_easy_cleanup(tmpl);
     if (header_list) curl_slist_free_all(header_list);
     if (wakefd >= 0) close(wakefd);
     if (epfd >= 0) close(epfd);
@@ -220,24 +234,27 @@ struct CurlTransport::Impl {
     auto* self = static_cast<Impl*>(userp);
     if (what == CURL_POLL_REMOVE) {
       if (socketp) {
+        // The socket may be closed already (EBADF): nothing left to watch.
         epoll_ctl(self->epfd, EPOLL_CTL_DEL, s, nullptr);
-        curl_multi_assign(self->multi, s, nullptr);
+        if (curl_multi_assign(self->multi, s, nullptr) != CURLM_OK) return -1;
       }
       return 0;
     }
     epoll_event ev{};
     ev.events = (what & CURL_POLL_IN ? EPOLLIN : 0u) | (what & CURL_POLL_OUT ? EPOLLOUT : 0u);
     ev.data.fd = s;
+    // -1 tells libcurl the socket cannot be watched: its transfers fail
+    // instead of waiting forever.
     if (socketp) {
-      if (epoll_ctl(self->epfd, EPOLL_CTL_MOD, s, &ev) != 0 && errno == ENOENT) {
-        epoll_ctl(self->epfd, EPOLL_CTL_ADD, s, &ev);
-      }
+      if (epoll_ctl(self->epfd, EPOLL_CTL_MOD, s, &ev) != 0 &&
+          (errno != ENOENT || epoll_ctl(self->epfd, EPOLL_CTL_ADD, s, &ev) != 0))
+        return -1;
     } else {
-      if (epoll_ctl(self->epfd, EPOLL_CTL_ADD, s, &ev) != 0 && errno == EEXIST) {
-        epoll_ctl(self->epfd, EPOLL_CTL_MOD, s, &ev);
-      }
+      if (epoll_ctl(self->epfd, EPOLL_CTL_ADD, s, &ev) != 0 &&
+          (errno != EEXIST || epoll_ctl(self->epfd, EPOLL_CTL_MOD, s, &ev) != 0))
+        return -1;
       // Any non-null marker: "this socket is in our epoll set".
-      curl_multi_assign(self->multi, s, self);
+      if (curl_multi_assign(self->multi, s, self) != CURLM_OK) return -1;
     }
     return 0;
   }
@@ -279,6 +296,15 @@ struct CurlTransport::Impl {
     return n;
   }
 
+  // Called once per send of the request, on a new or a reused connection; a
+  // second call means libcurl re-sent it after the reused connection died
+  // before any response byte (see Transfer).
+  static int on_prereq(void* clientp, char*, char*, int, int) {
+    auto* t = static_cast<Transfer*>(clientp);
+    if (++t->sends > 1) t->engine->rec(t->id).retries = t->sends - 1;
+    return CURL_PREREQFUNC_OK;
+  }
+
   static size_t on_write(char* ptr, size_t size, size_t nmemb, void* userp) {
     auto* t = static_cast<Transfer*>(userp);
     const size_t n = size * nmemb;
@@ -313,44 +339,69 @@ struct CurlTransport::Impl {
     }
     auto t = std::make_unique<Transfer>(opt.max_event_bytes, opt.api);
     t->engine = this;
-    t->easy = curl_easy_init();
-    if (!t->easy) throw std::runtime_error("curl_easy_init failed");
+    all.push_back(std::move(t));
+    return all.back().get();
+  }
+
+  // The options every request shares, set once on the template handle.
+  void make_template() {
+    tmpl = curl_easy_init();
+    if (!tmpl) throw std::runtime_error("curl_easy_init failed");
+    CURL* e = tmpl;
+    CURLcode rc = CURLE_OK;
+    const char* failed = nullptr;
+    auto set = [&](CURLoption o, auto v, const char* name) {
+      if (rc == CURLE_OK && (rc = curl_easy_setopt(e, o, v)) != CURLE_OK) failed = name;
+    };
+    set(CURLOPT_URL, opt.url.c_str(), "CURLOPT_URL");
+    set(CURLOPT_POST, 1L, "CURLOPT_POST");
+    set(CURLOPT_HTTPHEADER, header_list, "CURLOPT_HTTPHEADER");
+    // One stream per connection: cancelling one closes exactly its connection.
+    set(CURLOPT_HTTP_VERSION, static_cast<long>(CURL_HTTP_VERSION_1_1), "CURLOPT_HTTP_VERSION");
+    set(CURLOPT_NOSIGNAL, 1L, "CURLOPT_NOSIGNAL");
+    set(CURLOPT_TCP_NODELAY, 1L, "CURLOPT_TCP_NODELAY");
+    set(CURLOPT_TCP_KEEPALIVE, 1L, "CURLOPT_TCP_KEEPALIVE");
+    set(CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(opt.connect_timeout_s * 1000),
+        "CURLOPT_CONNECTTIMEOUT_MS");
+    set(CURLOPT_BUFFERSIZE, buffer_size, "CURLOPT_BUFFERSIZE");
+    // Raw chunked bodies: libcurl still follows the chunks to find the end of
+    // the response (keep-alive), but calls back once per socket read instead
+    // of once per chunk; Transfer::chunks decodes them (see on_write).
+    set(CURLOPT_HTTP_TRANSFER_DECODING, 0L, "CURLOPT_HTTP_TRANSFER_DECODING");
+    set(CURLOPT_WRITEFUNCTION, &Impl::on_write, "CURLOPT_WRITEFUNCTION");
+    set(CURLOPT_HEADERFUNCTION, &Impl::on_header, "CURLOPT_HEADERFUNCTION");
+    set(CURLOPT_PREREQFUNCTION, &Impl::on_prereq, "CURLOPT_PREREQFUNCTION");
+    if (!opt.tls_verify) {
+      set(CURLOPT_SSL_VERIFYPEER, 0L, "CURLOPT_SSL_VERIFYPEER");
+      set(CURLOPT_SSL_VERIFYHOST, 0L, "CURLOPT_SSL_VERIFYHOST");
+    }
+    if (!opt.ca_file.empty()) set(CURLOPT_CAINFO, opt.ca_file.c_str(), "CURLOPT_CAINFO");
+    if (rc != CURLE_OK)
+      throw std::runtime_error(std::string("curl_easy_setopt(") + failed +
+                               "): " + curl_easy_strerror(rc));
+  }
+
+  // A fresh easy handle for t's next request (see Transfer for why), pointed
+  // at t and at the body. Returns "" or why it could not be made.
+  std::string arm(Transfer* t, std::string_view body) {
+    if (t->easy) curl_easy_cleanup(t->easy);
+    t->easy = curl_easy_duphandle(tmpl);
+    if (!t->easy) return "curl_easy_duphandle failed";
     CURL* e = t->easy;
     CURLcode rc = CURLE_OK;
     auto set = [&](CURLoption o, auto v) {
       if (rc == CURLE_OK) rc = curl_easy_setopt(e, o, v);
     };
-    set(CURLOPT_URL, opt.url.c_str());
-    set(CURLOPT_POST, 1L);
-    set(CURLOPT_HTTPHEADER, header_list);
-    // One stream per connection: cancelling one closes exactly its connection.
-    set(CURLOPT_HTTP_VERSION, static_cast<long>(CURL_HTTP_VERSION_1_1));
-    set(CURLOPT_NOSIGNAL, 1L);
-    set(CURLOPT_TCP_NODELAY, 1L);
-    set(CURLOPT_TCP_KEEPALIVE, 1L);
-    set(CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(opt.connect_timeout_s * 1000));
-    set(CURLOPT_BUFFERSIZE, buffer_size);
-    // Raw chunked bodies: libcurl still follows the chunks to find the end of
-    // the response (keep-alive), but calls back once per socket read instead
-    // of once per chunk; Transfer::chunks decodes them (see on_write).
-    set(CURLOPT_HTTP_TRANSFER_DECODING, 0L);
-    set(CURLOPT_WRITEFUNCTION, &Impl::on_write);
-    set(CURLOPT_WRITEDATA, t.get());
-    set(CURLOPT_HEADERFUNCTION, &Impl::on_header);
-    set(CURLOPT_HEADERDATA, t.get());
-    set(CURLOPT_PRIVATE, t.get());
+    set(CURLOPT_WRITEDATA, t);
+    set(CURLOPT_HEADERDATA, t);
+    set(CURLOPT_PREREQDATA, t);
+    set(CURLOPT_PRIVATE, t);
     set(CURLOPT_ERRORBUFFER, t->errbuf);
-    if (!opt.tls_verify) {
-      set(CURLOPT_SSL_VERIFYPEER, 0L);
-      set(CURLOPT_SSL_VERIFYHOST, 0L);
-    }
-    if (!opt.ca_file.empty()) set(CURLOPT_CAINFO, opt.ca_file.c_str());
-    if (rc != CURLE_OK) {
-      curl_easy_cleanup(e);
-      throw std::runtime_error(std::string("curl_easy_setopt: ") + curl_easy_strerror(rc));
-    }
-    all.push_back(std::move(t));
-    return all.back().get();
+    // The body is sent from the caller's buffer: no copy per request.
+    set(CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
+    set(CURLOPT_POSTFIELDS, body.data());
+    if (rc != CURLE_OK) return std::string("curl_easy_setopt: ") + curl_easy_strerror(rc);
+    return {};
   }
 
   void release(Transfer* t) {
@@ -374,7 +425,8 @@ struct CurlTransport::Impl {
     if (curl_easy_getinfo(t->easy, CURLINFO_NUM_CONNECTS, &new_connections) == CURLE_OK) {
       connections_opened += new_connections;
     }
-    curl_multi_remove_handle(multi, t->easy);
+    if (const CURLMcode mc = curl_multi_remove_handle(multi, t->easy); mc != CURLM_OK)
+      throw std::runtime_error(std::string("curl_multi_remove_handle: ") + curl_multi_strerror(mc));
     RequestRecord& r = rec(t->id);
     const StreamSummary& s = t->decoder.summary();
     r.http_status = static_cast<std::int32_t>(t->status);
@@ -561,7 +613,8 @@ CurlTransport::CurlTransport(HttpOptions options, CellRecords& records, CellProg
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.fd = m.wakefd;
-  epoll_ctl(m.epfd, EPOLL_CTL_ADD, m.wakefd, &ev);
+  if (epoll_ctl(m.epfd, EPOLL_CTL_ADD, m.wakefd, &ev) != 0)
+    throw std::runtime_error(std::string("epoll_ctl: ") + std::strerror(errno));
 
   m.multi = curl_multi_init();
   if (!m.multi) throw std::runtime_error("curl_multi_init failed");
@@ -599,6 +652,8 @@ CurlTransport::CurlTransport(HttpOptions options, CellRecords& records, CellProg
   if (!o.api_key.empty()) add("Authorization: Bearer " + o.api_key);
   for (const std::string& h : o.headers) add(h);
 
+  m.make_template();
+
   m.idle_ns = static_cast<ns_t>(std::max(o.idle_timeout_s, 0.001) * 1e9);
   m.sweep_every_ns = std::clamp<ns_t>(m.idle_ns / 10, 5'000'000, 250'000'000);
   m.next_sweep_ns = now_ns() + m.sweep_every_ns;
@@ -617,14 +672,10 @@ void CurlTransport::start(std::int32_t id, std::string_view body) {
   m.active.push_back(t);
   RequestRecord& r = m.rec(id);
   r.sent_ns = now;
-  // The body is sent from the caller's buffer: no copy per request.
-  CURLcode rc =
-      curl_easy_setopt(t->easy, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
-  if (rc == CURLE_OK) rc = curl_easy_setopt(t->easy, CURLOPT_POSTFIELDS, body.data());
-  if (rc != CURLE_OK) {
+  if (std::string why = m.arm(t, body); !why.empty()) {
     r.outcome = Outcome::kError;
     r.error_kind = "transport";
-    r.error_message = std::string("curl_easy_setopt: ") + curl_easy_strerror(rc);
+    r.error_message = std::move(why);
     r.done_ns = now;
     m.release(t);
     // Reported at the next poll, as the contract says.
@@ -724,6 +775,7 @@ struct HttpGetter::Impl {
   CURL* easy = nullptr;
   curl_slist* headers = nullptr;
   std::string body;
+  std::string init_error;  // why the handle cannot be used; get() reports it
   char errbuf[CURL_ERROR_SIZE];
 
   static size_t on_write(char* ptr, size_t size, size_t nmemb, void* userp) {
@@ -740,26 +792,40 @@ HttpGetter::HttpGetter(std::vector<std::string> headers, std::string api_key, do
     : impl_(std::make_unique<Impl>()) {
   global_init();
   impl_->easy = curl_easy_init();
-  if (!impl_->easy) return;  // get() reports it
+  if (!impl_->easy) {
+    impl_->init_error = "curl_easy_init failed";
+    return;
+  }
   if (!api_key.empty()) headers.push_back("Authorization: Bearer " + api_key);
   for (const std::string& h : headers) {
-    if (curl_slist* l = curl_slist_append(impl_->headers, h.c_str())) impl_->headers = l;
+    curl_slist* l = curl_slist_append(impl_->headers, h.c_str());
+    if (!l) {
+      impl_->init_error = "curl_slist_append failed";
+      return;
+    }
+    impl_->headers = l;
   }
   CURL* e = impl_->easy;
-  curl_easy_setopt(e, CURLOPT_HTTPHEADER, impl_->headers);
-  curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
-  curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, static_cast<long>(timeout_s * 1000));
-  curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(timeout_s * 1000));
-  curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, "");
-  curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, &Impl::on_write);
-  curl_easy_setopt(e, CURLOPT_WRITEDATA, impl_.get());
-  curl_easy_setopt(e, CURLOPT_ERRORBUFFER, impl_->errbuf);
+  CURLcode rc = CURLE_OK;
+  auto set = [&](CURLoption o, auto v) {
+    if (rc == CURLE_OK) rc = curl_easy_setopt(e, o, v);
+  };
+  set(CURLOPT_HTTPHEADER, impl_->headers);
+  set(CURLOPT_NOSIGNAL, 1L);
+  set(CURLOPT_TCP_NODELAY, 1L);
+  set(CURLOPT_TIMEOUT_MS, static_cast<long>(timeout_s * 1000));
+  set(CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(timeout_s * 1000));
+  set(CURLOPT_ACCEPT_ENCODING, "");
+  set(CURLOPT_WRITEFUNCTION, &Impl::on_write);
+  set(CURLOPT_WRITEDATA, impl_.get());
+  set(CURLOPT_ERRORBUFFER, impl_->errbuf);
   if (!tls_verify) {
-    curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 0L);
-    curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 0L);
+    set(CURLOPT_SSL_VERIFYPEER, 0L);
+    set(CURLOPT_SSL_VERIFYHOST, 0L);
   }
-  if (!ca_file.empty()) curl_easy_setopt(e, CURLOPT_CAINFO, ca_file.c_str());
+  if (!ca_file.empty()) set(CURLOPT_CAINFO, ca_file.c_str());
+  if (rc != CURLE_OK)
+    impl_->init_error = std::string("curl_easy_setopt: ") + curl_easy_strerror(rc);
 }
 
 HttpGetter::~HttpGetter() {
@@ -769,8 +835,8 @@ HttpGetter::~HttpGetter() {
 
 bool HttpGetter::get(const std::string& url, std::string* body, std::string* error) {
   Impl& m = *impl_;
-  if (!m.easy) {
-    if (error) *error = "curl_easy_init failed";
+  if (!m.init_error.empty()) {
+    if (error) *error = m.init_error;
     return false;
   }
   m.body.clear();
@@ -784,7 +850,7 @@ bool HttpGetter::get(const std::string& url, std::string* body, std::string* err
     return false;
   }
   long status = 0;
-  curl_easy_getinfo(m.easy, CURLINFO_RESPONSE_CODE, &status);
+  if (curl_easy_getinfo(m.easy, CURLINFO_RESPONSE_CODE, &status) != CURLE_OK) status = 0;
   if (status < 200 || status >= 300) {
     if (error) *error = "HTTP " + std::to_string(status);
     return false;

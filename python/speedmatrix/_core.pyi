@@ -63,6 +63,7 @@ class Requests(TypedDict):
     finish_reason: list[str]
     error_kind: list[str]
     error_message: list[str]
+    retries: npt.NDArray[np.int32]  # re-sent on a new connection (reused one died first)
 
 class Events(TypedDict):
     request: npt.NDArray[np.int32]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["display_model_name", "precision_label"]
+__all__ = ["display_model_name", "precision_label", "served_model_name"]
 
 _DTYPE_LABELS = {
     "bfloat16": "BF16",
@@ -47,3 +47,20 @@ def display_model_name(model_path: str | None) -> str | None:
         if part == "snapshots" and i > 0 and i == len(parts) - 2:
             return parts[i - 1]
     return parts[-1]
+
+
+#: model weight files whose stem names the model (llama.cpp serves "-m /models/x.gguf" as id)
+_MODEL_FILE = re.compile(r"\.(gguf|ggml|bin|safetensors)$", re.IGNORECASE)
+
+
+def served_model_name(model_id: Any) -> str | None:
+    """The served model as a shareable report shows it: a model id that is a file path
+    (llama.cpp's ``/v1/models`` id is the ``-m`` path) becomes the file's stem, so no
+    server directory is published; any other id (``org/Name``, ``gpt-oss-20b``) is kept."""
+    if model_id is None:
+        return None
+    text = str(model_id).strip()
+    if not _MODEL_FILE.search(text):
+        return text
+    name = re.split(r"[/\\]+", text)[-1]
+    return _MODEL_FILE.sub("", name) or text

@@ -7,12 +7,16 @@ kept with a status and a reason, and the sweep moves on.
 
 Rules (DESIGN.md "Status"):
 
-- **over_capacity** — decode: N × (C + max_output) > KV capacity in tokens; prefill:
-  C + 1 > KV capacity. Not run.
+- **over_capacity** — the engine family's capacity rule (capacity.py): a shared pool
+  (SGLang, vLLM): min(N, max running) × (C + max_output) > KV capacity; llama.cpp split
+  slots: C + max_output > the slot's cache; llama.cpp unified pool: min(N, slots) ×
+  (C + max_output) > the pool; TGI/Ollama: C + max_output > the per-request cap. Prefill
+  cells are N = 1 with one output token. Not run.
 - **error** — the context does not fit the server's context length (decode:
   C + max_output > context length; prefill: C + 1 > context length), or ``max`` was asked
   for and the context length is unknown. Not run.
-- KV capacity unknown: no cell is marked over capacity and the plan carries a warning.
+- KV capacity unknown (shared pool): no cell is marked over capacity and the plan carries a
+  warning. ``Plan.capacity_model`` records the model, its values and their sources.
 
 ``max`` (safety margin rule):
 
@@ -30,6 +34,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from speedmatrix.capacity import CapacityModel, model_for
 from speedmatrix.matrix import Matrix
 from speedmatrix.units import format_tokens
 
@@ -117,6 +122,8 @@ class Plan(list):
         self.kv_tokens: int | None = attrs.get("kv_tokens")
         self.context_length: int | None = attrs.get("context_length")
         self.max_running: int | None = attrs.get("max_running")
+        #: the capacity model used (CapacityModel.to_dict()): family, values, sources
+        self.capacity_model: dict[str, Any] | None = attrs.get("capacity_model")
 
     def runnable(self) -> list[PlannedCell]:
         return [c for c in self if c.runnable]
@@ -152,8 +159,13 @@ def plan(
         context_length if context_length is not None else getattr(target, "context_length", None)
     )
     cap = max_running if max_running is not None else getattr(target, "max_running", None)
+    model = model_for(
+        target, kv_tokens=kv_tokens, context_length=context_length, max_running=max_running
+    )
     warnings: list[str] = []
-    if kv is None:
+    if model.note:
+        warnings.append(model.note)
+    if model.family == "unknown":
         warnings.append(
             "KV capacity unknown: no cell is marked over capacity; cells the server cannot "
             "hold will queue or fail (give --kv-capacity)"
@@ -180,12 +192,12 @@ def plan(
 
     for spec, context in prefill_resolved:
         for r in range(matrix.repetitions):
-            cells.append(_cell("prefill", spec, context, 1, r, PREFILL_OUTPUT, kv, ctx_len, cap))
+            cells.append(_cell("prefill", spec, context, 1, r, PREFILL_OUTPUT, model, ctx_len, cap))
     for spec, context in decode_resolved:
         for n in matrix.concurrency:
             for r in range(matrix.repetitions):
                 cells.append(
-                    _cell("decode", spec, context, n, r, matrix.max_output, kv, ctx_len, cap)
+                    _cell("decode", spec, context, n, r, matrix.max_output, model, ctx_len, cap)
                 )
     for cell in cells:
         _shape(cell, matrix)
@@ -197,6 +209,7 @@ def plan(
         kv_tokens=kv,
         context_length=ctx_len,
         max_running=cap,
+        capacity_model=model.to_dict(),
     )
 
 
@@ -247,7 +260,7 @@ def _cell(
     n: int,
     r: int,
     output: int,
-    kv: int | None,
+    model: CapacityModel,
     ctx_len: int | None,
     cap: int | None,
 ) -> PlannedCell:
@@ -277,10 +290,12 @@ def _cell(
             f"server's context length {ctx_len}"
         )
         return cell
-    if kv is not None and need > kv:
-        cell.status = "over_capacity"
-        cell.reason = f"{n} × ({context} + {output}) = {need:,} tokens > KV capacity {kv:,} tokens"
+    fit = model.check(context, n, output)
+    cell.kv_needed = fit.kv_needed
+    if fit.status:
+        cell.status = fit.status
+        cell.reason = fit.reason
         return cell
-    if cap is not None and n > cap:
+    if fit.queued or (cap is not None and n > cap):
         cell.expect_queued = True
     return cell

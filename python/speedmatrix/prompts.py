@@ -551,12 +551,8 @@ class PromptFactory:
 
         def count_remote(payload: Any) -> int:
             if isinstance(payload, list):
-                answer = self.client.post_json(
-                    tok.path, tok.request(self.target.model, messages=payload)
-                )
-            else:
-                answer = self.client.post_json(tok.path, tok.request(self.target.model, payload))
-            return tok.parse(answer)[0]
+                return tok.count(self.client, self.target.model, messages=payload)[0]
+            return tok.count(self.client, self.target.model, payload)[0]
 
         return count_remote
 

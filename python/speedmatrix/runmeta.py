@@ -11,6 +11,7 @@ import urllib.parse
 from typing import Any
 
 from speedmatrix import __version__
+from speedmatrix.naming import served_model_name
 from speedmatrix.verdict import EngineFacts, Rules
 
 __all__ = ["plan_meta", "run_meta", "tokenizer_name", "utc_now", "verdict_meta"]
@@ -44,7 +45,7 @@ def run_meta(url: str, target: Any, matrix: Any, info: dict, rules: Rules) -> di
         "engine": engine,
         "hardware": hardware,
         "run": {
-            "served_model": t.model,
+            "served_model": served_model_name(t.model),
             "revision": info.get("revision"),
             "tool": "speedmatrix",
             "tool_version": __version__,
@@ -89,6 +90,8 @@ def plan_meta(planned: Any, matrix: Any) -> dict:
         "kv_tokens": planned.kv_tokens,
         "context_length": planned.context_length,
         "max_running": planned.max_running,
+        # which capacity model decided over_capacity, its values and their sources
+        "capacity_model": getattr(planned, "capacity_model", None),
         "cells": len(planned),
     }
 

@@ -42,6 +42,7 @@ __all__ = [
     "prefill_cell",
     "prompt_failure_cell",
     "server_view",
+    "tokens_estimated",
     "unrun_cell",
 ]
 
@@ -49,6 +50,7 @@ __all__ = [
 # many characters: enough to say why, never a request body.
 ERROR_EXAMPLE_CHARS = 300
 # outcome codes of the request records (cpp/include/speedmatrix/records.hpp)
+_OK = 1
 _ERROR = 3
 
 
@@ -342,6 +344,9 @@ def decode_cell(
                 req, np.flatnonzero(window & (req["outcome"] == _ERROR))
             ),
             "errors_total": sum(errors.values()),
+            # re-sent on a new connection after a kept-alive one died before any byte of
+            # the answer (a keep-alive close racing the request): counted apart, not errors
+            "retried": int(np.count_nonzero(req["retries"][window])) if "retries" in req else 0,
             "t0_ns": t0,
             "t1_ns": t1,
             "warmup_start_ns": int(records.warmup_start_ns),
@@ -364,8 +369,7 @@ def decode_cell(
         flags.append("drift")
     if ptok["exact"] is False:
         flags.append("prompt_mismatch")
-    sources = req["token_source"][window]
-    if len(sources) and np.any(sources == 1):
+    if tokens_estimated(req["token_source"][window], req["outcome"][window]):
         flags.append("estimated_tokens")
     # client CPU covers the whole cell, warm-up included
     cell_s = (int(records.end_ns) - int(records.warmup_start_ns)) / 1e9
@@ -474,6 +478,22 @@ def server_view(metrics: dict, facts: EngineFacts, t0: int, t1: int, settle: int
 
 
 # ------------------------------------------------------------------------------ helpers
+def tokens_estimated(token_source: np.ndarray, outcome: np.ndarray) -> bool:
+    """Whether the cell's output counts rest on per-chunk estimates (token_source 1).
+
+    Only completed requests count: an engine that sends usage in its final chunk (llama.cpp)
+    has none for the requests the window's end cut, and those few are counted per chunk
+    although every completed request had exact usage. With no completed request, any
+    per-chunk count flags the cell."""
+    sources = np.asarray(token_source)
+    if not len(sources):
+        return False
+    completed = np.asarray(outcome) == _OK
+    if completed.any():
+        return bool(np.any(sources[completed] == 1))
+    return bool(np.any(sources == 1))
+
+
 def _finite(x: Any) -> float | None:
     try:
         v = float(x)

@@ -137,6 +137,12 @@ class LoopbackServer {
 
   std::atomic<int> connections{0};
   std::atomic<int> requests{0};
+  // Closes a kept-alive connection the way llama.cpp's server (cpp-httplib)
+  // can: the next request arrives just as the server gives the connection up,
+  // so it is read and answered with a close, no response byte. Set before the
+  // first request; counts the requests it dropped so.
+  std::atomic<bool> drop_reused{false};
+  std::atomic<int> dropped{0};
   std::mutex last_mu;
   HttpRequest last;  // the last request received (under last_mu)
 
@@ -160,6 +166,7 @@ class LoopbackServer {
     std::string buf;
     char tmp[65536];
     Conn conn(fd, stop_);
+    int served = 0;  // requests answered on this connection
     while (!stop_ && !conn.closed()) {
       // Headers.
       std::size_t end;
@@ -217,6 +224,13 @@ class LoopbackServer {
         std::lock_guard<std::mutex> lock(last_mu);
         last = req;
       }
+      if (drop_reused && served > 0) {
+        ++dropped;
+        // cpp-httplib's drain_and_close_socket(): FIN first, then close.
+        ::shutdown(fd, SHUT_WR);
+        break;
+      }
+      ++served;
       handler_(conn, req);
       if (conn.closed()) break;
     }

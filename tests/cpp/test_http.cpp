@@ -280,6 +280,30 @@ TEST_F(HttpTest, SequentialRequestsReuseOneConnection) {
   }
   EXPECT_EQ(server.connections.load(), 1);
   EXPECT_EQ(e.transport->connections_opened(), 1);
+  for (const auto& r : e.records.requests) EXPECT_EQ(r.retries, 0);
+}
+
+// llama.cpp's server (cpp-httplib) gives up a kept-alive connection after its
+// keep-alive timeout; a request that crosses that moment is read and the
+// connection closed without an answer. Each such request must succeed on a new
+// connection, however many times it happens to one transfer slot, and be
+// counted as retried, never as a server failure.
+TEST_F(HttpTest, RequestsDroppedOnReusedConnectionsAreRetriedOnFreshOnes) {
+  server.drop_reused = true;
+  Engine e(options("/sse?n=2&itl_ms=1"));
+  constexpr int kRequests = 12;
+  for (int i = 0; i < kRequests; ++i) {
+    const auto id = e.add("{}");
+    e.wait_finished(static_cast<std::size_t>(i + 1));
+    const RequestRecord& r = e.rec(id);
+    ASSERT_EQ(r.outcome, Outcome::kOk)
+        << "request " << i << ": " << r.error_kind << ": " << r.error_message;
+    EXPECT_EQ(r.output_tokens, 2);
+    EXPECT_EQ(r.retries, i == 0 ? 0 : 1) << "request " << i;
+  }
+  // Every request after the first met a dropped connection once.
+  EXPECT_EQ(server.dropped.load(), kRequests - 1);
+  EXPECT_EQ(server.connections.load(), kRequests);
 }
 
 TEST_F(HttpTest, HundredsOfConcurrentStreamsEachGetAConnection) {

@@ -53,6 +53,10 @@ struct RequestRecord {
   std::string finish_reason;
   std::string error_kind;     // "" unless outcome == kError
   std::string error_message;  // one line, secrets never included
+  // Times the transport re-sent the request on a new connection because the
+  // reused one died before any response byte (a keep-alive close racing the
+  // request). Not a server failure; counted apart.
+  std::int32_t retries = 0;
 };
 
 // Every event that carried tokens, in arrival order.

@@ -273,7 +273,7 @@ def _check_tokenize(target: Target, client: HttpClient, found: dict[str, Any]) -
     candidates: list[TokenizeSpec] = list(found.get("tokenize") or get_tokenize(target))
     for spec in candidates:
         try:
-            count, _ids = spec.parse(client.post_json(spec.path, spec.request(target.model, "a b")))
+            count, _ids = spec.count(client, target.model, "a b")
         except (HttpError, ValueError, TypeError, KeyError):
             continue
         if count <= 0:
@@ -282,10 +282,12 @@ def _check_tokenize(target: Target, client: HttpClient, found: dict[str, Any]) -
         if messages:
             chat = [{"role": "user", "content": "a b"}]
             try:
-                spec.parse(client.post_json(spec.path, spec.request(target.model, messages=chat)))
+                spec.count(client, target.model, messages=chat)
             except (HttpError, ValueError, TypeError, KeyError):
                 messages = False
-        target.tokenize = TokenizeSpec(spec.path, spec.style, messages)
+        target.tokenize = TokenizeSpec(
+            spec.path, spec.style, messages, spec.template if messages else None
+        )
         target.probed.append(spec.path)
         return
     target.tokenize = None

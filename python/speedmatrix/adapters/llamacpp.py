@@ -1,6 +1,15 @@
-"""llama.cpp ``llama-server``: ``/props`` gives the per-slot context (``n_ctx``), the number
-of slots and the build; the KV cache is split among the slots, so its capacity is
-n_ctx × total_slots. Metrics need ``--metrics`` and carry no labels."""
+"""llama.cpp ``llama-server``: ``/props`` gives the per-slot context
+(``default_generation_settings.n_ctx``), the number of slots (``total_slots``), the model's
+file type (``model_ftype``), its path and the build; ``/v1/models`` ``meta`` the trained
+context (``n_ctx_train``). Metrics need ``--metrics`` and carry no labels.
+
+KV layout (capacity.py): with ``--parallel K`` each slot has its own cache of n_ctx / K
+tokens (split); launched without it, this llama.cpp runs 4 slots over one unified pool and
+each slot may use all of it, so ``/props`` n_ctx is the whole pool. The server does not say
+which (only its log does), so the layout is inferred: more than one slot whose context is
+the model's trained context is llama.cpp's default unified launch (the pool is sized to the
+trained context); a slot context below it is split slots. A given ``--kv-capacity`` settles
+it (capacity.model_for). Slot caches are emptied with ``POST /slots/{id}?action=erase``."""
 
 from __future__ import annotations
 
@@ -17,8 +26,30 @@ from speedmatrix.adapters.base import (
     first_metric,
     positive_int,
 )
+from speedmatrix.naming import served_model_name
 
-_BUILD = re.compile(r"^b?(\d+)-([0-9a-f]{6,40})$")
+_BUILD = re.compile(r"^b?(\d+)-([0-9a-f]{6,40}|unknown)$")
+
+
+def kv_layout(n_ctx: int | None, slots: int | None, n_ctx_train: int | None) -> dict[str, Any]:
+    """``{"unified": True | False | None, "source": why}`` from /props and n_ctx_train."""
+    if not n_ctx or not slots:
+        return {"unified": None, "source": "/props lacks n_ctx or total_slots"}
+    if slots == 1:
+        return {"unified": False, "source": "one slot: its cache is the whole pool"}
+    if n_ctx_train and n_ctx >= n_ctx_train:
+        return {
+            "unified": True,
+            "source": f"inferred: {slots} slots each of the trained context {n_ctx_train} "
+            "(llama.cpp's default launch: one unified pool)",
+        }
+    if n_ctx_train:
+        return {
+            "unified": False,
+            "source": f"inferred: slot context {n_ctx} below the trained context "
+            f"{n_ctx_train} (--parallel {slots}: split slot caches)",
+        }
+    return {"unified": None, "source": "n_ctx_train unknown: layout not inferred"}
 
 
 class LlamaCppAdapter(Adapter):
@@ -31,13 +62,16 @@ class LlamaCppAdapter(Adapter):
         kv_usage=None,
         path="/metrics",
     )
-    tokenize = (TokenizeSpec("/tokenize", "llamacpp"),)
+    # chats: rendered by the server's own template (/apply-template), then tokenized as the
+    # chat endpoint does, so chat prompts are exact too
+    tokenize = (TokenizeSpec("/tokenize", "llamacpp", messages=True, template="/apply-template"),)
     output = OutputControl(
         forced=True, ignore_eos=True, note="no min_tokens: ignore_eos runs to max_tokens"
     )
     token_id_prompts = True
     stream_options = USAGE_FINAL
-    cache_reset = None
+    #: every slot's cache; {id} is replaced by each slot id (0 .. total_slots - 1)
+    cache_reset = "/slots/{id}?action=erase"
 
     def probe(self, ctx: ProbeContext) -> dict[str, Any] | None:
         props = ctx.get_dict("/props")
@@ -57,18 +91,36 @@ class LlamaCppAdapter(Adapter):
         found["capacity_detail"]["context_length"] = "/props default_generation_settings.n_ctx"
         found["max_running"] = slots
         found["capacity_detail"]["max_running"] = "/props total_slots"
-        if n_ctx and slots:
+        meta = _model_meta(ctx)
+        n_ctx_train = positive_int(meta.get("n_ctx_train"))
+        if n_ctx_train:
+            found["info"]["n_ctx_train"] = n_ctx_train
+        layout = kv_layout(n_ctx, slots, n_ctx_train)
+        found["info"]["kv_layout"] = layout
+        if layout["unified"] is True:
+            found["kv_tokens"] = n_ctx
+            found["capacity_detail"]["kv_tokens"] = "/props n_ctx: the unified pool"
+        elif layout["unified"] is False and n_ctx and slots:
             found["kv_tokens"] = n_ctx * slots
-            found["capacity_detail"]["kv_tokens"] = "/props n_ctx × total_slots"
+            found["capacity_detail"]["kv_tokens"] = "/props n_ctx × total_slots: split slot caches"
+        else:
+            found["warnings"].append(
+                "llama.cpp does not say whether its KV cache is unified: only the per-slot "
+                "rule is applied (give --kv-capacity for the pool)"
+            )
+        ftype = props.get("model_ftype") or meta.get("ftype")
+        if isinstance(ftype, str) and ftype:
+            found["quantization"] = ftype
         build = props.get("build_info")
         if isinstance(build, str) and build:
             match = _BUILD.match(build.strip())
             found["version"] = f"b{match.group(1)}" if match else build
-            found["commit"] = match.group(2) if match else None
+            commit = match.group(2) if match else None
+            found["commit"] = None if commit == "unknown" else commit
             found["build"] = build
         if props.get("model_path"):
             found["info"]["model_path"] = props["model_path"]
-            found["served_models"] = [str(props["model_path"]).rsplit("/", 1)[-1]]
+            found["served_models"] = [served_model_name(props["model_path"])]
         samples = ctx.get_metrics("/metrics")
         if samples is not None:
             found["metrics"] = MetricsSpec(
@@ -78,3 +130,11 @@ class LlamaCppAdapter(Adapter):
                 path="/metrics",
             )
         return found
+
+
+def _model_meta(ctx: ProbeContext) -> dict[str, Any]:
+    """``meta`` of the first model in /v1/models (llama.cpp: n_ctx_train, ftype, n_params)."""
+    for entry in ctx.models:
+        if isinstance(entry, dict) and isinstance(entry.get("meta"), dict):
+            return entry["meta"]
+    return {}

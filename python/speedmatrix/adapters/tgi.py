@@ -51,8 +51,8 @@ class TGIAdapter(Adapter):
             found["capacity_detail"]["kv_tokens"] = "/info max_batch_total_tokens"
         else:
             found["warnings"].append(
-                "TGI does not expose its batch token budget: KV capacity unknown "
-                "(give --kv-capacity)"
+                "TGI does not expose its batch token budget: only its per-request cap "
+                "max_total_tokens is checked (give --kv-capacity for the budget)"
             )
         batch = positive_int(info.get("max_batch_size"))
         if batch:

@@ -110,11 +110,33 @@ class TokenizeSpec:
       - ``llamacpp``: ``{content, add_special: true}`` → ``{tokens}``
       - ``tgi``:      ``{inputs}`` → ``[{id, text, start, stop}]``
       - ``lmdeploy``: ``{input}`` → ``{input_ids, length}``
+
+    ``template``: a POST path that renders chat messages with the server's own template
+    (llama.cpp ``/apply-template`` ``{messages}`` → ``{prompt}``); chats are then counted
+    as that text, the way the chat endpoint tokenizes it. Use :meth:`count`.
     """
 
     path: str
     style: str = "openai"
     messages: bool = False
+    template: str | None = None
+
+    def count(
+        self, client: Any, model: str | None, text: str | None = None, messages: list | None = None
+    ) -> tuple[int, list[int] | None]:
+        """(token count, ids or None) of a text or a chat, asked of the server."""
+        if messages is not None and self.template:
+            if not self.messages:
+                raise ValueError(f"{self.path} ({self.style}) cannot tokenize chat messages")
+            rendered = client.post_json(self.template, {"messages": messages})
+            prompt = rendered.get("prompt") if isinstance(rendered, dict) else None
+            if not isinstance(prompt, str):
+                raise ValueError(f"{self.template} answered without a prompt")
+            body = self.request(model, prompt)
+            if self.style == "llamacpp":
+                body["parse_special"] = True  # the chat endpoint parses special tokens
+            return self.parse(client.post_json(self.path, body))
+        return self.parse(client.post_json(self.path, self.request(model, text, messages)))
 
     def request(
         self, model: str | None, text: str | None = None, messages: list | None = None
