@@ -1,0 +1,258 @@
+"""Service-level objectives: attainment and goodput of a cell, and the capacity answer.
+
+An SLO is a set of per-request latency targets (any subset of ``ttft``, ``tpot``, ``e2e``,
+``tbt``), written ``ttft=2s,tpot=50ms,e2e=60s``. A request *meets the SLO* when it completed
+OK and each of its figures is within its target:
+
+- ``ttft`` and ``e2e``: from the scheduled time in an open-loop cell (what the user who
+  arrived then waited), from the send in a closed-loop cell (where the two are the same);
+- ``tpot``: ``(e2e − ttft) / (output − 1)`` from the send (a request with one token has no
+  TPOT and meets any TPOT target);
+- ``tbt``: the request's longest gap between token arrivals (the stall a user sees).
+
+Per cell (the requests :func:`speedmatrix.latency.counted_mask` counts; failed, and in open
+loop unfinished, requests count and miss): ``attainment`` = meeting / counted,
+``goodput_req_s`` = meeting / D, ``goodput_tok_s`` = their output tokens / D, and
+``failed_most``: the target most requests missed (``"error"`` when failures outnumber every
+target's misses).
+
+The capacity answer, per context: over loads (concurrencies or rates) measured in increasing
+order, the largest load whose attainment is at least the asked one, the first larger load
+that falls below it, and an estimate between them by linear interpolation of attainment
+against load (``method`` names it). :func:`search` finds the boundary by measuring: it
+brackets (doubling or halving) and then bisects until the bracket is within 10% or the cell
+budget is spent.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from speedmatrix import latency
+from speedmatrix.units import parse_duration
+
+__all__ = [
+    "SLO_METRICS",
+    "capacity",
+    "evaluate",
+    "format_slo",
+    "parse_attainment",
+    "parse_slo",
+    "search",
+]
+
+# Target name -> the per-request column of latency.per_request it is judged on
+# (closed loop, open loop).
+SLO_METRICS: dict[str, tuple[str, str]] = {
+    "ttft": ("ttft_ms", "ttft_sched_ms"),
+    "tpot": ("tpot_ms", "tpot_ms"),
+    "e2e": ("e2e_ms", "e2e_sched_ms"),
+    "tbt": ("tbt_max_ms", "tbt_max_ms"),
+}
+_ALIASES = {"itl": "tbt", "e2el": "e2e"}
+
+
+def parse_slo(text: str | dict) -> dict[str, float]:
+    """``"ttft=2s,tpot=50ms"`` -> ``{"ttft": 2000.0, "tpot": 50.0}`` (targets in ms).
+    A bare number is seconds. Raises ValueError naming the offending item."""
+    if isinstance(text, dict):
+        items = [f"{k}={v}" for k, v in text.items()]
+    else:
+        items = [s for s in str(text).split(",") if s.strip()]
+    out: dict[str, float] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        name = name.strip().lower()
+        name = _ALIASES.get(name, name)
+        if not sep or name not in SLO_METRICS:
+            raise ValueError(
+                f"--slo: {item.strip()!r} is not NAME=DURATION with NAME one of "
+                f"{', '.join(SLO_METRICS)} (e.g. ttft=2s,tpot=50ms)"
+            )
+        try:
+            seconds = parse_duration(value.strip())
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"--slo {name}: {exc}") from None
+        if not seconds > 0:
+            raise ValueError(f"--slo {name}: the target must be above 0")
+        out[name] = seconds * 1000.0
+    if not out:
+        raise ValueError("--slo: no targets given (e.g. ttft=2s,tpot=50ms)")
+    return out
+
+
+def format_slo(slo: dict[str, float]) -> str:
+    """``{"ttft": 2000, "tpot": 50}`` -> ``"ttft=2s,tpot=50ms"``."""
+
+    def fmt(ms: float) -> str:
+        return f"{ms / 1000:g}s" if ms >= 1000 else f"{ms:g}ms"
+
+    return ",".join(f"{k}={fmt(v)}" for k, v in slo.items())
+
+
+def parse_attainment(text: str | float) -> float:
+    """``"95%"``, ``"95"``, ``0.95`` -> 0.95. Raises ValueError outside (0, 100%]."""
+    s = str(text).strip()
+    pct = s.endswith("%")
+    try:
+        v = float(s.rstrip("%"))
+    except ValueError:
+        raise ValueError(f"--attainment: {text!r} is not a share (e.g. 95%)") from None
+    if pct or v > 1:
+        v /= 100
+    if not (0 < v <= 1):
+        raise ValueError(f"--attainment: {text!r} is not between 0 and 100%")
+    return v
+
+
+def evaluate(
+    requests: dict,
+    events: dict | None,
+    t0_ns: int,
+    t1_ns: int,
+    slo: dict[str, float],
+    *,
+    open_loop: bool = False,
+) -> dict[str, Any]:
+    """Attainment and goodput of one cell against ``slo`` (targets in ms, from
+    :func:`parse_slo`): ``{"slo", "counted", "met", "attainment", "goodput_req_s",
+    "goodput_tok_s", "missed": {target: n, "error": n}, "failed_most"}``."""
+    lat = latency.per_request(requests, events)
+    counted = latency.counted_mask(requests, t0_ns, t1_ns, open_loop)
+    outcome = np.asarray(requests["outcome"])
+    ok = counted & (outcome == latency.OUTCOME_OK)
+    met = ok.copy()
+    missed: dict[str, int] = {}
+    for name, target in slo.items():
+        col = lat[SLO_METRICS[name][1 if open_loop else 0]]
+        # An undefined figure (a one-token request's TPOT, a one-chunk stream's TBT)
+        # cannot miss its target.
+        fails = ok & np.isfinite(col) & (col > target)
+        missed[name] = int(fails.sum())
+        met &= ~fails
+    missed["error"] = int((counted & ~ok).sum())
+    n_counted = int(counted.sum())
+    n_met = int(met.sum())
+    d_s = (t1_ns - t0_ns) / 1e9
+    out_tok = np.asarray(requests["output_tokens"]).astype(float)
+    worst = max(missed.items(), key=lambda kv: kv[1]) if missed else ("", 0)
+    return {
+        "slo": dict(slo),
+        "counted": n_counted,
+        "met": n_met,
+        "attainment": n_met / n_counted if n_counted else math.nan,
+        "goodput_req_s": n_met / d_s if d_s > 0 else math.nan,
+        "goodput_tok_s": float(out_tok[met].sum()) / d_s if d_s > 0 else math.nan,
+        "missed": missed,
+        "failed_most": worst[0] if worst[1] > 0 else None,
+    }
+
+
+_METHOD = "linear interpolation of attainment between the last passing and first failing loads"
+
+
+def capacity(points: list[tuple[float, float]], attainment: float) -> dict[str, Any]:
+    """The capacity answer for one context from measured ``(load, attainment)`` points.
+
+    Returns ``{"passing": load|None, "failing": load|None, "estimate": float|None,
+    "method": str, "points": [[load, attainment], ...]}``. ``passing`` is the largest load
+    meeting ``attainment`` below which every measured load also meets it (a noisy pass above
+    a failure does not count); ``failing`` the first measured load above ``passing`` that does
+    not. The estimate is the interpolated load where attainment crosses the target; with no
+    failing load it is None ("at least ``passing``"), with no passing load it is None ("below
+    the smallest measured load"). Points with NaN attainment are ignored."""
+    pts = sorted((float(x), float(a)) for x, a in points if not math.isnan(float(a)))
+    passing = failing = None
+    pa = fa = math.nan
+    for x, a in pts:
+        if a >= attainment:
+            passing, pa = x, a
+        else:
+            failing, fa = x, a
+            break
+    estimate = None
+    method = _METHOD
+    if passing is not None and failing is not None:
+        estimate = passing + (pa - attainment) / (pa - fa) * (failing - passing)
+    elif passing is not None:
+        method = "no measured load failed: capacity is at least the largest measured"
+    elif failing is not None:
+        method = "every measured load failed: capacity is below the smallest measured"
+    else:
+        method = "no measured points"
+    return {
+        "passing": passing,
+        "failing": failing,
+        "estimate": estimate,
+        "method": method,
+        "points": [[x, a] for x, a in pts],
+    }
+
+
+def search(
+    measure: Callable[[float], float],
+    start: float,
+    attainment: float,
+    *,
+    integer: bool = True,
+    max_cells: int = 8,
+    tolerance: float = 0.10,
+    lowest: float = 1,
+) -> dict[str, Any]:
+    """Finds the largest load meeting ``attainment`` by measuring as few cells as it can.
+
+    ``measure(load) -> attainment`` runs one cell. From ``start`` it doubles while the load
+    passes (halves while it fails, down to ``lowest``) until a passing and a failing load
+    bracket the boundary, then bisects (geometric midpoint; integers for concurrency) until
+    ``(failing − passing) / passing <= tolerance``, two integer loads are adjacent, or
+    ``max_cells`` cells were measured. Returns :func:`capacity` of the measured points plus
+    ``"cells"`` (how many were measured) and ``"converged"``."""
+    measured: dict[float, float] = {}
+
+    def at(x: float) -> float:
+        x = float(round(x)) if integer else float(x)
+        if x not in measured:
+            measured[x] = measure(x)
+        return measured[x]
+
+    def done(lo: float | None, hi: float | None) -> bool:
+        if lo is None or hi is None:
+            return False
+        return (hi - lo) / lo <= tolerance or (integer and hi - lo <= 1)
+
+    lo: float | None = None
+    hi: float | None = None
+    x = float(round(start)) if integer else float(start)
+    x = max(x, lowest)
+    while len(measured) < max_cells and (lo is None or hi is None):
+        if at(x) >= attainment:
+            lo = x
+            if hi is None:
+                x = x * 2
+        else:
+            hi = x
+            if lo is None:
+                if x <= lowest:
+                    break
+                x = max(x / 2, lowest)
+                x = float(round(x)) if integer else x
+    while len(measured) < max_cells and not done(lo, hi) and lo is not None and hi is not None:
+        mid = math.sqrt(lo * hi)
+        if integer:
+            mid = float(round(mid))
+            if mid <= lo:
+                mid = lo + 1
+            if mid >= hi:
+                mid = hi - 1
+        if at(mid) >= attainment:
+            lo = mid
+        else:
+            hi = mid
+    out = capacity(list(measured.items()), attainment)
+    out["cells"] = len(measured)
+    out["converged"] = done(lo, hi)
+    return out
