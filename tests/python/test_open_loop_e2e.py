@@ -1,0 +1,135 @@
+"""Open-loop cells end to end against the built-in engine (marker ``e2e``; a few seconds each):
+the core sends on its schedule, the figures of latency.py and slo.py read its records."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from speedmatrix import _core, latency, slo
+from speedmatrix.sim import Sim
+
+pytestmark = pytest.mark.e2e
+
+
+def body(model: str, max_tokens: int) -> bytes:
+    return json.dumps(
+        {
+            "model": model,
+            "prompt": "hello open loop",
+            "max_tokens": max_tokens,
+            "ignore_eos": True,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+    ).encode()
+
+
+def run_open(
+    url: str,
+    model: str,
+    *,
+    rate: float,
+    duration_s: float,
+    arrival="poisson",
+    max_concurrency=0,
+    max_tokens=4,
+    seed=1,
+):
+    spec = _core.CellSpec()
+    spec.url = url + "/v1/completions"
+    spec.bodies = [body(model, max_tokens)]
+    spec.mode = "open"
+    spec.rate_per_s = rate
+    spec.arrival = arrival
+    spec.seed = seed
+    spec.duration_s = duration_s
+    spec.max_concurrency = max_concurrency
+    spec.drain_timeout_s = 30
+    res = _core.CellRunner(spec).run()
+    assert res.fatal_error == ""
+    return res
+
+
+def test_poisson_cell_has_the_asked_rate_and_a_poisson_spread():
+    rate, d = 200.0, 8.0
+    with Sim("test-fast") as sim:
+        res = run_open(sim.url, "sim-test", rate=rate, duration_s=d, seed=3)
+    req = res.requests
+    t0, t1 = res.window_start_ns, res.window_end_ns
+    assert t1 - t0 == int(d * 1e9)
+    f = latency.open_loop_figures(req, t0, t1, rate)
+    # The seeded schedule has 1600 +- 40 arrivals; the core must send them all on time.
+    assert f["achieved_rate_per_s"] == pytest.approx(rate, rel=0.03)
+    assert f["completed"] == f["arrivals"] and f["failed"] == 0
+    sent = np.sort(req["sent_ns"][req["phase"] == 1])
+    gaps = np.diff(sent)
+    assert gaps.std(ddof=1) / gaps.mean() == pytest.approx(1.0, rel=0.10)  # of the actual sends
+    assert f["kept_up"], f["reason"]
+    lateness_ms = (req["sent_ns"] - req["scheduled_ns"])[req["phase"] == 1] / 1e6
+    assert np.percentile(lateness_ms, 50) < 5
+
+
+def test_over_capacity_latency_grows_from_the_schedule_and_stays_flat_from_the_send():
+    # test-batch runs 4 at most, ~16 steps of ~12 ms each: ~20 requests/s. Ask 50/s with the
+    # client's gate at the engine's 4, so the queue builds on our side where we can see it.
+    with Sim("test-batch") as sim:
+        res = run_open(
+            sim.url,
+            "sim-batch",
+            rate=50,
+            duration_s=3,
+            arrival="constant",
+            max_concurrency=4,
+            max_tokens=16,
+        )
+    req, ev = res.requests, res.events
+    t0, t1 = res.window_start_ns, res.window_end_ns
+    f = latency.open_loop_figures(req, t0, t1, 50)
+    assert not f["kept_up"] and "grew" in f["reason"]
+    lat = latency.per_request(req, ev)
+    win = (req["phase"] == 1) & (req["outcome"] == 1)
+    order = np.argsort(req["scheduled_ns"][win])
+    sched = lat["e2e_sched_ms"][win][order]
+    sent = lat["e2e_ms"][win][order]
+    q = len(sched) // 4
+    assert np.median(sched[-q:]) > 3 * np.median(sched[:q])  # a growing backlog
+    assert np.median(sent[-q:]) < 1.5 * np.median(sent[:q])  # the server's own pace
+    d = latency.cell_latency(req, ev, t0, t1, open_loop=True)
+    assert d["e2e_sched_ms"]["p90"] > 2 * d["e2e_ms"]["p90"]
+
+
+def test_goodput_equals_a_count_by_hand_on_the_records():
+    with Sim("test-batch") as sim:
+        res = run_open(sim.url, "sim-batch", rate=30, duration_s=2, max_tokens=8, seed=5)
+    req, ev = res.requests, res.events
+    t0, t1 = res.window_start_ns, res.window_end_ns
+    # Targets at the cell's own medians split it, so the hand count below decides something.
+    lat = latency.per_request(req, ev)
+    win = (req["phase"] == 1) & (req["outcome"] == 1)
+    target = {
+        "e2e": float(np.median(lat["e2e_sched_ms"][win])),
+        "ttft": float(np.percentile(lat["ttft_sched_ms"][win], 90)),
+    }
+    r = slo.evaluate(req, ev, t0, t1, target, open_loop=True)
+    # By hand, request by request, from the raw columns.
+    met = tok = counted = 0
+    for i in range(len(req["phase"])):
+        s = int(req["scheduled_ns"][i])
+        if req["phase"][i] != 1 or not (t0 <= s < t1):
+            continue
+        counted += 1
+        if req["outcome"][i] != 1:
+            continue
+        e2e = (int(req["done_ns"][i]) - s) / 1e6
+        ttft = (int(req["first_token_ns"][i]) - s) / 1e6
+        if e2e <= target["e2e"] and ttft <= target["ttft"]:
+            met += 1
+            tok += int(req["output_tokens"][i])
+    d = (t1 - t0) / 1e9
+    assert r["counted"] == counted and r["met"] == met
+    assert r["attainment"] == pytest.approx(met / counted)
+    assert r["goodput_req_s"] == pytest.approx(met / d)
+    assert r["goodput_tok_s"] == pytest.approx(tok / d)
+    assert 0 < met < counted
