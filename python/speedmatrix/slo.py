@@ -38,10 +38,13 @@ from speedmatrix.units import parse_duration
 __all__ = [
     "SLO_METRICS",
     "capacity",
+    "capacity_table",
+    "cell_figures",
     "evaluate",
     "format_slo",
     "parse_attainment",
     "parse_slo",
+    "run_capacity",
     "search",
 ]
 
@@ -256,3 +259,113 @@ def search(
     out["cells"] = len(measured)
     out["converged"] = done(lo, hi)
     return out
+
+
+def _json_ready(v: Any) -> Any:
+    """NaN/inf -> None, numpy scalars -> Python, recursively: what run.json can hold."""
+    if isinstance(v, dict):
+        return {k: _json_ready(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_json_ready(x) for x in v]
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (float, np.floating)):
+        f = float(v)
+        return f if math.isfinite(f) else None
+    return v
+
+
+def cell_figures(
+    requests: dict,
+    events: dict | None,
+    t0_ns: int,
+    t1_ns: int,
+    *,
+    rate_per_s: float | None = None,
+    percentiles: tuple[float, ...] = latency.DEFAULT_PERCENTILES,
+    slo: dict[str, float] | None = None,
+) -> dict[str, Any]:
+    """The fields this module and :mod:`speedmatrix.latency` add to a cell of run.json, from
+    its records: ``latency`` (distributions), ``open_loop`` (a rate cell, ``rate_per_s`` set)
+    and ``slo`` (with ``slo`` targets). JSON-ready (NaN -> null)."""
+    open_loop = rate_per_s is not None
+    out: dict[str, Any] = {
+        "latency": latency.cell_latency(
+            requests, events, t0_ns, t1_ns, open_loop=open_loop, percentiles=percentiles
+        )
+    }
+    if open_loop:
+        out["open_loop"] = latency.open_loop_figures(requests, t0_ns, t1_ns, float(rate_per_s))
+    if slo:
+        out["slo"] = evaluate(requests, events, t0_ns, t1_ns, slo, open_loop=open_loop)
+    return _json_ready(out)
+
+
+def run_capacity(
+    cells: list[dict],
+    load_records: Callable[[str], tuple[dict, dict | None] | None],
+    slo: dict[str, float],
+    attainment: float = 0.95,
+) -> dict[int, dict[str, Any]]:
+    """The capacity answer of a saved run, per decode context: ``{context: capacity(...) +
+    {"by": "concurrency"|"rate", "label"}}``. Each measured decode cell (status valid,
+    queued or error, with records) is judged against ``slo`` from its own records (the run's
+    saved figures are not trusted for a different SLO); a cell marked over capacity without
+    records counts as failing (attainment 0). Repetitions of one load pool their requests'
+    attainment by averaging. ``load_records(cell_id)`` gives (requests, events) or None."""
+    per_ctx: dict[int, dict[float, list[float]]] = {}
+    by_of: dict[int, str] = {}
+    labels: dict[int, str] = {}
+    for c in cells:
+        if c.get("phase") != "decode" or not c.get("context"):
+            continue
+        rate = c.get("rate_per_s")
+        by = "rate" if rate else "concurrency"
+        load = float(rate) if rate else float(c.get("concurrency") or 0)
+        if load <= 0:
+            continue
+        ctx = int(c["context"])
+        by_of.setdefault(ctx, by)
+        labels.setdefault(ctx, c.get("label") or str(ctx))
+        a: float | None = None
+        rec = load_records(c["id"]) if c.get("records") else None
+        if rec is not None and c.get("t0_ns") and c.get("t1_ns"):
+            req, ev = rec
+            a = evaluate(req, ev, int(c["t0_ns"]), int(c["t1_ns"]), slo, open_loop=bool(rate))[
+                "attainment"
+            ]
+        elif c.get("status") == "over_capacity":
+            a = 0.0
+        if a is None or math.isnan(a):
+            continue
+        per_ctx.setdefault(ctx, {}).setdefault(load, []).append(a)
+    out: dict[int, dict[str, Any]] = {}
+    for ctx in sorted(per_ctx):
+        pts = [(x, float(np.mean(v))) for x, v in per_ctx[ctx].items()]
+        cap = capacity(pts, attainment)
+        cap["by"] = by_of[ctx]
+        cap["label"] = labels[ctx]
+        out[ctx] = cap
+    return out
+
+
+def capacity_table(
+    caps: dict[int, dict[str, Any]], slo: dict[str, float], attainment: float
+) -> str:
+    """A minimal markdown table of :func:`run_capacity`'s answer."""
+
+    def num(v: float | None) -> str:
+        return "—" if v is None else f"{v:g}" if float(v).is_integer() else f"{v:.3g}"
+
+    lines = [
+        f"Capacity at SLO {format_slo(slo)}, attainment {attainment:.0%}",
+        "",
+        "| Context | Load | Largest passing | First failing | Estimate | Method |",
+        "|---|---|---|---|---|---|",
+    ]
+    for cap in caps.values():
+        lines.append(
+            f"| {cap['label']} | {cap['by']} | {num(cap['passing'])} | {num(cap['failing'])} "
+            f"| {num(cap['estimate'])} | {cap['method']} |"
+        )
+    return "\n".join(lines) + "\n"

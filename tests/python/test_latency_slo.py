@@ -352,3 +352,66 @@ def test_search_finds_the_knee_within_ten_percent_in_eight_cells(cap, start, int
 def test_search_stops_at_the_lowest_load_when_everything_fails():
     r = slo.search(lambda x: 0.0, 8, 0.95)
     assert r["passing"] is None and r["failing"] == 1 and not r["converged"]
+
+
+def test_cell_figures_are_json_ready_and_carry_every_part():
+    rows = [
+        {"sched": k * 100, "sent": k * 100, "first": k * 100 + 30, "done": k * 100 + 200, "out": 5}
+        for k in range(10)
+    ]
+    req, ev = make_records(rows)
+    f = slo.cell_figures(req, ev, T0, T0 + S, rate_per_s=10.0, slo={"ttft": 50.0})
+    assert set(f) == {"latency", "open_loop", "slo"}
+    assert f["slo"]["attainment"] == 1.0
+    assert f["latency"]["e2e_sched_ms"]["p50"] == pytest.approx(200)
+    assert f["latency"]["e2e_ms"]["ci"]["p99.9"][1] is None  # NaN became null
+    closed = slo.cell_figures(req, ev, T0, T0 + S)
+    assert set(closed) == {"latency"}
+
+
+def test_run_capacity_judges_each_cell_from_its_records():
+    # Context 8K at N = 1, 2, 4, 8: 20 requests each, 0, 0, 1 and 6 of them over the 500 ms
+    # e2e target (attainment 1, 1, 0.95, 0.7); N = 16 is over capacity (no records).
+    cells, recs = [], {}
+    for n, slow in ((1, 0), (2, 0), (4, 1), (8, 6)):
+        rows = [
+            {
+                "sent": k * 40,
+                "first": k * 40 + 5,
+                "done": k * 40 + (600 if k < slow else 100),
+                "out": 3,
+            }
+            for k in range(20)
+        ]
+        cid = f"decode-c8192-n{n}-r0"
+        recs[cid] = make_records(rows)
+        cells.append(
+            {
+                "id": cid,
+                "phase": "decode",
+                "context": 8192,
+                "label": "8K",
+                "concurrency": n,
+                "status": "valid",
+                "records": f"records/{cid}.npz",
+                "t0_ns": T0,
+                "t1_ns": T0 + S,
+            }
+        )
+    cells.append(
+        {
+            "id": "decode-c8192-n16-r0",
+            "phase": "decode",
+            "context": 8192,
+            "label": "8K",
+            "concurrency": 16,
+            "status": "over_capacity",
+        }
+    )
+    caps = slo.run_capacity(cells, recs.get, {"e2e": 500.0}, 0.95)
+    c = caps[8192]
+    assert (c["passing"], c["failing"], c["by"]) == (4, 8, "concurrency")
+    assert c["points"] == [[1, 1.0], [2, 1.0], [4, 0.95], [8, 0.7], [16, 0.0]]
+    assert c["estimate"] == pytest.approx(4.0)
+    table = slo.capacity_table(caps, {"e2e": 500.0}, 0.95)
+    assert "| 8K | concurrency | 4 | 8 | 4 |" in table
