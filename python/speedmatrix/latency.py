@@ -133,8 +133,10 @@ def _col(d: dict, name: str) -> np.ndarray:
 
 def per_request(requests: dict, events: dict | None = None) -> dict[str, np.ndarray]:
     """Per-request latencies in ms (NaN where undefined) for every record, aligned with the
-    records: e2e_ms, ttft_ms, tpot_ms, e2e_sched_ms, ttft_sched_ms, queue_ms and
-    tbt_max_ms (the request's longest gap between token arrivals, from ``events``)."""
+    records: e2e_ms, ttft_ms, tpot_ms, e2e_sched_ms, ttft_sched_ms, queue_ms, and from
+    ``events`` tbt_max_ms (the request's longest gap between token arrivals) and
+    tpot_so_far_ms (first to last token received over the tokens between: the pace of a
+    request cut before its end)."""
     sched = _col(requests, "scheduled_ns").astype(np.int64)
     sent = _col(requests, "sent_ns").astype(np.int64)
     first = _col(requests, "first_token_ns").astype(np.int64)
@@ -151,6 +153,7 @@ def per_request(requests: dict, events: dict | None = None) -> dict[str, np.ndar
         tpot = np.where(out_tok >= 2, (e2e - ttft) / (out_tok - 1), np.nan)
     n = len(sent)
     tbt_max = np.full(n, np.nan)
+    tpot_so_far = np.full(n, np.nan)
     if events is not None and len(_col(events, "t_ns")):
         req = _col(events, "request").astype(np.int64)
         t = _col(events, "t_ns").astype(np.int64)
@@ -163,7 +166,16 @@ def per_request(requests: dict, events: dict | None = None) -> dict[str, np.ndar
             mx = np.full(n, -np.inf)
             np.maximum.at(mx, g_req, g)
             tbt_max = np.where(np.isfinite(mx), mx, np.nan)
+        # A request cut before its end: its pace so far, from its first to its last token.
+        seen = np.bincount(req, weights=_col(events, "tokens")[order], minlength=n)[:n]
+        last = np.full(n, -1, dtype=np.int64)
+        np.maximum.at(last, req, t)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            tpot_so_far = np.where(
+                (seen >= 2) & (first >= 0), (last - first) / 1e6 / (seen - 1), np.nan
+            )
     return {
+        "tpot_so_far_ms": tpot_so_far,
         "e2e_ms": e2e,
         "ttft_ms": ttft,
         "tpot_ms": tpot,

@@ -11,8 +11,11 @@ OK and each of its figures is within its target:
 - ``tbt``: the request's longest gap between token arrivals (the stall a user sees).
 
 Per cell (the requests :func:`speedmatrix.latency.counted_mask` counts; failed, and in open
-loop unfinished, requests count and miss): ``attainment`` = meeting / counted,
-``goodput_req_s`` = meeting / D, ``goodput_tok_s`` = their output tokens / D, and
+loop unfinished, requests count and miss; in closed loop a request cut at the window's end
+after its first token is judged on TTFT, its TPOT so far and its stalls so far, and on E2E
+only when its elapsed time already exceeds the target, else left out): ``attainment`` =
+meeting / counted, ``goodput_req_s`` = completed requests meeting the SLO / D,
+``goodput_tok_s`` = output tokens of the requests meeting it / D, and
 ``failed_most``: the target most requests missed (``"error"`` when failures outnumber every
 target's misses).
 
@@ -128,16 +131,39 @@ def evaluate(
     counted = latency.counted_mask(requests, t0_ns, t1_ns, open_loop)
     outcome = np.asarray(requests["outcome"])
     ok = counted & (outcome == latency.OUTCOME_OK)
-    met = ok.copy()
+    cut = np.zeros_like(ok)
+    if not open_loop:
+        # Closed loop: a request cut at the window's end after its first token is judged on
+        # what it showed (TTFT, its pace so far, its stalls); on E2E only once its elapsed
+        # time already exceeds the target, else it is left out (undecided).
+        sent = np.asarray(requests["sent_ns"])
+        first = np.asarray(requests["first_token_ns"])
+        cut = (
+            (np.asarray(requests["phase"]) == 1)
+            & (outcome == latency.OUTCOME_CANCELLED)
+            & (sent >= t0_ns)
+            & (sent <= t1_ns)
+            & (first >= 0)
+            & (first <= t1_ns)
+        )
+        if "e2e" in slo:
+            elapsed_ms = (t1_ns - sent) / 1e6
+            cut &= elapsed_ms > slo["e2e"]
+            lat = dict(lat)
+            lat["e2e_ms"] = np.where(cut, elapsed_ms, lat["e2e_ms"])
+        lat["tpot_ms"] = np.where(cut, lat["tpot_so_far_ms"], lat["tpot_ms"])
+        counted = counted | cut
+    judged = ok | cut
+    met = judged.copy()
     missed: dict[str, int] = {}
     for name, target in slo.items():
         col = lat[SLO_METRICS[name][1 if open_loop else 0]]
         # An undefined figure (a one-token request's TPOT, a one-chunk stream's TBT)
         # cannot miss its target.
-        fails = ok & np.isfinite(col) & (col > target)
+        fails = judged & np.isfinite(col) & (col > target)
         missed[name] = int(fails.sum())
         met &= ~fails
-    missed["error"] = int((counted & ~ok).sum())
+    missed["error"] = int((counted & ~judged).sum())
     n_counted = int(counted.sum())
     n_met = int(met.sum())
     d_s = (t1_ns - t0_ns) / 1e9
@@ -148,7 +174,7 @@ def evaluate(
         "counted": n_counted,
         "met": n_met,
         "attainment": n_met / n_counted if n_counted else math.nan,
-        "goodput_req_s": n_met / d_s if d_s > 0 else math.nan,
+        "goodput_req_s": int((met & ok).sum()) / d_s if d_s > 0 else math.nan,
         "goodput_tok_s": float(out_tok[met].sum()) / d_s if d_s > 0 else math.nan,
         "missed": missed,
         "failed_most": worst[0] if worst[1] > 0 else None,

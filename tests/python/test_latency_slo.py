@@ -415,3 +415,31 @@ def test_run_capacity_judges_each_cell_from_its_records():
     assert c["estimate"] == pytest.approx(4.0)
     table = slo.capacity_table(caps, {"e2e": 500.0}, 0.95)
     assert "| 8K | concurrency | 4 | 8 | 4 |" in table
+
+
+def test_closed_loop_requests_cut_at_the_window_end_are_judged_on_what_they_showed():
+    # Long outputs: nothing completes in the 1 s window; the cut requests decide.
+    rows = [
+        {"sent": 0, "first": 50, "done": 1000, "out": 20, "outcome": 2},  # ttft 50, ~50 ms/token
+        {"sent": 0, "first": 300, "done": 1000, "out": 8, "outcome": 2},  # ttft 300, 100 ms/token
+        {
+            "sent": 100,
+            "first": 150,
+            "done": 1000,
+            "out": 4,
+            "outcome": 2,
+            "chunks": [150, 160, 170, 900],
+        },  # a 730 ms stall, tpot so far 250 ms
+        {"sent": 990, "first": None, "done": 1000, "outcome": 2},  # no token yet: left out
+    ]
+    req, ev = make_records(rows)
+    r = slo.evaluate(req, ev, T0, T0 + S, {"ttft": 100.0, "tpot": 60.0})
+    assert r["counted"] == 3 and r["met"] == 1
+    assert r["missed"] == {"ttft": 1, "tpot": 2, "error": 0}  # the second misses both
+    assert r["goodput_req_s"] == 0  # none completed
+    assert r["goodput_tok_s"] == pytest.approx(20)
+    # With an E2E target a cut request is decided only once its elapsed time exceeds it.
+    r = slo.evaluate(req, ev, T0, T0 + S, {"e2e": 950.0})
+    assert r["counted"] == 2 and r["met"] == 0  # the two sent at 0 ran 1000 ms > 950
+    r = slo.evaluate(req, ev, T0, T0 + S, {"e2e": 5000.0})
+    assert r["counted"] == 0 and math.isnan(r["attainment"])
