@@ -133,3 +133,63 @@ def test_goodput_equals_a_count_by_hand_on_the_records():
     assert r["goodput_req_s"] == pytest.approx(met / d)
     assert r["goodput_tok_s"] == pytest.approx(tok / d)
     assert 0 < met < counted
+
+
+def run_closed(url: str, model: str, n: int, duration_s: float = 2.0, max_tokens: int = 8):
+    spec = _core.CellSpec()
+    spec.url = url + "/v1/completions"
+    spec.bodies = [
+        json.dumps(
+            {
+                "model": model,
+                "prompt": f"knee {n} {k}",
+                "max_tokens": max_tokens,
+                "ignore_eos": True,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+            }
+        ).encode()
+        for k in range(n)
+    ]
+    spec.concurrency = n
+    spec.duration_s = duration_s
+    res = _core.CellRunner(spec).run()
+    assert res.fatal_error == ""
+    return res
+
+
+def test_capacity_and_search_find_the_knee_of_a_running_cap():
+    # test-batch runs 4 requests at most: from N = 5 on, some wait a whole request (~100 ms)
+    # for their first token, so a 60 ms TTFT target holds up to N = 4 exactly.
+    target = {"ttft": 60.0}
+    with Sim("test-batch") as sim:
+        cells, recs = [], {}
+        for n in (1, 2, 4, 8, 16):
+            res = run_closed(sim.url, "sim-batch", n)
+            cid = f"decode-c64-n{n}-r0"
+            recs[cid] = (res.requests, res.events)
+            cells.append(
+                {
+                    "id": cid,
+                    "phase": "decode",
+                    "context": 64,
+                    "label": "64",
+                    "concurrency": n,
+                    "status": "valid",
+                    "records": cid,
+                    "t0_ns": res.window_start_ns,
+                    "t1_ns": res.window_end_ns,
+                }
+            )
+        cap = slo.run_capacity(cells, recs.get, target, 0.95)[64]
+        assert (cap["passing"], cap["failing"]) == (4, 8), cap["points"]
+
+        def measure(n: float) -> float:
+            res = run_closed(sim.url, "sim-batch", int(n), duration_s=1.5)
+            return slo.evaluate(
+                res.requests, res.events, res.window_start_ns, res.window_end_ns, target
+            )["attainment"]
+
+        found = slo.search(measure, 1, 0.95)
+    assert found["cells"] <= 8 and found["converged"]
+    assert (found["passing"], found["failing"]) == (4, 5), found["points"]
