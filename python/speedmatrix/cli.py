@@ -120,84 +120,6 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_open_loop_flags(p: argparse.ArgumentParser) -> None:
-    load = p.add_argument_group(
-        "load (open loop)",
-        "requests arrive on a schedule whatever the server does (docs/metrics.md)",
-    )
-    load.add_argument(
-        "--request-rate",
-        metavar="RATES",
-        help="arrival rates in requests/s, e.g. 0.5,1,2,4: the decode cells become contexts "
-        "x rates (instead of x concurrency)",
-    )
-    load.add_argument(
-        "--arrival",
-        metavar="KIND",
-        help="poisson (default), constant, or gamma:SHAPE (burstiness; 1 = Poisson, < 1 burstier)",
-    )
-    load.add_argument(
-        "--max-concurrency",
-        metavar="N",
-        help="at most N requests in flight; the others wait at the client (that wait counts "
-        "in latency from the scheduled time)",
-    )
-    load.add_argument(
-        "--drain-timeout",
-        metavar="DURATION",
-        help="how long the window's requests may take to finish after it (default 60s)",
-    )
-    slo = p.add_argument_group("SLO", "latency targets, attainment and goodput per cell")
-    slo.add_argument(
-        "--percentiles",
-        metavar="LIST",
-        help="latency percentiles to report (default 50,90,95,99,99.9)",
-    )
-    slo.add_argument(
-        "--slo",
-        metavar="TARGETS",
-        help="per-request targets, any of ttft, tpot, e2e, tbt: e.g. ttft=2s,tpot=50ms,e2e=60s",
-    )
-    slo.add_argument(
-        "--attainment",
-        metavar="SHARE",
-        help="share of requests that must meet the SLO for a load to pass (default 95%%)",
-    )
-
-
-def _apply_open_loop_flags(m, args: argparse.Namespace) -> None:
-    """The open-loop and SLO flags onto matrix ``m`` (ValueError names the flag)."""
-    from speedmatrix.latency import parse_percentiles
-    from speedmatrix.matrix import parse_arrival
-    from speedmatrix.slo import parse_attainment, parse_slo
-    from speedmatrix.units import parse_duration
-
-    if getattr(args, "request_rate", None):
-        rates = []
-        for item in _csv(args.request_rate):
-            try:
-                rates.append(float(item))
-            except ValueError:
-                raise UsageError(f"--request-rate: {item!r} is not a number") from None
-        m.request_rates = rates
-    if getattr(args, "arrival", None):
-        try:
-            parse_arrival(args.arrival)
-        except ValueError as exc:
-            raise UsageError(f"--arrival: {exc}") from None
-        m.arrival = args.arrival.strip().lower()
-    if getattr(args, "max_concurrency", None):
-        m.max_concurrency = _positive_int(args.max_concurrency, "--max-concurrency")
-    if getattr(args, "drain_timeout", None):
-        m.drain_timeout_s = parse_duration(args.drain_timeout)
-    if getattr(args, "percentiles", None):
-        m.percentiles = list(parse_percentiles(args.percentiles))
-    if getattr(args, "slo", None):
-        m.slo = parse_slo(args.slo)
-    if getattr(args, "attainment", None):
-        m.attainment = parse_attainment(args.attainment)
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="speedmatrix",
@@ -209,7 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="measure a server")
     _add_run_flags(run)
-    _add_open_loop_flags(run)
+    from speedmatrix.cli_load import add_capacity_parser, add_open_loop_flags
+
+    add_open_loop_flags(run)
 
     sim = sub.add_parser("sim", help="run the built-in engine in the foreground")
     sim.add_argument("--port", type=int, default=8000)
@@ -261,24 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="folder for compare.md/html/csv and its "
         "charts (default: DIR_B/compare, apart from DIR_B's own report)",
     )
-    cap = sub.add_parser(
-        "capacity",
-        help="per context, the largest measured load meeting an SLO (judged from the records)",
-    )
-    cap.add_argument("dir", type=Path)
-    cap.add_argument(
-        "--slo",
-        required=True,
-        metavar="TARGETS",
-        help="per-request targets, any of ttft, tpot, e2e, tbt: e.g. ttft=2s,tpot=50ms",
-    )
-    cap.add_argument(
-        "--attainment",
-        default="95%",
-        metavar="SHARE",
-        help="share of requests that must meet the SLO (default 95%%)",
-    )
-    cap.add_argument("--json", action="store_true", help="print the answer as JSON")
+    add_capacity_parser(sub)
     return parser
 
 
@@ -325,7 +232,9 @@ def _matrix_from_args(args: argparse.Namespace):
             if not isinstance(extra, dict):
                 raise UsageError("--extra-body must be a JSON object")
             m.extra_body = extra
-        _apply_open_loop_flags(m, args)
+        from speedmatrix.cli_load import apply_open_loop_flags
+
+        apply_open_loop_flags(m, args)
         m.validate()
     except UsageError:
         raise
@@ -457,39 +366,6 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_capacity(args: argparse.Namespace) -> int:
-    if not (args.dir / "run.json").is_file():
-        raise UsageError(f"{args.dir} holds no run.json")
-    from speedmatrix import slo
-    from speedmatrix.results import load
-
-    try:
-        targets = slo.parse_slo(args.slo)
-        share = slo.parse_attainment(args.attainment)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    run = load(args.dir, strict=False)
-    caps = run_capacity(run, targets, share)
-    if args.json:
-        print(json.dumps({str(k): v for k, v in caps.items()}, indent=2))
-    elif not caps:
-        print("no measured decode cells with records in this run")
-    else:
-        print(slo.capacity_table(caps, targets, share), end="")
-    return 0
-
-
-def run_capacity(run, targets: dict, share: float) -> dict:
-    """slo.run_capacity over a loaded Run (its cells and records)."""
-    from speedmatrix import slo
-
-    def records(cell_id: str):
-        rec = run.records(cell_id)
-        return None if rec is None else (rec["requests"], rec["events"])
-
-    return slo.run_capacity(run.doc.get("cells") or [], records, targets, share)
-
-
 def _cmd_recompute(args: argparse.Namespace) -> int:
     if not (args.dir / "run.json").is_file():
         raise UsageError(f"{args.dir} holds no run.json")
@@ -529,6 +405,12 @@ def _cmd_recompute(args: argparse.Namespace) -> int:
         path = write_run(args.dir, out.doc)
         print(f"wrote {path}")
     return 0
+
+
+def _cmd_capacity(args: argparse.Namespace) -> int:
+    from speedmatrix.cli_load import cmd_capacity
+
+    return cmd_capacity(args)
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:

@@ -472,6 +472,27 @@ class Run:
             ],
         )
 
+    def capacity(self, slo: str | dict, attainment: str | float = 0.95) -> dict[int, dict]:
+        """The capacity answer per decode context: the largest measured concurrency (or
+        rate, for a request-rate run) whose requests meet ``slo`` (``"ttft=2s,tpot=50ms"``
+        or ``{"ttft": 2000.0}`` in ms) at ``attainment`` (0.95 or ``"95%"``), the first that
+        does not, and an interpolated estimate with its method (`speedmatrix.slo.capacity`).
+        Every cell is judged from its own records, so any SLO can be asked of a saved run."""
+        from speedmatrix import slo as slo_mod
+
+        targets = slo_mod.parse_slo(slo) if isinstance(slo, str) else dict(slo)
+        share = (
+            slo_mod.parse_attainment(attainment)
+            if isinstance(attainment, str)
+            else float(attainment)
+        )
+
+        def records(cell_id: str):
+            rec = self.records(cell_id)
+            return None if rec is None else (rec.requests, rec.events)
+
+        return slo_mod.run_capacity(self.doc.get("cells") or [], records, targets, share)
+
     def missing_cells(self) -> list[tuple[str, int, int]]:
         """(phase, context, concurrency) of the matrix that have no cell (interrupted runs)."""
         md = self.matrix_definition

@@ -38,6 +38,7 @@ import os
 import sys
 import threading
 import time
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -212,7 +213,11 @@ class Sweep:
         decode_n1 = {
             (c.context, c.repetition): c
             for c in planned
-            if c.phase == "decode" and c.concurrency == 1 and c.runnable and not self._done(c.id)
+            if c.phase == "decode"
+            and c.concurrency == 1
+            and c.rate_per_s is None
+            and c.runnable
+            and not self._done(c.id)
         }
         out = {}
         if self.matrix.prefill_mode == "warmup":
@@ -251,6 +256,8 @@ class Sweep:
     def _label(cell) -> str:
         if cell.phase == "prefill":
             return f"prefill {cell.label}"
+        if cell.rate_per_s is not None:
+            return f"decode {cell.label} @ {cell.rate_per_s:g}/s"
         return f"decode {cell.label} x {cell.concurrency}"
 
     # ------------------------------------------------------------ measuring
@@ -442,7 +449,10 @@ class Sweep:
             # sent them (the run's seed is new, so neither has an earlier run): then the
             # later cells of this context find their shared prefix cached. Once sent,
             # the measurement needs prompts of its own.
-            cold = measures_prefill and self._prompts_sent(c, cell.repetition)
+            # An open-loop cell's arrivals must each pay their prefill: prompts of its own.
+            cold = cell.rate_per_s is not None or (
+                measures_prefill and self._prompts_sent(c, cell.repetition)
+            )
             prompts = self._prompts(c, cell.prompt_count, cell.repetition, cold=cold, cell=cell)
             bodies = self._bodies(prompts, cell.max_output)
             warm = self._bodies(prompts, 1) if cell.warmup else []
@@ -452,13 +462,23 @@ class Sweep:
             if measures_prefill:  # its prefill would have come from this warm-up
                 self._store(self._prompt_failure(self._planned[prefill_id], exc))
             return out
-        spec = self._spec(n, bodies, warm, cell.duration_s, max_requests=cell.max_requests)
+        spec = self._spec(max(n, 1), bodies, warm, cell.duration_s, max_requests=cell.max_requests)
+        if cell.rate_per_s is not None:
+            _open_loop_spec(spec, cell)
         res, interrupted = self._run_spec(spec)
         if interrupted:
             self.interrupted = True
             return None
         records = Records.from_result(res)
-        cell_dict = verdict.decode_cell(cell, records, self.facts, self.rules, idle=idle)
+        cell_dict = verdict.decode_cell(
+            cell,
+            records,
+            self.facts,
+            self.rules,
+            idle=idle,
+            percentiles=self.matrix.percentiles,
+            slo_targets=self.matrix.slo,
+        )
         out = self._store_measured(cell_dict, records, prompts)
         if measures_prefill:
             pcell = self._planned[prefill_id]
@@ -673,3 +693,18 @@ def resume(
         tokenizer=tokenizer,
     )
     return sweep.execute()
+
+
+def _open_loop_spec(spec, cell) -> None:
+    """Turns a CellSpec into a request-rate cell's: arrivals on the cell's schedule, seeded
+    by its id (the same cell, the same schedule), the gate and the drain bound."""
+    from speedmatrix.matrix import parse_arrival
+
+    kind, shape = parse_arrival(cell.arrival)
+    spec.mode = "open"
+    spec.rate_per_s = float(cell.rate_per_s)
+    spec.arrival = kind
+    spec.gamma_shape = float(shape)
+    spec.max_concurrency = int(cell.concurrency)
+    spec.seed = zlib.crc32(cell.id.encode())
+    spec.drain_timeout_s = float(cell.drain_timeout_s)

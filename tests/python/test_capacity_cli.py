@@ -6,7 +6,7 @@ import json
 
 import pytest
 import synthetic
-from speedmatrix import cli, slo
+from speedmatrix import cli
 from speedmatrix.results import load
 
 
@@ -29,7 +29,7 @@ def test_capacity_prints_a_table_judged_from_the_records(run_dir, capsys):
     assert (
         out.startswith(f"Capacity at SLO {target.replace('.000', '')}") or "Capacity at SLO" in out
     )
-    caps = cli.run_capacity(run, slo.parse_slo(target), 0.9)
+    caps = run.capacity(target, "90%")
     assert set(caps) == {8192, 32768}
     for cap in caps.values():
         line = next(x for x in out.splitlines() if x.startswith(f"| {cap['label']} |"))

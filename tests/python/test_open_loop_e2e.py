@@ -196,3 +196,40 @@ def test_capacity_and_search_find_the_knee_of_a_running_cap():
     assert found["cells"] <= 8 and found["converged"], found["points"]
     assert 4 <= found["passing"] < found["failing"] <= 8, found["points"]
     assert found["failing"] - found["passing"] == 1
+
+
+def test_a_request_rate_run_stores_open_loop_latency_and_slo_figures(tmp_path):
+    from speedmatrix import cli
+    from speedmatrix.results import load
+
+    out = tmp_path / "run"
+    with Sim("test-batch") as sim:
+        code = cli.main(
+            ["run", "--url", sim.url, "--contexts", "256", "--request-rate", "8,60",
+             "--max-concurrency", "4", "--duration", "3s", "--max-output", "16",
+             "--slo", "ttft=300ms,e2e=1s", "--percentiles", "50,99", "--out", str(out),
+             "--no-report", "--quiet"]
+        )  # fmt: skip
+    assert code == 0
+    run = load(out)
+    cells = {c["id"]: c for c in run.doc["cells"]}
+    slow, fast = cells["decode-c256-q8-r0"], cells["decode-c256-q60-r0"]
+    assert slow["rate_per_s"] == 8 and slow["open_loop"]["kept_up"]
+    assert "behind" not in slow["flags"]
+    assert not fast["open_loop"]["kept_up"] and "behind" in fast["flags"]
+    assert set(fast["latency"]["e2e_ms"]) >= {"p50", "p99", "mean", "ci", "n"}
+    assert fast["latency"]["e2e_sched_ms"]["p50"] > fast["latency"]["e2e_ms"]["p50"]
+    # attainment and goodput recounted by hand from the saved records
+    rec = run.records(fast["id"])
+    req = rec.requests
+    t0, t1 = fast["t0_ns"], fast["t1_ns"]
+    win = (req["phase"] == 1) & (req["scheduled_ns"] >= t0) & (req["scheduled_ns"] < t1)
+    ok = win & (req["outcome"] == 1)
+    e2e = (req["done_ns"] - req["scheduled_ns"]) / 1e6
+    ttft = (req["first_token_ns"] - req["scheduled_ns"]) / 1e6
+    met = ok & (e2e <= 1000) & (ttft <= 300)
+    assert fast["slo"]["counted"] == int(win.sum())
+    assert fast["slo"]["met"] == int(met.sum())
+    assert fast["slo"]["goodput_req_s"] == pytest.approx(met.sum() / ((t1 - t0) / 1e9))
+    cap = run.capacity("ttft=300ms,e2e=1s", "95%")[256]
+    assert cap["by"] == "rate" and (cap["passing"], cap["failing"]) == (8, 60)
