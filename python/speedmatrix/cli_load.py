@@ -70,6 +70,13 @@ def add_open_loop_flags(p: argparse.ArgumentParser) -> None:
         help="per-request targets, any of ttft, tpot, e2e, tbt: e.g. ttft=2s,tpot=50ms,e2e=60s",
     )
     slo.add_argument(
+        "--search",
+        choices=["concurrency", "rate"],
+        help="instead of the grid, find per context the largest concurrency (from the first "
+        "--concurrency) or rate (from the first --request-rate) meeting --slo: bracket and "
+        "bisect, at most 8 cells per context, until within 10%%",
+    )
+    slo.add_argument(
         "--attainment",
         metavar="SHARE",
         help="share of requests that must meet the SLO for a load to pass (default 95%%)",
@@ -107,6 +114,8 @@ def apply_open_loop_flags(m, args: argparse.Namespace) -> None:
         m.slo = parse_slo(args.slo)
     if getattr(args, "attainment", None):
         m.attainment = parse_attainment(args.attainment)
+    if getattr(args, "search", None):
+        m.search = args.search
 
 
 def add_capacity_parser(sub) -> None:

@@ -100,6 +100,9 @@ class Matrix:
     slo: dict[str, float] = field(default_factory=dict)
     #: share of requests that must meet the SLO for a load to pass (capacity answer)
     attainment: float = 0.95
+    #: "concurrency" or "rate": instead of the grid, find per context the largest load
+    #: meeting the SLO by bracketing and bisecting from the first concurrency (rate)
+    search: str = ""
 
     # ---- construction -------------------------------------------------------------------
     def __post_init__(self) -> None:
@@ -341,6 +344,14 @@ class Matrix:
                 errors.append(f"slo: {exc}")
         if not _is_number(self.attainment) or not 0 < self.attainment <= 1:
             errors.append(f"attainment: {self.attainment!r} is not a share in (0, 1]")
+        if self.search not in ("", "concurrency", "rate"):
+            errors.append(f"search: {self.search!r} is not concurrency or rate")
+        elif self.search and not self.slo:
+            errors.append("search: needs an SLO to search against (slo / --slo)")
+        elif self.search == "concurrency" and self.request_rates:
+            errors.append("search: concurrency with request rates: search rate instead")
+        elif self.search == "rate" and not self.request_rates:
+            errors.append("search: rate needs a starting rate (request_rates / --request-rate)")
 
     @property
     def open_loop(self) -> bool:

@@ -192,6 +192,8 @@ def plan(
         for r in range(matrix.repetitions):
             cells.append(_cell("prefill", spec, context, 1, r, PREFILL_OUTPUT, kv, ctx_len, cap))
     for spec, context in decode_resolved:
+        if matrix.search:
+            break  # the sweep plans each searched load with search_cell as it goes
         if matrix.request_rates:
             # Open loop: contexts x rates. The gate (if any) bounds what the KV cache must
             # hold; without one the schedule decides and no cell is refused beforehand.
@@ -257,6 +259,25 @@ def _shape(cell: PlannedCell, matrix: Matrix) -> None:
         cell.duration_s = max(PREFILL_LIMIT_S, cell.context / PREFILL_SLOWEST_TOK_S)
         cell.max_requests = 1
         cell.prompt_count = 1
+
+
+def search_cell(matrix: Matrix, planned: Plan, context: int, load: float, repetition: int = 0):
+    """The decode cell a search measures at ``load`` (a concurrency, or a rate when
+    ``matrix.search == "rate"``) for ``context``, planned and shaped as plan() would."""
+    kv, ctx_len, cap = planned.kv_tokens, planned.context_length, planned.max_running
+    if matrix.search == "rate":
+        cell = _cell(
+            "decode", context, context, matrix.max_concurrency, repetition, matrix.max_output,
+            kv, ctx_len, cap,
+        )  # fmt: skip
+        cell.id = rate_cell_id(context, load, repetition)
+        cell.rate_per_s = float(load)
+    else:
+        cell = _cell(
+            "decode", context, context, int(load), repetition, matrix.max_output, kv, ctx_len, cap
+        )
+    _shape(cell, matrix)
+    return cell
 
 
 def rate_cell_id(context: int | str, rate: float, repetition: int) -> str:

@@ -184,6 +184,8 @@ class Sweep:
                 if self._server_lost(outcome.cell):
                     self._mark_unreachable(planned, after=self._label(cell))
                     break
+            if self.matrix.search and not self.interrupted and not self.unreachable:
+                self._search(planned, done=total)
         except KeyboardInterrupt:
             self.interrupted = True
         finally:
@@ -192,6 +194,60 @@ class Sweep:
         if self.interrupted:
             return 130
         return 1 if self.unreachable else 0
+
+    def _search(self, planned, done: int) -> None:
+        """Per context, the largest load meeting the SLO (`speedmatrix.slo.search`):
+        measures only the cells the bracket-and-bisect needs, each stored like a grid
+        cell; the answer goes to meta.run.search. Cells already in run.json (a resumed
+        run) are not measured again."""
+        from speedmatrix import slo
+        from speedmatrix.plan import search_cell
+
+        m = self.matrix
+        by_rate = m.search == "rate"
+        start = float(m.request_rates[0] if by_rate else m.concurrency[0])
+        answers = self.doc["meta"]["run"].setdefault("search", {})
+        count = [done]
+
+        def measure(context: int, load: float) -> float:
+            cell = search_cell(m, planned, context, load)
+            if not cell.runnable:
+                if cell.id not in self.cells:
+                    self.cells[cell.id] = self._unrun_cell(cell).cell
+                    self._write()
+                return 0.0  # over capacity or does not fit: the load fails
+            if not self._done(cell.id):
+                if count[0] > 0 and self._server_lost(None):
+                    raise _Stop
+                count[0] += 1
+                self.progress.start_cell(
+                    count[0], done + SEARCH_MAX_CELLS * len(planned.contexts),
+                    self._label(cell), self._cell_time(cell), 0.0,
+                )  # fmt: skip
+                outcome = self._measure_decode(cell)
+                if outcome is None:
+                    raise _Stop
+                self.progress.end_cell(self._summary(outcome.cell))
+                if self._server_lost(outcome.cell):
+                    raise _Stop
+            att = (self.cells[cell.id].get("slo") or {}).get("attainment")
+            return float(att) if att is not None else 0.0
+
+        for context in planned.contexts:
+            try:
+                found = slo.search(
+                    lambda x, c=context: measure(c, x),
+                    start,
+                    m.attainment,
+                    integer=not by_rate,
+                    max_cells=SEARCH_MAX_CELLS,
+                    lowest=1 if not by_rate else start / 64,
+                )
+            except _Stop:
+                break
+            found["by"] = m.search
+            answers[str(context)] = found
+            self._write()
 
     def run_result(self):
         from speedmatrix.results import load
@@ -708,3 +764,11 @@ def _open_loop_spec(spec, cell) -> None:
     spec.max_concurrency = int(cell.concurrency)
     spec.seed = zlib.crc32(cell.id.encode())
     spec.drain_timeout_s = float(cell.drain_timeout_s)
+
+
+#: the most cells a search measures per context
+SEARCH_MAX_CELLS = 8
+
+
+class _Stop(Exception):
+    """A search ends early: interrupted, or the server stopped answering."""

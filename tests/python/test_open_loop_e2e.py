@@ -233,3 +233,25 @@ def test_a_request_rate_run_stores_open_loop_latency_and_slo_figures(tmp_path):
     assert fast["slo"]["goodput_req_s"] == pytest.approx(met.sum() / ((t1 - t0) / 1e9))
     cap = run.capacity("ttft=300ms,e2e=1s", "95%")[256]
     assert cap["by"] == "rate" and (cap["passing"], cap["failing"]) == (8, 60)
+
+
+def test_search_finds_the_running_cap_in_at_most_eight_cells(tmp_path):
+    from speedmatrix import cli
+    from speedmatrix.results import load
+
+    out = tmp_path / "search"
+    with Sim("test-batch") as sim:
+        code = cli.main(
+            ["run", "--url", sim.url, "--contexts", "256", "--concurrency", "1",
+             "--search", "concurrency", "--slo", "ttft=60ms", "--duration", "1.5s",
+             "--max-output", "8", "--out", str(out), "--no-report", "--quiet"]
+        )  # fmt: skip
+    assert code == 0
+    run = load(out)
+    found = run.doc["meta"]["run"]["search"]["256"]
+    measured = [c for c in run.doc["cells"] if c["phase"] == "decode"]
+    assert found["cells"] == len(measured) <= 8 and found["converged"]
+    # test-batch runs 4 at most: the boundary lies between 4 and 8 (see the knee test)
+    assert 4 <= found["passing"] < found["failing"] <= 8
+    assert found["failing"] - found["passing"] == 1
+    assert run.capacity("ttft=60ms")[256]["passing"] == found["passing"]

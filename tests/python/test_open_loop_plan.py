@@ -42,3 +42,26 @@ def test_the_gate_bounds_the_kv_check():
     m.max_concurrency = 0  # no gate: the schedule decides, nothing is refused beforehand
     (cell,) = plan(m, None, kv_tokens=100_000, context_length=8192)
     assert cell.runnable
+
+
+def test_search_plans_no_decode_grid_and_cells_on_demand():
+    from speedmatrix.plan import search_cell
+
+    m = Matrix(contexts=[1024], concurrency=[2], search="concurrency", slo="ttft=1s")
+    planned = plan(m, None, kv_tokens=50_000, context_length=8192)
+    assert [c for c in planned if c.phase == "decode"] == []
+    cell = search_cell(m, planned, 1024, 8)
+    assert cell.id == "decode-c1024-n8-r0" and cell.runnable and cell.prompt_count == 8
+    assert not search_cell(m, planned, 1024, 64).runnable  # 64 x (1024 + 4096) > 50,000
+    m = Matrix(contexts=[1024], request_rates=[2], search="rate", slo="ttft=1s")
+    cell = search_cell(m, plan(m, None), 1024, 3.5)
+    assert cell.id == "decode-c1024-q3.5-r0" and cell.rate_per_s == 3.5
+
+
+def test_search_needs_an_slo_and_a_start():
+    assert any("needs an SLO" in p for p in Matrix(search="concurrency").problems())
+    assert any("starting rate" in p for p in Matrix(search="rate", slo="e2e=1s").problems())
+    assert any(
+        "search rate instead" in p
+        for p in Matrix(search="concurrency", slo="e2e=1s", request_rates=[1]).problems()
+    )
