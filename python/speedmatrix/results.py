@@ -68,6 +68,18 @@ def _flatten_cell(cell: dict) -> dict:
                 row[f"server_{sk}"] = np.nan if sv is None else float(sv)
             for sk, sv in v.items() if isinstance(v, dict) else ():
                 row.setdefault(f"server_{sk}", sv)
+        elif k == "latency" and isinstance(v, dict):
+            # e2e_ms -> e2e_n, e2e_mean_ms, e2e_median_ms, e2e_p99_ms, ... (the intervals
+            # stay in run.json); the core's own ttft_p90_ms etc. are kept where they exist
+            for name, dist in v.items():
+                if not isinstance(dist, dict):
+                    continue
+                base = name.removesuffix("_ms")
+                for dk, dv in dist.items():
+                    if dk == "n":
+                        row.setdefault(f"{base}_n", dv)
+                    elif dk in ("mean", "median") or dk.startswith("p"):
+                        row.setdefault(f"{base}_{dk}_ms", np.nan if dv is None else dv)
         elif isinstance(v, dict) and k not in ("errors", "error_examples"):  # {kind: ...}
             for pk, pv in v.items():
                 row[f"{k}_{pk}"] = pv

@@ -65,3 +65,25 @@ def test_search_needs_an_slo_and_a_start():
         "search rate instead" in p
         for p in Matrix(search="concurrency", slo="e2e=1s", request_rates=[1]).problems()
     )
+
+
+def test_the_cells_frame_carries_latency_slo_and_open_loop_columns(tmp_path):
+    from speedmatrix.results import Run
+
+    cell = {
+        "id": "decode-c256-q8-r0", "phase": "decode", "context": 256, "label": "256",
+        "concurrency": 0, "status": "valid", "rate_per_s": 8.0, "ttft_p90_ms": 41.0,
+        "latency": {
+            "e2e_ms": {"n": 20, "mean": 210.0, "median": 200.0, "p99": 300.0, "ci": {}},
+            "ttft_ms": {"n": 20, "p90": 45.0, "p99.9": None},
+            "percentiles": [90, 99, 99.9],
+        },
+        "slo": {"attainment": 0.9, "goodput_req_s": 7.2},
+        "open_loop": {"achieved_rate_per_s": 8.1, "kept_up": True},
+    }  # fmt: skip
+    df = Run({"schema": "speedmatrix.run/1", "meta": {}, "cells": [cell]}).cells
+    row = df.iloc[0]
+    assert row["e2e_n"] == 20 and row["e2e_p99_ms"] == 300.0 and row["e2e_median_ms"] == 200.0
+    assert row["ttft_p90_ms"] == 41.0  # the core's own figure is kept
+    assert row["slo_attainment"] == 0.9 and row["open_loop_achieved_rate_per_s"] == 8.1
+    assert row["rate_per_s"] == 8.0
