@@ -61,14 +61,18 @@ def test_poisson_cell_has_the_asked_rate_and_a_poisson_spread():
     assert t1 - t0 == int(d * 1e9)
     f = latency.open_loop_figures(req, t0, t1, rate)
     # The seeded schedule has 1600 +- 40 arrivals; the core must send them all on time.
-    assert f["achieved_rate_per_s"] == pytest.approx(rate, rel=0.03)
-    assert f["completed"] == f["arrivals"] and f["failed"] == 0
+    assert f["achieved_rate_per_s"] == pytest.approx(rate, rel=0.03), f
+    assert f["completed"] == f["arrivals"] and f["failed"] == 0, f
     sent = np.sort(req["sent_ns"][req["phase"] == 1])
     gaps = np.diff(sent)
-    assert gaps.std(ddof=1) / gaps.mean() == pytest.approx(1.0, rel=0.10)  # of the actual sends
-    assert f["kept_up"], f["reason"]
     lateness_ms = (req["sent_ns"] - req["scheduled_ns"])[req["phase"] == 1] / 1e6
-    assert np.percentile(lateness_ms, 50) < 5
+    late = f"send lateness p50 {np.percentile(lateness_ms, 50):.2f} ms, p99 " + (
+        f"{np.percentile(lateness_ms, 99):.2f} ms (a loaded machine sends late, in bursts)"
+    )
+    cv = gaps.std(ddof=1) / gaps.mean()  # of the actual sends
+    assert cv == pytest.approx(1.0, rel=0.10), late
+    assert f["kept_up"], f["reason"]
+    assert np.percentile(lateness_ms, 50) < 5, late
 
 
 def test_over_capacity_latency_grows_from_the_schedule_and_stays_flat_from_the_send():
