@@ -422,6 +422,40 @@ class Run:
                 out.iat[i, j] = val
         return out
 
+    def load_matrix(self, figure: str = "slo_goodput_req_s", numeric: bool = False) -> pd.DataFrame:
+        """Decode cells pivoted by their load: rows = context label, columns = request rate
+        for a request-rate run (``rate_per_s``), else concurrency. For the open-loop, latency
+        and SLO figures (``slo_attainment``, ``slo_goodput_req_s``, ``slo_goodput_tok_s``,
+        ``open_loop_achieved_rate_per_s``, ``e2e_p99_ms``, ...; see `cells`), which
+        `matrix` cannot place in a rate run. Repetitions: the median over valid and queued
+        ones; other cells hold their status text (NaN with ``numeric=True``)."""
+        dec = self._decode()
+        if dec.empty:
+            return pd.DataFrame()
+        if figure not in dec.columns:
+            raise KeyError(f"no figure {figure!r} in the cells (have: {sorted(dec.columns)})")
+        by_rate = "rate_per_s" in dec and dec["rate_per_s"].notna().any()
+        key = "rate_per_s" if by_rate else "concurrency"
+        dec = dec[dec[key].notna()]
+        contexts = sorted({int(c) for c in dec["context"]})
+        loads = sorted({float(x) if by_rate else int(x) for x in dec[key]})
+        labels = self._labels(dec, contexts)
+        out = pd.DataFrame(
+            index=pd.Index([labels[c] for c in contexts], name="context"),
+            columns=pd.Index(loads, name="request_rate" if by_rate else "concurrency"),
+            dtype=float if numeric else object,
+        )
+        for (c, x), sub in dec.groupby(["context", key]):
+            st = combined_status(sub["status"].tolist())
+            ok = sub[sub["status"].isin(("valid", "queued"))]
+            nums = pd.to_numeric(ok[figure], errors="coerce").dropna()
+            if len(nums):
+                val: Any = float(nums.median())
+            else:
+                val = np.nan if numeric else STATUS_TEXT.get(st, st)
+            out.loc[labels[int(c)], float(x) if by_rate else int(x)] = val
+        return out
+
     @staticmethod
     def _labels(dec: pd.DataFrame, contexts: list[int]) -> dict[int, str]:
         have = dict(zip(dec["context"], dec["label"])) if len(dec) else {}

@@ -45,6 +45,7 @@ __all__ = [
     "cell_figures",
     "evaluate",
     "format_slo",
+    "markdown_matrix",
     "parse_attainment",
     "parse_slo",
     "run_capacity",
@@ -394,4 +395,23 @@ def capacity_table(
             f"| {cap['label']} | {cap['by']} | {num(cap['passing'])} | {num(cap['failing'])} "
             f"| {num(cap['estimate'])} | {cap['method']} |"
         )
+    return "\n".join(lines) + "\n"
+
+
+def markdown_matrix(df: Any, title: str, fmt: str = "{:.3g}") -> str:
+    """A minimal markdown table of a `Run.load_matrix` frame (numbers formatted by ``fmt``,
+    status text as it is, NaN as an em dash)."""
+    cols = list(df.columns)
+    head = f"| {df.index.name or ''} \\ {df.columns.name or ''} | " + " | ".join(
+        f"{c:g}" if isinstance(c, float) else str(c) for c in cols
+    )
+    lines = [title, "", head + " |", "|---" * (len(cols) + 1) + "|"]
+    for label, row in df.iterrows():
+        cells = []
+        for v in row:
+            if isinstance(v, (int, float, np.floating)) and not isinstance(v, bool):
+                cells.append("—" if math.isnan(float(v)) else fmt.format(float(v)))
+            else:
+                cells.append(str(v))
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

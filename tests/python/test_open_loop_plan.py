@@ -87,3 +87,26 @@ def test_the_cells_frame_carries_latency_slo_and_open_loop_columns(tmp_path):
     assert row["ttft_p90_ms"] == 41.0  # the core's own figure is kept
     assert row["slo_attainment"] == 0.9 and row["open_loop_achieved_rate_per_s"] == 8.1
     assert row["rate_per_s"] == 8.0
+
+
+def test_load_matrix_pivots_rate_cells_by_rate_and_prints_as_markdown():
+    from speedmatrix import slo
+    from speedmatrix.results import Run
+
+    def cell(ctx, rate, att, status="valid", rep=0):
+        return {
+            "id": f"decode-c{ctx}-q{rate:g}-r{rep}", "phase": "decode", "context": ctx,
+            "label": f"{ctx // 1024}K", "concurrency": 0, "repetition": rep,
+            "status": status, "rate_per_s": rate, "slo": {"attainment": att},
+        }  # fmt: skip
+
+    cells = [cell(8192, 1.0, 1.0), cell(8192, 4.0, 0.5), cell(8192, 4.0, 0.7, rep=1),
+             cell(16384, 1.0, 0.9), cell(16384, 4.0, None, status="error")]  # fmt: skip
+    run = Run({"schema": "speedmatrix.run/1", "meta": {}, "cells": cells})
+    df = run.load_matrix("slo_attainment")
+    assert list(df.columns) == [1.0, 4.0] and df.columns.name == "request_rate"
+    assert df.loc["8K", 4.0] == 0.6  # the median of two repetitions
+    assert df.loc["16K", 4.0] == "Error"
+    md = slo.markdown_matrix(df, "Attainment")
+    assert "| 8K | 1 | 0.6 |" in md and "| 16K | 0.9 | Error |" in md
+    assert run.load_matrix("slo_attainment", numeric=True).isna().sum().sum() == 1
