@@ -58,6 +58,13 @@ def add_open_loop_flags(p: argparse.ArgumentParser) -> None:
         metavar="DURATION",
         help="how long the window's requests may take to finish after it (default 60s)",
     )
+    load.add_argument(
+        "--prompts",
+        metavar="FILE",
+        help="send a workload file's requests instead of synthetic prompts: JSONL "
+        '({"prompt"|"messages", "max_tokens"}) or ShareGPT JSON; each keeps its own output '
+        "length, and the context is only the row's label",
+    )
     slo = p.add_argument_group("SLO", "latency targets, attainment and goodput per cell")
     slo.add_argument(
         "--percentiles",
@@ -116,6 +123,11 @@ def apply_open_loop_flags(m, args: argparse.Namespace) -> None:
         m.attainment = parse_attainment(args.attainment)
     if getattr(args, "search", None):
         m.search = args.search
+    if getattr(args, "prompts", None):
+        from speedmatrix.workload import load_prompts
+
+        load_prompts(args.prompts)  # a bad file is one line now, before any work
+        m.prompts_file = str(Path(args.prompts).resolve())
 
 
 def add_capacity_parser(sub) -> None:

@@ -103,6 +103,10 @@ class Matrix:
     #: "concurrency" or "rate": instead of the grid, find per context the largest load
     #: meeting the SLO by bracketing and bisecting from the first concurrency (rate)
     search: str = ""
+    #: a workload file (JSONL prompt/messages with max_tokens, or ShareGPT JSON,
+    #: speedmatrix.workload): its requests replace the synthetic prompts of every decode
+    #: cell, each with its own output length; the context is then only the row's label
+    prompts_file: str = ""
 
     # ---- construction -------------------------------------------------------------------
     def __post_init__(self) -> None:

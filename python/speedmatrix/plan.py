@@ -106,6 +106,9 @@ class PlannedCell:
     rate_per_s: float | None = None
     arrival: str = "poisson"
     drain_timeout_s: float = 0.0
+    #: the cell sends a workload file's requests (matrix.prompts_file) instead of
+    #: synthetic prompts of `context` tokens
+    prompts_file: str = ""
 
     @property
     def runnable(self) -> bool:
@@ -240,6 +243,8 @@ PREFILL_SLOWEST_TOK_S = 100.0
 
 def _shape(cell: PlannedCell, matrix: Matrix) -> None:
     """Fills in what the sweep needs to run the cell, so that it never reads the matrix."""
+    if cell.phase == "decode" and matrix.prompts_file:
+        cell.prompts_file = str(matrix.prompts_file)
     cell.shared_prefix = matrix.shared_prefix_for(cell.context) if cell.context else 0
     if cell.phase == "decode" and cell.rate_per_s is not None:
         cell.duration_s = float(matrix.duration_s)

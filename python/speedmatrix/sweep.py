@@ -470,6 +470,26 @@ class Sweep:
             for p in prompts
         ]
 
+    def _file_bodies(self, cell) -> list[bytes]:
+        """The bodies of a workload file's requests (`speedmatrix.workload`), in file order,
+        each with its own max_tokens (else the cell's); loaded once per run."""
+        from speedmatrix.prompts import request_body
+        from speedmatrix.workload import load_prompts
+
+        cache = self.__dict__.setdefault("_file_prompts", {})
+        if cell.prompts_file not in cache:
+            cache[cell.prompts_file] = load_prompts(cell.prompts_file)
+        return [
+            request_body(
+                self.target,
+                self.matrix.api,
+                p.payload,
+                p.max_tokens or cell.max_output,
+                extra=self.matrix.extra,
+            )
+            for p in cache[cell.prompts_file]
+        ]
+
     def _cooldown(self) -> None:
         time.sleep(float(self.matrix.prefill_cooldown_s))
 
@@ -509,9 +529,12 @@ class Sweep:
             cold = cell.rate_per_s is not None or (
                 measures_prefill and self._prompts_sent(c, cell.repetition)
             )
-            prompts = self._prompts(c, cell.prompt_count, cell.repetition, cold=cold, cell=cell)
-            bodies = self._bodies(prompts, cell.max_output)
-            warm = self._bodies(prompts, 1) if cell.warmup else []
+            if cell.prompts_file:
+                prompts, bodies, warm = [], self._file_bodies(cell), []
+            else:
+                prompts = self._prompts(c, cell.prompt_count, cell.repetition, cold=cold, cell=cell)
+                bodies = self._bodies(prompts, cell.max_output)
+                warm = self._bodies(prompts, 1) if cell.warmup else []
         except (SpeedmatrixError, ValueError) as exc:
             out = self._prompt_failure(cell, exc)
             self._store(out)

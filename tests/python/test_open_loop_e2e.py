@@ -259,3 +259,46 @@ def test_search_finds_the_running_cap_in_at_most_eight_cells(tmp_path):
     assert 4 <= found["passing"] < found["failing"] <= 8
     assert found["failing"] - found["passing"] == 1
     assert run.capacity("ttft=60ms")[256]["passing"] == found["passing"]
+
+
+def test_a_workload_file_replaces_the_synthetic_prompts_with_its_own_lengths(tmp_path):
+    from speedmatrix import cli
+    from speedmatrix.results import load
+
+    wl = tmp_path / "w.jsonl"
+    wl.write_text(
+        '{"prompt": "one two three", "max_tokens": 3}\n'
+        '{"prompt": "a longer prompt of a few more words", "max_tokens": 5}\n'
+        '{"prompt": "seven", "max_tokens": 7}\n'
+    )
+    out = tmp_path / "wl"
+    with Sim("test-fast") as sim:
+        code = cli.main(
+            ["run", "--url", sim.url, "--contexts", "512", "--concurrency", "3",
+             "--prompts", str(wl), "--duration", "1.5s", "--max-output", "16", "--out", str(out), "--no-report",
+             "--quiet"]
+        )  # fmt: skip
+    assert code == 0
+    run = load(out)
+    (cell,) = [c for c in run.doc["cells"] if c["phase"] == "decode"]
+    assert cell["prompts_file"] == str(wl.resolve())
+    assert cell["prompt_tokens"]["asked"] is None and "prompt_mismatch" not in cell["flags"]
+    req = run.records(cell["id"]).requests
+    done = (req["phase"] == 1) & (req["outcome"] == 1)
+    assert done.sum() >= 9
+    for body, want in ((0, 3), (1, 5), (2, 7)):  # each request kept its own output length
+        assert set(req["output_tokens"][done & (req["body"] == body)].tolist()) == {want}
+    lengths = {int(req["prompt_tokens"][done & (req["body"] == b)][0]) for b in range(3)}
+    assert len(lengths) == 3  # and its own prompt length, as the server counted it
+
+
+def test_a_bad_workload_file_is_one_line(tmp_path, capsys):
+    from speedmatrix import cli
+
+    wl = tmp_path / "bad.jsonl"
+    wl.write_text('{"text": "no prompt"}\n')
+    code = cli.main(["run", "--url", "http://127.0.0.1:9", "--prompts", str(wl), "--out",
+                     str(tmp_path / "o")])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 1 and "bad.jsonl:1: needs a 'prompt' or 'messages' field" in err
+    assert err.count("\n") == 1
