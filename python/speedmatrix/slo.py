@@ -321,7 +321,7 @@ def cell_figures(
             requests, events, t0_ns, t1_ns, open_loop=open_loop, percentiles=percentiles
         )
     }
-    if open_loop:
+    if rate_per_s is not None:
         out["open_loop"] = latency.open_loop_figures(requests, t0_ns, t1_ns, float(rate_per_s))
     if slo:
         out["slo"] = evaluate(requests, events, t0_ns, t1_ns, slo, open_loop=open_loop)

@@ -234,9 +234,13 @@ class Sweep:
             return float(att) if att is not None else 0.0
 
         for context in planned.contexts:
+
+            def measure_here(x: float, c: int = context) -> float:
+                return measure(c, x)
+
             try:
                 found = slo.search(
-                    lambda x, c=context: measure(c, x),
+                    measure_here,
                     start,
                     m.attainment,
                     integer=not by_rate,

@@ -201,8 +201,9 @@ def base_cell(shape: _Shape) -> dict:
 
 def _open_loop_shape(shape: _Shape) -> dict:
     out: dict = {}
-    if getattr(shape, "prompts_file", ""):
-        out["prompts_file"] = shape.prompts_file
+    prompts_file = getattr(shape, "prompts_file", "")
+    if prompts_file:
+        out["prompts_file"] = prompts_file
     rate = getattr(shape, "rate_per_s", None)
     if rate is not None:
         out.update(rate_per_s=float(rate), arrival=getattr(shape, "arrival", "poisson"))
