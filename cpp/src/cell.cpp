@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "speedmatrix/http.hpp"
+#include "speedmatrix/open_loop.hpp"
 #include "speedmatrix/prom.hpp"
 #include "speedmatrix/scheduler.hpp"
 
@@ -140,7 +141,9 @@ CellResult CellRunner::run() {
     res.fatal_error = "CellSpec.url is empty";
   else if (spec.bodies.empty())
     res.fatal_error = "CellSpec.bodies is empty";
-  else if (spec.concurrency < 1)
+  else if (spec.mode != "closed") {
+    if (std::string why = check_open_loop(spec); !why.empty()) res.fatal_error = why;
+  } else if (spec.concurrency < 1)
     res.fatal_error = "CellSpec.concurrency must be >= 1";
   else if (!(spec.duration_s > 0) && spec.max_requests <= 0)
     res.fatal_error = "CellSpec needs duration_s > 0 or max_requests > 0";
@@ -160,8 +163,10 @@ CellResult CellRunner::run() {
   opt.max_event_bytes = spec.max_event_bytes;
   opt.record_events = spec.record_events;
   opt.server_stamps = spec.server_stamps;
-  opt.max_concurrency = std::max<std::int32_t>(
-      spec.concurrency, static_cast<std::int32_t>(spec.warmup_bodies.size()));
+  const std::int64_t streams =
+      spec.mode == "open" ? open_loop_stream_bound(spec) : std::int64_t{spec.concurrency};
+  opt.max_concurrency = static_cast<std::int32_t>(
+      std::max<std::int64_t>(streams, static_cast<std::int64_t>(spec.warmup_bodies.size())));
   ensure_descriptors(opt.max_concurrency);
 
   ClosedLoopPlan plan;
@@ -191,7 +196,9 @@ CellResult CellRunner::run() {
     SystemClock clock;
     const ns_t cpu0 = thread_cpu_ns();
     const ScheduleTimes times =
-        run_closed_loop(plan, transport, clock, records, m.stop, &m.progress);
+        spec.mode == "open"
+            ? run_open_loop_cell(spec, transport, clock, records, m.stop, &m.progress)
+            : run_closed_loop(plan, transport, clock, records, m.stop, &m.progress);
     res.client_cpu_s = static_cast<double>(thread_cpu_ns() - cpu0) / 1e9;
     sampler.finish();
     res.warmup_start_ns = times.warmup_start_ns;

@@ -25,6 +25,13 @@ class CellSpec:
     concurrency: int
     duration_s: float
     max_requests: int
+    mode: str  # "closed" | "open"
+    rate_per_s: float
+    arrival: str  # "poisson" | "constant" | "gamma"
+    gamma_shape: float
+    max_concurrency: int  # open loop: > 0 gates in-flight requests
+    seed: int
+    drain_timeout_s: float
     connect_timeout_s: float
     idle_timeout_s: float
     tls_verify: bool  # https: verify certificate and host name

@@ -7,6 +7,7 @@
     speedmatrix demo [--out DIR]
     speedmatrix report DIR
     speedmatrix compare DIR_A DIR_B [--out DIR]
+    speedmatrix capacity DIR --slo ttft=2s,tpot=50ms [--attainment 95%] [--json]
 
 Bad flags end with one line on stderr and exit status 2 before any work
 starts; a target that cannot be reached ends with one line and status 1.
@@ -130,6 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="measure a server")
     _add_run_flags(run)
+    from speedmatrix.cli_load import add_capacity_parser, add_open_loop_flags
+
+    add_open_loop_flags(run)
 
     sim = sub.add_parser("sim", help="run the built-in engine in the foreground")
     sim.add_argument("--port", type=int, default=8000)
@@ -181,6 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="folder for compare.md/html/csv and its "
         "charts (default: DIR_B/compare, apart from DIR_B's own report)",
     )
+    add_capacity_parser(sub)
     return parser
 
 
@@ -227,6 +232,9 @@ def _matrix_from_args(args: argparse.Namespace):
             if not isinstance(extra, dict):
                 raise UsageError("--extra-body must be a JSON object")
             m.extra_body = extra
+        from speedmatrix.cli_load import apply_open_loop_flags
+
+        apply_open_loop_flags(m, args)
         m.validate()
     except UsageError:
         raise
@@ -399,6 +407,12 @@ def _cmd_recompute(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_capacity(args: argparse.Namespace) -> int:
+    from speedmatrix.cli_load import cmd_capacity
+
+    return cmd_capacity(args)
+
+
 def _cmd_compare(args: argparse.Namespace) -> int:
     for d in (args.dir_a, args.dir_b):
         if not (d / "run.json").is_file():
@@ -417,6 +431,7 @@ COMMANDS = {
     "demo": _cmd_demo,
     "report": _cmd_report,
     "compare": _cmd_compare,
+    "capacity": _cmd_capacity,
     "recompute": _cmd_recompute,
 }
 

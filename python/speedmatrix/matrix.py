@@ -30,9 +30,19 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
+from speedmatrix.latency import DEFAULT_PERCENTILES, parse_percentiles
+from speedmatrix.slo import parse_attainment, parse_slo
 from speedmatrix.units import format_tokens, parse_duration, parse_token_list, parse_tokens
 
-__all__ = ["API_KINDS", "PREFILL_MODES", "PRESETS", "Context", "Matrix", "parse_contexts"]
+__all__ = [
+    "API_KINDS",
+    "PREFILL_MODES",
+    "PRESETS",
+    "Context",
+    "Matrix",
+    "parse_arrival",
+    "parse_contexts",
+]
 
 Context = int | str
 
@@ -74,6 +84,29 @@ class Matrix:
     #: measurement: an engine finishes the iteration it was in (a prefill chunk of
     #: a request just cancelled) before it sees the next request
     prefill_cooldown_s: float = 1.0
+    #: open loop: arrival rates in requests/s; when given, the decode cells are contexts ×
+    #: rates (instead of × concurrency) and requests arrive on a schedule (docs/metrics.md)
+    request_rates: list[float] = field(default_factory=list)
+    #: open loop: "poisson", "constant" or "gamma:SHAPE" (gap CV 1/sqrt(SHAPE); 1 = Poisson)
+    arrival: str = "poisson"
+    #: open loop: at most this many requests in flight (0 = no gate); the rest wait, queued
+    #: at the client, and that wait is part of their latency from the scheduled time
+    max_concurrency: int = 0
+    #: open loop: how long the window's requests may take to finish after its end
+    drain_timeout_s: float = 60.0
+    #: latency percentiles reported for every cell
+    percentiles: list[float] = field(default_factory=lambda: list(DEFAULT_PERCENTILES))
+    #: SLO targets in ms ({"ttft": 2000.0, "tpot": 50.0}); empty = no SLO figures
+    slo: dict[str, float] = field(default_factory=dict)
+    #: share of requests that must meet the SLO for a load to pass (capacity answer)
+    attainment: float = 0.95
+    #: "concurrency" or "rate": instead of the grid, find per context the largest load
+    #: meeting the SLO by bracketing and bisecting from the first concurrency (rate)
+    search: str = ""
+    #: a workload file (JSONL prompt/messages with max_tokens, or ShareGPT JSON,
+    #: speedmatrix.workload): its requests replace the synthetic prompts of every decode
+    #: cell, each with its own output length; the context is then only the row's label
+    prompts_file: str = ""
 
     # ---- construction -------------------------------------------------------------------
     def __post_init__(self) -> None:
@@ -95,6 +128,20 @@ class Matrix:
         if isinstance(self.shared_prefix, str):
             self.shared_prefix = parse_tokens(self.shared_prefix)
         self.extra = dict(self.extra or {})
+        if isinstance(self.request_rates, (str, int, float)) and not isinstance(
+            self.request_rates, bool
+        ):
+            self.request_rates = _coerce_float_list(self.request_rates)
+        else:
+            self.request_rates = list(self.request_rates or [])
+        if isinstance(self.percentiles, str):
+            self.percentiles = list(parse_percentiles(self.percentiles))
+        if isinstance(self.slo, str):
+            self.slo = parse_slo(self.slo) if self.slo.strip() else {}
+        if isinstance(self.attainment, str):
+            self.attainment = parse_attainment(self.attainment)
+        if isinstance(self.drain_timeout_s, str):
+            self.drain_timeout_s = parse_duration(self.drain_timeout_s)
 
     @classmethod
     def preset(cls, name: str) -> Matrix:
@@ -270,7 +317,71 @@ class Matrix:
             errors.append(
                 f"prefill_cooldown_s: {self.prefill_cooldown_s!r} is not a number of seconds"
             )
+        self._open_loop_problems(errors)
         return errors
+
+    def _open_loop_problems(self, errors: list[str]) -> None:
+        seen: set[float] = set()
+        for r in self.request_rates:
+            if not _is_number(r) or not (0 < r < float("inf")):
+                errors.append(f"request_rates: {r!r} is not a positive number of requests/s")
+            elif r in seen:
+                errors.append(f"request_rates: {r:g} is listed twice")
+            else:
+                seen.add(r)
+        try:
+            parse_arrival(self.arrival)
+        except ValueError as exc:
+            errors.append(f"arrival: {exc}")
+        if not isinstance(self.max_concurrency, int) or isinstance(self.max_concurrency, bool):
+            errors.append(f"max_concurrency: {self.max_concurrency!r} is not an integer")
+        elif self.max_concurrency < 0:
+            errors.append(f"max_concurrency: {self.max_concurrency} is negative (0 = no gate)")
+        if not _is_number(self.drain_timeout_s) or self.drain_timeout_s < 0:
+            errors.append(f"drain_timeout_s: {self.drain_timeout_s!r} is not a number of seconds")
+        try:
+            parse_percentiles(self.percentiles)
+        except (ValueError, TypeError) as exc:
+            errors.append(f"percentiles: {exc}")
+        if not isinstance(self.slo, dict):
+            errors.append("slo: must be a table of targets in ms (ttft, tpot, e2e, tbt)")
+        elif self.slo:
+            try:
+                parse_slo({k: f"{v}ms" for k, v in self.slo.items()})
+            except ValueError as exc:
+                errors.append(f"slo: {exc}")
+        if not _is_number(self.attainment) or not 0 < self.attainment <= 1:
+            errors.append(f"attainment: {self.attainment!r} is not a share in (0, 1]")
+        if self.search not in ("", "concurrency", "rate"):
+            errors.append(f"search: {self.search!r} is not concurrency or rate")
+        elif self.search and not self.slo:
+            errors.append("search: needs an SLO to search against (slo / --slo)")
+        elif self.search == "concurrency" and self.request_rates:
+            errors.append("search: concurrency with request rates: search rate instead")
+        elif self.search == "rate" and not self.request_rates:
+            errors.append("search: rate needs a starting rate (request_rates / --request-rate)")
+
+    @property
+    def open_loop(self) -> bool:
+        """True when the decode cells are request-rate cells."""
+        return bool(self.request_rates)
+
+
+def parse_arrival(text: str) -> tuple[str, float]:
+    """``"poisson"`` -> ("poisson", 1.0); ``"constant"``; ``"gamma:0.5"`` -> ("gamma", 0.5).
+    Raises ValueError saying what is accepted."""
+    kind, _, shape = str(text).strip().lower().partition(":")
+    if kind in ("poisson", "constant") and not shape:
+        return kind, 1.0
+    if kind == "gamma":
+        try:
+            v = float(shape)
+        except ValueError:
+            raise ValueError(f"{text!r}: gamma needs a shape, e.g. gamma:0.5") from None
+        if not v > 0 or v == float("inf"):
+            raise ValueError(f"{text!r}: the gamma shape must be a positive number")
+        return "gamma", v
+    raise ValueError(f"{text!r} is not poisson, constant or gamma:SHAPE")
 
 
 # ---- helpers ------------------------------------------------------------------------------
@@ -313,6 +424,21 @@ def _coerce_contexts(value: Any, keywords: tuple[str, ...]) -> list[Context]:
                 out.append(text)  # kept so validate() reports it with the field name
         else:
             out.append(item)
+    return out
+
+
+def _coerce_float_list(value: str | float) -> list[Any]:
+    if not isinstance(value, str):
+        return [value]
+    out: list[Any] = []
+    for item in value.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        try:
+            out.append(float(item))
+        except ValueError:
+            out.append(item)  # kept so validate() reports it with the field name
     return out
 
 

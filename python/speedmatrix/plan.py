@@ -30,6 +30,7 @@ Rules (DESIGN.md "Status"):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -52,6 +53,10 @@ DECODE_MARGIN_MAX = 1024
 PREFILL_MARGIN = 64
 #: output tokens of a prefill cell (the first token is what is timed)
 PREFILL_OUTPUT = 1
+
+
+#: the most prompts an open-loop cell makes (arrival k sends prompt k % count beyond it)
+OPEN_LOOP_PROMPTS = 20_000
 
 
 def decode_max(context_length: int, max_output: int) -> int:
@@ -101,6 +106,15 @@ class PlannedCell:
     shared_prefix: int = 0
     #: the prompts are sent once with max_tokens=1 before the window (prefix cache warm)
     warmup: bool = False
+    #: open loop (a request-rate cell): arrivals per second, their law ("poisson",
+    #: "constant", "gamma:SHAPE"), the client's in-flight gate (0 = none; `concurrency`
+    #: holds it too) and how long the window's requests may take to finish after it
+    rate_per_s: float | None = None
+    arrival: str = "poisson"
+    drain_timeout_s: float = 0.0
+    #: the cell sends a workload file's requests (matrix.prompts_file) instead of
+    #: synthetic prompts of `context` tokens
+    prompts_file: str = ""
 
     @property
     def runnable(self) -> bool:
@@ -194,6 +208,28 @@ def plan(
         for r in range(matrix.repetitions):
             cells.append(_cell("prefill", spec, context, 1, r, PREFILL_OUTPUT, model, ctx_len, cap))
     for spec, context in decode_resolved:
+        if matrix.search:
+            break  # the sweep plans each searched load with search_cell as it goes
+        if matrix.request_rates:
+            # Open loop: contexts x rates. The gate (if any) bounds what the KV cache must
+            # hold; without one the schedule decides and no cell is refused beforehand.
+            for rate in matrix.request_rates:
+                for r in range(matrix.repetitions):
+                    cell = _cell(
+                        "decode",
+                        spec,
+                        context,
+                        matrix.max_concurrency,
+                        r,
+                        matrix.max_output,
+                        kv,
+                        ctx_len,
+                        cap,
+                    )
+                    cell.id = rate_cell_id(context or spec, rate, r)
+                    cell.rate_per_s = float(rate)
+                    cells.append(cell)
+            continue
         for n in matrix.concurrency:
             for r in range(matrix.repetitions):
                 cells.append(
@@ -221,8 +257,20 @@ PREFILL_SLOWEST_TOK_S = 100.0
 
 def _shape(cell: PlannedCell, matrix: Matrix) -> None:
     """Fills in what the sweep needs to run the cell, so that it never reads the matrix."""
+    if cell.phase == "decode" and matrix.prompts_file:
+        cell.prompts_file = str(matrix.prompts_file)
     cell.shared_prefix = matrix.shared_prefix_for(cell.context) if cell.context else 0
-    if cell.phase == "decode":
+    if cell.phase == "decode" and cell.rate_per_s is not None:
+        cell.duration_s = float(matrix.duration_s)
+        # A prompt per arrival (Poisson's count stays under mean + 4 sd), so that no
+        # request finds its prompt in the prefix cache; no warm-up, which would put them
+        # there. Arrival k sends prompt k % count.
+        mean = cell.rate_per_s * cell.duration_s
+        cell.prompt_count = min(math.ceil(mean + 4 * math.sqrt(mean) + 8), OPEN_LOOP_PROMPTS)
+        cell.warmup = False
+        cell.arrival = matrix.arrival
+        cell.drain_timeout_s = float(matrix.drain_timeout_s)
+    elif cell.phase == "decode":
         cell.duration_s = float(matrix.duration_s)
         cell.prompt_count = int(cell.concurrency)
         cell.warmup = bool(matrix.warmup)
@@ -230,6 +278,31 @@ def _shape(cell: PlannedCell, matrix: Matrix) -> None:
         cell.duration_s = max(PREFILL_LIMIT_S, cell.context / PREFILL_SLOWEST_TOK_S)
         cell.max_requests = 1
         cell.prompt_count = 1
+
+
+def search_cell(matrix: Matrix, planned: Plan, context: int, load: float, repetition: int = 0):
+    """The decode cell a search measures at ``load`` (a concurrency, or a rate when
+    ``matrix.search == "rate"``) for ``context``, planned and shaped as plan() would."""
+    kv, ctx_len, cap = planned.kv_tokens, planned.context_length, planned.max_running
+    if matrix.search == "rate":
+        cell = _cell(
+            "decode", context, context, matrix.max_concurrency, repetition, matrix.max_output,
+            kv, ctx_len, cap,
+        )  # fmt: skip
+        cell.id = rate_cell_id(context, load, repetition)
+        cell.rate_per_s = float(load)
+    else:
+        cell = _cell(
+            "decode", context, context, int(load), repetition, matrix.max_output, kv, ctx_len, cap
+        )
+    _shape(cell, matrix)
+    return cell
+
+
+def rate_cell_id(context: int | str, rate: float, repetition: int) -> str:
+    """``decode-c8192-q2-r0``: the id of a request-rate cell (q for requests/s)."""
+    where = f"c{context}" if isinstance(context, int) else str(context)
+    return f"decode-{where}-q{rate:g}-r{repetition}"
 
 
 def _resolve(

@@ -146,7 +146,16 @@ def _rejudge(cell: dict, records: Records, facts: EngineFacts, rules: Rules) -> 
     shape = CellShape.from_cell(cell)
     idle = "busy_at_start" not in (cell.get("flags") or [])
     if cell["phase"] == "decode":
-        new = verdict.decode_cell(shape, records, facts, rules, idle=idle)
+        # the latency percentiles and SLO the cell was judged with, as it stored them
+        new = verdict.decode_cell(
+            shape,
+            records,
+            facts,
+            rules,
+            idle=idle,
+            percentiles=(cell.get("latency") or {}).get("percentiles"),
+            slo_targets=(cell.get("slo") or {}).get("slo"),
+        )
     else:
         new = verdict.prefill_cell(shape, records, idle=idle, measured_in=cell.get("measured_in"))
     method = (cell.get("prompt_tokens") or {}).get("method")

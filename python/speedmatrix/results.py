@@ -68,6 +68,18 @@ def _flatten_cell(cell: dict) -> dict:
                 row[f"server_{sk}"] = np.nan if sv is None else float(sv)
             for sk, sv in v.items() if isinstance(v, dict) else ():
                 row.setdefault(f"server_{sk}", sv)
+        elif k == "latency" and isinstance(v, dict):
+            # e2e_ms -> e2e_n, e2e_mean_ms, e2e_median_ms, e2e_p99_ms, ... (the intervals
+            # stay in run.json); the core's own ttft_p90_ms etc. are kept where they exist
+            for name, dist in v.items():
+                if not isinstance(dist, dict):
+                    continue
+                base = name.removesuffix("_ms")
+                for dk, dv in dist.items():
+                    if dk == "n":
+                        row.setdefault(f"{base}_n", dv)
+                    elif dk in ("mean", "median") or dk.startswith("p"):
+                        row.setdefault(f"{base}_{dk}_ms", np.nan if dv is None else dv)
         elif isinstance(v, dict) and k not in ("errors", "error_examples"):  # {kind: ...}
             for pk, pv in v.items():
                 row[f"{k}_{pk}"] = pv
@@ -410,6 +422,40 @@ class Run:
                 out.iat[i, j] = val
         return out
 
+    def load_matrix(self, figure: str = "slo_goodput_req_s", numeric: bool = False) -> pd.DataFrame:
+        """Decode cells pivoted by their load: rows = context label, columns = request rate
+        for a request-rate run (``rate_per_s``), else concurrency. For the open-loop, latency
+        and SLO figures (``slo_attainment``, ``slo_goodput_req_s``, ``slo_goodput_tok_s``,
+        ``open_loop_achieved_rate_per_s``, ``e2e_p99_ms``, ...; see `cells`), which
+        `matrix` cannot place in a rate run. Repetitions: the median over valid and queued
+        ones; other cells hold their status text (NaN with ``numeric=True``)."""
+        dec = self._decode()
+        if dec.empty:
+            return pd.DataFrame()
+        if figure not in dec.columns:
+            raise KeyError(f"no figure {figure!r} in the cells (have: {sorted(dec.columns)})")
+        by_rate = "rate_per_s" in dec and dec["rate_per_s"].notna().any()
+        key = "rate_per_s" if by_rate else "concurrency"
+        dec = dec[dec[key].notna()]
+        contexts = sorted({int(c) for c in dec["context"]})
+        loads = sorted({float(x) if by_rate else int(x) for x in dec[key]})
+        labels = self._labels(dec, contexts)
+        out = pd.DataFrame(
+            index=pd.Index([labels[c] for c in contexts], name="context"),
+            columns=pd.Index(loads, name="request_rate" if by_rate else "concurrency"),
+            dtype=float if numeric else object,
+        )
+        for (c, x), sub in dec.groupby(["context", key]):
+            st = combined_status(sub["status"].tolist())
+            ok = sub[sub["status"].isin(("valid", "queued"))]
+            nums = pd.to_numeric(ok[figure], errors="coerce").dropna()
+            if len(nums):
+                val: Any = float(nums.median())
+            else:
+                val = np.nan if numeric else STATUS_TEXT.get(st, st)
+            out.loc[labels[int(c)], float(x) if by_rate else int(x)] = val
+        return out
+
     @staticmethod
     def _labels(dec: pd.DataFrame, contexts: list[int]) -> dict[int, str]:
         have = dict(zip(dec["context"], dec["label"])) if len(dec) else {}
@@ -471,6 +517,27 @@ class Run:
                 "repetitions",
             ],
         )
+
+    def capacity(self, slo: str | dict, attainment: str | float = 0.95) -> dict[int, dict]:
+        """The capacity answer per decode context: the largest measured concurrency (or
+        rate, for a request-rate run) whose requests meet ``slo`` (``"ttft=2s,tpot=50ms"``
+        or ``{"ttft": 2000.0}`` in ms) at ``attainment`` (0.95 or ``"95%"``), the first that
+        does not, and an interpolated estimate with its method (`speedmatrix.slo.capacity`).
+        Every cell is judged from its own records, so any SLO can be asked of a saved run."""
+        from speedmatrix import slo as slo_mod
+
+        targets = slo_mod.parse_slo(slo) if isinstance(slo, str) else dict(slo)
+        share = (
+            slo_mod.parse_attainment(attainment)
+            if isinstance(attainment, str)
+            else float(attainment)
+        )
+
+        def records(cell_id: str):
+            rec = self.records(cell_id)
+            return None if rec is None else (rec.requests, rec.events)
+
+        return slo_mod.run_capacity(self.doc.get("cells") or [], records, targets, share)
 
     def missing_cells(self) -> list[tuple[str, int, int]]:
         """(phase, context, concurrency) of the matrix that have no cell (interrupted runs)."""

@@ -38,6 +38,7 @@ import os
 import sys
 import threading
 import time
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -183,6 +184,8 @@ class Sweep:
                 if self._server_lost(outcome.cell):
                     self._mark_unreachable(planned, after=self._label(cell))
                     break
+            if self.matrix.search and not self.interrupted and not self.unreachable:
+                self._search(planned, done=total)
         except KeyboardInterrupt:
             self.interrupted = True
         finally:
@@ -191,6 +194,64 @@ class Sweep:
         if self.interrupted:
             return 130
         return 1 if self.unreachable else 0
+
+    def _search(self, planned, done: int) -> None:
+        """Per context, the largest load meeting the SLO (`speedmatrix.slo.search`):
+        measures only the cells the bracket-and-bisect needs, each stored like a grid
+        cell; the answer goes to meta.run.search. Cells already in run.json (a resumed
+        run) are not measured again."""
+        from speedmatrix import slo
+        from speedmatrix.plan import search_cell
+
+        m = self.matrix
+        by_rate = m.search == "rate"
+        start = float(m.request_rates[0] if by_rate else m.concurrency[0])
+        answers = self.doc["meta"]["run"].setdefault("search", {})
+        count = [done]
+
+        def measure(context: int, load: float) -> float:
+            cell = search_cell(m, planned, context, load)
+            if not cell.runnable:
+                if cell.id not in self.cells:
+                    self.cells[cell.id] = self._unrun_cell(cell).cell
+                    self._write()
+                return 0.0  # over capacity or does not fit: the load fails
+            if not self._done(cell.id):
+                if count[0] > 0 and self._server_lost(None):
+                    raise _Stop
+                count[0] += 1
+                self.progress.start_cell(
+                    count[0], done + SEARCH_MAX_CELLS * len(planned.contexts),
+                    self._label(cell), self._cell_time(cell), 0.0,
+                )  # fmt: skip
+                outcome = self._measure_decode(cell)
+                if outcome is None:
+                    raise _Stop
+                self.progress.end_cell(self._summary(outcome.cell))
+                if self._server_lost(outcome.cell):
+                    raise _Stop
+            att = (self.cells[cell.id].get("slo") or {}).get("attainment")
+            return float(att) if att is not None else 0.0
+
+        for context in planned.contexts:
+
+            def measure_here(x: float, c: int = context) -> float:
+                return measure(c, x)
+
+            try:
+                found = slo.search(
+                    measure_here,
+                    start,
+                    m.attainment,
+                    integer=not by_rate,
+                    max_cells=SEARCH_MAX_CELLS,
+                    lowest=1 if not by_rate else start / 64,
+                )
+            except _Stop:
+                break
+            found["by"] = m.search
+            answers[str(context)] = found
+            self._write()
 
     def run_result(self):
         from speedmatrix.results import load
@@ -212,7 +273,11 @@ class Sweep:
         decode_n1 = {
             (c.context, c.repetition): c
             for c in planned
-            if c.phase == "decode" and c.concurrency == 1 and c.runnable and not self._done(c.id)
+            if c.phase == "decode"
+            and c.concurrency == 1
+            and c.rate_per_s is None
+            and c.runnable
+            and not self._done(c.id)
         }
         out = {}
         if self.matrix.prefill_mode == "warmup":
@@ -251,6 +316,8 @@ class Sweep:
     def _label(cell) -> str:
         if cell.phase == "prefill":
             return f"prefill {cell.label}"
+        if cell.rate_per_s is not None:
+            return f"decode {cell.label} @ {cell.rate_per_s:g}/s"
         return f"decode {cell.label} x {cell.concurrency}"
 
     # ------------------------------------------------------------ measuring
@@ -407,6 +474,26 @@ class Sweep:
             for p in prompts
         ]
 
+    def _file_bodies(self, cell) -> list[bytes]:
+        """The bodies of a workload file's requests (`speedmatrix.workload`), in file order,
+        each with its own max_tokens (else the cell's); loaded once per run."""
+        from speedmatrix.prompts import request_body
+        from speedmatrix.workload import load_prompts
+
+        cache = self.__dict__.setdefault("_file_prompts", {})
+        if cell.prompts_file not in cache:
+            cache[cell.prompts_file] = load_prompts(cell.prompts_file)
+        return [
+            request_body(
+                self.target,
+                self.matrix.api,
+                p.payload,
+                p.max_tokens or cell.max_output,
+                extra=self.matrix.extra,
+            )
+            for p in cache[cell.prompts_file]
+        ]
+
     def _cooldown(self) -> None:
         time.sleep(float(self.matrix.prefill_cooldown_s))
 
@@ -442,23 +529,39 @@ class Sweep:
             # sent them (the run's seed is new, so neither has an earlier run): then the
             # later cells of this context find their shared prefix cached. Once sent,
             # the measurement needs prompts of its own.
-            cold = measures_prefill and self._prompts_sent(c, cell.repetition)
-            prompts = self._prompts(c, cell.prompt_count, cell.repetition, cold=cold, cell=cell)
-            bodies = self._bodies(prompts, cell.max_output)
-            warm = self._bodies(prompts, 1) if cell.warmup else []
+            # An open-loop cell's arrivals must each pay their prefill: prompts of its own.
+            cold = cell.rate_per_s is not None or (
+                measures_prefill and self._prompts_sent(c, cell.repetition)
+            )
+            if cell.prompts_file:
+                prompts, bodies, warm = [], self._file_bodies(cell), []
+            else:
+                prompts = self._prompts(c, cell.prompt_count, cell.repetition, cold=cold, cell=cell)
+                bodies = self._bodies(prompts, cell.max_output)
+                warm = self._bodies(prompts, 1) if cell.warmup else []
         except (SpeedmatrixError, ValueError) as exc:
             out = self._prompt_failure(cell, exc)
             self._store(out)
             if measures_prefill:  # its prefill would have come from this warm-up
                 self._store(self._prompt_failure(self._planned[prefill_id], exc))
             return out
-        spec = self._spec(n, bodies, warm, cell.duration_s, max_requests=cell.max_requests)
+        spec = self._spec(max(n, 1), bodies, warm, cell.duration_s, max_requests=cell.max_requests)
+        if cell.rate_per_s is not None:
+            _open_loop_spec(spec, cell)
         res, interrupted = self._run_spec(spec)
         if interrupted:
             self.interrupted = True
             return None
         records = Records.from_result(res)
-        cell_dict = verdict.decode_cell(cell, records, self.facts, self.rules, idle=idle)
+        cell_dict = verdict.decode_cell(
+            cell,
+            records,
+            self.facts,
+            self.rules,
+            idle=idle,
+            percentiles=self.matrix.percentiles,
+            slo_targets=self.matrix.slo,
+        )
         out = self._store_measured(cell_dict, records, prompts)
         if measures_prefill:
             pcell = self._planned[prefill_id]
@@ -673,3 +776,26 @@ def resume(
         tokenizer=tokenizer,
     )
     return sweep.execute()
+
+
+def _open_loop_spec(spec, cell) -> None:
+    """Turns a CellSpec into a request-rate cell's: arrivals on the cell's schedule, seeded
+    by its id (the same cell, the same schedule), the gate and the drain bound."""
+    from speedmatrix.matrix import parse_arrival
+
+    kind, shape = parse_arrival(cell.arrival)
+    spec.mode = "open"
+    spec.rate_per_s = float(cell.rate_per_s)
+    spec.arrival = kind
+    spec.gamma_shape = float(shape)
+    spec.max_concurrency = int(cell.concurrency)
+    spec.seed = zlib.crc32(cell.id.encode())
+    spec.drain_timeout_s = float(cell.drain_timeout_s)
+
+
+#: the most cells a search measures per context
+SEARCH_MAX_CELLS = 8
+
+
+class _Stop(Exception):
+    """A search ends early: interrupted, or the server stopped answering."""

@@ -156,6 +156,10 @@ class CellShape:
     label: str
     concurrency: int
     repetition: int = 0
+    #: a request-rate (open-loop) cell: its arrival rate and law
+    rate_per_s: float | None = None
+    arrival: str = "poisson"
+    prompts_file: str = ""
 
     @classmethod
     def from_cell(cls, cell: dict) -> CellShape:
@@ -166,6 +170,9 @@ class CellShape:
             label=cell.get("label") or "",
             concurrency=int(cell["concurrency"]),
             repetition=int(cell.get("repetition", 0)),
+            rate_per_s=cell.get("rate_per_s"),
+            arrival=cell.get("arrival") or "poisson",
+            prompts_file=cell.get("prompts_file") or "",
         )
 
 
@@ -190,7 +197,19 @@ def base_cell(shape: _Shape) -> dict:
         "output_tokens": 0,
         "measured_s": 0.0,
         "errors": {},
+        **_open_loop_shape(shape),
     }
+
+
+def _open_loop_shape(shape: _Shape) -> dict:
+    out: dict = {}
+    prompts_file = getattr(shape, "prompts_file", "")
+    if prompts_file:
+        out["prompts_file"] = prompts_file
+    rate = getattr(shape, "rate_per_s", None)
+    if rate is not None:
+        out.update(rate_per_s=float(rate), arrival=getattr(shape, "arrival", "poisson"))
+    return out
 
 
 def unrun_cell(shape: _Shape, status: str, reason: str | None) -> dict:
@@ -285,8 +304,12 @@ def decode_cell(
     rules: Rules,
     *,
     idle: bool,
+    percentiles: tuple[float, ...] | list[float] | None = None,
+    slo_targets: dict[str, float] | None = None,
 ) -> dict:
-    """A decode cell: figures of its window, its status and flags."""
+    """A decode cell: figures of its window, its status and flags; with its latency
+    distributions (`percentiles`), SLO attainment and goodput (`slo_targets`, ms) and, for
+    a request-rate cell, what the open loop did (`speedmatrix.slo.cell_figures`)."""
     from speedmatrix._native import _core
 
     base = base_cell(shape)
@@ -323,11 +346,18 @@ def decode_cell(
         )
         return base
 
-    settle = first_wave_settled(req, shape.concurrency, t0, t1)
+    rate = getattr(shape, "rate_per_s", None)
+    open_loop = rate is not None
+    # An open-loop cell has no first wave: its window is its arrivals'.
+    settle = t0 if open_loop else first_wave_settled(req, shape.concurrency, t0, t1)
     fig = _core.summarize_cell(req, ev, t0, t1, 1.0, settle)
     server = server_view(records.metrics, facts, t0, t1, settle)
     reported = [int(x) for x in req["prompt_tokens"][window] if x >= 0]
     ptok = prompt_check(shape.context, reported)
+    if getattr(shape, "prompts_file", ""):
+        # a workload file's prompts have their own lengths: the server's counts are kept
+        # per request in the records, and the range here; nothing was asked to compare
+        ptok.update(asked=None, exact=None)
     base.update(
         {
             "total_tok_s": _finite(fig["total_tok_s"]),
@@ -378,6 +408,7 @@ def decode_cell(
     if (
         server
         and server.get("running_mean") is not None
+        and (not open_loop or shape.concurrency > 0)
         and server["running_mean"]
         > shape.concurrency * rules.running_mismatch_factor + rules.running_mismatch_slack
     ):
@@ -390,13 +421,32 @@ def decode_cell(
         flags.append("ttft_unserved")
     base["flags"] = flags
 
+    from speedmatrix import latency, slo
+
+    extra = slo.cell_figures(
+        req,
+        ev,
+        t0,
+        t1,
+        rate_per_s=rate,
+        percentiles=tuple(percentiles or latency.DEFAULT_PERCENTILES),
+        slo=slo_targets or None,
+    )
+    extra["latency"]["percentiles"] = [float(p) for p in percentiles or latency.DEFAULT_PERCENTILES]
+    base.update(extra)
     started = max(int(fig["started"]), 1)
     queued_client = client_queue_signal(req, settle, t1)
-    base["ramp_s"] = (settle - t0) / 1e9
-    streamed = first_wave_streamed(req, shape.concurrency)
-    base["first_wave_streamed"] = streamed
-    if streamed < shape.concurrency or settle - t0 > rules.ramp_share * (t1 - t0):
-        flags.append("long_ramp")
+    if open_loop:
+        ol = base["open_loop"]
+        started = max(int(ol["arrivals"]), 1)  # failures count against the arrivals
+        if not ol["kept_up"]:
+            flags.append("behind")
+    else:
+        base["ramp_s"] = (settle - t0) / 1e9
+        streamed = first_wave_streamed(req, shape.concurrency)
+        base["first_wave_streamed"] = streamed
+        if streamed < shape.concurrency or settle - t0 > rules.ramp_share * (t1 - t0):
+            flags.append("long_ramp")
     base["waiting_without_tokens"] = queued_client
     status = "valid"
     reason: str | None = None

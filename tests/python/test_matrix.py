@@ -185,3 +185,55 @@ def test_an_interrupted_seed_run_keeps_its_max_row():
     # without the plan (a run.json from before it was saved) keywords are dropped
     del doc["meta"]["run"]["plan"]
     assert Run(doc).matrix_definition["contexts"] == [8192, 16384, 32768, 65536]
+
+
+def test_open_loop_fields_take_the_forms_people_type():
+    m = Matrix(
+        request_rates="0.5,1,2,4",
+        arrival="gamma:0.5",
+        max_concurrency=64,
+        percentiles="50,99.9",
+        slo="ttft=2s,tpot=50ms",
+        attainment="90%",
+        drain_timeout_s="2m",
+    ).validate()
+    assert m.request_rates == [0.5, 1.0, 2.0, 4.0] and m.open_loop
+    assert m.percentiles == [50.0, 99.9]
+    assert m.slo == {"ttft": 2000.0, "tpot": 50.0}
+    assert m.attainment == pytest.approx(0.9)
+    assert m.drain_timeout_s == 120.0
+    assert Matrix.from_toml(m.to_toml()) == m
+    assert not Matrix().open_loop
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"request_rates": [0]}, "request_rates: 0 is not a positive number"),
+        ({"request_rates": "1,x"}, "request_rates: 'x'"),
+        ({"request_rates": [2, 2.0]}, "request_rates: 2 is listed twice"),
+        ({"arrival": "uniform"}, "arrival: 'uniform' is not poisson, constant or gamma:SHAPE"),
+        ({"arrival": "gamma:-1"}, "arrival: 'gamma:-1': the gamma shape must be a positive"),
+        ({"max_concurrency": -1}, "max_concurrency: -1 is negative"),
+        ({"percentiles": [50, 100]}, "percentiles: percentile 100 is not between"),
+        ({"slo": {"latency": 5}}, "slo: --slo: 'latency=5ms' is not NAME=DURATION"),
+        ({"attainment": 1.5}, "attainment: 1.5 is not a share"),
+    ],
+)
+def test_open_loop_validation_names_the_field(changes, message):
+    problems = Matrix(**changes).problems()
+    assert any(message in p for p in problems), problems
+
+
+@pytest.mark.parametrize(
+    "text, parsed",
+    [
+        ("poisson", ("poisson", 1.0)),
+        ("Constant", ("constant", 1.0)),
+        ("gamma:0.25", ("gamma", 0.25)),
+    ],
+)
+def test_parse_arrival(text, parsed):
+    from speedmatrix.matrix import parse_arrival
+
+    assert parse_arrival(text) == parsed

@@ -77,7 +77,7 @@ ScheduleTimes run_closed_loop(const ClosedLoopPlan& plan, Transport& transport, 
                               CellRecords& records, const std::atomic<bool>& stop,
                               CellProgress* progress = nullptr);
 
-// --- open loop (not wired into cells yet) ---------------------------------
+// --- open loop (run_open_loop and GammaPacer: open_loop.hpp) ---------------
 // A pacer says when the k-th request of an open-loop run is due, as an offset
 // from the start. Offsets are intended send times: latency is measured from
 // them (wrk2's rule against coordinated omission). Pure and deterministic.

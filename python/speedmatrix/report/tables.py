@@ -43,6 +43,11 @@ FLAG_TEXT = {
         "Output not forced: the server cannot be told to ignore end-of-sequence, "
         "so requests may end early and be replaced (more prefill in the window)."
     ),
+    "behind": (
+        "Server could not keep up: at this request rate the backlog grew through the "
+        "window (latency from the scheduled time grew, or arrivals were unfinished at "
+        "the drain bound; see the cell's open_loop.reason)."
+    ),
 }
 FLAG_SHORT = {
     "busy_at_start": "Busy at start",
@@ -55,6 +60,7 @@ FLAG_SHORT = {
     "long_ramp": "Long ramp",
     "output_not_forced": "Output not forced",
     "ttft_unserved": "TTFT reads low",
+    "behind": "Server could not keep up",
 }
 CAPACITY_NAMES = {
     "kv_tokens": "KV cache capacity",

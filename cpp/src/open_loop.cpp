@@ -1,0 +1,237 @@
+#include "speedmatrix/open_loop.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <limits>
+#include <utility>
+
+#include "speedmatrix/cell.hpp"
+
+namespace speedmatrix {
+namespace {
+
+ns_t s_to_ns(double s) {
+  if (!(s > 0)) return 0;
+  if (s > 1e9) return std::numeric_limits<ns_t>::max() / 4;
+  return static_cast<ns_t>(s * 1e9);
+}
+
+// In-flight bookkeeping and progress counters of one open-loop run.
+class OpenLoop {
+ public:
+  OpenLoop(Transport& t, CellRecords& r, CellProgress* p) : transport_(t), records_(r), p_(p) {}
+
+  std::int32_t add(std::int32_t slot, std::int32_t body, Phase phase, ns_t scheduled_ns) {
+    RequestRecord rec;
+    rec.slot = slot;
+    rec.body = body;
+    rec.phase = phase;
+    rec.scheduled_ns = scheduled_ns;
+    records_.requests.push_back(std::move(rec));
+    return static_cast<std::int32_t>(records_.requests.size() - 1);
+  }
+  void start(std::int32_t id, std::string_view body) {
+    live_.push_back(id);
+    set_in_flight(static_cast<std::int32_t>(live_.size()));
+    transport_.start(id, body);
+  }
+  const std::vector<std::int32_t>& poll(ns_t deadline) {
+    finished_.clear();
+    transport_.poll(deadline, finished_);
+    for (std::int32_t id : finished_) account(id);
+    return finished_;
+  }
+  void cancel_all() {
+    const std::vector<std::int32_t> ids = live_;
+    for (std::int32_t id : ids) {
+      transport_.cancel(id);
+      account(id);
+    }
+  }
+  std::int32_t in_flight() const { return static_cast<std::int32_t>(live_.size()); }
+
+ private:
+  void set_in_flight(std::int32_t n) {
+    if (p_) p_->in_flight.store(n, std::memory_order_relaxed);
+  }
+  void account(std::int32_t id) {
+    // live_ is short (the in-flight set); a linear erase keeps it simple.
+    auto it = std::find(live_.begin(), live_.end(), id);
+    if (it != live_.end()) live_.erase(it);
+    set_in_flight(static_cast<std::int32_t>(live_.size()));
+    if (!p_) return;
+    const RequestRecord& r = records_.requests[static_cast<std::size_t>(id)];
+    if (r.phase != Phase::kWindow) return;
+    if (r.outcome == Outcome::kOk) p_->completed.fetch_add(1, std::memory_order_relaxed);
+    if (r.outcome == Outcome::kError) p_->errors.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  Transport& transport_;
+  CellRecords& records_;
+  CellProgress* p_;
+  std::vector<std::int32_t> live_;
+  std::vector<std::int32_t> finished_;
+};
+
+}  // namespace
+
+GammaPacer::GammaPacer(double rate_per_s, double shape, std::uint64_t seed, std::int64_t count)
+    : rng_(seed),
+      // Mean gap = shape * scale = 1 / rate.
+      gap_s_(shape > 0 ? shape : 1.0,
+             1.0 / ((shape > 0 ? shape : 1.0) * (rate_per_s > 0 ? rate_per_s : 1.0))),
+      count_(rate_per_s > 0 && shape > 0 ? count : -1) {}
+
+ns_t GammaPacer::due_ns(std::int64_t k) {
+  if (count_ < 0 || (count_ > 0 && k >= count_)) return kNever;
+  while (next_k_ <= k) {
+    if (next_k_ > 0) t_s_ += gap_s_(rng_);
+    ++next_k_;
+  }
+  return static_cast<ns_t>(std::llround(t_s_ * 1e9));
+}
+
+std::unique_ptr<Pacer> make_pacer(const std::string& arrival, double rate_per_s, double gamma_shape,
+                                  std::uint64_t seed, std::string* why) {
+  if (!(rate_per_s > 0) || !std::isfinite(rate_per_s)) {
+    *why = "rate_per_s must be > 0";
+    return nullptr;
+  }
+  if (arrival == "constant") return std::make_unique<ConstantPacer>(rate_per_s);
+  if (arrival == "poisson") return std::make_unique<PoissonPacer>(rate_per_s, seed);
+  if (arrival == "gamma") {
+    if (!(gamma_shape > 0) || !std::isfinite(gamma_shape)) {
+      *why = "gamma_shape must be > 0";
+      return nullptr;
+    }
+    return std::make_unique<GammaPacer>(rate_per_s, gamma_shape, seed);
+  }
+  *why = "arrival '" + arrival + "' is not constant, poisson or gamma";
+  return nullptr;
+}
+
+ScheduleTimes run_open_loop(const OpenLoopPlan& plan, Pacer& pacer, Transport& transport,
+                            Clock& clock, CellRecords& records, const std::atomic<bool>& stop,
+                            CellProgress* progress) {
+  ScheduleTimes times;
+  OpenLoop loop(transport, records, progress);
+  auto stopped = [&] { return stop.load(std::memory_order_relaxed); };
+
+  // Warm-up: everything at once, then wait for all (or the timeout), as the
+  // closed loop does, so both modes start from the same server state.
+  if (!plan.warmup_bodies.empty()) {
+    times.warmup_start_ns = clock.now();
+    for (std::size_t i = 0; i < plan.warmup_bodies.size(); ++i) {
+      const auto idx = static_cast<std::int32_t>(i);
+      loop.start(loop.add(idx, idx, Phase::kWarmup, times.warmup_start_ns), plan.warmup_bodies[i]);
+    }
+    const ns_t deadline =
+        plan.warmup_timeout_ns > 0 ? times.warmup_start_ns + plan.warmup_timeout_ns : kNoDeadline;
+    while (loop.in_flight() > 0 && !stopped() && clock.now() < deadline) loop.poll(deadline);
+    loop.cancel_all();
+    if (stopped()) {
+      times.stopped = true;
+      times.end_ns = clock.now();
+      return times;
+    }
+  }
+
+  const ns_t t0 = clock.now();
+  times.window_start_ns = t0;
+  if (progress) progress->window_start_ns.store(t0, std::memory_order_relaxed);
+  const ns_t window_end = t0 + plan.duration_ns;
+  const ns_t drain_end = window_end + std::max<ns_t>(plan.drain_timeout_ns, 0);
+  const std::size_t nb = plan.bodies.size();
+  const bool gated = plan.max_concurrency > 0;
+
+  std::int64_t k = 0;  // next arrival
+  ns_t next_due = kNever;
+  auto advance = [&] {
+    const ns_t off = pacer.due_ns(k);
+    next_due = (off == kNever || t0 + off >= window_end) ? kNever : t0 + off;
+  };
+  advance();
+  std::deque<std::int32_t> gate;  // due, not yet sent (FIFO)
+  auto send = [&](std::int32_t id) {
+    const RequestRecord& r = records.requests[static_cast<std::size_t>(id)];
+    loop.start(id, plan.bodies[static_cast<std::size_t>(r.body)]);
+  };
+  auto open_gate = [&] {
+    while (!gate.empty() && (!gated || loop.in_flight() < plan.max_concurrency)) {
+      const std::int32_t id = gate.front();
+      gate.pop_front();
+      send(id);
+    }
+  };
+
+  for (;;) {
+    if (stopped()) {
+      times.stopped = true;
+      break;
+    }
+    const ns_t now = clock.now();
+    // Every arrival already due goes out now, in order: a late loop sends a
+    // burst rather than skipping any (the schedule is the user population).
+    while (next_due != kNever && next_due <= now) {
+      const auto slot = static_cast<std::int32_t>(k);
+      const auto body = static_cast<std::int32_t>(static_cast<std::size_t>(k) % nb);
+      gate.push_back(loop.add(slot, body, Phase::kWindow, next_due));
+      ++k;
+      advance();
+    }
+    open_gate();
+    if (next_due == kNever && gate.empty() && loop.in_flight() == 0) break;  // all done
+    if (now >= drain_end) break;
+    const ns_t deadline = next_due != kNever ? std::min(next_due, drain_end) : drain_end;
+    loop.poll(deadline);
+  }
+
+  times.window_end_ns = times.stopped ? std::min(clock.now(), window_end) : window_end;
+  loop.cancel_all();
+  const ns_t end = clock.now();
+  for (std::int32_t id : gate) {  // never sent: the drain bound (or a stop) came first
+    RequestRecord& r = records.requests[static_cast<std::size_t>(id)];
+    r.outcome = Outcome::kCancelled;
+    r.done_ns = end;
+  }
+  times.end_ns = end;
+  return times;
+}
+
+std::string check_open_loop(const CellSpec& spec) {
+  if (spec.mode != "open") return "mode '" + spec.mode + "' is not closed or open";
+  if (!(spec.duration_s > 0)) return "an open-loop cell needs duration_s > 0";
+  if (spec.max_concurrency < 0) return "max_concurrency must be >= 0";
+  if (spec.drain_timeout_s < 0) return "drain_timeout_s must be >= 0";
+  std::string why;
+  if (!make_pacer(spec.arrival, spec.rate_per_s, spec.gamma_shape, spec.seed, &why)) return why;
+  return "";
+}
+
+ScheduleTimes run_open_loop_cell(const CellSpec& spec, Transport& transport, Clock& clock,
+                                 CellRecords& records, const std::atomic<bool>& stop,
+                                 CellProgress* progress) {
+  OpenLoopPlan plan;
+  plan.warmup_bodies.assign(spec.warmup_bodies.begin(), spec.warmup_bodies.end());
+  plan.warmup_timeout_ns = s_to_ns(spec.warmup_timeout_s);
+  plan.bodies.assign(spec.bodies.begin(), spec.bodies.end());
+  plan.duration_ns = s_to_ns(spec.duration_s);
+  plan.max_concurrency = spec.max_concurrency;
+  plan.drain_timeout_ns = s_to_ns(spec.drain_timeout_s);
+  std::string why;
+  std::unique_ptr<Pacer> pacer =
+      make_pacer(spec.arrival, spec.rate_per_s, spec.gamma_shape, spec.seed, &why);
+  return run_open_loop(plan, *pacer, transport, clock, records, stop, progress);
+}
+
+std::int64_t open_loop_stream_bound(const CellSpec& spec) {
+  if (spec.max_concurrency > 0) return spec.max_concurrency;
+  // Unbounded: everything that can arrive in the window may be in flight at
+  // once (a stalled server). Three sigma above the mean covers Poisson.
+  const double mean = spec.rate_per_s * std::max(spec.duration_s, 0.0);
+  const double bound = mean + 3 * std::sqrt(std::max(mean, 1.0)) + 16;
+  return static_cast<std::int64_t>(std::min(bound, 1e6));
+}
+
+}  // namespace speedmatrix
