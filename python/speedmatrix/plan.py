@@ -138,6 +138,8 @@ class Plan(list):
         self.max_running: int | None = attrs.get("max_running")
         #: the capacity model used (CapacityModel.to_dict()): family, values, sources
         self.capacity_model: dict[str, Any] | None = attrs.get("capacity_model")
+        #: the CapacityModel itself, for cells planned later (search_cell)
+        self.model: CapacityModel | None = attrs.get("model")
 
     def runnable(self) -> list[PlannedCell]:
         return [c for c in self if c.runnable]
@@ -222,7 +224,7 @@ def plan(
                         matrix.max_concurrency,
                         r,
                         matrix.max_output,
-                        kv,
+                        model,
                         ctx_len,
                         cap,
                     )
@@ -246,6 +248,7 @@ def plan(
         context_length=ctx_len,
         max_running=cap,
         capacity_model=model.to_dict(),
+        model=model,
     )
 
 
@@ -283,18 +286,22 @@ def _shape(cell: PlannedCell, matrix: Matrix) -> None:
 def search_cell(matrix: Matrix, planned: Plan, context: int, load: float, repetition: int = 0):
     """The decode cell a search measures at ``load`` (a concurrency, or a rate when
     ``matrix.search == "rate"``) for ``context``, planned and shaped as plan() would."""
-    kv, ctx_len, cap = planned.kv_tokens, planned.context_length, planned.max_running
+    ctx_len, cap = planned.context_length, planned.max_running
+    model = planned.model or model_for(
+        None, kv_tokens=planned.kv_tokens, context_length=ctx_len, max_running=cap
+    )
     if matrix.search == "rate":
         cell = _cell(
             "decode", context, context, matrix.max_concurrency, repetition, matrix.max_output,
-            kv, ctx_len, cap,
+            model, ctx_len, cap,
         )  # fmt: skip
         cell.id = rate_cell_id(context, load, repetition)
         cell.rate_per_s = float(load)
     else:
         cell = _cell(
-            "decode", context, context, int(load), repetition, matrix.max_output, kv, ctx_len, cap
-        )
+            "decode", context, context, int(load), repetition, matrix.max_output, model, ctx_len,
+            cap,
+        )  # fmt: skip
     _shape(cell, matrix)
     return cell
 

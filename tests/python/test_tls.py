@@ -199,7 +199,13 @@ def _cell(server, host: str = "127.0.0.1", **tls):
     spec.metrics_interval_s = 0.05
     for k, v in tls.items():
         setattr(spec, k, v)
-    first = len(server.seen)
+    # The previous cell's last requests were cancelled mid-flight; the server may log them
+    # a moment later. Start counting once its log has been still for a while.
+    first, still_since = len(server.seen), time.monotonic()
+    while time.monotonic() - still_since < 0.3:
+        time.sleep(0.05)
+        if len(server.seen) != first:
+            first, still_since = len(server.seen), time.monotonic()
     failures = server.handshake_failures
     res = _core.CellRunner(spec).run()
     assert not res.fatal_error
