@@ -6,12 +6,13 @@ import html
 import math
 import re
 
+from speedmatrix.report.formatting import FLAG_MARK
 from speedmatrix.report.markdown import CHART_TITLES
 from speedmatrix.report.tables import Report, Section, Table
 
 CSS = """
 :root { --fg:#1d2330; --muted:#5b6474; --line:#d9dee7; --bg:#ffffff; --soft:#f4f6f9;
-        --queued:#e67e22; --error:#c0392b; }
+        --queued:#e67e22; --error:#c0392b; --flag:#8e44ad; }
 * { box-sizing: border-box; }
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: var(--fg);
        background: var(--bg); margin: 0; }
@@ -43,6 +44,12 @@ table.matrix td { text-align: center; min-width: 86px; }
 table.matrix td .v { display: block; font-weight: 600; font-size: 15px; }
 table.matrix td .q { display: block; color: var(--queued); font-size: 11.5px; font-weight: 600; }
 table.matrix td .t { display: block; color: var(--muted); font-size: 12px; }
+table.matrix td .f { display: block; color: var(--flag); font-size: 11.5px; font-weight: 600; }
+table.matrix td.flagged { box-shadow: inset 4px 0 0 var(--flag); }
+section#summary dl.items dd { font-size: 15px; }
+section#summary { background: var(--soft); border: 1px solid var(--line); border-radius: 6px;
+                  padding: 4px 18px 14px; margin-top: 22px; }
+section#summary h2 { margin-top: 12px; }
 table.matrix td.over { background: repeating-linear-gradient(45deg, #eceef2, #eceef2 6px, #e1e4ea 6px, #e1e4ea 12px);
                        color: var(--muted); }
 table.matrix td.error { color: var(--error); font-weight: 600; }
@@ -118,10 +125,18 @@ def table_html(t: Table, css: str = "") -> str:
             if matrix and isinstance(v, list):
                 parts = []
                 for k, line in enumerate(v):
-                    kind = "v" if k == 0 else ("q" if line == "Requests queued" else "t")
+                    kind = (
+                        "v"
+                        if k == 0
+                        else (
+                            "q"
+                            if line == "Requests queued"
+                            else ("f" if line.startswith(FLAG_MARK) else "t")
+                        )
+                    )
                     parts.append(f'<span class="{kind}">{_e(line)}</span>')
                 inner = "".join(parts)
-                if c in ("valid", "queued"):
+                if c.split(" ")[0] in ("valid", "queued"):
                     style = _heat(_num(v[0]), lo, hi)
             elif isinstance(v, list):
                 inner = "<br>".join(_e(x) for x in v)
