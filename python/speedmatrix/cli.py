@@ -605,9 +605,14 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def _cmd_report(args: argparse.Namespace) -> int:
     if not (args.dir / "run.json").is_file():
         raise UsageError(f"{args.dir} holds no run.json")
+    from speedmatrix.errors import SpeedmatrixError
     from speedmatrix.report import write_report
+    from speedmatrix.runfile import RunFileError
 
-    md, html = write_report(args.dir)
+    try:
+        md, html = write_report(args.dir)
+    except RunFileError as exc:  # not valid JSON, a missing field: one line, status 1
+        raise SpeedmatrixError(str(exc)) from None
     print(f"wrote {md}\nwrote {html}")
     return 0
 
