@@ -225,3 +225,13 @@ def test_close_contexts_share_one_tick_label():
     ax = plots.prefill_vs_context(run).axes[0]
     labels = [t.get_text() for t in ax.get_xticklabels()]
     assert "123K/128K" in labels and "128K" not in labels
+
+
+def test_html_is_rendered_from_templates_with_escaping(tmp_path, small):
+    from speedmatrix.report import html as html_mod
+
+    assert (html_mod.TEMPLATES / "page.html.j2").is_file()
+    doc = copy.deepcopy(small)
+    doc["meta"]["target"]["model_name"] = "<script>alert(1)</script>"
+    _, page, _ = _render(tmp_path, doc)
+    assert "<script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
