@@ -363,26 +363,17 @@ start here:
     )
     rep.add_argument("dir", type=Path, help="folder of a saved run (holds run.json)")
 
-<<<<<<< HEAD
-    cmp_ = sub.add_parser(
-        "compare",
-        help="compare two saved runs",
-        description="Compare two saved runs cell by cell (B against A): a cell differs where "
-        "the 95% intervals do not overlap, else by Welch's test on per-second throughput.",
-        epilog="examples:\n  speedmatrix compare out/before out/after\n",
-        formatter_class=_Formatter,
-    )
-    cmp_.add_argument("dir_a", type=Path, help="the baseline run (A)")
-    cmp_.add_argument("dir_b", type=Path, help="the run compared with it (B)")
-=======
     rec = sub.add_parser(
         "recompute",
         help="rebuild every cell of a saved run from its records (optionally with other rules)",
         description="Judges every measured cell of a saved run again from its raw records, "
         "the engine facts and the rules saved with it, and says which cells changed. "
         "Nothing is written without --write.",
+        epilog="examples:\n  speedmatrix recompute out/h200\n"
+        "  speedmatrix recompute out/h200 --rule error_threshold=0.1 --write\n",
+        formatter_class=_Formatter,
     )
-    rec.add_argument("dir", type=Path)
+    rec.add_argument("dir", type=Path, help="folder of a saved run (holds run.json and records/)")
     rec.add_argument(
         "--rule",
         action="append",
@@ -394,10 +385,16 @@ start here:
         "--write", action="store_true", help="rewrite DIR/run.json with the recomputed cells"
     )
 
-    cmp_ = sub.add_parser("compare", help="compare two saved runs")
-    cmp_.add_argument("dir_a", type=Path)
-    cmp_.add_argument("dir_b", type=Path)
->>>>>>> main
+    cmp_ = sub.add_parser(
+        "compare",
+        help="compare two saved runs",
+        description="Compare two saved runs cell by cell (B against A): a cell differs where "
+        "the 95% intervals do not overlap, else by Welch's test on per-second throughput.",
+        epilog="examples:\n  speedmatrix compare out/before out/after\n",
+        formatter_class=_Formatter,
+    )
+    cmp_.add_argument("dir_a", type=Path, help="the baseline run (A)")
+    cmp_.add_argument("dir_b", type=Path, help="the run compared with it (B)")
     cmp_.add_argument(
         "--out",
         type=Path,

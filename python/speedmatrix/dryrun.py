@@ -25,11 +25,14 @@ ASSUMED_PREFILL_TOK_S = 10_000.0
 CELL_OVERHEAD_S = 0.6
 
 
-def _prompt_tokens_to_prefill(cells: list[Any]) -> dict[str, int]:
+def _prompt_tokens_to_prefill(
+    cells: list[Any], sent: dict[tuple[int, int], int] | None = None
+) -> dict[str, int]:
     """New prompt tokens each decode cell's warm-up prefills: the decode cells of one context
     share their prompts (``Sweep._prompts``), so a cell prefills only the prompts no earlier
-    cell of that context and repetition sent."""
-    sent: dict[tuple[int, int], int] = {}
+    cell of that context and repetition sent. ``sent``: (context, repetition) -> prompts
+    already sent (by the cells a run has finished)."""
+    sent = dict(sent or {})
     out: dict[str, int] = {}
     for c in cells:
         if c.phase != "decode" or c.status is not None:
@@ -41,31 +44,40 @@ def _prompt_tokens_to_prefill(cells: list[Any]) -> dict[str, int]:
     return out
 
 
+def cell_duration_s(c: Any, matrix: Matrix) -> float:
+    """A decode cell's window: its own (a plan may set one per cell) or the matrix's."""
+    d = getattr(c, "duration_s", None)
+    return float(d if d is not None else matrix.duration_s)
+
+
 def estimate_s(
     cells: list[Any],
     matrix: Matrix,
     prefill_tok_s: float | None = None,
     from_warmup: set[str] | None = None,
-) -> float:
+    sent: dict[tuple[int, int], int] | None = None,
+    each: bool = False,
+) -> float | list[float]:
     """Seconds the runnable ``cells`` (PlannedCell, in run order) will take.
 
     ``prefill_tok_s``: the server's prompt tok/s where measured (else ASSUMED_PREFILL_TOK_S);
     ``from_warmup``: ids of prefill cells measured during a decode warm-up (no time of their
-    own). Cells already run (or never to run) are simply left out of ``cells``."""
+    own); ``sent``: prompts already sent per (context, repetition), see
+    :func:`_prompt_tokens_to_prefill`. Cells already run (or never to run) are simply left
+    out of ``cells``. ``each=True`` gives the list of every cell's seconds instead."""
     rate = float(prefill_tok_s or ASSUMED_PREFILL_TOK_S)
-    new_tokens = _prompt_tokens_to_prefill(cells)
-    total = 0.0
+    new_tokens = _prompt_tokens_to_prefill(cells, sent)
+    times = []
     for c in cells:
-        if c.status is not None:
-            continue
-        if c.phase == "prefill":
-            if from_warmup and c.id in from_warmup:
-                continue
-            total += c.context / rate + float(matrix.prefill_cooldown_s) + CELL_OVERHEAD_S
-        else:
+        t = 0.0
+        if c.status is None and c.phase == "prefill":
+            if not (from_warmup and c.id in from_warmup):
+                t = c.context / rate + float(matrix.prefill_cooldown_s) + CELL_OVERHEAD_S
+        elif c.status is None:
             warm = new_tokens.get(c.id, c.concurrency * c.context) / rate if matrix.warmup else 0
-            total += warm + float(matrix.duration_s) + CELL_OVERHEAD_S
-    return total
+            t = warm + cell_duration_s(c, matrix) + CELL_OVERHEAD_S
+        times.append(t)
+    return times if each else float(sum(times))
 
 
 def prefill_from_warmup(cells: list[Any], matrix: Matrix) -> set[str]:
@@ -184,7 +196,8 @@ def describe(
     est = estimate_s(planned, matrix, from_warmup=from_warmup)
     lines.append(
         f"Estimated duration: {_duration(est)} "
-        f"(windows {_duration(sum(matrix.duration_s for c in runnable if c.phase == 'decode'))}; "
+        f"(windows "
+        f"{_duration(sum(cell_duration_s(c, matrix) for c in runnable if c.phase == 'decode'))}; "
         f"warm-ups and prefill at an assumed {ASSUMED_PREFILL_TOK_S:,.0f} prompt tok/s; "
         "the live ETA corrects it from the first measured prefill)"
     )

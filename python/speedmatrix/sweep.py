@@ -164,6 +164,7 @@ class Sweep:
         prefill_from_warmup = self._prefill_from_warmup(planned)
         runnable = [c for c in todo if not (c.phase == "prefill" and c.id in prefill_from_warmup)]
         total = len(runnable)
+        self.progress.plan(planned, self.cells)
         try:
             for i, cell in enumerate(runnable, 1):
                 # A server that went away between two cells is found before this cell
@@ -171,15 +172,23 @@ class Sweep:
                 if i > 1 and self._server_lost(None):
                     self._mark_unreachable(planned, after=self._label(runnable[i - 2]))
                     break
-                eta = self._eta(runnable[i - 1 :])
-                self.progress.start_cell(i, total, self._label(cell), self._cell_time(cell), eta)
+                times = self._eta(runnable[i - 1 :])
+                self.progress.start_cell(
+                    i,
+                    total,
+                    self._label(cell),
+                    self._cell_time(cell),
+                    sum(times),
+                    cell_s=times[0],
+                    key=(cell.context, cell.concurrency) if cell.phase == "decode" else None,
+                )
                 if cell.phase == "prefill":
                     outcome = self._measure_prefill(cell)
                 else:
                     outcome = self._measure_decode(cell)
                 if outcome is None:  # interrupted
                     break
-                self.progress.end_cell(self._summary(outcome.cell))
+                self.progress.end_cell(self._summary(outcome.cell), outcome.cell)
                 if self._server_lost(outcome.cell):
                     self._mark_unreachable(planned, after=self._label(cell))
                     break
@@ -228,24 +237,28 @@ class Sweep:
     def _cell_time(cell) -> float:
         return float(cell.duration_s) if cell.phase == "decode" else 0.0
 
-    def _eta(self, remaining) -> float:
-        rate = 10_000.0  # prompt tok/s assumed until the first prefill is measured
+    def _eta(self, remaining) -> list[float]:
+        """Seconds each of the ``remaining`` cells will take (dryrun.estimate_s): warm-ups
+        and prefill at the median prefill rate measured so far, prompts already sent
+        counted as sent."""
+        from speedmatrix.dryrun import estimate_s
+
         measured = [
             c.get("prompt_tok_s")
             for c in self.cells.values()
             if c.get("phase") == "prefill" and c.get("prompt_tok_s")
         ]
-        if measured:
-            rate = float(np.median(measured))
-        total = 0.0
-        for c in remaining:
-            if not c.runnable:
-                continue
-            if c.phase == "prefill":
-                total += c.context / rate + 0.5
-            else:
-                total += c.duration_s + c.concurrency * c.context / rate * 0.5 + 0.5
-        return total
+        rate = float(np.median(measured)) if measured else None
+        sent: dict[tuple[int, int], int] = {}
+        for c in self.cells.values():  # cells that sent their prompts (see _prompts_sent)
+            if (
+                c.get("phase") == "decode"
+                and not c.get("not_run")
+                and c.get("status") != "over_capacity"
+            ):
+                key = (c["context"], c.get("repetition", 0))
+                sent[key] = max(sent.get(key, 0), int(c["concurrency"]))
+        return estimate_s(remaining, self.matrix, prefill_tok_s=rate, sent=sent, each=True)
 
     @staticmethod
     def _label(cell) -> str:

@@ -51,7 +51,7 @@ def test_heatmap_annotates_and_marks_over_capacity(run):
         "64",
         "128",
     ]
-    v = run.matrix("total_tok_s", numeric=True).loc["8K", 1]
+    v = run.table("total_tok_s").loc["8K", 1]
     assert f"{v:,.1f}" in texts
 
 
@@ -68,7 +68,7 @@ def test_lines_vs_concurrency(run):
             ln for ln in ax.get_lines() if ln.get_label() in ("8K", "16K", "32K", "64K", "123K")
         ]
         assert len(lines) == 5
-        m = run.matrix(fig_name, numeric=True)
+        m = run.table(fig_name)
         y = lines[0].get_ydata()
         assert np.allclose(y, m.loc["8K"].dropna().to_numpy(float))
 

@@ -60,13 +60,13 @@ def test_summary_comes_first_and_answers(tmp_path, small):
     assert md.index("## Summary") < md.index("## Hardware")
     assert page.index("<h2>Summary</h2>") < page.index("<h2>Hardware</h2>")
     run = load(tmp_path)
-    tot = run.matrix("total_tok_s", numeric=True)
+    tot = run.table("total_tok_s")
     peak = float(tot.max().max())
     where = tot.stack().idxmax()
     s = _section(md, "Summary")
     assert f"**Peak throughput:** {fmt.tok_s(peak)} total tok/s at {where[0]} context × " in s
     assert f"{where[1]} requests at once" in s
-    single = run.matrix("per_request_tok_s", numeric=True)[1]
+    single = run.table("per_request_tok_s")[1]
     for label, v in single.items():
         assert f"{fmt.tok_s(v)} at {label}" in s
     assert "**Flagged cells:** 1 of" in s and "Long ramp (1)" in s

@@ -429,7 +429,7 @@ def total_overlay(run_a: Run, run_b: Run, la: str = "A", lb: str = "B"):
 
     fig = Figure(figsize=(7, 4), layout="constrained")
     ax = fig.add_subplot()
-    ma, mb = run_a.matrix("total_tok_s", numeric=True), run_b.matrix("total_tok_s", numeric=True)
+    ma, mb = run_a.table("total_tok_s"), run_b.table("total_tok_s")
     labels = list(dict.fromkeys(list(ma.index) + list(mb.index)))
     colors = matplotlib.colormaps["viridis"](np.linspace(0, 0.9, max(1, len(labels))))
     xs: set[float] = set()

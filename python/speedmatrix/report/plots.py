@@ -125,7 +125,7 @@ def decode_heatmap(run: Run, figure: str = "total_tok_s") -> Figure:
     cells get a dashed outline, cells an interrupted run never reached are blank.
     """
     with plt.rc_context(_STYLE):
-        vals = run.matrix(figure, numeric=True)
+        vals = run.table(figure)
         st = run.statuses()
         nr, nc = vals.shape
         fig, ax = _new(max(5.0, 0.9 * nc + 2), max(2.8, 0.55 * nr + 1.6), layout="constrained")
@@ -267,7 +267,7 @@ def _decode_lines(
 ) -> Figure:
     with plt.rc_context(_STYLE):
         fig, ax = _new()
-        vals = run.matrix(figure, numeric=True)
+        vals = run.table(figure)
         cells = run.cells
         dec = cells[cells["phase"] == "decode"] if "phase" in cells else cells
         lo_col, hi_col = f"{figure}_lo", f"{figure}_hi"
@@ -360,7 +360,7 @@ def ttft_vs_context(run: Run) -> Figure:
     """Warm TTFT of decode cells versus context (one line per concurrency) and cold prefill TTFT."""
     with plt.rc_context(_STYLE):
         fig, ax = _new()
-        vals = run.matrix("ttft_ms", numeric=True)
+        vals = run.table("ttft_ms")
         md = run.matrix_definition
         x = np.array(md["contexts"], float)
         plotted = False

@@ -387,10 +387,10 @@ def status_notes(run: Run, statuses: list[Any], kinds: list[str], flagged: bool)
 
 
 def decode_section(run: Run) -> Section:
-    tot = run.matrix("total_tok_s", numeric=True)
-    ttft = run.matrix("ttft_ms", numeric=True)
+    tot = run.table("total_tok_s")
+    ttft = run.table("ttft_ms")
     err = (
-        run.matrix("errors_total", numeric=True, all_cells=True)
+        run.table("errors_total", all_cells=True)
         if "errors_total" in run.cells
         else None
     )
@@ -847,8 +847,8 @@ def summary(run: Run) -> dict[str, Any]:
     (the most requests at once still getting ``KNEE_SHARE`` of single-stream speed each) and
     the capacity limit, and the flagged cells. Numbers only; :func:`summary_section` words
     them. Everything derives from the matrix pivots of :class:`Run`."""
-    tot = run.matrix("total_tok_s", numeric=True)
-    per = run.matrix("per_request_tok_s", numeric=True)
+    tot = run.table("total_tok_s")
+    per = run.table("per_request_tok_s")
     st = run.statuses()
     md = run.matrix_definition
     conc = [int(n) for n in tot.columns]
