@@ -9,6 +9,9 @@
     speedmatrix report DIR
     speedmatrix compare DIR_A DIR_B [--out DIR]
 
+Over 500 lines: the parsers are the CLI's documentation (every option's help, groups,
+epilog examples) and stay in one place so a test can walk them all.
+
 Bad flags end with one line on stderr and exit status 2 before any work
 starts; a target that cannot be reached ends with one line and status 1.
 """

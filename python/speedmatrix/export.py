@@ -63,11 +63,9 @@ def _record_tables(run):
     import numpy as np
     import pyarrow as pa
 
-    from speedmatrix.results import _flatten_cell
-
     req_parts, ev_parts = [], []
-    for c in run.doc.get("cells") or []:
-        cid = _flatten_cell(c)["id"]
+    # Run.cells has one row per run.json cell, in order, with the id the records go by
+    for cid, c in zip(run.cells["id"].tolist(), run.doc.get("cells") or []):
         rec = run.records(cid)
         if rec is None:
             continue

@@ -242,7 +242,13 @@ class Progress:
         from rich.text import Text
 
         g = self.grid
-        table = Table(title="total tok/s (⚑ flagged, q queued)", title_justify="left", box=None)
+        table = Table(
+            title="total tok/s",
+            title_justify="left",
+            caption="⚑ flagged · q queued · over cap. not run · ▶ running",
+            caption_justify="left",
+            box=None,
+        )
         table.add_column("context", justify="right", style="bold")
         for n in g.concurrency:
             table.add_column(str(n), justify="right", min_width=7)

@@ -601,6 +601,13 @@ class Sweep:
         run["interrupted"] = self.interrupted
         if self.doc.get("cells") is not None:
             self._write()
+        if not self.report and self.doc.get("cells"):
+            try:  # the open exports come with the report; without it, on their own
+                from speedmatrix.export import write_exports
+
+                write_exports(self.out)
+            except Exception as exc:  # noqa: BLE001 - the measurements are safe on disk
+                self.progress.message(f"speedmatrix: the exports could not be written: {exc}")
         if self.report:
             try:
                 from speedmatrix.report import write_report

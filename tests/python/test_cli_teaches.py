@@ -198,6 +198,7 @@ def test_dry_run_sends_no_generation_request_and_estimates_the_run(sim, tmp_path
     assert _requests_total(sim.url) > before
     cells = json.loads((out / "run.json").read_text())["cells"]
     assert len(cells) == 6
+    assert (out / "cells.csv").is_file()  # exports come even with --no-report
     assert abs(est_s - real_s) <= 0.25 * real_s, (est_s, real_s)
 
 

@@ -194,7 +194,7 @@ def test_heatmap_marks_flagged_cells():
         1
         for i, c in enumerate(md["contexts"])
         for j, n in enumerate(md["concurrency"])
-        if st.iat[i, j] in ("valid", "queued") and tables._cell_flags(groups.get((c, n), []))
+        if st.iat[i, j] in ("valid", "queued") and tables.cell_flags(groups.get((c, n), []))
     )
     assert want >= 3 and len(marks) == want
     assert ax.get_legend() is not None

@@ -3,6 +3,9 @@
 from speedmatrix.report import plots
 fig = plots.decode_heatmap(run)
 svg = plots.figure_to_svg(fig)        # inline SVG for HTML
+
+Over 500 lines: one function per chart of the report, sharing the style, the title line
+that names the run, and the SVG export; split by chart they would only import each other.
 """
 
 from __future__ import annotations
@@ -259,7 +262,7 @@ def decode_heatmap(run: Run, figure: str = "total_tok_s") -> Figure:
 def _decode_flags(run: Run) -> dict[tuple[int, int], list[str]]:
     from speedmatrix.report import tables
 
-    return {k: tables._cell_flags(v) for k, v in tables.decode_cells(run).items()}
+    return {k: tables.cell_flags(v) for k, v in tables.decode_cells(run).items()}
 
 
 def _decode_lines(

@@ -317,7 +317,7 @@ def _error_kind(cells: list[dict]) -> str:
     return "unmeasured"
 
 
-def _cell_flags(cells: list[dict]) -> list[str]:
+def cell_flags(cells: list[dict]) -> list[str]:
     """The flags of a matrix cell's reported repetitions (valid and queued), in first-seen
     order."""
     out: list[str] = []
@@ -389,11 +389,7 @@ def status_notes(run: Run, statuses: list[Any], kinds: list[str], flagged: bool)
 def decode_section(run: Run) -> Section:
     tot = run.table("total_tok_s")
     ttft = run.table("ttft_ms")
-    err = (
-        run.table("errors_total", all_cells=True)
-        if "errors_total" in run.cells
-        else None
-    )
+    err = run.table("errors_total", all_cells=True) if "errors_total" in run.cells else None
     st = run.statuses()
     groups = decode_cells(run)
     md = run.matrix_definition
@@ -405,7 +401,7 @@ def decode_section(run: Run) -> Section:
             s = st.iat[i, j]
             e = err.iat[i, j] if err is not None else None
             cells = groups.get((int(md["contexts"][i]), int(n)), [])
-            flags = _cell_flags(cells)
+            flags = cell_flags(cells)
             kind = _error_kind(cells) if s == "error" else ""
             if kind:
                 kinds.append(kind)
