@@ -75,6 +75,20 @@ def _args(*argv):
     return cli.build_parser().parse_args(["run", *argv])
 
 
+def test_the_defaults_the_help_shows_are_the_matrix_defaults():
+    from speedmatrix.units import format_duration, format_tokens
+
+    m = Matrix()
+    assert cli.RUN_DEFAULTS == {
+        "contexts": ",".join(format_tokens(c) for c in m.contexts),
+        "concurrency": ",".join(str(n) for n in m.concurrency),
+        "duration": format_duration(m.duration_s),
+        "max_output": str(m.max_output),
+        "api": m.api,
+        "repetitions": str(m.repetitions),
+    }
+
+
 def test_prefill_contexts_none_drops_the_presets_prefill():
     m = cli._matrix_from_args(_args("--preset", "seed", "--prefill-contexts", "none"))
     assert m.prefill_contexts == [] and m.contexts == Matrix.preset("seed").contexts
