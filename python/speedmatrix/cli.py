@@ -211,7 +211,7 @@ def add_run_groups(p: argparse.ArgumentParser) -> dict[str, argparse._ArgumentGr
     )
 
     g = groups["capacity"]
-    g.add_argument("--kv-capacity", help="KV cache capacity in tokens, e.g. 1.4M or 1400000")
+    g.add_argument("--kv-capacity", help="KV cache capacity in tokens, e.g. 1400000 or 1367k")
     g.add_argument("--context-length", help="server context length in tokens, e.g. 128k")
     g.add_argument("--max-running", type=int, help="most requests the server runs at once")
 
