@@ -212,6 +212,11 @@ class Progress:
             return out
         now = time.monotonic() if now is None else now
         elapsed = now - live.started
+        out["elapsed_s"] = elapsed
+        if live.cell_s:  # the estimate's warm-up share: the cell less its window and overhead
+            from speedmatrix.dryrun import CELL_OVERHEAD_S
+
+            out["warmup_est_s"] = max(live.cell_s - live.duration_s - CELL_OVERHEAD_S, 0.0)
         window_left = live.duration_s
         runner = live.runner
         if runner is not None:
@@ -273,10 +278,9 @@ class Progress:
                     f"{s['tok_s']:,.1f} tok/s · {s['in_flight']} in flight"
                 )
             elif s["phase"] == "warm-up":
-                line.append(
-                    f"warm-up: {s['in_flight']} requests prefilling "
-                    f"({time.monotonic() - live.started:.0f}s)"
-                )
+                line.append(f"warm-up: {s['in_flight']} requests prefilling, {s['elapsed_s']:.0f}s")
+                if s.get("warmup_est_s", 0) >= 1:
+                    line.append(f" of ~{s['warmup_est_s']:.0f}s")
             else:
                 line.append(s["phase"])
             if s.get("errors"):

@@ -127,6 +127,9 @@ def test_eta_counts_the_current_cell_and_never_reaches_zero():
     p.start_cell(1, 3, "decode 8K x 4", 30.0, eta_s=100.0, cell_s=40.0, key=(8192, 4))
     t0 = p.live.started
     assert p.status(t0)["eta_s"] == pytest.approx(100.0)
+    from speedmatrix.dryrun import CELL_OVERHEAD_S
+
+    assert p.status(t0)["warmup_est_s"] == pytest.approx(40.0 - 30.0 - CELL_OVERHEAD_S)
     assert p.status(t0 + 10)["eta_s"] == pytest.approx(90.0)
     # a warm-up far longer than estimated: the rest of the matrix plus the window still to run
     assert p.status(t0 + 500)["eta_s"] == pytest.approx(60.0 + 30.0)
