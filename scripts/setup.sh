@@ -4,10 +4,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-DEB_PACKAGES=(g++ cmake pkg-config libcurl4-openssl-dev nlohmann-json3-dev libfmt-dev
+DEB_PACKAGES=(g++ cmake pkg-config libcurl4-openssl-dev nlohmann-json3-dev
               libsimdjson-dev libevent-dev libgtest-dev libgmock-dev)
-# Test-only: chromium opens the HTML report; openssl makes the TLS test's certificate.
-if [[ "${SPEEDMATRIX_WITH_BROWSER:-0}" == 1 ]]; then DEB_PACKAGES+=(chromium openssl); fi
+# Test-only: chromium opens the HTML report; openssl makes the TLS test's certificate;
+# clang-format checks the C++ formatting.
+if [[ "${SPEEDMATRIX_WITH_BROWSER:-0}" == 1 ]]; then DEB_PACKAGES+=(chromium openssl clang-format); fi
 PY=${PYTHON:-python3}
 # The extension compiles against the headers of the Python that installs it;
 # Debian's python3 ships them apart (a pyenv or venv Python has them already).

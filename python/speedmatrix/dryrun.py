@@ -50,21 +50,20 @@ def cell_duration_s(c: Any, matrix: Matrix) -> float:
     return float(d if d is not None else matrix.duration_s)
 
 
-def estimate_s(
+def estimate_cells_s(
     cells: list[Any],
     matrix: Matrix,
     prefill_tok_s: float | None = None,
     from_warmup: set[str] | None = None,
     sent: dict[tuple[int, int], int] | None = None,
-    each: bool = False,
-) -> float | list[float]:
-    """Seconds the runnable ``cells`` (PlannedCell, in run order) will take.
+) -> list[float]:
+    """Seconds each of the runnable ``cells`` (PlannedCell, in run order) will take; 0 for
+    a cell that will not run or whose prefill a decode warm-up measures.
 
     ``prefill_tok_s``: the server's prompt tok/s where measured (else ASSUMED_PREFILL_TOK_S);
     ``from_warmup``: ids of prefill cells measured during a decode warm-up (no time of their
     own); ``sent``: prompts already sent per (context, repetition), see
-    :func:`_prompt_tokens_to_prefill`. Cells already run (or never to run) are simply left
-    out of ``cells``. ``each=True`` gives the list of every cell's seconds instead."""
+    :func:`_prompt_tokens_to_prefill`. Cells already run are simply left out of ``cells``."""
     rate = float(prefill_tok_s or ASSUMED_PREFILL_TOK_S)
     new_tokens = _prompt_tokens_to_prefill(cells, sent)
     times = []
@@ -77,7 +76,18 @@ def estimate_s(
             warm = new_tokens.get(c.id, c.concurrency * c.context) / rate if matrix.warmup else 0
             t = warm + cell_duration_s(c, matrix) + CELL_OVERHEAD_S
         times.append(t)
-    return times if each else float(sum(times))
+    return times
+
+
+def estimate_s(
+    cells: list[Any],
+    matrix: Matrix,
+    prefill_tok_s: float | None = None,
+    from_warmup: set[str] | None = None,
+    sent: dict[tuple[int, int], int] | None = None,
+) -> float:
+    """Seconds the runnable ``cells`` will take in all (see :func:`estimate_cells_s`)."""
+    return float(sum(estimate_cells_s(cells, matrix, prefill_tok_s, from_warmup, sent)))
 
 
 def prefill_from_warmup(cells: list[Any], matrix: Matrix) -> set[str]:

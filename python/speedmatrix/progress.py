@@ -80,7 +80,7 @@ def cell_text(cell: dict) -> tuple[str, str]:
         text += " ⚑"
     if status == "queued":
         text += " q"
-    return text, _STATUS_STYLE.get(status, "")
+    return text, _STATUS_STYLE.get(str(status), "")
 
 
 class Progress:
@@ -94,7 +94,7 @@ class Progress:
         self.grid = _Grid()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._rich = None  # rich.live.Live once started
+        self._rich: Any = None  # rich.live.Live once started
         self._failed: str | None = None
 
     # ------------------------------------------------------------ what the sweep calls

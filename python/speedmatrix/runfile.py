@@ -250,7 +250,7 @@ def save_records(
     fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".npz", dir=path.parent)
     os.close(fd)
     try:
-        np.savez_compressed(tmp, **arrays)
+        np.savez_compressed(tmp, **arrays)  # type: ignore[arg-type]
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -241,10 +241,10 @@ class Sweep:
         """Seconds each of the ``remaining`` cells will take (dryrun.estimate_s): warm-ups
         and prefill at the median prefill rate measured so far, prompts already sent
         counted as sent."""
-        from speedmatrix.dryrun import estimate_s
+        from speedmatrix.dryrun import estimate_cells_s
 
-        measured = [
-            c.get("prompt_tok_s")
+        measured: list[float] = [
+            c["prompt_tok_s"]
             for c in self.cells.values()
             if c.get("phase") == "prefill" and c.get("prompt_tok_s")
         ]
@@ -258,7 +258,7 @@ class Sweep:
             ):
                 key = (c["context"], c.get("repetition", 0))
                 sent[key] = max(sent.get(key, 0), int(c["concurrency"]))
-        return estimate_s(remaining, self.matrix, prefill_tok_s=rate, sent=sent, each=True)
+        return estimate_cells_s(remaining, self.matrix, prefill_tok_s=rate, sent=sent)
 
     @staticmethod
     def _label(cell) -> str:
@@ -445,7 +445,7 @@ class Sweep:
 
     def _measure_decode(self, cell) -> CellOutcome | None:
         idle, _ = self._wait_idle()
-        prefill_id = self._warmup_prefill.get(cell.id)
+        prefill_id = self._warmup_prefill.get(cell.id, "")
         measures_prefill = bool(prefill_id) and not self._done(prefill_id)
         if measures_prefill:
             self._cooldown()  # this warm-up measures a cold prefill

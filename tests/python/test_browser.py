@@ -21,7 +21,8 @@ ARTIFACTS = Path(
     or Path(__file__).resolve().parents[2] / "build" / "test-artifacts"
 )
 
-pytestmark = pytest.mark.browser
+# End-to-end tier: a real browser.
+pytestmark = [pytest.mark.browser, pytest.mark.e2e]
 
 CHROMIUM = next(
     (

@@ -117,6 +117,7 @@ def test_init_writes_a_commented_matrix_that_reads_back(tmp_path):
     assert Matrix.from_toml(path) == Matrix.preset("quick")
 
 
+@pytest.mark.e2e  # the CLI in a subprocess
 def test_a_run_that_cannot_start_leaves_no_empty_out(tmp_path):
     out = tmp_path / "never"
     res = subprocess.run(
@@ -168,6 +169,7 @@ def _requests_total(url):
     return float(m.group(1))
 
 
+@pytest.mark.e2e  # the built-in engine in real time
 def test_dry_run_sends_no_generation_request_and_estimates_the_run(sim, tmp_path):
     out = tmp_path / "run"
     argv = [
@@ -216,6 +218,7 @@ def test_dry_run_sends_no_generation_request_and_estimates_the_run(sim, tmp_path
     assert abs(est_s - real_s) <= 0.25 * real_s, (est_s, real_s)
 
 
+@pytest.mark.e2e  # the CLI in a subprocess against the built-in engine
 def test_dry_run_shows_cells_that_will_not_run(sim):
     res = subprocess.run(
         CLI + ["run", "--url", sim.url, "--preset", "seed", "--out", "/nonexistent/x", "--dry-run"],

@@ -99,6 +99,7 @@ def test_t_critical_and_welch():
     assert t == pytest.approx(t_hand) and df == pytest.approx(df_hand)
 
 
+@pytest.mark.e2e  # a whole comparison report with its charts
 def test_write_compare_outputs(tmp_path):
     md_path, html_path = write_compare(
         synthetic.shared_run("full"), synthetic.shared_run("faster"), tmp_path / "cmp"

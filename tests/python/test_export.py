@@ -122,6 +122,7 @@ def test_shipped_schema_accepts_runs_and_names_the_first_problem(tmp_path):
         schema.check(bad)
 
 
+@pytest.mark.e2e  # the CLI in a subprocess
 def test_report_command_on_a_bad_run_json_is_one_line(tmp_path):
     d = tmp_path / "r"
     shutil.copytree(synthetic.shared_run("full"), d)

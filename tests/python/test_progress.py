@@ -15,6 +15,9 @@ from speedmatrix.matrix import Matrix
 from speedmatrix.sim import Sim
 from speedmatrix.sweep import Sweep
 
+# End-to-end tier: a sweep in real time.
+pytestmark = pytest.mark.e2e
+
 
 def _run(tmp_path, monkeypatch, stream) -> str:
     monkeypatch.setattr(sys, "stderr", stream)

@@ -24,6 +24,9 @@ from speedmatrix.sim import Sim
 from speedmatrix.sweep import Sweep
 from speedmatrix.units import format_tokens
 
+# End-to-end tier: the seed matrix with its 30 s windows.
+pytestmark = pytest.mark.e2e
+
 # (context label, concurrency) of every seed decode cell the profile must reproduce.
 CELLS = [(c.label, c.concurrency) for c in seed_cells() if reproducible(c)]
 

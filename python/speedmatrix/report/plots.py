@@ -14,7 +14,7 @@ import io
 import os
 import re
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import matplotlib
 
@@ -38,7 +38,7 @@ FLAG_COLOR = "#8e44ad"
 #: CI bands are context, not the message: light enough that the lines stay readable
 BAND_ALPHA = 0.07
 
-_STYLE = {
+_STYLE: Any = {  # rc_context is typed with literal keys
     "svg.fonttype": "none",  # text stays text: smaller SVG, no duplicate glyph ids
     "svg.hashsalt": "speedmatrix",
     "font.size": 9,
@@ -49,7 +49,7 @@ _STYLE = {
 }
 
 
-def _new(w: float = 7.0, h: float = 4.0, layout: str | None = None) -> tuple[Figure, plt.Axes]:
+def _new(w: float = 7.0, h: float = 4.0, layout: Any = None) -> tuple[Figure, plt.Axes]:
     """A figure with one axes; fixed margins (fast) unless a layout engine is asked for."""
     with plt.rc_context(_STYLE):
         fig = Figure(figsize=(w, h), layout=layout)
@@ -90,10 +90,11 @@ def cell_name(run: Run, cell_id: str) -> str:
         c = run.cell(cell_id)
     except KeyError:
         return cell_id
-    name = f"{fmt.context_label(c.get('context'))} context × {fmt.plural(int(c.get('concurrency') or 0), 'request')}"
-    rep = c.get("repetition")
-    if not fmt.missing(rep) and int(rep) > 0:
-        name += f" (repetition {int(rep) + 1})"
+    n = c.get("concurrency")
+    name = f"{fmt.context_label(c.get('context'))} context × {fmt.plural(int(n or 0), 'request')}"
+    rep = int(c.get("repetition") or 0)
+    if rep > 0:
+        name += f" (repetition {rep + 1})"
     return name
 
 
