@@ -3,7 +3,7 @@
     import speedmatrix as sm
     with sm.Sim("seed-h200") as sim:                 # the built-in engine
         run = sm.run(sim.url, sm.Matrix.preset("quick"), out="out/quick")
-    run.matrix("total_tok_s")                        # the seed's table as a DataFrame
+    run.status_table("total_tok_s")                        # the seed's table as a DataFrame
 
 The public names are loaded lazily so that `import speedmatrix` stays cheap and
 the pure-Python parts work before the compiled core is imported.

@@ -1,6 +1,7 @@
 """The `speedmatrix` command line (the contract of DESIGN.md, plus flags).
 
-    speedmatrix run --url URL --contexts 8k,16k --concurrency 1,2,4 --out DIR
+    speedmatrix run --url URL --contexts 8k,16k --concurrency 1,2,4 --out DIR [--dry-run]
+    speedmatrix init matrix.toml [--preset seed|quick]
     speedmatrix sim [--port P] [--profile NAME] [--flavour sglang|vllm] [--set KEY=VALUE]
                     [--unpaced] [--stamp] [--fault-http500 P] [--fault-malformed P]
                     [--fault-drop P] [--fault-stall P] [--seed N]
@@ -8,6 +9,9 @@
     speedmatrix report DIR
     speedmatrix compare DIR_A DIR_B [--out DIR]
     speedmatrix capacity DIR --slo ttft=2s,tpot=50ms [--attainment 95%] [--json]
+
+Over 500 lines: the parsers are the CLI's documentation (every option's help, groups,
+epilog examples) and stay in one place so a test can walk them all.
 
 Bad flags end with one line on stderr and exit status 2 before any work
 starts; a target that cannot be reached ends with one line and status 1.
@@ -50,74 +54,223 @@ def _csv(text: str) -> list[str]:
     return items
 
 
-def _add_run_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--url", help="base URL of the server, e.g. http://127.0.0.1:8000")
-    p.add_argument(
+class _Formatter(argparse.HelpFormatter):
+    """Help with the epilog's examples kept as written (text with line breaks), other text
+    wrapped, and every real default shown: ``(default: 30s)``; options whose default is
+    "not given" (None, False) say nothing."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if "\n" in text:
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "%(default)" in text or action.default in (None, False, [], argparse.SUPPRESS):
+            return text
+        if action.option_strings:
+            text += " (default: %(default)s)"
+        return text
+
+
+#: the matrix defaults the help shows (no preset, no --matrix): written out, not read from
+#: speedmatrix.matrix, so --help imports nothing heavy; a test keeps them equal to Matrix()
+RUN_DEFAULTS = {
+    "contexts": "8K",
+    "concurrency": "1",
+    "duration": "30s",
+    "max_output": "4096",
+    "api": "completions",
+    "repetitions": "1",
+}
+
+
+def _defaults() -> dict[str, str]:
+    return RUN_DEFAULTS
+
+
+RUN_EPILOG = """\
+examples:
+  # measure a server: the seed's matrix, report in out/my-server/report.html
+  speedmatrix run --url http://127.0.0.1:8000 --preset seed --out out/my-server
+
+  # see the plan, what will not run, and how long it takes, without sending load
+  speedmatrix run --url http://127.0.0.1:8000 --preset seed --out out/x --dry-run
+
+  # a small matrix of your own, no prefill cells
+  speedmatrix run --url http://127.0.0.1:8000 --contexts 8k,32k --concurrency 1,4,16 \\
+      --prefill-contexts none --duration 20s --out out/small
+
+  # a matrix file (speedmatrix init writes a commented one), with report metadata
+  speedmatrix run --url http://127.0.0.1:8000 --matrix matrix.toml --out out/h200 \\
+      --meta gpu="H200 NVL" --meta launch_command="$(cat launch.sh)"
+
+  # continue a run that was interrupted
+  speedmatrix run --resume out/h200
+"""
+
+#: --meta KEY=VALUE keys, each the same as the flag of that name (gpu = --gpu)
+META_KEYS = (
+    "launch_command",
+    "gpu",
+    "vram",
+    "hardware_type",
+    "os",
+    "engine",
+    "engine_version",
+    "engine_commit",
+    "backend",
+    "build",
+    "repository",
+    "quantization",
+    "model_name",
+    "revision",
+)
+
+
+def add_run_groups(p: argparse.ArgumentParser) -> dict[str, argparse._ArgumentGroup]:
+    """The `run` options in their groups; returns the groups by name (target, matrix, load,
+    capacity, metadata, output) so another module's options join the right one:
+    ``groups["load"].add_argument(...)``."""
+    d = _defaults()
+    groups = {
+        "target": p.add_argument_group("target", "the server to measure"),
+        "matrix": p.add_argument_group(
+            "matrix",
+            "which cells: contexts × concurrency, plus prefill contexts. Flags override "
+            "--matrix/--preset; without either the defaults below apply",
+        ),
+        "load": p.add_argument_group("load", "what each cell sends"),
+        "capacity": p.add_argument_group(
+            "capacity overrides",
+            "probed from the server where it tells; give them when it does not (or lies)",
+        ),
+        "metadata": p.add_argument_group(
+            "report metadata",
+            "what the report says about the setup; also as --meta KEY=VALUE",
+        ),
+        "output": p.add_argument_group("output", "where the run goes and what is shown"),
+    }
+    g = groups["target"]
+    g.add_argument("--url", help="base URL of the server, e.g. http://127.0.0.1:8000")
+    g.add_argument(
         "--api-key",
         help="API key (also $SPEEDMATRIX_API_KEY / $OPENAI_API_KEY); never written anywhere",
     )
-    p.add_argument("--model", help="served model name (default: the server's only/first model)")
-    p.add_argument("--matrix", type=Path, help="matrix definition (TOML); flags override it")
-    p.add_argument("--preset", help="start from a preset matrix: seed, quick")
-    p.add_argument("--contexts", help="decode contexts, e.g. 8k,16k,32k,max")
-    p.add_argument("--concurrency", help="concurrency levels, e.g. 1,2,4,8")
-    p.add_argument(
-        "--prefill-contexts",
-        help="prefill contexts, e.g. 8k,64k,max-decode,max "
-        "(max-decode: the decode max; max: the longest prompt the server takes)",
+    g.add_argument("--model", help="served model name (default: the server's only/first model)")
+    g.add_argument(
+        "--api",
+        choices=["completions", "chat"],
+        help=f"endpoint to measure (default: {d['api']})",
     )
-    p.add_argument("--duration", help="window per decode cell, e.g. 30s")
-    p.add_argument("--max-output", help="max output tokens per request, e.g. 4096")
-    p.add_argument("--api", choices=["completions", "chat"], help="endpoint to measure")
-    p.add_argument("--repetitions", type=int, help="repetitions of every cell")
-    p.add_argument("--shared-prefix", help="tokens shared by all prompts of a cell (default 0)")
-    p.add_argument("--extra-body", help="JSON object merged into every request body")
-    p.add_argument("--kv-capacity", help="KV cache capacity in tokens (overrides the probe)")
-    p.add_argument("--context-length", help="server context length (overrides the probe)")
-    p.add_argument("--max-running", type=int, help="server running-request cap (overrides)")
-    p.add_argument(
-        "--launch-command",
-        help="the server's launch command, for the report (secrets are redacted)",
-    )
-    p.add_argument("--gpu", help="GPU name for the report (default: nvidia-smi when local)")
-    p.add_argument("--vram", help="GPU memory for the report, e.g. '141 GB'")
-    p.add_argument("--hardware-type", help="e.g. 'Discrete GPU'")
-    p.add_argument(
-        "--os",
-        help="the server's OS for the report (default: this machine's when the server is local)",
-    )
-    p.add_argument(
-        "--engine",
-        help="engine name: an adapter (sglang, vllm, ...) skips "
-        "detection; any other name only names the engine in the report",
-    )
-    p.add_argument("--engine-version", help="engine version (overrides the probe)")
-    p.add_argument("--engine-commit", help="engine commit (overrides the probe)")
-    p.add_argument("--backend", help="engine backend for the report, e.g. cuda, rocm")
-    p.add_argument("--build", help="engine build for the report, e.g. cuda-13.2")
-    p.add_argument("--repository", help="engine repository, e.g. github.com/sgl-project/sglang")
-    p.add_argument("--quantization", help="e.g. BF16, FP8 (overrides the probe)")
-    p.add_argument(
-        "--model-name",
-        help="model name for the report's title (default: the last "
-        "part of the model path the server reports, else the served name)",
-    )
-    p.add_argument("--revision", help="model revision for the report")
-    p.add_argument("--out", type=Path, help="output folder (run.json, records, report)")
-    p.add_argument(
-        "--resume",
-        type=Path,
-        metavar="DIR",
-        help="continue an interrupted run in DIR without redoing finished cells",
-    )
-    p.add_argument("--no-report", action="store_true", help="do not write report.md/html")
-    p.add_argument("--quiet", action="store_true", help="no progress display")
-    p.add_argument(
+    g.add_argument(
         "--tokenizer",
         metavar="NAME_OR_PATH",
         help="local Hugging Face tokenizer for exact prompts (needs the "
         "transformers or tokenizers package)",
     )
+
+    g = groups["matrix"]
+    g.add_argument("--matrix", type=Path, help="matrix definition (TOML; see speedmatrix init)")
+    g.add_argument("--preset", choices=["seed", "quick"], help="start from a preset matrix")
+    g.add_argument(
+        "--contexts",
+        help=f"decode contexts, e.g. 8k,16k,32k,max (default: {d['contexts']})",
+    )
+    g.add_argument(
+        "--concurrency",
+        help=f"requests at once, e.g. 1,2,4,8 (default: {d['concurrency']})",
+    )
+    g.add_argument(
+        "--prefill-contexts",
+        help="prefill contexts, e.g. 8k,64k,max-decode,max "
+        "(max-decode: the decode max; max: the longest prompt the server takes); "
+        "none: no prefill cells (default: none)",
+    )
+    g.add_argument(
+        "--repetitions",
+        type=int,
+        help=f"repetitions of every cell (default: {d['repetitions']})",
+    )
+
+    g = groups["load"]
+    g.add_argument(
+        "--duration", help=f"window per decode cell, e.g. 30s (default: {d['duration']})"
+    )
+    g.add_argument(
+        "--max-output",
+        help=f"max output tokens per request, e.g. 4096 (default: {d['max_output']})",
+    )
+    g.add_argument(
+        "--shared-prefix",
+        help="tokens shared by all prompts of a cell; negative: all but the last N (default: 0)",
+    )
+    g.add_argument(
+        "--extra-body",
+        metavar="JSON",
+        help="JSON object merged into every request body, e.g. '{\"top_k\": 1}'",
+    )
+
+    g = groups["capacity"]
+    g.add_argument("--kv-capacity", help="KV cache capacity in tokens, e.g. 1400000 or 1367k")
+    g.add_argument("--context-length", help="server context length in tokens, e.g. 128k")
+    g.add_argument("--max-running", type=int, help="most requests the server runs at once")
+
+    g = groups["metadata"]
+    g.add_argument(
+        "--launch-command",
+        help="the server's launch command, for the report (secrets are redacted)",
+    )
+    g.add_argument("--gpu", help="GPU name (default: nvidia-smi when the server is local)")
+    g.add_argument("--vram", help="GPU memory, e.g. '141 GB'")
+    g.add_argument("--hardware-type", help="e.g. 'Discrete GPU'")
+    g.add_argument(
+        "--os", help="the server's OS (default: this machine's when the server is local)"
+    )
+    g.add_argument(
+        "--engine",
+        help="engine name: an adapter (sglang, vllm, ...) skips "
+        "detection; any other name only names the engine in the report",
+    )
+    g.add_argument("--engine-version", help="engine version (overrides the probe)")
+    g.add_argument("--engine-commit", help="engine commit (overrides the probe)")
+    g.add_argument("--backend", help="engine backend, e.g. cuda, rocm")
+    g.add_argument("--build", help="engine build, e.g. cuda-13.2")
+    g.add_argument("--repository", help="engine repository, e.g. github.com/sgl-project/sglang")
+    g.add_argument("--quantization", help="e.g. BF16, FP8 (overrides the probe)")
+    g.add_argument(
+        "--model-name",
+        help="model name for the report's title (default: the last "
+        "part of the model path the server reports, else the served name)",
+    )
+    g.add_argument("--revision", help="model revision")
+    g.add_argument(
+        "--meta",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any of the above by key, e.g. --meta gpu='H200 NVL' (keys: "
+        + ", ".join(META_KEYS)
+        + "); the flag wins over --meta",
+    )
+
+    g = groups["output"]
+    g.add_argument("--out", type=Path, help="output folder (run.json, records, report)")
+    g.add_argument(
+        "--resume",
+        type=Path,
+        metavar="DIR",
+        help="continue an interrupted run in DIR without redoing finished cells",
+    )
+    g.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="probe the server (no generation requests) and print the plan, the cells that "
+        "will not run and why, how prompts are made, and the estimated duration",
+    )
+    g.add_argument("--no-report", action="store_true", help="do not write report.md/html")
+    g.add_argument("--quiet", action="store_true", help="no progress display")
+    return groups
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -125,21 +278,67 @@ def build_parser() -> argparse.ArgumentParser:
         prog="speedmatrix",
         description="Speed test matrix for OpenAI-compatible "
         "LLM servers: prefill, sustained decode, TTFT, time between tokens.",
+        formatter_class=_Formatter,
+        epilog="""\
+start here:
+  speedmatrix demo                      # the built-in engine, the seed's matrix, a report
+  speedmatrix run --url URL --preset seed --out DIR --dry-run   # the plan and its time
+  speedmatrix run --url URL --preset seed --out DIR             # measure your server
+  speedmatrix COMMAND --help            # every option, with defaults and examples
+""",
     )
     parser.add_argument("--version", action="version", version=_version())
-    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
 
-    run = sub.add_parser("run", help="measure a server")
-    _add_run_flags(run)
+    run = sub.add_parser(
+        "run",
+        help="measure a server",
+        description="Measure a server: every cell of the matrix, saved to --out as run.json, "
+        "records, cells.csv and a report.",
+        epilog=RUN_EPILOG,
+        formatter_class=_Formatter,
+    )
+    add_run_groups(run)
     from speedmatrix.cli_load import add_capacity_parser, add_open_loop_flags
 
     add_open_loop_flags(run)
 
-    sim = sub.add_parser("sim", help="run the built-in engine in the foreground")
-    sim.add_argument("--port", type=int, default=8000)
-    sim.add_argument("--host", default="127.0.0.1")
-    sim.add_argument("--profile", default="seed-h200")
-    sim.add_argument("--flavour", choices=["sglang", "vllm"])
+    init = sub.add_parser(
+        "init",
+        help="write a commented matrix file to start from",
+        description="Write a matrix definition (TOML) with every setting explained, to edit "
+        "and pass to `speedmatrix run --matrix`.",
+        epilog="examples:\n  speedmatrix init matrix.toml\n"
+        "  speedmatrix init --preset quick small.toml\n",
+        formatter_class=_Formatter,
+    )
+    init.add_argument("path", type=Path, help="file to write (not overwritten without --force)")
+    init.add_argument(
+        "--preset", choices=["seed", "quick"], default="seed", help="the matrix to start from"
+    )
+    init.add_argument("--force", action="store_true", help="overwrite an existing file")
+
+    sim = sub.add_parser(
+        "sim",
+        help="run the built-in engine in the foreground",
+        description="The built-in engine (speedmatrix-sim): an OpenAI-compatible server "
+        "modelled on a real one, to try speedmatrix without a GPU.",
+        epilog="examples:\n  speedmatrix sim --port 8000\n"
+        "  speedmatrix sim --profile fixed --fault-http500 0.05 --seed 1\n",
+        formatter_class=_Formatter,
+    )
+    sim.add_argument("--port", type=int, default=8000, help="port to listen on")
+    sim.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    sim.add_argument(
+        "--profile",
+        default="seed-h200",
+        help="engine profile: a shipped name (seed-h200, fixed, ...) or a .json path",
+    )
+    sim.add_argument(
+        "--flavour",
+        choices=["sglang", "vllm"],
+        help="which engine's endpoints and metrics to imitate (default: the profile's)",
+    )
     sim.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="override a profile field"
     )
@@ -147,15 +346,29 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_engine_flags(sim)  # --unpaced, --stamp, --fault-* P, --seed N
 
-    demo = sub.add_parser("demo", help="built-in engine + the seed's matrix + report")
-    demo.add_argument("--out", type=Path, default=Path("speedmatrix-demo"))
-    demo.add_argument(
-        "--duration", default="5s", help="window per decode cell (default 5s; the seed used 30s)"
+    demo = sub.add_parser(
+        "demo",
+        help="built-in engine + the seed's matrix + report",
+        description="Start the built-in engine, run the seed's matrix against it, and write "
+        "the report: what a run looks like, in a few minutes, without a GPU.",
+        epilog="examples:\n  speedmatrix demo\n  speedmatrix demo --out /tmp/demo --duration 2s\n",
+        formatter_class=_Formatter,
     )
-    demo.add_argument("--quiet", action="store_true")
+    demo.add_argument(
+        "--out", type=Path, default=Path("speedmatrix-demo"), help="output folder of the run"
+    )
+    demo.add_argument("--duration", default="5s", help="window per decode cell (the seed used 30s)")
+    demo.add_argument("--quiet", action="store_true", help="no progress display")
 
-    rep = sub.add_parser("report", help="write report.md and report.html of a saved run")
-    rep.add_argument("dir", type=Path)
+    rep = sub.add_parser(
+        "report",
+        help="write report.md and report.html of a saved run",
+        description="(Re)write DIR/report.md, DIR/report.html and DIR/plots/ from DIR/run.json "
+        "and the saved records; run.json is checked against its schema first.",
+        epilog="examples:\n  speedmatrix report out/h200\n",
+        formatter_class=_Formatter,
+    )
+    rep.add_argument("dir", type=Path, help="folder of a saved run (holds run.json)")
 
     rec = sub.add_parser(
         "recompute",
@@ -163,8 +376,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="Judges every measured cell of a saved run again from its raw records, "
         "the engine facts and the rules saved with it, and says which cells changed. "
         "Nothing is written without --write.",
+        epilog="examples:\n  speedmatrix recompute out/h200\n"
+        "  speedmatrix recompute out/h200 --rule error_threshold=0.1 --write\n",
+        formatter_class=_Formatter,
     )
-    rec.add_argument("dir", type=Path)
+    rec.add_argument("dir", type=Path, help="folder of a saved run (holds run.json and records/)")
     rec.add_argument(
         "--rule",
         action="append",
@@ -176,9 +392,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--write", action="store_true", help="rewrite DIR/run.json with the recomputed cells"
     )
 
-    cmp_ = sub.add_parser("compare", help="compare two saved runs")
-    cmp_.add_argument("dir_a", type=Path)
-    cmp_.add_argument("dir_b", type=Path)
+    cmp_ = sub.add_parser(
+        "compare",
+        help="compare two saved runs",
+        description="Compare two saved runs cell by cell (B against A): a cell differs where "
+        "the 95% intervals do not overlap, else by Welch's test on per-second throughput.",
+        epilog="examples:\n  speedmatrix compare out/before out/after\n",
+        formatter_class=_Formatter,
+    )
+    cmp_.add_argument("dir_a", type=Path, help="the baseline run (A)")
+    cmp_.add_argument("dir_b", type=Path, help="the run compared with it (B)")
     cmp_.add_argument(
         "--out",
         type=Path,
@@ -212,7 +435,12 @@ def _matrix_from_args(args: argparse.Namespace):
         if args.contexts:
             m.contexts = parse_contexts(",".join(_csv(args.contexts)))
         if args.prefill_contexts:
-            m.prefill_contexts = parse_contexts(",".join(_csv(args.prefill_contexts)), prefill=True)
+            if args.prefill_contexts.strip().lower() == "none":
+                m.prefill_contexts = []  # a preset's or a file's prefill cells dropped
+            else:
+                m.prefill_contexts = parse_contexts(
+                    ",".join(_csv(args.prefill_contexts)), prefill=True
+                )
         if args.concurrency:
             m.concurrency = [_positive_int(c, "--concurrency") for c in _csv(args.concurrency)]
         if args.duration:
@@ -284,9 +512,41 @@ def _overrides(args: argparse.Namespace) -> dict:
     return out
 
 
+def _apply_meta(args: argparse.Namespace) -> None:
+    """``--meta KEY=VALUE`` into the flag of that name, unless the flag itself was given."""
+    for item in args.meta:
+        key, sep, value = item.partition("=")
+        key = key.strip().lower().replace("-", "_")
+        if not sep or not key:
+            raise UsageError(f"--meta {item!r}: expected KEY=VALUE")
+        if key not in META_KEYS:
+            raise UsageError(f"--meta: unknown key {key!r}; keys: {', '.join(META_KEYS)}")
+        if getattr(args, key, None) in (None, ""):
+            setattr(args, key, value)
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from speedmatrix import sweep
 
+    _apply_meta(args)
+    if args.dry_run:
+        if args.resume is not None:
+            raise UsageError("--dry-run plans a new run; it does not take --resume")
+        if not args.url:
+            raise UsageError("--url is required")
+        from speedmatrix import dryrun
+
+        print(
+            dryrun.describe(
+                args.url,
+                _matrix_from_args(args),
+                api_key=_api_key(args),
+                model=args.model,
+                overrides=_overrides(args),
+                tokenizer=args.tokenizer,
+            )
+        )
+        return 0
     if args.resume is not None:
         return sweep.resume(
             args.resume,
@@ -326,7 +586,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
         report=not args.no_report,
         tokenizer=args.tokenizer,
     )
-    return run.execute()
+    created = not args.out.exists()
+    try:
+        return run.execute()
+    finally:
+        # a run that could not start (server unreachable, bad tokenizer) leaves no empty
+        # folder behind; one that wrote anything keeps it
+        if created and args.out.is_dir() and not any(args.out.iterdir()):
+            args.out.rmdir()
 
 
 def _api_key(args: argparse.Namespace) -> str | None:
@@ -336,6 +603,17 @@ def _api_key(args: argparse.Namespace) -> str | None:
         or os.environ.get("OPENAI_API_KEY")
         or None
     )
+
+
+def _cmd_init(args: argparse.Namespace) -> int:
+    from speedmatrix import dryrun
+
+    if args.path.exists() and not args.force:
+        raise UsageError(f"{args.path} exists (--force overwrites it)")
+    # a plain write: a config file the user edits, with the umask's usual mode
+    args.path.write_text(dryrun.commented_toml(args.preset), encoding="utf-8")
+    print(f"wrote {args.path}: edit it, then speedmatrix run --url URL --matrix {args.path}")
+    return 0
 
 
 def _cmd_sim(args: argparse.Namespace) -> int:
@@ -359,9 +637,14 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def _cmd_report(args: argparse.Namespace) -> int:
     if not (args.dir / "run.json").is_file():
         raise UsageError(f"{args.dir} holds no run.json")
+    from speedmatrix.errors import SpeedmatrixError
     from speedmatrix.report import write_report
+    from speedmatrix.runfile import RunFileError
 
-    md, html = write_report(args.dir)
+    try:
+        md, html = write_report(args.dir)
+    except RunFileError as exc:  # not valid JSON, a missing field: one line, status 1
+        raise SpeedmatrixError(str(exc)) from None
     print(f"wrote {md}\nwrote {html}")
     return 0
 
@@ -427,6 +710,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 COMMANDS = {
     "run": _cmd_run,
+    "init": _cmd_init,
     "sim": _cmd_sim,
     "demo": _cmd_demo,
     "report": _cmd_report,

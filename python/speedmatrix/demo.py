@@ -63,7 +63,7 @@ def main(out: str | Path = "speedmatrix-demo", duration: str = "5s", progress: b
     run = load(out)
     print()
     print("Sustained decode, total tok/s (rows: context, columns: requests at once)")
-    print(run.matrix("total_tok_s").to_string())
+    print(run.status_table("total_tok_s").to_string())
     if matrix.duration_s < 30:
         print(
             f"\nA {matrix.duration_s:g} s window includes each cell's ramp-up (the N requests' "

@@ -1,20 +1,34 @@
-"""The terminal display of a sweep: one live status line on a terminal (a line per cell
-otherwise) with the current cell, its tok/s and the ETA of the whole matrix.
+"""The terminal display of a sweep.
 
-A daemon thread redraws the line four times a second from `Progress.live`, which the
-sweep replaces at each cell; the thread only reads it (and the running cell's
+On a terminal: a live view (rich) of the matrix grid filling in cell by cell (each cell's
+total tok/s and status as it finishes, the running cell marked), and under it the current
+cell's phase (warm-up, or window seconds of D), its live tok/s, requests in flight, failed
+requests so far, and the ETA of the whole matrix. Elsewhere (a log file, a pipe): a line
+per cell, as plain text.
+
+A daemon thread redraws four times a second from `Progress.live`, which the sweep replaces
+at each cell; the thread only reads it (and the running cell's
 `_core.CellRunner.progress()`), so no lock is needed.
+
+The ETA never reads zero while work remains: the current cell's remaining time is its
+estimate less what has elapsed, but at least what its window still has to run (or one
+second while it warms up past its estimate), plus the estimate of the cells after it
+(``dryrun.estimate_s``, from the prefill rate measured so far).
 """
 
 from __future__ import annotations
 
+import math
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["Progress", "fmt_eta"]
+
+#: the least the ETA shows while a cell is still running
+MIN_ETA_S = 1.0
 
 
 @dataclass
@@ -28,19 +42,83 @@ class _Live:
     duration_s: float = 0.0
     runner: Any = None
     eta_s: float = 0.0
+    #: the estimate of this cell alone (its share of eta_s); 0 = unknown
+    cell_s: float = 0.0
+    #: (context, concurrency) of a decode cell in the grid, None for a prefill cell
+    key: tuple[int, int] | None = None
+
+
+@dataclass
+class _Grid:
+    """The decode matrix: row labels, concurrency levels and each cell's text and style."""
+
+    contexts: list[tuple[int, str]] = field(default_factory=list)
+    concurrency: list[int] = field(default_factory=list)
+    cells: dict[tuple[int, int], tuple[str, str]] = field(default_factory=dict)
+
+
+_STATUS_STYLE = {
+    "valid": "green",
+    "queued": "dark_orange",
+    "over_capacity": "grey50",
+    "error": "bold red",
+}
+
+
+def cell_text(cell: dict) -> tuple[str, str]:
+    """(text, rich style) of a finished or planned decode cell in the grid."""
+    status = cell.get("status")
+    if status == "over_capacity":
+        return "over cap.", _STATUS_STYLE["over_capacity"]
+    if status == "error":
+        return ("not run" if cell.get("not_run") else "error"), _STATUS_STYLE["error"]
+    total = cell.get("total_tok_s")
+    if total is None:
+        return "—", "grey50"
+    text = f"{total / 1000:,.1f}K" if total >= 10_000 else f"{total:,.1f}"
+    if cell.get("flags"):
+        text += " ⚑"
+    if status == "queued":
+        text += " q"
+    return text, _STATUS_STYLE.get(str(status), "")
 
 
 class Progress:
-    """One status line on a terminal (a line per cell otherwise): the current
-    cell, its live tok/s and the ETA of the whole matrix."""
+    """The live view on a terminal, a line per cell otherwise (see the module doc)."""
 
     def __init__(self, enabled: bool, stream=None):
         self.stream = stream or sys.stderr
         self.enabled = enabled
         self.tty = enabled and hasattr(self.stream, "isatty") and self.stream.isatty()
         self.live = _Live()
+        self.grid = _Grid()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._rich: Any = None  # rich.live.Live once started
+        self._failed: str | None = None
+
+    # ------------------------------------------------------------ what the sweep calls
+    def plan(self, planned, cells: dict[str, dict] | None = None) -> None:
+        """The grid's layout from the plan: every decode cell, the statuses known before
+        any request (over capacity) and the cells a resumed run already has."""
+        cells = cells or {}
+        seen_ctx: dict[int, str] = {}
+        conc: list[int] = []
+        for c in planned:
+            if c.phase != "decode":
+                continue
+            seen_ctx.setdefault(c.context, c.label)
+            if c.concurrency not in conc:
+                conc.append(c.concurrency)
+            done = cells.get(c.id)
+            if done is not None and not done.get("not_run"):
+                self.grid.cells[(c.context, c.concurrency)] = cell_text(done)
+            elif c.status is not None:
+                self.grid.cells[(c.context, c.concurrency)] = cell_text(
+                    {"status": c.status, "not_run": None}
+                )
+        self.grid.contexts = list(seen_ctx.items())
+        self.grid.concurrency = conc
 
     def start_cell(
         self,
@@ -50,67 +128,170 @@ class Progress:
         duration_s: float,
         eta_s: float,
         runner: Any = None,
+        *,
+        cell_s: float = 0.0,
+        key: tuple[int, int] | None = None,
     ) -> None:
-        self.live = _Live(index, total, label, time.monotonic(), duration_s, runner, eta_s)
+        self.live = _Live(
+            index, total, label, time.monotonic(), duration_s, runner, eta_s, cell_s, key
+        )
         if not self.enabled:
             return
         if self.tty:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, daemon=True)
-                self._thread.start()
+            self._start_live()
         else:
             print(f"[{index}/{total}] {label} (ETA {fmt_eta(eta_s)})", file=self.stream, flush=True)
 
-    def end_cell(self, summary: str) -> None:
-        if not self.enabled:
-            return
+    def end_cell(self, summary: str, cell: dict | None = None) -> None:
         live = self.live
+        if cell is not None and cell.get("phase") == "decode":
+            self.grid.cells[(int(cell["context"]), int(cell["concurrency"]))] = cell_text(cell)
+        if not self.enabled:
+            self.live = _Live()
+            return
         line = f"[{live.index}/{live.total}] {live.label}: {summary}"
-        if self.tty:
-            self.stream.write("\r\033[K" + line + "\n")
-            self.stream.flush()
+        if self.tty and self._rich is not None:
+            self._rich.console.print(line, markup=False, highlight=False)
         else:
             print(line, file=self.stream, flush=True)
         self.live = _Live()
 
     def message(self, text: str) -> None:
-        if self.enabled:
-            if self.tty:
-                self.stream.write("\r\033[K")
+        if not self.enabled:
+            return
+        if self.tty and self._rich is not None:
+            self._rich.console.print(text, markup=False, highlight=False)
+        else:
             print(text, file=self.stream, flush=True)
 
     def close(self) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=1)
+        if self._rich is not None:
+            self._rich.update(self._render(final=True), refresh=True)
+            self._rich.stop()
+            self._rich = None
+
+    # ------------------------------------------------------------ the live view
+    def _start_live(self) -> None:
+        if self._rich is not None:
+            return
+        from rich.console import Console
+        from rich.live import Live
+
+        console = Console(file=self.stream, force_terminal=True, highlight=False)
+        self._rich = Live(
+            self._render(),
+            console=console,
+            auto_refresh=False,
+            transient=False,
+            redirect_stdout=False,
+            redirect_stderr=False,
+        )
+        self._rich.start()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
 
     def _loop(self) -> None:
         while not self._stop.wait(0.25):
-            live = self.live
-            if not live.label:
-                continue
-            tok_s = ""
-            runner = live.runner
-            if runner is not None:
-                p = runner.progress()
-                t0 = p.get("window_start_ns", -1)
-                if t0 and t0 > 0:
-                    from speedmatrix._native import _core
+            live = self._rich
+            if live is None:
+                return
+            try:
+                live.update(self._render(), refresh=True)
+            except Exception as exc:  # noqa: BLE001 - a display glitch must never stop a sweep
+                self._failed = f"{type(exc).__name__}: {exc}"  # kept for a debugger, not shown
 
-                    el = max((_core.now_ns() - t0) / 1e9, 1e-3)
-                    tok_s = f" {p['tokens'] / el:,.1f} tok/s, {el:.0f}/{live.duration_s:.0f}s"
-                else:
-                    tok_s = " warming up"
-            el_cell = time.monotonic() - live.started
-            eta = max(live.eta_s - el_cell, 0)
-            self.stream.write(
-                f"\r\033[K[{live.index}/{live.total}] {live.label}:{tok_s}  ETA {fmt_eta(eta)}"
-            )
-            self.stream.flush()
+    def status(self, now: float | None = None) -> dict[str, Any]:
+        """What the view shows of the current cell: phase, window seconds, tok/s, in flight,
+        errors and the ETA (seconds) of the whole matrix."""
+        live = self.live
+        out: dict[str, Any] = {"label": live.label, "phase": "", "eta_s": 0.0}
+        if not live.label:
+            return out
+        now = time.monotonic() if now is None else now
+        elapsed = now - live.started
+        out["elapsed_s"] = elapsed
+        if live.cell_s:  # the estimate's warm-up share: the cell less its window and overhead
+            from speedmatrix.dryrun import CELL_OVERHEAD_S
+
+            out["warmup_est_s"] = max(live.cell_s - live.duration_s - CELL_OVERHEAD_S, 0.0)
+        window_left = live.duration_s
+        runner = live.runner
+        if runner is not None:
+            p = runner.progress()
+            out["errors"] = int(p.get("errors", 0))
+            out["in_flight"] = int(p.get("in_flight", 0))
+            t0 = p.get("window_start_ns", -1)
+            if t0 and t0 > 0:
+                from speedmatrix._native import _core
+
+                el = max((_core.now_ns() - t0) / 1e9, 1e-3)
+                out["phase"] = "window"
+                out["window_s"] = el
+                out["tok_s"] = p["tokens"] / el
+                window_left = max(live.duration_s - el, 0.0)
+            else:
+                out["phase"] = "warm-up"
+        else:
+            out["phase"] = "preparing"
+        rest = max(live.eta_s - live.cell_s, 0.0) if live.cell_s else 0.0
+        current = max(live.cell_s - elapsed, window_left, MIN_ETA_S)
+        out["eta_s"] = rest + current if live.cell_s else max(live.eta_s - elapsed, MIN_ETA_S)
+        return out
+
+    def _render(self, final: bool = False):
+        from rich.console import Group
+        from rich.table import Table
+        from rich.text import Text
+
+        g = self.grid
+        table = Table(
+            title="total tok/s",
+            title_justify="left",
+            caption="⚑ flagged · q queued · over cap. not run · ▶ running",
+            caption_justify="left",
+            box=None,
+        )
+        table.add_column("context", justify="right", style="bold")
+        for n in g.concurrency:
+            table.add_column(str(n), justify="right", min_width=7)
+        current = self.live.key if not final else None
+        for ctx, label in g.contexts:
+            row: list[Any] = [label]
+            for n in g.concurrency:
+                if (ctx, n) == current:
+                    row.append(Text("▶ …", style="bold cyan"))
+                    continue
+                text, style = g.cells.get((ctx, n), ("·", "grey50"))
+                row.append(Text(text, style=style))
+            table.add_row(*row)
+        parts: list[Any] = [table] if g.contexts else []
+        s = self.status()
+        if s["label"] and not final:
+            live = self.live
+            line = Text(f"[{live.index}/{live.total}] {live.label}: ", style="bold")
+            if s["phase"] == "window":
+                line.append(
+                    f"window {s['window_s']:.0f}/{live.duration_s:.0f}s · "
+                    f"{s['tok_s']:,.1f} tok/s · {s['in_flight']} in flight"
+                )
+            elif s["phase"] == "warm-up":
+                line.append(f"warm-up: {s['in_flight']} requests prefilling, {s['elapsed_s']:.0f}s")
+                if s.get("warmup_est_s", 0) >= 1:
+                    line.append(f" of ~{s['warmup_est_s']:.0f}s")
+            else:
+                line.append(s["phase"])
+            if s.get("errors"):
+                line.append(f" · {s['errors']} failed", style="bold red")
+            line.append(f" · ETA {fmt_eta(s['eta_s'])}", style="cyan")
+            parts.append(line)
+        return Group(*parts)
 
 
 def fmt_eta(seconds: float) -> str:
-    seconds = int(max(seconds, 0))
+    seconds = math.ceil(max(seconds, 0))  # rounded up: 0.4 s left is not "0m00s"
     if seconds >= 3600:
         return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
     return f"{seconds // 60}m{seconds % 60:02d}s"

@@ -3,7 +3,8 @@
 import speedmatrix as sm
 run = sm.load("out/seed")
 run.cells                      # one row per cell, every run.json field
-run.matrix("total_tok_s")      # rows = context, columns = concurrency
+run.table("total_tok_s")       # numbers: rows = context, columns = concurrency
+run.status_table("total_tok_s") # the report's grid, with status text
 run.requests                   # every request of every cell, times in ms from t0
 run.tokens("decode-c8192-n4-r0")
 sm.concat([run_a, run_b], ["before", "after"])
@@ -373,7 +374,43 @@ class Run:
         df = self.cells
         return df[df["phase"] == "decode"] if "phase" in df else df
 
+    def table(
+        self, figure: str = "total_tok_s", aggregate: str = "median", all_cells: bool = False
+    ) -> pd.DataFrame:
+        """A decode figure as a numeric (float) context × concurrency table: rows = context
+        label in context order, columns = concurrency. Only valid and queued cells give a
+        number; over-capacity, error and unreached cells are NaN (see :meth:`status_table`
+        for the same layout with their status text). Plots and styles directly:
+        ``run.table("total_tok_s").style.background_gradient()``."""
+        return self._pivot(figure, numeric=True, aggregate=aggregate, all_cells=all_cells)
+
+    def status_table(
+        self, figure: str = "total_tok_s", aggregate: str = "median", all_cells: bool = False
+    ) -> pd.DataFrame:
+        """The report's grid as a frame (object dtype): a figure where the cell is valid or
+        queued, else the status text ("Over capacity", "Error", "Not measured")."""
+        return self._pivot(figure, numeric=False, aggregate=aggregate, all_cells=all_cells)
+
     def matrix(
+        self,
+        figure: str = "total_tok_s",
+        numeric: bool = False,
+        aggregate: str = "median",
+        all_cells: bool = False,
+    ) -> pd.DataFrame:
+        """Deprecated: :meth:`table` (``numeric=True``) or :meth:`status_table`. "Matrix"
+        names the matrix definition (:attr:`matrix_definition`, :class:`speedmatrix.Matrix`)."""
+        import warnings as _warnings
+
+        _warnings.warn(
+            "Run.matrix() is deprecated: use Run.table(figure) for numbers or "
+            "Run.status_table(figure) for the report's grid with status text",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self._pivot(figure, numeric=numeric, aggregate=aggregate, all_cells=all_cells)
+
+    def _pivot(
         self,
         figure: str = "total_tok_s",
         numeric: bool = False,
@@ -553,7 +590,7 @@ class Run:
         return f"<speedmatrix Run {self.label!r}: {n} cells{extra} at {self.path}>"
 
     def _repr_html_(self) -> str:  # notebooks
-        return f"<p>{self!r}</p>" + self.matrix("total_tok_s").to_html(na_rep="—")
+        return f"<p>{self!r}</p>" + self.status_table("total_tok_s").to_html(na_rep="—")
 
 
 def _safe_min(df: pd.DataFrame, col: str, fallback: str, n: int) -> float:

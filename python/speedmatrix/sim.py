@@ -21,7 +21,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -184,6 +183,8 @@ class Sim:
         deadline = time.monotonic() + self._timeout
         while True:
             try:
+                import urllib.request  # here: `speedmatrix --help` must not pay for it
+
                 with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
                     if r.status == 200:
                         break
@@ -259,6 +260,8 @@ class Sim:
 
     # --- queries ---
     def get_json(self, path: str, timeout_s: float = 10.0) -> Any:
+        import urllib.request
+
         with urllib.request.urlopen(self.url + path, timeout=timeout_s) as r:
             return json.loads(r.read())
 

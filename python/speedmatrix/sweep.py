@@ -165,6 +165,7 @@ class Sweep:
         prefill_from_warmup = self._prefill_from_warmup(planned)
         runnable = [c for c in todo if not (c.phase == "prefill" and c.id in prefill_from_warmup)]
         total = len(runnable)
+        self.progress.plan(planned, self.cells)
         try:
             for i, cell in enumerate(runnable, 1):
                 # A server that went away between two cells is found before this cell
@@ -172,15 +173,23 @@ class Sweep:
                 if i > 1 and self._server_lost(None):
                     self._mark_unreachable(planned, after=self._label(runnable[i - 2]))
                     break
-                eta = self._eta(runnable[i - 1 :])
-                self.progress.start_cell(i, total, self._label(cell), self._cell_time(cell), eta)
+                times = self._eta(runnable[i - 1 :])
+                self.progress.start_cell(
+                    i,
+                    total,
+                    self._label(cell),
+                    self._cell_time(cell),
+                    sum(times),
+                    cell_s=times[0],
+                    key=(cell.context, cell.concurrency) if cell.phase == "decode" else None,
+                )
                 if cell.phase == "prefill":
                     outcome = self._measure_prefill(cell)
                 else:
                     outcome = self._measure_decode(cell)
                 if outcome is None:  # interrupted
                     break
-                self.progress.end_cell(self._summary(outcome.cell))
+                self.progress.end_cell(self._summary(outcome.cell), outcome.cell)
                 if self._server_lost(outcome.cell):
                     self._mark_unreachable(planned, after=self._label(cell))
                     break
@@ -293,24 +302,28 @@ class Sweep:
     def _cell_time(cell) -> float:
         return float(cell.duration_s) if cell.phase == "decode" else 0.0
 
-    def _eta(self, remaining) -> float:
-        rate = 10_000.0  # prompt tok/s assumed until the first prefill is measured
+    def _eta(self, remaining) -> list[float]:
+        """Seconds each of the ``remaining`` cells will take (dryrun.estimate_s): warm-ups
+        and prefill at the median prefill rate measured so far, prompts already sent
+        counted as sent."""
+        from speedmatrix.dryrun import estimate_cells_s
+
         measured: list[float] = [
             c["prompt_tok_s"]
             for c in self.cells.values()
             if c.get("phase") == "prefill" and c.get("prompt_tok_s")
         ]
-        if measured:
-            rate = float(np.median(measured))
-        total = 0.0
-        for c in remaining:
-            if not c.runnable:
-                continue
-            if c.phase == "prefill":
-                total += c.context / rate + 0.5
-            else:
-                total += c.duration_s + c.concurrency * c.context / rate * 0.5 + 0.5
-        return total
+        rate = float(np.median(measured)) if measured else None
+        sent: dict[tuple[int, int], int] = {}
+        for c in self.cells.values():  # cells that sent their prompts (see _prompts_sent)
+            if (
+                c.get("phase") == "decode"
+                and not c.get("not_run")
+                and c.get("status") != "over_capacity"
+            ):
+                key = (c["context"], c.get("repetition", 0))
+                sent[key] = max(sent.get(key, 0), int(c["concurrency"]))
+        return estimate_cells_s(remaining, self.matrix, prefill_tok_s=rate, sent=sent)
 
     @staticmethod
     def _label(cell) -> str:
@@ -691,6 +704,13 @@ class Sweep:
         run["interrupted"] = self.interrupted
         if self.doc.get("cells") is not None:
             self._write()
+        if not self.report and self.doc.get("cells"):
+            try:  # the open exports come with the report; without it, on their own
+                from speedmatrix.export import write_exports
+
+                write_exports(self.out)
+            except Exception as exc:  # noqa: BLE001 - the measurements are safe on disk
+                self.progress.message(f"speedmatrix: the exports could not be written: {exc}")
         if self.report:
             try:
                 from speedmatrix.report import write_report

@@ -2,15 +2,24 @@
 network requests, charts and tables present. Driven over the DevTools protocol with aiohttp."""
 
 import asyncio
+import base64
 import json
+import os
 import re
 import shutil
 import subprocess
 import tempfile
 import time
+from pathlib import Path
 
 import pytest
 import synthetic
+
+#: where the screenshots go: $SPEEDMATRIX_ARTIFACTS, else build/test-artifacts in the clone
+ARTIFACTS = Path(
+    os.environ.get("SPEEDMATRIX_ARTIFACTS")
+    or Path(__file__).resolve().parents[2] / "build" / "test-artifacts"
+)
 
 # End-to-end tier: a real browser.
 pytestmark = [pytest.mark.browser, pytest.mark.e2e]
@@ -103,7 +112,7 @@ def _start_chromium(profile):
     raise RuntimeError("chromium did not start:\n" + "".join(lines[-20:]))
 
 
-async def _inspect(url):
+async def _inspect(url, screenshot: str | None = None):
     import aiohttp
 
     profile = tempfile.mkdtemp(prefix="sm-chromium-")
@@ -142,7 +151,10 @@ async def _inspect(url):
                     ),
                     "over": await page.eval("document.querySelectorAll('td.over').length"),
                     "title": await page.eval("document.title"),
+                    "flagged": await page.eval("document.querySelectorAll('td.flagged').length"),
                 }
+                if screenshot:
+                    info["screenshots"] = await _screenshots(page, screenshot)
                 page.reader.cancel()
                 return info, page.events
     finally:
@@ -152,6 +164,27 @@ async def _inspect(url):
         except subprocess.TimeoutExpired:
             proc.kill()
         shutil.rmtree(profile, ignore_errors=True)
+
+
+async def _screenshots(page, name: str) -> list[Path]:
+    """The top of the page as a reader first sees it (1280 × 900) and the whole page, as PNG
+    files under ARTIFACTS, for a person to look at."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    await page.send(
+        "Emulation.setDeviceMetricsOverride",
+        width=1280,
+        height=900,
+        deviceScaleFactor=1,
+        mobile=False,
+    )
+    await asyncio.sleep(0.2)
+    out = []
+    for suffix, full in (("top", False), ("full", True)):
+        res = await page.send("Page.captureScreenshot", format="png", captureBeyondViewport=full)
+        path = ARTIFACTS / f"{name}-{suffix}.png"
+        path.write_bytes(base64.b64decode(res["data"]))
+        out.append(path)
+    return out
 
 
 def _problems(events):
@@ -176,13 +209,15 @@ def _requests(events):
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
 def test_report_html_in_headless_chromium():
     d = synthetic.shared_run("full", report=True)
-    info, events = asyncio.run(_inspect((d / "report.html").resolve().as_uri()))
+    info, events = asyncio.run(_inspect((d / "report.html").resolve().as_uri(), "report"))
     assert _problems(events) == []
+    assert all(p.stat().st_size > 20_000 for p in info["screenshots"])
     assert all(u.startswith(("file:", "data:", "about:")) for u in _requests(events)), _requests(
         events
     )
     assert info["svg"] >= 6 and all(s > 10_000 for s in info["svg_sizes"])
-    assert info["h2"][:7] == [
+    assert info["h2"][:8] == [
+        "Summary",
         "Hardware",
         "Engine",
         "Run",
@@ -194,6 +229,12 @@ def test_report_html_in_headless_chromium():
     assert info["matrix_rows"] == 5 and info["matrix_cols"] == 9
     run = json.loads((d / "run.json").read_text())
     assert info["over"] == sum(c["status"] == "over_capacity" for c in run["cells"])
+    flagged = {
+        (c["context"], c["concurrency"])
+        for c in run["cells"]
+        if c["phase"] == "decode" and c["flags"] and c["status"] in ("valid", "queued")
+    }
+    assert info["flagged"] == len(flagged) > 0
     assert info["title"].startswith("Speed test matrix")
 
 
@@ -217,7 +258,7 @@ def test_compare_html_in_headless_chromium(tmp_path):
     _, html_path = write_compare(
         synthetic.shared_run("full"), synthetic.shared_run("faster"), tmp_path / "cmp"
     )
-    info, events = asyncio.run(_inspect(html_path.resolve().as_uri()))
+    info, events = asyncio.run(_inspect(html_path.resolve().as_uri(), "compare"))
     assert _problems(events) == []
     assert all(u.startswith(("file:", "data:", "about:")) for u in _requests(events))
     assert info["svg"] == 2

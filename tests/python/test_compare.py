@@ -78,16 +78,25 @@ def test_welch_when_intervals_are_missing(tmp_path, runs):
 
 
 def test_t_critical_and_welch():
-    assert t_critical(1) == pytest.approx(12.706)
-    assert t_critical(10) == pytest.approx(2.228)
-    assert t_critical(11) == pytest.approx((2.228 + 2.179) / 2)
-    assert t_critical(1000) == 1.96
+    # the printed tables' values (to their 3 decimals)
+    assert t_critical(1) == pytest.approx(12.706, abs=5e-4)
+    assert t_critical(10) == pytest.approx(2.228, abs=5e-4)
+    assert t_critical(11) == pytest.approx(2.201, abs=5e-4)
+    assert t_critical(1000) == pytest.approx(1.962, abs=5e-4)
+    assert np.isnan(t_critical(0))
     rng = np.random.default_rng(3)
     x, y = rng.normal(100, 5, 30), rng.normal(100, 5, 30)
     assert not welch(x, y)[2]
     t, df, sig = welch(x, y + 20)
     assert sig and t > 10 and 50 < df < 60
     assert not welch([1.0], [2.0])[2]
+    # Welch's df by hand (Welch–Satterthwaite) for unequal sizes and spreads
+    a, b = np.array([1.0, 2.0, 3.0, 4.0]), np.array([2.0, 4.0, 6.0, 8.0, 10.0, 12.0])
+    va, vb = a.var(ddof=1) / 4, b.var(ddof=1) / 6
+    df_hand = (va + vb) ** 2 / (va**2 / 3 + vb**2 / 5)
+    t_hand = (b.mean() - a.mean()) / np.sqrt(va + vb)
+    t, df, _ = welch(a, b)
+    assert t == pytest.approx(t_hand) and df == pytest.approx(df_hand)
 
 
 @pytest.mark.e2e  # a whole comparison report with its charts

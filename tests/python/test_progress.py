@@ -1,5 +1,5 @@
-"""The sweep's progress display: on a terminal one live status line with the
-current cell, its live tok/s and the ETA of the whole matrix; elsewhere a line
+"""The sweep's progress display: on a terminal a live view (the matrix grid filling in,
+the current cell's phase, live tok/s and the ETA of the whole matrix); elsewhere a line
 per cell. Run against the built-in engine (fixed: ITL 20 ms, so N streams make
 about N x 50 tok/s)."""
 
@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import re
 import sys
+from pathlib import Path
 
 import pytest
 from speedmatrix.matrix import Matrix
@@ -16,11 +17,6 @@ from speedmatrix.sweep import Sweep
 
 # End-to-end tier: a sweep in real time.
 pytestmark = pytest.mark.e2e
-
-
-class _Terminal(io.StringIO):
-    def isatty(self) -> bool:
-        return True
 
 
 def _run(tmp_path, monkeypatch, stream) -> str:
@@ -34,20 +30,129 @@ def _run(tmp_path, monkeypatch, stream) -> str:
     return stream.getvalue()
 
 
-def test_terminal_shows_a_live_line_with_tok_s_and_eta(tmp_path, monkeypatch):
-    text = _run(tmp_path, monkeypatch, _Terminal())
-    updates = [u for u in text.split("\r\x1b[K") if u.strip()]
-    live = [u for u in updates if "tok/s," in u and "ETA" in u and "TTFT" not in u]
-    assert live, text[-2000:]
-    # the live figure of the 4-stream cell, well into its window: about 4 x 50 tok/s
-    four = [u for u in live if u.startswith("[2/2]")]
-    assert four, text[-2000:]
-    tok_s = float(re.search(r"([\d,.]+) tok/s", four[-1]).group(1).replace(",", ""))
-    assert 100 < tok_s < 260, four[-1]
-    assert re.search(r"ETA \d+m\d\ds", four[-1])
-    # each cell ends with its summary on a line of its own
-    done = [u for u in updates if "TTFT" in u and "TBT" in u]
-    assert [d[:5] for d in done] == ["[1/2]", "[2/2]"], done
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def _pty_run(tmp_path, argv, timeout_s=120) -> list[str]:
+    """Runs the CLI on a pseudo-terminal; returns the screen updates as plain text frames
+    (split where the live view moves the cursor back up to redraw)."""
+    import os
+    import pty
+    import select
+    import subprocess
+    import time
+
+    master, slave = pty.openpty()
+    env = {**os.environ, "COLUMNS": "120", "LINES": "40", "TERM": "xterm-256color"}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2] / "python")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "speedmatrix.cli", *argv],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env=env,
+        cwd=tmp_path,
+    )
+    os.close(slave)
+    chunks = []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([master], [], [], 0.5)
+        if ready:
+            try:
+                data = os.read(master, 65536)
+            except OSError:
+                break
+            if not data:
+                break
+            chunks.append(data.decode("utf-8", "replace"))
+        elif proc.poll() is not None:
+            break
+    proc.wait(timeout=10)
+    os.close(master)
+    assert proc.returncode == 0, "".join(chunks)[-3000:]
+    text = "".join(chunks)
+    frames = re.split(r"\x1b\[\d*A", text)  # rich redraws by moving the cursor up
+    return [_ANSI.sub("", f).replace("\r", "") for f in frames]
+
+
+def test_live_view_in_a_pseudo_terminal(tmp_path):
+    """The grid appears with every cell pending, fills in as cells finish, shows the running
+    cell's window and tok/s, and the ETA never reads 0 while a cell is pending."""
+    from speedmatrix.sim import Sim as _Sim
+
+    with _Sim("fixed") as sim:
+        frames = _pty_run(
+            tmp_path,
+            [
+                "run",
+                "--url",
+                sim.url,
+                "--contexts",
+                "128,256",
+                "--concurrency",
+                "1,2",
+                "--prefill-contexts",
+                "none",
+                "--duration",
+                "1.5s",
+                "--max-output",
+                "1000",
+                "--kv-capacity",
+                "2400",
+                "--out",
+                "run",
+                "--no-report",
+            ],
+        )
+    live = [f for f in frames if "total tok/s" in f and "ETA" in f]
+    assert len(live) >= 5, frames[-3:]
+    first = live[0]
+    # the grid: both contexts, both concurrency levels; 256 x 2 over capacity from the plan
+    assert re.search(r"context\s+1\s+2", first), first
+    assert "over cap." in first and "▶" in first
+    # it fills: a later frame has figures where the first had pending dots
+    figures = [len(re.findall(r"\d+\.\d\b", f.split("total tok/s")[1].split("[")[0])) for f in live]
+    assert figures[0] == 0 and max(figures) >= 2, figures
+    windows = [f for f in live if re.search(r"window \d+/2s · [\d,.]+ tok/s", f)]
+    assert windows, live[-1]
+    for f in live:
+        eta = re.search(r"ETA (\d+)m(\d\d)s", f)
+        assert eta and (int(eta.group(1)), int(eta.group(2))) != (0, 0), f
+    # finished cells keep their summary lines above the view
+    assert any("[3/3] decode 256 x 1:" in f and "TTFT" in f for f in frames)
+
+
+def test_eta_counts_the_current_cell_and_never_reaches_zero():
+    from speedmatrix.progress import MIN_ETA_S, Progress
+
+    p = Progress(False)
+    p.start_cell(1, 3, "decode 8K x 4", 30.0, eta_s=100.0, cell_s=40.0, key=(8192, 4))
+    t0 = p.live.started
+    assert p.status(t0)["eta_s"] == pytest.approx(100.0)
+    from speedmatrix.dryrun import CELL_OVERHEAD_S
+
+    assert p.status(t0)["warmup_est_s"] == pytest.approx(40.0 - 30.0 - CELL_OVERHEAD_S)
+    assert p.status(t0 + 10)["eta_s"] == pytest.approx(90.0)
+    # a warm-up far longer than estimated: the rest of the matrix plus the window still to run
+    assert p.status(t0 + 500)["eta_s"] == pytest.approx(60.0 + 30.0)
+    p.start_cell(3, 3, "decode 8K x 8", 0.0, eta_s=5.0, cell_s=5.0, key=(8192, 8))
+    assert p.status(p.live.started + 60)["eta_s"] == MIN_ETA_S
+
+
+def test_the_grid_takes_the_plan_and_each_finished_cell():
+    from speedmatrix.plan import plan
+    from speedmatrix.progress import Progress
+
+    m = Matrix(contexts=[1024, 4096], concurrency=[1, 8], max_output=64, prefill_contexts=[])
+    planned = plan(m, kv_tokens=20_000, context_length=8192)
+    p = Progress(False)
+    p.plan(planned)
+    assert p.grid.contexts == [(1024, "1K"), (4096, "4K")] and p.grid.concurrency == [1, 8]
+    assert p.grid.cells == {(4096, 8): ("over cap.", "grey50")}
+    cell = {"phase": "decode", "context": 1024, "concurrency": 8, "status": "queued"}
+    p.end_cell("x", {**cell, "total_tok_s": 12345.0, "flags": ["drift"]})
+    assert p.grid.cells[(1024, 8)][0] == "12.3K ⚑ q"
 
 
 def test_not_a_terminal_gives_a_line_per_cell(tmp_path, monkeypatch):
@@ -58,7 +163,9 @@ def test_not_a_terminal_gives_a_line_per_cell(tmp_path, monkeypatch):
     assert any(ln.startswith("[2/2]") and "tok/s" in ln and "TTFT" in ln for ln in lines), lines
 
 
-@pytest.mark.parametrize("seconds, text", [(0, "0m00s"), (61, "1m01s"), (3725, "1h02m")])
+@pytest.mark.parametrize(
+    "seconds, text", [(0, "0m00s"), (0.4, "0m01s"), (61, "1m01s"), (3725, "1h02m")]
+)
 def test_eta_format(seconds, text):
     from speedmatrix.progress import fmt_eta
 

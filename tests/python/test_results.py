@@ -48,19 +48,19 @@ def test_cells_frame_has_every_field_and_split_intervals(run, doc):
 
 
 def test_matrix_is_the_seed_table(run, doc):
-    m = run.matrix("total_tok_s")
+    m = run.status_table("total_tok_s")
     assert list(m.index) == LABELS
     assert list(m.columns) == [1, 2, 4, 8, 16, 32, 64, 128]
     over = [(c["label"], c["concurrency"]) for c in doc["cells"] if c["status"] == "over_capacity"]
     assert over and all(m.loc[lab, n] == "Over capacity" for lab, n in over)
     src = {(c["label"], c["concurrency"]): c for c in doc["cells"] if c["phase"] == "decode"}
     assert m.loc["8K", 64] == pytest.approx(src[("8K", 64)]["total_tok_s"])  # queued keeps it
-    numeric = run.matrix("total_tok_s", numeric=True)
+    numeric = run.table("total_tok_s")
     assert numeric.dtypes.map(lambda d: d.kind == "f").all()
     assert np.isnan(numeric.loc["123K", 16])
-    assert run.matrix("ttft").loc["8K", 1] == pytest.approx(src[("8K", 1)]["ttft_ms"])
+    assert run.status_table("ttft").loc["8K", 1] == pytest.approx(src[("8K", 1)]["ttft_ms"])
     with pytest.raises(KeyError):
-        run.matrix("no_such_figure")
+        run.table("no_such_figure")
 
 
 def test_statuses_and_prefill(run):
@@ -139,11 +139,14 @@ def test_matrix_agrees_with_the_report_on_error_cells(run, tmp_path):
 
     src = run.cell("decode-c32768-n16-r0")
     assert src["status"] == "error" and src["total_tok_s"] is not None  # it has a figure
-    assert run.matrix("total_tok_s").loc["32K", 16] == "Error"  # as the report prints
-    assert np.isnan(run.matrix("total_tok_s", numeric=True).loc["32K", 16])
-    assert run.matrix("errors_total", all_cells=True).loc["32K", 16] == sum(src["errors"].values())
+    assert run.status_table("total_tok_s").loc["32K", 16] == "Error"  # as the report prints
+    assert np.isnan(run.table("total_tok_s").loc["32K", 16])
+    assert run.status_table("errors_total", all_cells=True).loc["32K", 16] == sum(
+        src["errors"].values()
+    )
     md, _, _ = render_report(run, charts=False)
-    row = next(ln for ln in md.splitlines() if ln.startswith("| 32K |"))
+    grid = md[md.index("## Sustained decode") :]  # the summary table has "| 32K |" rows too
+    row = next(ln for ln in grid.splitlines() if ln.startswith("| 32K |"))
     assert row.split("|")[6].strip().startswith("Error<br>")
     # a repeated cell with one failed repetition keeps the valid one's figure
     doc = json.loads((synthetic.shared_run("full") / "run.json").read_text())
@@ -157,7 +160,7 @@ def test_matrix_agrees_with_the_report_on_error_cells(run, tmp_path):
     (tmp_path / "run.json").write_text(json.dumps(doc))
     rep = results.load(tmp_path)
     assert rep.statuses().loc["8K", 1] == "queued"
-    assert rep.matrix("total_tok_s").loc["8K", 1] == pytest.approx(
+    assert rep.status_table("total_tok_s").loc["8K", 1] == pytest.approx(
         (ok["total_tok_s"] + 1.0) / 2
     )  # median of the valid and the queued repetition
 
@@ -165,7 +168,7 @@ def test_matrix_agrees_with_the_report_on_error_cells(run, tmp_path):
 def test_interrupted_run(tmp_path):
     r = results.load(synthetic.shared_run("interrupted"))
     assert r.interrupted
-    m = r.matrix("total_tok_s")
+    m = r.status_table("total_tok_s")
     assert list(m.index) == LABELS
     assert (m == "Not measured").to_numpy().sum() == len(
         [x for x in r.missing_cells() if x[0] == "decode"]
@@ -206,7 +209,7 @@ def test_cell_with_repetitions_uses_the_median(tmp_path):
     d["cells"] += [extra, extra2]
     (tmp_path / "run.json").write_text(json.dumps(d))
     r = results.load(tmp_path)
-    assert r.matrix("total_tok_s").loc["8K", 1] == 1000.0
+    assert r.status_table("total_tok_s").loc["8K", 1] == 1000.0
     assert isinstance(r.cells, pd.DataFrame) and len(r.cells) == 5
 
 
@@ -331,3 +334,17 @@ def _core_figures(rec, t0, t1):
     from speedmatrix._native import _core
 
     return _core.summarize_cell(rec.requests, rec.events, t0, t1, 1.0)
+
+
+def test_table_is_numeric_and_matrix_is_a_deprecated_alias(run):
+    t = run.table("total_tok_s")
+    assert all(t.dtypes == float)  # plots and styles without an argument
+    st = run.status_table("total_tok_s")
+    assert st.dtypes.eq(object).all()
+    over = st.map(lambda v: v == "Over capacity")
+    assert over.any().any() and t[over].isna().all().all()
+    ok = t.notna()
+    assert np.allclose(st.where(ok).astype(float), t.where(ok), equal_nan=True)
+    with pytest.warns(DeprecationWarning, match="Run.table"):
+        old = run.matrix("total_tok_s", numeric=True)
+    assert old.equals(t)

@@ -45,17 +45,32 @@ def render_report(run, charts: bool = True) -> tuple[str, str, dict[str, str]]:
 
 
 def write_report(
-    run_dir: str | os.PathLike, charts: bool = True, secrets: list[str] | None = None
+    run_dir: str | os.PathLike,
+    charts: bool = True,
+    secrets: list[str] | None = None,
+    exports: bool = True,
 ) -> tuple[Path, Path]:
     """Write ``DIR/report.md``, ``DIR/report.html`` and ``DIR/plots/*.svg``; return both paths.
 
     ``secrets`` (the API key of the run, say) are replaced by ``<redacted>`` in
     everything written, on top of the pattern-based redaction of the launch command.
+    ``exports`` also writes the open exports beside run.json (``cells.csv``,
+    ``requests.parquet``, ``tokens.parquet``: see :mod:`speedmatrix.export`).
+    run.json is checked against its published schema first (:mod:`speedmatrix.schema`).
     """
+    import json
+
     from speedmatrix.redact import redact_known
     from speedmatrix.results import load
+    from speedmatrix.schema import check
 
     d = Path(run_dir)
+    try:
+        doc = json.loads((d / "run.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        doc = None  # load() below says what is wrong with the file, in one line
+    if doc is not None:
+        check(doc, str(d / "run.json"))
     run = load(d)
     md, page, svgs = render_report(run, charts=charts)
     if secrets:
@@ -66,6 +81,10 @@ def write_report(
     md_path, html_path = d / "report.md", d / "report.html"
     atomic_write(md_path, md.encode("utf-8"))
     atomic_write(html_path, page.encode("utf-8"))
+    if exports:
+        from speedmatrix.export import write_exports
+
+        write_exports(d, run)
     return md_path, html_path
 
 

@@ -14,7 +14,6 @@ is one feature read top to bottom.
 
 from __future__ import annotations
 
-import itertools
 import math
 import os
 from pathlib import Path
@@ -40,54 +39,30 @@ HIGHER_IS_BETTER = {
 }
 KEY = ["phase", "context", "concurrency"]
 
-_T975 = [
-    (1, 12.706),
-    (2, 4.303),
-    (3, 3.182),
-    (4, 2.776),
-    (5, 2.571),
-    (6, 2.447),
-    (7, 2.365),
-    (8, 2.306),
-    (9, 2.262),
-    (10, 2.228),
-    (12, 2.179),
-    (15, 2.131),
-    (20, 2.086),
-    (25, 2.060),
-    (30, 2.042),
-    (40, 2.021),
-    (60, 2.000),
-    (120, 1.980),
-]
-
 
 def t_critical(df: float) -> float:
-    """Two-sided 95% critical value of Student's t (table, interpolated; 1.96 beyond 120)."""
+    """Two-sided 95% critical value of Student's t with ``df`` degrees of freedom."""
     if not math.isfinite(df) or df <= 0:
         return math.nan
-    if df <= 1:
-        return _T975[0][1]
-    for (d0, t0), (d1, t1) in itertools.pairwise(_T975):
-        if df <= d1:
-            return t0 + (t1 - t0) * (df - d0) / (d1 - d0)
-    return 1.96
+    from scipy import stats
+
+    return float(stats.t.ppf(0.975, df))
 
 
 def welch(a: np.ndarray, b: np.ndarray) -> tuple[float, float, bool]:
-    """Welch's t statistic, its degrees of freedom, and whether |t| exceeds the 95% value."""
+    """Welch's t statistic of ``b`` against ``a``, its degrees of freedom, and whether the
+    difference is significant at 95% (scipy.stats.ttest_ind with unequal variances)."""
+    from scipy import stats
+
     a, b = np.asarray(a, float), np.asarray(b, float)
     a, b = a[np.isfinite(a)], b[np.isfinite(b)]
     if len(a) < 2 or len(b) < 2:
         return math.nan, math.nan, False
-    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
-    if va + vb == 0:
-        return (math.inf if a.mean() != b.mean() else 0.0), math.inf, bool(a.mean() != b.mean())
-    t = (b.mean() - a.mean()) / math.sqrt(va + vb)
-    df = (va + vb) ** 2 / (
-        (va**2 / (len(a) - 1) if va else 0) + (vb**2 / (len(b) - 1) if vb else 0)
-    )
-    return float(t), float(df), bool(abs(t) > t_critical(df))
+    if a.var(ddof=1) + b.var(ddof=1) == 0:  # no spread: any difference of means is real
+        differ = bool(a.mean() != b.mean())
+        return (math.inf if differ else 0.0), math.inf, differ
+    res = stats.ttest_ind(b, a, equal_var=False)
+    return float(res.statistic), float(res.df), bool(res.pvalue < 0.05)
 
 
 def _agg(run: Run) -> pd.DataFrame:
@@ -454,7 +429,7 @@ def total_overlay(run_a: Run, run_b: Run, la: str = "A", lb: str = "B"):
 
     fig = Figure(figsize=(7, 4), layout="constrained")
     ax = fig.add_subplot()
-    ma, mb = run_a.matrix("total_tok_s", numeric=True), run_b.matrix("total_tok_s", numeric=True)
+    ma, mb = run_a.table("total_tok_s"), run_b.table("total_tok_s")
     labels = list(dict.fromkeys(list(ma.index) + list(mb.index)))
     colors = matplotlib.colormaps["viridis"](np.linspace(0, 0.9, max(1, len(labels))))
     xs: set[float] = set()

@@ -32,6 +32,37 @@ OVER_CAPACITY_LEGEND = (
     "server's KV cache."
 )
 LEGEND = f"{QUEUED_LEGEND} {OVER_CAPACITY_LEGEND}"
+FLAG_MARK = "⚑"
+FLAGGED_LEGEND = (
+    f"{FLAG_MARK} Flagged: the figure is reported but something about its measurement "
+    "needs a look; the flag is named in the cell and explained under Flags."
+)
+ERROR_FAILED_LEGEND = (
+    "Error: too many requests failed in this cell, so its figures are not reported; "
+    "the failures are counted by kind under Errors."
+)
+ERROR_UNMEASURED_LEGEND = (
+    "Error: the cell could not be measured (its reason is under Flags), so it has no figures."
+)
+NOT_RUN_LEGEND = (
+    "Not run: the server stopped answering before this cell; "
+    "`speedmatrix run --resume DIR` measures it."
+)
+NOT_MEASURED_LEGEND = "Not measured: the run ended before this cell was reached."
+
+
+def legend(statuses) -> str:
+    """The seed's legend sentences for the statuses present only (queued, over capacity), in
+    the seed's order; empty when neither is present."""
+    present = set(statuses)
+    parts = [
+        text
+        for status, text in (("queued", QUEUED_LEGEND), ("over_capacity", OVER_CAPACITY_LEGEND))
+        if status in present
+    ]
+    return " ".join(parts)
+
+
 TTFT_NOTE = (
     "TTFT is measured after the benchmark warms the server's prompt cache, "
     "so it mostly excludes prefill."

@@ -3,6 +3,9 @@
 from speedmatrix.report import plots
 fig = plots.decode_heatmap(run)
 svg = plots.figure_to_svg(fig)        # inline SVG for HTML
+
+Over 500 lines: one function per chart of the report, sharing the style, the title line
+that names the run, and the SVG export; split by chart they would only import each other.
 """
 
 from __future__ import annotations
@@ -23,12 +26,17 @@ if "ipykernel" not in sys.modules and not os.environ.get("MPLBACKEND"):
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
-from matplotlib.patches import Rectangle
+from matplotlib.lines import Line2D
+from matplotlib.patches import Polygon, Rectangle
 
 from speedmatrix.report import formatting as fmt
 
 if TYPE_CHECKING:  # pragma: no cover
     from speedmatrix.results import Run
+
+FLAG_COLOR = "#8e44ad"
+#: CI bands are context, not the message: light enough that the lines stay readable
+BAND_ALPHA = 0.07
 
 _STYLE: Any = {  # rc_context is typed with literal keys
     "svg.fonttype": "none",  # text stays text: smaller SVG, no duplicate glyph ids
@@ -46,21 +54,63 @@ def _new(w: float = 7.0, h: float = 4.0, layout: Any = None) -> tuple[Figure, pl
     with plt.rc_context(_STYLE):
         fig = Figure(figsize=(w, h), layout=layout)
         if layout is None:
-            fig.subplots_adjust(left=0.8 / w, right=1 - 0.25 / w, bottom=0.55 / h, top=1 - 0.35 / h)
+            # room above for two title lines: the chart's name and the run it belongs to
+            fig.subplots_adjust(left=0.8 / w, right=1 - 0.25 / w, bottom=0.55 / h, top=1 - 0.6 / h)
         ax = fig.add_subplot()
     return fig, ax
+
+
+def run_line(run: Run) -> str:
+    """Model · hardware · engine version · window: the second line of every chart's title,
+    so a chart pasted on its own still says what was measured."""
+    from speedmatrix.report import tables
+
+    meta = run.meta
+    eng = meta.get("engine") or {}
+    engine = tables.engine_name(meta) or "unknown engine"
+    if not fmt.missing(eng.get("version")):
+        # the local build label (+g05c584c44) is in the report; the chart keeps the release
+        engine += f" {str(eng['version']).split('+')[0]}"
+    parts = [tables.model_name(meta), tables.hardware_name(meta), engine]
+    dur = (meta.get("run") or {}).get("duration_s")
+    if fmt.missing(dur):
+        dur = run.matrix_definition.get("duration_s")
+    if not fmt.missing(dur):
+        parts.append(f"{fmt.plain_seconds(dur)} window")
+    return " · ".join(str(p) for p in parts)
+
+
+def _title(ax, run: Run, title: str) -> None:
+    ax.set_title(f"{title}\n{run_line(run)}", fontsize=8, loc="left")
+
+
+def cell_name(run: Run, cell_id: str) -> str:
+    """``8K context × 64 requests`` for a cell id such as ``decode-c8192-n64-r0``."""
+    try:
+        c = run.cell(cell_id)
+    except KeyError:
+        return cell_id
+    n = c.get("concurrency")
+    name = f"{fmt.context_label(c.get('context'))} context × {fmt.plural(int(n or 0), 'request')}"
+    rep = int(c.get("repetition") or 0)
+    if rep > 0:
+        name += f" (repetition {rep + 1})"
+    return name
 
 
 def _context_ticks(ax, contexts) -> None:
     """Context ticks on a log2 axis; labels closer than ~10% to the previous one are left blank."""
     xs = sorted({float(c) for c in contexts})
-    labels, last = [], None
-    for x in xs:
-        if last is not None and np.log2(x / last) < 0.15:
+    labels: list[str] = []
+    last = None  # index of the last labelled tick
+    for k, x in enumerate(xs):
+        if last is not None and np.log2(x / xs[last]) < 0.15:
+            # too close to print apart (123K and 128K): the first tick names both
+            labels[last] += "/" + fmt.context_label(x)
             labels.append("")
             continue
         labels.append(fmt.context_label(x))
-        last = x
+        last = k
     ax.set_xticks(xs, labels)
     ax.minorticks_off()
 
@@ -79,7 +129,7 @@ def decode_heatmap(run: Run, figure: str = "total_tok_s") -> Figure:
     cells get a dashed outline, cells an interrupted run never reached are blank.
     """
     with plt.rc_context(_STYLE):
-        vals = run.matrix(figure, numeric=True)
+        vals = run.table(figure)
         st = run.statuses()
         nr, nc = vals.shape
         fig, ax = _new(max(5.0, 0.9 * nc + 2), max(2.8, 0.55 * nr + 1.6), layout="constrained")
@@ -171,19 +221,61 @@ def decode_heatmap(run: Run, figure: str = "total_tok_s") -> Figure:
             "ttft_ms": "TTFT (ms)",
             "tbt_ms": "time between tokens (ms)",
         }
-        ax.set_title(f"Sustained decode: {names.get(figure, figure)}")
+        _title(ax, run, f"Sustained decode: {names.get(figure, figure)}")
+        groups = _decode_flags(run)
+        md = run.matrix_definition
+        flagged = False
+        for i, ctx in enumerate(md["contexts"]):
+            for j, n in enumerate(md["concurrency"]):
+                if st.iat[i, j] in ("valid", "queued") and groups.get((int(ctx), int(n))):
+                    flagged = True
+                    # a corner triangle: a flagged figure must not read as a clean one
+                    ax.add_patch(
+                        Polygon(
+                            [(j + 0.5, i - 0.5), (j + 0.18, i - 0.5), (j + 0.5, i - 0.18)],
+                            closed=True,
+                            facecolor=FLAG_COLOR,
+                            edgecolor="white",
+                            lw=0.5,
+                        )
+                    )
+        if flagged:
+            ax.legend(
+                handles=[
+                    Line2D(
+                        [],
+                        [],
+                        marker=">",
+                        ls="",
+                        color=FLAG_COLOR,
+                        label="flagged: see the report's Flags",
+                    )
+                ],
+                loc="upper left",
+                bbox_to_anchor=(0, -0.12),
+                fontsize=7.5,
+                frameon=False,
+            )
         fig.colorbar(im, ax=ax, shrink=0.8, label=names.get(figure, figure))
     return fig
 
 
-def _decode_lines(run: Run, figure: str, ylabel: str, title: str, logy: bool) -> Figure:
+def _decode_flags(run: Run) -> dict[tuple[int, int], list[str]]:
+    from speedmatrix.report import tables
+
+    return {k: tables.cell_flags(v) for k, v in tables.decode_cells(run).items()}
+
+
+def _decode_lines(
+    run: Run, figure: str, ylabel: str, title: str, logy: bool, bands: bool = True
+) -> Figure:
     with plt.rc_context(_STYLE):
         fig, ax = _new()
-        vals = run.matrix(figure, numeric=True)
+        vals = run.table(figure)
         cells = run.cells
         dec = cells[cells["phase"] == "decode"] if "phase" in cells else cells
         lo_col, hi_col = f"{figure}_lo", f"{figure}_hi"
-        plotted = False
+        plotted = queued = False
         md = run.matrix_definition
         colors = matplotlib.colormaps["viridis"](np.linspace(0, 0.9, max(1, len(md["contexts"]))))
         for k, (label, row) in enumerate(vals.iterrows()):
@@ -196,17 +288,23 @@ def _decode_lines(run: Run, figure: str, ylabel: str, title: str, logy: bool) ->
             ax.plot(x[ok], y[ok], marker="o", ms=4, label=str(label), color=colors[k])
             ctx = md["contexts"][k]
             sub = dec[(dec["context"] == ctx) & dec[figure].notna()] if figure in dec else dec[:0]
-            if lo_col in sub and sub[lo_col].notna().any():
+            if bands and lo_col in sub and sub[lo_col].notna().any():
                 sub = sub.sort_values("concurrency")
                 lo = sub[lo_col].to_numpy(float)
                 hi = sub[hi_col].to_numpy(float)
                 bad = ~(np.isfinite(lo) & np.isfinite(hi)) | (lo <= 0)  # too few bins: no band
                 lo, hi = np.where(bad, np.nan, lo), np.where(bad, np.nan, hi)
                 ax.fill_between(
-                    sub["concurrency"].to_numpy(float), lo, hi, color=colors[k], alpha=0.15, lw=0
+                    sub["concurrency"].to_numpy(float),
+                    lo,
+                    hi,
+                    color=colors[k],
+                    alpha=BAND_ALPHA,
+                    lw=0,
                 )
             q = dec[(dec["context"] == ctx) & (dec["status"] == "queued")] if len(dec) else dec
             if len(q) and figure in q:
+                queued = True
                 ax.scatter(
                     q["concurrency"].astype(float),
                     q[figure],
@@ -224,22 +322,41 @@ def _decode_lines(run: Run, figure: str, ylabel: str, title: str, logy: bool) ->
         ax.minorticks_off()
         if logy:
             ax.set_yscale("log")
+        else:
+            ax.set_ylim(bottom=0)  # a share of single-stream speed is read off this axis
         ax.set_xlabel("simultaneous requests")
         ax.set_ylabel(ylabel)
-        ax.set_title(title)
-        ax.legend(title="context", fontsize=8, ncols=2 if len(vals) > 6 else 1)
+        _title(ax, run, title)
+        handles, _ = ax.get_legend_handles_labels()
+        if queued:  # the square's meaning, only where a cell is queued
+            handles.append(
+                Line2D(
+                    [],
+                    [],
+                    marker="s",
+                    ls="",
+                    markerfacecolor="none",
+                    markeredgecolor="#e67e22",
+                    label="requests queued",
+                )
+            )
+        ax.legend(handles=handles, title="context", fontsize=8, ncols=2 if len(vals) > 6 else 1)
     return fig
 
 
-def total_vs_concurrency(run: Run) -> Figure:
-    """Total tok/s versus simultaneous requests, one line per context (95% CI bands)."""
-    return _decode_lines(run, "total_tok_s", "total tok/s", "Total throughput", logy=True)
-
-
-def per_request_vs_concurrency(run: Run) -> Figure:
-    """Per-request tok/s versus simultaneous requests, one line per context."""
+def total_vs_concurrency(run: Run, bands: bool = True) -> Figure:
+    """Total tok/s versus simultaneous requests, one line per context (light 95% CI bands;
+    ``bands=False`` leaves them out)."""
     return _decode_lines(
-        run, "per_request_tok_s", "per request tok/s", "Per-request speed", logy=False
+        run, "total_tok_s", "total tok/s", "Total throughput", logy=True, bands=bands
+    )
+
+
+def per_request_vs_concurrency(run: Run, bands: bool = True) -> Figure:
+    """Per-request tok/s versus simultaneous requests, one line per context; the y axis starts
+    at zero, since the drop from single-stream speed is read as a share."""
+    return _decode_lines(
+        run, "per_request_tok_s", "per request tok/s", "Per-request speed", logy=False, bands=bands
     )
 
 
@@ -247,7 +364,7 @@ def ttft_vs_context(run: Run) -> Figure:
     """Warm TTFT of decode cells versus context (one line per concurrency) and cold prefill TTFT."""
     with plt.rc_context(_STYLE):
         fig, ax = _new()
-        vals = run.matrix("ttft_ms", numeric=True)
+        vals = run.table("ttft_ms")
         md = run.matrix_definition
         x = np.array(md["contexts"], float)
         plotted = False
@@ -280,7 +397,7 @@ def ttft_vs_context(run: Run) -> Figure:
         ax.set_yscale("log")
         ax.set_xlabel("context length")
         ax.set_ylabel("TTFT (ms, median)")
-        ax.set_title("Time to first token")
+        _title(ax, run, "Time to first token")
         ax.legend(fontsize=7.5, ncols=2)
     return fig
 
@@ -327,7 +444,7 @@ def prefill_vs_context(run: Run) -> Figure:
         ax.set_ylim(0, float(np.nanmax(y)) * 1.18)
         ax.set_xlabel("context length")
         ax.set_ylabel("prompt tok/s")
-        ax.set_title("Prefill speed")
+        _title(ax, run, "Prefill speed")
     return fig
 
 
@@ -350,7 +467,7 @@ def tbt_distribution(run: Run, cell_id: str, bins: int = 60) -> Figure:
             ax.axvline(v, color="black", ls=ls, lw=1, label=f"p{q} {fmt.ms1(v)}")
         ax.set_xlabel("time between tokens (ms)")
         ax.set_ylabel("tokens")
-        ax.set_title(f"Time between tokens: {cell_id}")
+        _title(ax, run, f"Time between tokens: {cell_name(run, cell_id)}")
         ax.legend(fontsize=8)
     return fig
 
@@ -366,7 +483,7 @@ def throughput_over_time(run: Run, cell_id: str, bin_s: float = 1.0) -> Figure:
         ax.step(np.arange(b.size) * bin_s, b, where="post", color="#6a51a3")
         ax.set_xlabel("seconds into the window")
         ax.set_ylabel("tok/s")
-        ax.set_title(f"Throughput across the window: {cell_id}")
+        _title(ax, run, f"Throughput across the window: {cell_name(run, cell_id)}")
     return fig
 
 

@@ -22,7 +22,10 @@ FLAG_TEXT = {
     "busy_at_start": "Busy at start: the server was not idle when the cell began.",
     "drift": "Drift: throughput changed significantly across the window.",
     "prompt_mismatch": "Prompt mismatch: the server counted a different prompt length than asked.",
-    "estimated_tokens": "Estimated tokens: output tokens were estimated, not counted per chunk.",
+    "estimated_tokens": (
+        "Estimated tokens: output tokens were counted one per streamed chunk, not taken "
+        "from the server's usage, so they can read low where a chunk carries several tokens."
+    ),
     "client_bound": "Client bound: the benchmark client was busy enough to limit the figures.",
     "interrupted": "Interrupted: the run stopped during or after this cell.",
     "server_running_mismatch": (
@@ -306,65 +309,130 @@ def prefill_section(run: Run) -> Section:
     return Section("Prefill", table=tbl, text=text, anchor="prefill", charts=["prefill_vs_context"])
 
 
-def _cell_lines(status: str | None, total: Any, ttft: Any, errors_total: Any) -> list[str]:
+def _error_kind(cells: list[dict]) -> str:
+    """Why a cell is `error`: ``not_run`` (the server stopped answering before it),
+    ``failed`` (it ran and too many of its requests failed) or ``unmeasured`` (it could not
+    be measured at all: no prompts, no window, no output)."""
+    if any(not fmt.missing(c.get("not_run")) for c in cells):
+        return "not_run"
+    for c in cells:
+        errs = c.get("errors_total")
+        ran = not fmt.missing(c.get("measured_s")) and float(c.get("measured_s") or 0) > 0
+        if not fmt.missing(errs) and int(errs) > 0 and ran:
+            return "failed"
+    return "unmeasured"
+
+
+def cell_flags(cells: list[dict]) -> list[str]:
+    """The flags of a matrix cell's reported repetitions (valid and queued), in first-seen
+    order."""
+    out: list[str] = []
+    for c in cells:
+        if c.get("status") not in ("valid", "queued"):
+            continue
+        flags = c.get("flags")
+        for f in list(flags) if isinstance(flags, (list, tuple, np.ndarray)) else []:
+            if f not in out:
+                out.append(str(f))
+    return out
+
+
+def decode_cells(run: Run) -> dict[tuple[int, int], list[dict]]:
+    """The decode cells of each (context, concurrency), repetitions together."""
+    out: dict[tuple[int, int], list[dict]] = {}
+    for c in _ordered_cells(run):
+        if c.get("phase") == "decode":
+            out.setdefault((int(c["context"]), int(c["concurrency"])), []).append(c)
+    return out
+
+
+def _cell_lines(
+    status: str | None,
+    total: Any,
+    ttft: Any,
+    errors_total: Any,
+    flags: list[str] | None = None,
+    error_kind: str = "failed",
+) -> list[str]:
     if status is None:
         return ["Not measured"]
     if status == "over_capacity":
         return ["Over capacity"]
     if status == "error":
+        if error_kind == "not_run":
+            return ["Not run"]
         lines = ["Error"]
-        if not fmt.missing(errors_total) and int(errors_total):
+        if error_kind == "failed" and not fmt.missing(errors_total) and int(errors_total):
             lines.append(f"{fmt.count(errors_total)} failed")
+        elif error_kind == "unmeasured":
+            lines.append("not measured")
         return lines
     lines = [fmt.tok_s(total)]
     if status == "queued":
         lines.append("Requests queued")
     lines.append(f"{fmt.ms(ttft)} TTFT")
+    if flags:
+        lines.append(f"{fmt.FLAG_MARK} " + ", ".join(FLAG_SHORT.get(f, f) for f in flags))
     return lines
 
 
+def status_notes(run: Run, statuses: list[Any], kinds: list[str], flagged: bool) -> list[str]:
+    """The sentences that explain the grid's marks, one per kind of mark present."""
+    text = []
+    if flagged:
+        text.append(fmt.FLAGGED_LEGEND)
+    if "failed" in kinds:
+        text.append(fmt.ERROR_FAILED_LEGEND)
+    if "unmeasured" in kinds:
+        text.append(fmt.ERROR_UNMEASURED_LEGEND)
+    if "not_run" in kinds:
+        text.append(fmt.NOT_RUN_LEGEND)
+    if any(s is None for s in statuses):
+        text.append(fmt.NOT_MEASURED_LEGEND)
+    return text
+
+
 def decode_section(run: Run) -> Section:
-    tot = run.matrix("total_tok_s", numeric=True)
-    ttft = run.matrix("ttft_ms", numeric=True)
-    err = (
-        run.matrix("errors_total", numeric=True, all_cells=True)
-        if "errors_total" in run.cells
-        else None
-    )
+    tot = run.table("total_tok_s")
+    ttft = run.table("ttft_ms")
+    err = run.table("errors_total", all_cells=True) if "errors_total" in run.cells else None
     st = run.statuses()
-    rows, classes = [], []
+    groups = decode_cells(run)
+    md = run.matrix_definition
+    rows, classes, kinds, flagged = [], [], [], False
     for i, label in enumerate(tot.index):
         row: list[Any] = [str(label)]
         cls = ["ctx"]
-        for j, _n in enumerate(tot.columns):
+        for j, n in enumerate(tot.columns):
             s = st.iat[i, j]
             e = err.iat[i, j] if err is not None else None
-            row.append(_cell_lines(s, tot.iat[i, j], ttft.iat[i, j], e))
-            cls.append(
-                {
-                    "over_capacity": "over",
-                    "queued": "queued",
-                    "error": "error",
-                    None: "missing",
-                }.get(s, "valid")
-            )
+            cells = groups.get((int(md["contexts"][i]), int(n)), [])
+            flags = cell_flags(cells)
+            kind = _error_kind(cells) if s == "error" else ""
+            if kind:
+                kinds.append(kind)
+            flagged = flagged or bool(flags and s in ("valid", "queued"))
+            row.append(_cell_lines(s, tot.iat[i, j], ttft.iat[i, j], e, flags, kind or "failed"))
+            c = {
+                "over_capacity": "over",
+                "queued": "queued",
+                "error": "error",
+                None: "missing",
+            }.get(s, "valid")
+            if flags and s in ("valid", "queued"):
+                c += " flagged"
+            cls.append(c)
         rows.append(row)
         classes.append(cls)
+    statuses = list(st.to_numpy().ravel())
     tbl = Table(
         ["Context"] + [str(c) for c in tot.columns],
         rows,
         caption=fmt.MATRIX_CAPTION,
-        note=fmt.LEGEND,
+        note=fmt.legend(statuses),
         classes=classes,
     )
-    text = [fmt.TTFT_NOTE]
-    if any(s == "error" for s in st.to_numpy().ravel()):
-        text.append(
-            "Error: too many requests failed in this cell, so its figures are not "
-            "reported; the failures are counted by kind under Errors."
-        )
-    if run.interrupted or any(s is None for s in st.to_numpy().ravel()):
-        text.append("Not measured: the run ended before this cell was reached.")
+    text = [fmt.TTFT_NOTE] + status_notes(run, statuses, kinds, flagged)
     return Section(
         "Sustained decode",
         table=tbl,
@@ -377,7 +445,8 @@ def decode_section(run: Run) -> Section:
 def _all_row(c: dict) -> list[str]:
     phase = c.get("phase")
     status = c.get("status")
-    if status == "over_capacity":
+    if status == "over_capacity" or (status == "error" and phase == "decode"):
+        # an error cell's figures are not reported (see the Sustained decode notes)
         return [
             fmt.phase_text(phase),
             c["label"],
@@ -436,15 +505,21 @@ def all_section(run: Run) -> Section:
         for row, cl, r in zip(rows, classes, reps):
             row.append(fmt.DASH if fmt.missing(r) else str(int(r) + 1))
             cl.append("")
-    tbl = Table(cols, rows, caption=fmt.ALL_CAPTION, note=fmt.LEGEND, classes=classes)
+    tbl = Table(
+        cols,
+        rows,
+        caption=fmt.ALL_CAPTION,
+        note=fmt.legend(c.get("status") for c in cells),
+        classes=classes,
+    )
     return Section("All measurements", table=tbl, anchor="all-measurements")
 
 
 def ci_section(run: Run) -> Section:
     rows = []
     for c in _ordered_cells(run):
-        if c["phase"] != "decode" or c["status"] == "over_capacity":
-            continue
+        if c["phase"] != "decode" or c["status"] in ("over_capacity", "error"):
+            continue  # no figures are reported for these
         rows.append(
             [
                 c["label"],
@@ -764,6 +839,141 @@ def missing_section(run: Run) -> Section | None:
     )
 
 
+#: the knee: the most requests at once whose per-request speed is still at least this share
+#: of the context's single-stream (N = 1) speed
+KNEE_SHARE = 0.5
+
+
+def summary(run: Run) -> dict[str, Any]:
+    """The answer first: peak total tok/s and where, single-stream speed, per context the knee
+    (the most requests at once still getting ``KNEE_SHARE`` of single-stream speed each) and
+    the capacity limit, and the flagged cells. Numbers only; :func:`summary_section` words
+    them. Everything derives from the matrix pivots of :class:`Run`."""
+    tot = run.table("total_tok_s")
+    per = run.table("per_request_tok_s")
+    st = run.statuses()
+    md = run.matrix_definition
+    conc = [int(n) for n in tot.columns]
+    out: dict[str, Any] = {"peak": None, "contexts": [], "flagged": {}, "n_flagged": 0}
+    vals = tot.to_numpy(float)
+    if vals.size and np.isfinite(vals).any():
+        i, j = np.unravel_index(np.nanargmax(vals), vals.shape)
+        out["peak"] = {
+            "total_tok_s": float(vals[i, j]),
+            "context": int(md["contexts"][i]),
+            "label": str(tot.index[i]),
+            "concurrency": conc[j],
+        }
+    for i, label in enumerate(tot.index):
+        row_per = per.iloc[i].to_numpy(float)
+        row_tot = tot.iloc[i].to_numpy(float)
+        row_st = list(st.iloc[i])
+        single = float(row_per[0]) if conc and conc[0] == 1 else float("nan")
+        knee = None
+        if np.isfinite(single) and single > 0:
+            for n, v in zip(conc, row_per):
+                if not np.isfinite(v) or v < KNEE_SHARE * single:
+                    break
+                knee = n
+        fits = [n for n, s in zip(conc, row_st) if s in ("valid", "queued")]
+        over = [n for n, s in zip(conc, row_st) if s == "over_capacity"]
+        queued = [n for n, s in zip(conc, row_st) if s == "queued"]
+        best = int(np.nanargmax(row_tot)) if np.isfinite(row_tot).any() else None
+        out["contexts"].append(
+            {
+                "label": str(label),
+                "context": int(md["contexts"][i]),
+                "single_tok_s": single,
+                "knee": knee,
+                "peak_tok_s": float(row_tot[best]) if best is not None else float("nan"),
+                "peak_at": conc[best] if best is not None else None,
+                "largest_measured": max(fits) if fits else None,
+                "first_over": min(over) if over else None,
+                "first_queued": min(queued) if queued else None,
+            }
+        )
+    for c in _ordered_cells(run):
+        flags = c.get("flags")
+        flags = list(flags) if isinstance(flags, (list, tuple, np.ndarray)) else []
+        if flags and c.get("status") in ("valid", "queued"):
+            out["n_flagged"] += 1
+            for f in flags:
+                out["flagged"][f] = out["flagged"].get(f, 0) + 1
+    return out
+
+
+def summary_section(run: Run) -> Section:
+    s = summary(run)
+    items: list[tuple[str, str]] = []
+    peak = s["peak"]
+    if peak is None:
+        items.append(("Peak throughput", "No decode cell was measured."))
+    else:
+        items.append(
+            (
+                "Peak throughput",
+                (
+                    f"{fmt.tok_s(peak['total_tok_s'])} total tok/s at {peak['label']} context × "
+                    f"{fmt.plural(peak['concurrency'], 'request')} at once"
+                ),
+            )
+        )
+    singles = [(c["label"], c["single_tok_s"]) for c in s["contexts"]]
+    singles = [(lab, v) for lab, v in singles if np.isfinite(v)]
+    if singles:
+        text = ", ".join(f"{fmt.tok_s(v)} at {lab}" for lab, v in singles)
+        items.append(("Single-stream speed", f"{text} (tok/s of one request alone)"))
+    n_cells = int(sum(1 for c in _ordered_cells(run) if c.get("status") in ("valid", "queued")))
+    if s["n_flagged"]:
+        why = ", ".join(
+            f"{FLAG_SHORT.get(f, f)} ({n})"
+            for f, n in sorted(s["flagged"].items(), key=lambda kv: -kv[1])
+        )
+        items.append(
+            (
+                "Flagged cells",
+                (
+                    f"{s['n_flagged']} of {n_cells} measured cells "
+                    f"({fmt.FLAG_MARK} in the grid): {why}; see Flags"
+                ),
+            )
+        )
+    else:
+        items.append(("Flagged cells", f"None of {n_cells} measured cells"))
+    rows = []
+    for c in s["contexts"]:
+        knee = fmt.DASH if c["knee"] is None else f"{fmt.count(c['knee'])} at once"
+        if c["first_over"] is not None:
+            limit = (
+                f"{fmt.count(c['largest_measured'])} at once fit; "
+                f"{fmt.count(c['first_over'])} over capacity"
+                if c["largest_measured"] is not None
+                else f"over capacity from {fmt.count(c['first_over'])}"
+            )
+        else:
+            limit = "every level fits"
+        if c["first_queued"] is not None:
+            limit += f"; queued from {fmt.count(c['first_queued'])}"
+        peak_txt = (
+            fmt.DASH
+            if c["peak_at"] is None
+            else f"{fmt.tok_s(c['peak_tok_s'])} at {fmt.count(c['peak_at'])}"
+        )
+        rows.append([c["label"], fmt.tok_s(c["single_tok_s"]), knee, peak_txt, limit])
+    share = f"{KNEE_SHARE:.0%}"
+    tbl = Table(
+        ["Context", "Single stream tok/s", "Knee", "Peak total tok/s", "Capacity limit"],
+        rows,
+        caption=(
+            f"Per context: the knee is the most requests at once that still each get at least "
+            f"{share} of the single-stream speed; the capacity limit is where the planner found "
+            "the requests would not fit the server's KV cache."
+        ),
+        classes=[["txt", "", "txt", "", "txt"] for _ in rows],
+    )
+    return Section("Summary", items=items, table=tbl if rows else None, anchor="summary")
+
+
 def build(run: Run) -> Report:
     title, subtitle, engine_line, matrix_line = header_lines(run)
     notes = []
@@ -777,6 +987,7 @@ def build(run: Run) -> Report:
     if warns is not None:
         notes.append(f"The run recorded {fmt.plural(len(warns.text), 'warning')}: see Warnings.")
     sections = [
+        summary_section(run),
         hardware_section(run),
         engine_section(run),
         run_section(run),

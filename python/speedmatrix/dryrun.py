@@ -1,0 +1,277 @@
+"""What a run will do, before it does it: ``speedmatrix run --dry-run`` and ``speedmatrix init``.
+
+``describe(url, matrix)`` probes the server the way a run does (discovery: GET requests and the
+engine's info endpoints, never a generation request), plans the matrix against what it found,
+and returns the text a user reads before committing a GPU for an hour: every cell in run
+order, the ones that will not run and why, how prompts will be made exact, and an estimated
+duration from :func:`estimate_s`.
+
+``estimate_s`` is the same model the live ETA uses: a cell's time is its warm-up (the new
+prompt tokens it must prefill at the prefill rate), its window, and a fixed overhead per
+cell (idle wait, cancellation, the cool-down before a cold prefill).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from speedmatrix.matrix import Matrix
+from speedmatrix.units import format_tokens
+
+#: prompt tok/s assumed until a prefill has been measured (a mid-size model on one GPU)
+ASSUMED_PREFILL_TOK_S = 10_000.0
+#: seconds each cell spends outside its warm-up and window: the idle check before it,
+#: cancelling the window's requests and waiting for the server to drain after it
+CELL_OVERHEAD_S = 0.6
+
+
+def _prompt_tokens_to_prefill(
+    cells: list[Any], sent: dict[tuple[int, int], int] | None = None
+) -> dict[str, int]:
+    """New prompt tokens each decode cell's warm-up prefills: the decode cells of one context
+    share their prompts (``Sweep._prompts``), so a cell prefills only the prompts no earlier
+    cell of that context and repetition sent. ``sent``: (context, repetition) -> prompts
+    already sent (by the cells a run has finished)."""
+    sent = dict(sent or {})
+    out: dict[str, int] = {}
+    for c in cells:
+        if c.phase != "decode" or c.status is not None:
+            continue
+        key = (c.context, c.repetition)
+        prev = sent.get(key, 0)
+        out[c.id] = max(0, c.concurrency - prev) * c.context
+        sent[key] = max(prev, c.concurrency)
+    return out
+
+
+def cell_duration_s(c: Any, matrix: Matrix) -> float:
+    """A decode cell's window: its own (a plan may set one per cell) or the matrix's."""
+    d = getattr(c, "duration_s", None)
+    return float(d if d is not None else matrix.duration_s)
+
+
+def estimate_cells_s(
+    cells: list[Any],
+    matrix: Matrix,
+    prefill_tok_s: float | None = None,
+    from_warmup: set[str] | None = None,
+    sent: dict[tuple[int, int], int] | None = None,
+) -> list[float]:
+    """Seconds each of the runnable ``cells`` (PlannedCell, in run order) will take; 0 for
+    a cell that will not run or whose prefill a decode warm-up measures.
+
+    ``prefill_tok_s``: the server's prompt tok/s where measured (else ASSUMED_PREFILL_TOK_S);
+    ``from_warmup``: ids of prefill cells measured during a decode warm-up (no time of their
+    own); ``sent``: prompts already sent per (context, repetition), see
+    :func:`_prompt_tokens_to_prefill`. Cells already run are simply left out of ``cells``."""
+    rate = float(prefill_tok_s or ASSUMED_PREFILL_TOK_S)
+    new_tokens = _prompt_tokens_to_prefill(cells, sent)
+    times = []
+    for c in cells:
+        t = 0.0
+        if c.status is None and c.phase == "prefill":
+            if not (from_warmup and c.id in from_warmup):
+                t = c.context / rate + float(matrix.prefill_cooldown_s) + CELL_OVERHEAD_S
+        elif c.status is None:
+            warm = new_tokens.get(c.id, c.concurrency * c.context) / rate if matrix.warmup else 0
+            t = warm + cell_duration_s(c, matrix) + CELL_OVERHEAD_S
+        times.append(t)
+    return times
+
+
+def estimate_s(
+    cells: list[Any],
+    matrix: Matrix,
+    prefill_tok_s: float | None = None,
+    from_warmup: set[str] | None = None,
+    sent: dict[tuple[int, int], int] | None = None,
+) -> float:
+    """Seconds the runnable ``cells`` will take in all (see :func:`estimate_cells_s`)."""
+    return float(sum(estimate_cells_s(cells, matrix, prefill_tok_s, from_warmup, sent)))
+
+
+def prefill_from_warmup(cells: list[Any], matrix: Matrix) -> set[str]:
+    """Ids of the prefill cells a decode cell's N=1 warm-up measures (as the sweep does)."""
+    if matrix.prefill_mode != "warmup":
+        return set()
+    n1 = {
+        (c.context, c.repetition)
+        for c in cells
+        if c.phase == "decode" and c.concurrency == 1 and c.status is None
+    }
+    return {c.id for c in cells if c.phase == "prefill" and (c.context, c.repetition) in n1}
+
+
+def prompt_method(target: Any, api: str, tokenizer: Any = None) -> str:
+    """How prompts will be made exact, decided from discovery alone (the run confirms it
+    with one 1-token request where noted; the dry run sends none)."""
+    if api == "completions" and getattr(target, "token_id_prompts", False):
+        return (
+            "token_ids: prompts are lists of token ids, exact by construction "
+            "(one 1-token request at the start of the run confirms the server takes them)"
+        )
+    if tokenizer is not None:
+        return f"tokenizer: counted by the local tokenizer {tokenizer}"
+    tok = getattr(target, "tokenize", None)
+    if tok is not None and (api == "completions" or getattr(tok, "messages", False)):
+        return f"tokenize: text counted by the server's {tok.path} endpoint until exact"
+    return (
+        "usage: no way to count tokens; two 1-token requests learn tokens per word, "
+        "and every request's usage.prompt_tokens is checked (lengths unverified)"
+    )
+
+
+def _duration(seconds: float) -> str:
+    seconds = round(seconds)
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    if h:
+        return f"{h}h{m:02d}m"
+    return f"{m}m{s:02d}s" if m else f"{s}s"
+
+
+def describe(
+    url: str,
+    matrix: Matrix,
+    *,
+    api_key: str | None = None,
+    model: str | None = None,
+    overrides: dict | None = None,
+    tokenizer: Any = None,
+    target: Any = None,
+) -> str:
+    """The dry run's text: target, plan, statuses known in advance, prompts, duration."""
+    from speedmatrix.plan import plan
+
+    if target is None:
+        from speedmatrix.adapters import discover
+
+        target = discover(url, api_key=api_key, model=model, overrides=overrides or {})
+    planned = plan(matrix, target)
+    engine = target.engine_name or target.engine
+    lines = [
+        f"Target: {target.url} · {engine}"
+        + (f" {target.version}" if target.version else "")
+        + f" · model {target.model or '?'} · {matrix.api} API",
+        "Capacity: "
+        + ", ".join(
+            f"{name} {format_tokens(v) if isinstance(v, int) and name != 'max_running' else v}"
+            for name, v in (
+                ("KV cache", planned.kv_tokens),
+                ("context length", planned.context_length),
+                ("max running", planned.max_running),
+            )
+            if v is not None
+        )
+        if any(v is not None for v in (planned.kv_tokens, planned.context_length))
+        else "Capacity: not known (see warnings)",
+    ]
+    from_warmup = prefill_from_warmup(planned, matrix)
+    runnable = [c for c in planned if c.status is None]
+    n_dec = len([c for c in runnable if c.phase == "decode"])
+    n_pre = len(runnable) - n_dec
+    lines.append(
+        f"Plan: {len(planned)} cells: {n_dec} decode of {_duration(matrix.duration_s)} each, "
+        f"{n_pre} prefill ({len(from_warmup)} of them during a decode warm-up); "
+        f"{len(planned) - len(runnable)} will not run"
+    )
+    lines.append("")
+    lines.append(f"  {'#':>3}  {'cell':<26} {'status known now':<18} note")
+    k = 0
+    for c in planned:
+        if c.phase == "prefill":
+            name = f"prefill {c.label}"
+        else:
+            name = f"decode {c.label} × {c.concurrency}"
+        if matrix.repetitions > 1:
+            name += f" (rep {c.repetition + 1})"
+        if c.status is None:
+            k += 1
+            num = str(k)
+            status = "queued (expected)" if c.expect_queued else "to run"
+            note = ""
+            if c.id in from_warmup:
+                status, note = "to run", "measured during the 1-request decode warm-up"
+                num = "-"
+                k -= 1
+            elif c.expect_queued:
+                note = f"above the server's running cap of {planned.max_running}"
+        else:
+            num = "-"
+            status = c.status.replace("_", " ")
+            note = c.reason or ""
+        lines.append(f"  {num:>3}  {name:<26} {status:<18} {note}".rstrip())
+    lines.append("")
+    lines.append(f"Prompts: {prompt_method(target, matrix.api, tokenizer)}")
+    est = estimate_s(planned, matrix, from_warmup=from_warmup)
+    lines.append(
+        f"Estimated duration: {_duration(est)} "
+        f"(windows "
+        f"{_duration(sum(cell_duration_s(c, matrix) for c in runnable if c.phase == 'decode'))}; "
+        f"warm-ups and prefill at an assumed {ASSUMED_PREFILL_TOK_S:,.0f} prompt tok/s; "
+        "the live ETA corrects it from the first measured prefill)"
+    )
+    warnings = list(target.warnings) + list(planned.warnings)
+    for w in warnings:
+        lines.append(f"Warning: {w}")
+    lines.append("No generation request was sent. Drop --dry-run to measure.")
+    return "\n".join(lines)
+
+
+_FIELD_HELP = {
+    "contexts": 'decode contexts in tokens (8192 or "8k"); "max" = the longest that fits '
+    "the server's context length with max_output",
+    "concurrency": "requests at once in each decode cell",
+    "duration_s": "seconds of the measured window of each decode cell",
+    "max_output": "max output tokens per request (the server is told to ignore end-of-sequence)",
+    "prefill_contexts": "contexts of the prefill cells (cold TTFT of one prompt); "
+    '"max-decode" = the decode max, "max" = the longest prompt the server takes; [] = none',
+    "api": '"completions" or "chat"',
+    "shared_prefix": "tokens every prompt of a cell shares at its start (0 = all unique; "
+    "negative = all but the last |n|)",
+    "repetitions": "how many times each cell is measured",
+    "warmup": "warm the prompt cache before each window (TTFT then mostly excludes prefill)",
+    "idle_timeout_s": "seconds to wait for the server to be idle before a cell",
+    "error_threshold": "a cell whose failed requests exceed this share is an error",
+    "prefill_mode": '"warmup" (prefill from the 1-request decode warm-up, as the seed) or '
+    '"separate"',
+    "request_idle_timeout_s": "seconds a request may receive nothing before it is cancelled",
+    "prefill_cooldown_s": "seconds of quiet before a cold prefill measurement",
+}
+
+
+def commented_toml(preset: str = "seed") -> str:
+    """A matrix file to start from: the preset's values, each line explained, readable by
+    ``Matrix.from_toml`` (``speedmatrix run --matrix FILE``)."""
+    import json
+    import textwrap
+
+    import tomli_w
+
+    m = Matrix.preset(preset)
+    data = m.to_dict()
+    data.pop("extra", None)
+    out = [
+        f"# speedmatrix matrix definition (from the {preset!r} preset).",
+        "# Use it with: speedmatrix run --url URL --matrix THIS_FILE --out DIR",
+        "# Flags given on the command line override the values here.",
+        "",
+        "[matrix]",
+    ]
+    for key, value in data.items():
+        if isinstance(value, list):  # one line: JSON numbers and strings are TOML too
+            line = f"{key} = [{', '.join(json.dumps(v) for v in value)}]"
+        else:
+            line = tomli_w.dumps({key: value}).strip()
+        help_ = _FIELD_HELP.get(key)
+        if help_:
+            out += textwrap.wrap(help_, 88, initial_indent="# ", subsequent_indent="# ")
+        out.append(line)
+    out += [
+        "",
+        "# fields merged into every request body, e.g. sampling settings:",
+        "# [matrix.extra]",
+        "# temperature = 0.0",
+        "",
+    ]
+    return "\n".join(out)

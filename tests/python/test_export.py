@@ -1,0 +1,143 @@
+"""Open exports: cells.csv and the Parquet records load in pandas, pyarrow and DuckDB with the
+numbers of run.json and the .npz records; run.json is checked against its shipped schema."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import synthetic
+from speedmatrix import export, schema
+from speedmatrix.report import write_report
+from speedmatrix.results import load
+from speedmatrix.runfile import load_records
+
+PY = str(Path(__file__).resolve().parents[2] / "python")
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("exp") / "run"
+    shutil.copytree(synthetic.shared_run("full"), d)
+    write_report(d, charts=False)
+    return d
+
+
+def test_report_writes_the_exports_beside_run_json(run_dir):
+    for name in (export.CELLS_CSV, export.REQUESTS_PARQUET, export.TOKENS_PARQUET):
+        assert (run_dir / name).is_file(), name
+
+
+def test_cells_csv_has_the_figures_of_run_json(run_dir):
+    doc = json.loads((run_dir / "run.json").read_text())
+    csv = pd.read_csv(run_dir / export.CELLS_CSV)
+    assert len(csv) == len(doc["cells"])
+    by_id = csv.set_index("id")
+    for c in doc["cells"]:
+        row = by_id.loc[c["id"]]
+        assert row["status"] == c["status"]
+        for fig in ("total_tok_s", "per_request_tok_s", "ttft_ms", "prompt_tok_s"):
+            want = c.get(fig)
+            if want is None:
+                assert pd.isna(row[fig]), (c["id"], fig)
+            else:
+                assert row[fig] == pytest.approx(want, rel=1e-12), (c["id"], fig)
+        assert json.loads(row["flags"]) == c["flags"]
+
+
+def test_parquet_records_equal_the_npz_records(run_dir):
+    import pyarrow.parquet as pq
+
+    req = pq.read_table(run_dir / export.REQUESTS_PARQUET).to_pandas()
+    tok = pq.read_table(run_dir / export.TOKENS_PARQUET).to_pandas()
+    doc = json.loads((run_dir / "run.json").read_text())
+    with_records = [c for c in doc["cells"] if c.get("records")]
+    assert with_records and set(req["cell"]) == {c["id"] for c in with_records}
+    for c in with_records[:: max(1, len(with_records) // 6)]:
+        rec = load_records(run_dir, c["records"])
+        r = req[req["cell"] == c["id"]]
+        for k, v in rec["requests"].items():
+            assert np.array_equal(r[k].to_numpy(), np.asarray(v)), (c["id"], k)
+        t = tok[tok["cell"] == c["id"]]
+        for k, v in rec["events"].items():
+            assert np.array_equal(t[k].to_numpy(), np.asarray(v)), (c["id"], k)
+        assert (r["context"] == c["context"]).all() and (r["concurrency"] == c["concurrency"]).all()
+
+
+def test_duckdb_reads_the_same_numbers(run_dir):
+    duckdb = pytest.importorskip("duckdb")
+    con = duckdb.connect()
+    n_req, n_tok = con.execute(
+        f"SELECT (SELECT count(*) FROM '{run_dir / export.REQUESTS_PARQUET}'), "
+        f"(SELECT sum(tokens) FROM '{run_dir / export.TOKENS_PARQUET}')"
+    ).fetchone()
+    run = load(run_dir)
+    assert n_req == len(run.requests)
+    events = [run.records(c)["events"] for c in run.cells["id"] if run.records(c)]
+    assert n_tok == sum(int(np.sum(e["tokens"])) for e in events if e)
+    top = con.execute(
+        f"SELECT id, total_tok_s FROM read_csv_auto('{run_dir / export.CELLS_CSV}') "
+        "WHERE total_tok_s IS NOT NULL ORDER BY total_tok_s DESC LIMIT 1"
+    ).fetchone()
+    best = run.cells.dropna(subset=["total_tok_s"]).sort_values("total_tok_s").iloc[-1]
+    assert top[0] == best["id"] and top[1] == pytest.approx(best["total_tok_s"])
+
+
+def test_a_run_without_records_exports_cells_and_empty_tables(tmp_path):
+    d = tmp_path / "r"
+    shutil.copytree(synthetic.shared_run("full"), d)
+    shutil.rmtree(d / "records")
+    doc = json.loads((d / "run.json").read_text())
+    for c in doc["cells"]:
+        c.pop("records", None)
+    (d / "run.json").write_text(json.dumps(doc))
+    paths = export.write_exports(d)
+    import pyarrow.parquet as pq
+
+    assert pq.read_table(d / export.REQUESTS_PARQUET).num_rows == 0
+    assert len(pd.read_csv(paths[0])) == len(doc["cells"])
+
+
+def test_shipped_schema_accepts_runs_and_names_the_first_problem(tmp_path):
+    import jsonschema
+
+    jsonschema.Draft202012Validator.check_schema(schema.schema())
+    doc = json.loads((synthetic.shared_run("full") / "run.json").read_text())
+    assert schema.check(doc) is doc
+    bad = json.loads(json.dumps(doc))
+    bad["cells"][3]["status"] = "done"
+    with pytest.raises(schema.RunSchemaError) as e:
+        schema.check(bad, "x/run.json")
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith("x/run.json does not follow speedmatrix.run/1")
+    assert "cells[3].status" in msg and "'done'" in msg
+    bad = json.loads(json.dumps(doc))
+    bad["cells"][0]["ttft_ms"] = "fast"
+    with pytest.raises(schema.RunSchemaError, match=r"cells\[0\]\.ttft_ms"):
+        schema.check(bad)
+
+
+@pytest.mark.e2e  # the CLI in a subprocess
+def test_report_command_on_a_bad_run_json_is_one_line(tmp_path):
+    d = tmp_path / "r"
+    shutil.copytree(synthetic.shared_run("full"), d)
+    doc = json.loads((d / "run.json").read_text())
+    doc["cells"][2]["concurrency"] = "eight"
+    (d / "run.json").write_text(json.dumps(doc))
+    res = subprocess.run(
+        [sys.executable, "-m", "speedmatrix.cli", "report", str(d)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": PY},
+    )
+    assert res.returncode == 1
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cells[2].concurrency" in lines[0], res.stderr
+    assert not (d / "report.html").exists()
