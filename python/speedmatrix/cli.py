@@ -408,7 +408,7 @@ start here:
         help="folder for compare.md/html/csv and its "
         "charts (default: DIR_B/compare, apart from DIR_B's own report)",
     )
-    add_capacity_parser(sub)
+    add_capacity_parser(sub, _Formatter)
     return parser
 
 

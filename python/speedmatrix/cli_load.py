@@ -130,13 +130,19 @@ def apply_open_loop_flags(m, args: argparse.Namespace) -> None:
         m.prompts_file = str(Path(args.prompts).resolve())
 
 
-def add_capacity_parser(sub) -> None:
+def add_capacity_parser(sub, formatter_class=argparse.HelpFormatter) -> None:
     """``speedmatrix capacity DIR --slo ... [--attainment 95%] [--json]``."""
     cap = sub.add_parser(
         "capacity",
         help="per context, the largest measured load meeting an SLO (judged from the records)",
+        description="Per context: the largest measured concurrency (or request rate) whose "
+        "requests meet every SLO target at the given attainment, the first that does not, "
+        "and an interpolated estimate between them, judged from the saved records.",
+        epilog="examples:\n  speedmatrix capacity results/h200 --slo ttft=2s,tpot=50ms\n"
+        "  speedmatrix capacity results/h200 --slo e2e=60s --attainment 99% --json\n",
+        formatter_class=formatter_class,
     )
-    cap.add_argument("dir", type=Path)
+    cap.add_argument("dir", type=Path, help="a saved run (the folder holding run.json)")
     cap.add_argument(
         "--slo",
         required=True,
