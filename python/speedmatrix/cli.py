@@ -536,6 +536,8 @@ class _StopSignals:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self.first is not None:
+            return  # stopping: a second signal while the process winds down still exits now
         for sig, old in self._old.items():
             signal.signal(sig, old)  # type: ignore[arg-type]
 
@@ -548,6 +550,15 @@ class _StopSignals:
 
     def status(self) -> int:
         return 128 + (self.first or signal.SIGINT)
+
+
+def _exit_now(status: int) -> None:
+    """Ends a process stopped by a signal once its run is saved: interpreter teardown would
+    put the default handlers back, and a second signal in that window would kill it with
+    no status of ours. Everything is on disk already (atomic writes)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 def _one_line(text: str, secrets: list[str]) -> str:
@@ -584,7 +595,9 @@ def main(argv: list[str] | None = None) -> int:
             elif getattr(args, "api_key", None):
                 secrets.append(args.api_key)
             code = COMMANDS[args.command](args)
-            return stops.status() if stops.first is not None else code
+            if stops.first is not None:
+                _exit_now(stops.status())
+            return code
         except UsageError as exc:
             say(str(exc))
             return EXIT_USAGE
@@ -593,6 +606,8 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_FAILURE
         except KeyboardInterrupt:  # outside a sweep (discovery, prompt building)
             print("speedmatrix: interrupted", file=sys.stderr)
+            if stops.first is not None:
+                _exit_now(stops.status())
             return stops.status()
         except OSError as exc:
             where = f" ({exc.filename})" if exc.filename else ""
