@@ -596,7 +596,9 @@ def main(argv: list[str] | None = None) -> int:
                 secrets.append(args.api_key)
             code = COMMANDS[args.command](args)
             if stops.first is not None:
-                _exit_now(stops.status())
+                # `sim` runs until a signal: that is its normal end, and its status says how
+                # its engine ended (0: stopped cleanly)
+                _exit_now(code if args.command == "sim" else stops.status())
             return code
         except UsageError as exc:
             say(str(exc))
