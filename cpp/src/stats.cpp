@@ -142,6 +142,55 @@ double weighted_percentile(std::span<const double> values, std::span<const std::
   return sorted_weighted_quantile(vw, 0, vw.size(), q);
 }
 
+std::vector<Arrival> token_arrivals(const RecordView& r, int phase) {
+  const std::size_t n_req = r.sent_ns.size();
+  const std::size_t n_ev = std::min({r.ev_request.size(), r.ev_t_ns.size(), r.ev_tokens.size()});
+  const std::vector<std::int32_t> ev_tokens = usage_scaled_tokens(r, n_ev);
+  auto counted = [&](std::int32_t q) {
+    if (q < 0 || static_cast<std::size_t>(q) >= n_req) return false;
+    if (phase < 0) return true;
+    return static_cast<std::size_t>(q) < r.phase.size() &&
+           r.phase[static_cast<std::size_t>(q)] == static_cast<std::uint8_t>(phase);
+  };
+  std::vector<std::size_t> order;
+  order.reserve(n_ev);
+  for (std::size_t e = 0; e < n_ev; ++e) {
+    if (counted(r.ev_request[e]) && ev_tokens[e] > 0) order.push_back(e);
+  }
+  // Records hold each request's events in arrival order, interleaved across
+  // requests; a stable sort by (request, time) keeps one read's events together.
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return r.ev_request[a] != r.ev_request[b] ? r.ev_request[a] < r.ev_request[b]
+                                              : r.ev_t_ns[a] < r.ev_t_ns[b];
+  });
+  // Events of one request with the same arrival time came in one socket read:
+  // they are one arrival, and the gap since the previous arrival is spread
+  // over all their tokens (k tokens -> k gaps of gap/k).
+  std::vector<Arrival> out;
+  out.reserve(order.size());
+  for (std::size_t e : order) {
+    const std::int32_t q = r.ev_request[e];
+    const ns_t t = r.ev_t_ns[e];
+    if (!out.empty() && out.back().request == q && out.back().t_ns == t) {
+      out.back().tokens += ev_tokens[e];
+      continue;
+    }
+    Arrival a;
+    a.request = q;
+    a.t_ns = t;
+    a.tokens = ev_tokens[e];
+    a.gap_ms = kNaN;
+    if (!out.empty() && out.back().request == q)
+      a.gap_ms = static_cast<double>(t - out.back().t_ns);
+    out.push_back(a);
+  }
+  // The gap is known once all of an arrival's tokens are: spread it now.
+  for (Arrival& a : out) {
+    if (!std::isnan(a.gap_ms)) a.gap_ms = a.gap_ms * 1e-6 / static_cast<double>(a.tokens);
+  }
+  return out;
+}
+
 CellFigures summarize_cell(const RecordView& r, ns_t t0, ns_t t1, double bin_s,
                            ns_t steady_from_ns) {
   CellFigures f;
@@ -172,21 +221,19 @@ CellFigures summarize_cell(const RecordView& r, ns_t t0, ns_t t1, double bin_s,
     return static_cast<double>(w) * 1e-9;
   };
 
-  // --- tokens in the window, per bin ---
-  const std::size_t n_ev = std::min({r.ev_request.size(), r.ev_t_ns.size(), r.ev_tokens.size()});
-  const std::vector<std::int32_t> ev_tokens = usage_scaled_tokens(r, n_ev);
+  // --- tokens in the window, per bin, and the gaps between arrivals ---
+  const std::vector<Arrival> arrivals = token_arrivals(r);
   std::vector<std::int64_t> bin_tokens(static_cast<std::size_t>(n_bins), 0);
-  bool ordered = true;  // each request's events in arrival order?
-  std::vector<ns_t> last_t(n_req, std::numeric_limits<ns_t>::min());
-  for (std::size_t e = 0; e < n_ev; ++e) {
-    const std::int32_t q = r.ev_request[e];
-    if (!window_req(q) || ev_tokens[e] <= 0) continue;
-    const ns_t t = r.ev_t_ns[e];
-    if (t < last_t[static_cast<std::size_t>(q)]) ordered = false;
-    last_t[static_cast<std::size_t>(q)] = t;
-    if (!in_window(t)) continue;
-    f.output_tokens += ev_tokens[e];
-    bin_tokens[static_cast<std::size_t>(bin_of(t))] += ev_tokens[e];
+  std::vector<std::pair<double, std::int64_t>> gaps;  // (ms per token, tokens)
+  std::vector<std::pair<std::int64_t, std::pair<double, std::int64_t>>> bin_gaps;
+  for (const Arrival& a : arrivals) {
+    if (!in_window(a.t_ns)) continue;
+    f.output_tokens += a.tokens;
+    bin_tokens[static_cast<std::size_t>(bin_of(a.t_ns))] += a.tokens;
+    if (!std::isnan(a.gap_ms)) {
+      gaps.emplace_back(a.gap_ms, a.tokens);
+      bin_gaps.push_back({bin_of(a.t_ns), {a.gap_ms, a.tokens}});
+    }
   }
   f.total_tok_s = static_cast<double>(f.output_tokens) / d_s;
   f.bin_tok_s.resize(static_cast<std::size_t>(n_bins));
@@ -195,50 +242,6 @@ CellFigures summarize_cell(const RecordView& r, ns_t t0, ns_t t1, double bin_s,
         static_cast<double>(bin_tokens[static_cast<std::size_t>(k)]) / bin_width_s(k);
   }
 
-  // --- time between tokens ---
-  // Events of one request with the same arrival time came in one socket read:
-  // they are one arrival, and the gap since the previous arrival is spread
-  // over all their tokens (k tokens -> k gaps of gap/k).
-  std::vector<std::size_t> order;
-  order.reserve(n_ev);
-  for (std::size_t e = 0; e < n_ev; ++e) {
-    if (window_req(r.ev_request[e]) && ev_tokens[e] > 0) order.push_back(e);
-  }
-  if (!ordered) {
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-      return r.ev_request[a] != r.ev_request[b] ? r.ev_request[a] < r.ev_request[b]
-                                                : r.ev_t_ns[a] < r.ev_t_ns[b];
-    });
-  }
-  struct Arrival {
-    ns_t prev = kNever;  // previous arrival
-    ns_t t = kNever;     // current arrival being accumulated
-    std::int64_t tokens = 0;
-  };
-  std::vector<Arrival> state(n_req);
-  std::vector<std::pair<double, std::int64_t>> gaps;  // (ms per token, tokens)
-  std::vector<std::pair<std::int64_t, std::pair<double, std::int64_t>>> bin_gaps;
-  auto flush = [&](Arrival& a) {
-    if (a.t == kNever) return;
-    if (a.prev != kNever && in_window(a.t)) {
-      const double per_token_ms =
-          static_cast<double>(a.t - a.prev) * 1e-6 / static_cast<double>(a.tokens);
-      gaps.emplace_back(per_token_ms, a.tokens);
-      bin_gaps.push_back({bin_of(a.t), {per_token_ms, a.tokens}});
-    }
-    a.prev = a.t;
-  };
-  for (std::size_t e : order) {
-    Arrival& a = state[static_cast<std::size_t>(r.ev_request[e])];
-    const ns_t t = r.ev_t_ns[e];
-    if (t != a.t) {
-      flush(a);
-      a.t = t;
-      a.tokens = 0;
-    }
-    a.tokens += ev_tokens[e];
-  }
-  for (Arrival& a : state) flush(a);
   std::sort(gaps.begin(), gaps.end());
   if (!gaps.empty()) {
     f.tbt_ms = sorted_weighted_quantile(gaps, 0, gaps.size(), 0.5);

@@ -146,5 +146,17 @@ def summarize_cell(
     bin_s: float = 1.0,
     steady_from_ns: int = -1,
 ) -> Figures: ...
-def parse_prometheus(text: str) -> list[tuple[str, dict[str, str], float]]: ...
+
+class Arrivals(TypedDict):
+    request: np.ndarray  # int32
+    t_ns: np.ndarray  # int64
+    tokens: np.ndarray  # int64
+    gap_ms: np.ndarray  # float64, NaN for a request's first arrival
+
+def token_arrivals(
+    requests: Requests | dict, events: Events | dict, phase: int = 1
+) -> Arrivals: ...
+def parse_prometheus(
+    text: str, strict: bool = False
+) -> list[tuple[str, dict[str, str], float]]: ...
 def now_ns() -> int: ...

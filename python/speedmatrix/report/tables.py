@@ -1,4 +1,8 @@
-"""The report's content, independent of the output format (Markdown and HTML render it)."""
+"""The report's content, independent of the output format (Markdown and HTML render it).
+
+Over 500 lines: every table of the report is built here from one `Run`, so that Markdown
+and HTML cannot disagree about what a table holds.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from speedmatrix.adapters.base import display_model_name, precision_label
+from speedmatrix.naming import display_model_name, precision_label
 from speedmatrix.redact import redact
 from speedmatrix.report import formatting as fmt
 
