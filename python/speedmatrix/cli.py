@@ -372,7 +372,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
             if v
         },
         "revision": args.revision,
-        "tls": {"insecure": True} if args.insecure else None,
     }
     run = sweep.Sweep(
         args.url,
