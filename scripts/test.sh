@@ -3,7 +3,7 @@
 # suite (pytest, notebooks included). This is the test command of README.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SPEEDMATRIX_WITH_BROWSER=1 SPEEDMATRIX_EXTRAS=test bash scripts/setup.sh
+SPEEDMATRIX_WITH_BROWSER=1 SPEEDMATRIX_WITH_FUZZ=1 SPEEDMATRIX_EXTRAS=test bash scripts/setup.sh
 
 PY=${PYTHON:-python3}
 echo "test: building the C++ test suite"
@@ -12,6 +12,9 @@ cmake -S . -B build/tests -DSPEEDMATRIX_BUILD_TESTS=ON -DSPEEDMATRIX_BUILD_PYTHO
 cmake --build build/tests -j"$(nproc)" >/dev/null
 echo "test: ctest"
 ctest --test-dir build/tests --output-on-failure -j"$(nproc)"
+
+echo "test: hardening (fuzzing, ASan+UBSan, TSan; docs/RELIABILITY.md)"
+bash scripts/ci-hardening.sh
 
 echo "test: pytest"
 # Run from the tests folder against the installed package, not the source tree.
