@@ -41,6 +41,13 @@ class Progress:
         self.live = _Live()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        #: known secrets (the API key): replaced, with redact()'s patterns, in every line shown
+        self.secrets: list[str] = []
+
+    def _clean(self, text: str) -> str:
+        from speedmatrix.redact import redact, redact_known
+
+        return redact_known(redact(text), self.secrets)
 
     def start_cell(
         self,
@@ -65,7 +72,7 @@ class Progress:
         if not self.enabled:
             return
         live = self.live
-        line = f"[{live.index}/{live.total}] {live.label}: {summary}"
+        line = self._clean(f"[{live.index}/{live.total}] {live.label}: {summary}")
         if self.tty:
             self.stream.write("\r\033[K" + line + "\n")
             self.stream.flush()
@@ -77,7 +84,7 @@ class Progress:
         if self.enabled:
             if self.tty:
                 self.stream.write("\r\033[K")
-            print(text, file=self.stream, flush=True)
+            print(self._clean(text), file=self.stream, flush=True)
 
     def close(self) -> None:
         self._stop.set()

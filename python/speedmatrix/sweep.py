@@ -117,6 +117,7 @@ class Sweep:
         self._nonce = os.urandom(4).hex()
         self._cold_prompts = 0
         self._secrets = [s for s in (api_key,) if s]
+        self.progress.secrets = self._secrets  # every line shown is redacted too
         self.facts = EngineFacts()
         self.rules = Rules(error_threshold=float(matrix.error_threshold))
 

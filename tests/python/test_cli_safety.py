@@ -215,3 +215,19 @@ def test_sim_rejects_bad_ports_and_fault_shares(args, needle):
     res = _cli("sim", *args, timeout=20)
     assert res.returncode == cli.EXIT_USAGE
     assert needle in res.stderr and "Traceback" not in res.stderr
+
+
+def test_progress_lines_and_warnings_are_redacted():
+    import io
+
+    from speedmatrix.progress import Progress
+
+    buf = io.StringIO()
+    p = Progress(True, stream=buf)
+    p.secrets = ["k3y-from-env-123"]
+    p.start_cell(1, 1, "decode 8K x 1", 1.0, 1.0)
+    p.end_cell("error (server said: bad key k3y-from-env-123, Bearer tok-4567)")
+    p.message("speedmatrix: warning: adapter failed: --api-key sk-abcdefghijkl")
+    out = buf.getvalue()
+    assert "k3y-from-env-123" not in out and "tok-4567" not in out and "sk-abcdefghijkl" not in out
+    assert out.count("<redacted>") == 3
