@@ -77,6 +77,7 @@ def test_sigterm_and_sighup_stop_a_run_as_ctrl_c_does(sim, tmp_path, sig):
     assert proc.returncode == 128 + sig, err
     assert "--resume" in err
     assert json.loads((out / "run.json").read_text())["meta"]["run"]["interrupted"] is True
+    print(f"stopped by {sig!r} in {took_s:.2f} s")  # figure for docs/RELIABILITY.md
     assert took_s < 5, f"stopped in {took_s:.1f} s"
 
 
