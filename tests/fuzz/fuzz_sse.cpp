@@ -18,7 +18,7 @@ struct Sink : speedmatrix::SseSink {
     // SseEvent::data promises kSsePadding readable bytes after it: touch them (ASan checks).
     volatile char sink = 0;
     for (std::size_t i = 0; i < speedmatrix::kSsePadding; ++i)
-      sink ^= ev.data.data()[ev.data.size() + i];
+      sink = static_cast<char>(sink ^ ev.data.data()[ev.data.size() + i]);
     (void)sink;
     return ++n < 10000;
   }
