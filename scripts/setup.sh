@@ -4,10 +4,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-DEB_PACKAGES=(g++ cmake pkg-config libcurl4-openssl-dev nlohmann-json3-dev libfmt-dev
+DEB_PACKAGES=(g++ cmake pkg-config libcurl4-openssl-dev nlohmann-json3-dev
               libsimdjson-dev libevent-dev libgtest-dev libgmock-dev)
-# Test-only: chromium opens the HTML report; openssl makes the TLS test's certificate.
-if [[ "${SPEEDMATRIX_WITH_BROWSER:-0}" == 1 ]]; then DEB_PACKAGES+=(chromium openssl); fi
+# Test-only: chromium opens the HTML report; openssl makes the TLS test's certificate;
+# clang-format checks the C++ formatting.
+if [[ "${SPEEDMATRIX_WITH_BROWSER:-0}" == 1 ]]; then DEB_PACKAGES+=(chromium openssl clang-format); fi
 # Test-only: scripts/ci-hardening.sh builds libFuzzer targets with Debian's clang.
 if [[ "${SPEEDMATRIX_WITH_FUZZ:-0}" == 1 ]]; then DEB_PACKAGES+=(clang-14 libclang-rt-14-dev); fi
 PY=${PYTHON:-python3}

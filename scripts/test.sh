@@ -6,6 +6,12 @@ cd "$(dirname "$0")/.."
 SPEEDMATRIX_WITH_BROWSER=1 SPEEDMATRIX_WITH_FUZZ=1 SPEEDMATRIX_EXTRAS=test bash scripts/setup.sh
 
 PY=${PYTHON:-python3}
+echo "test: format, lint and types"
+$PY -m ruff format --check python tests bench
+$PY -m ruff check python tests bench
+$PY -m mypy
+find cpp tests/cpp -name '*.cpp' -o -name '*.hpp' | sort | xargs clang-format --dry-run --Werror
+
 echo "test: building the C++ test suite"
 cmake -S . -B build/tests -DSPEEDMATRIX_BUILD_TESTS=ON -DSPEEDMATRIX_BUILD_PYTHON=OFF \
       -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
@@ -16,6 +22,6 @@ ctest --test-dir build/tests --output-on-failure -j"$(nproc)"
 echo "test: hardening (fuzzing, ASan+UBSan, TSan; docs/RELIABILITY.md)"
 bash scripts/ci-hardening.sh
 
-echo "test: pytest"
+echo "test: pytest (both tiers: -m 'not e2e' is the fast one)"
 # Run from the tests folder against the installed package, not the source tree.
 $PY -m pytest -q tests/python -p no:cacheprovider "$@"

@@ -7,7 +7,8 @@ namespace py = pybind11;
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "speedmatrix compiled core: streaming client, parsers, statistics";
-  m.attr("version") = "0.1.0";
+  // CMake passes pyproject.toml's version (the one source).
+  m.attr("version") = SPEEDMATRIX_VERSION;
   speedmatrix::bindings::register_clock(m);
   speedmatrix::bindings::register_prom(m);
   speedmatrix::bindings::register_stats(m);

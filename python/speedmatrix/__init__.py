@@ -12,9 +12,10 @@ the pure-Python parts work before the compiled core is imported.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+if TYPE_CHECKING:
+    __version__: str
 
 _EXPORTS = {
     "Matrix": "speedmatrix.matrix",
@@ -52,6 +53,12 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        # One version source: pyproject.toml -> CMake -> _core.version -> here.
+        from speedmatrix._native import _core
+
+        globals()[name] = _core.version
+        return _core.version
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'speedmatrix' has no attribute {name!r}")

@@ -232,14 +232,18 @@ class Matrix:
             errors.append(f"shared_prefix: {self.shared_prefix!r} is not an integer")
         elif self.shared_prefix < 0:
             # "all but the last |n| tokens": needs a unique tail of at least one token
-            smallest = [c for c in self.contexts + self.prefill_contexts if _is_positive_int(c)]
+            smallest = [
+                int(c) for c in self.contexts + self.prefill_contexts if _is_positive_int(c)
+            ]
             if smallest and -self.shared_prefix >= min(smallest):
                 errors.append(
                     f"shared_prefix: a unique tail of {-self.shared_prefix} tokens does not fit "
                     f"the {min(smallest)}-token context"
                 )
         else:
-            smallest = [c for c in self.contexts + self.prefill_contexts if _is_positive_int(c)]
+            smallest = [
+                int(c) for c in self.contexts + self.prefill_contexts if _is_positive_int(c)
+            ]
             if self.shared_prefix and smallest and self.shared_prefix >= min(smallest):
                 errors.append(
                     f"shared_prefix: {self.shared_prefix} tokens leaves no unique part in the "

@@ -26,6 +26,7 @@ Rules (DESIGN.md "Status"):
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -108,7 +109,7 @@ class Plan(list):
     """A list of PlannedCell in run order, with ``warnings``, the resolved ``contexts`` /
     ``prefill_contexts`` and the capacity figures it was planned against."""
 
-    def __init__(self, cells: list[PlannedCell] = (), **attrs: Any) -> None:
+    def __init__(self, cells: Iterable[PlannedCell] = (), **attrs: Any) -> None:
         super().__init__(cells)
         self.warnings: list[str] = list(attrs.get("warnings", []))
         self.contexts: list[int] = list(attrs.get("contexts", []))

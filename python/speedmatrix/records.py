@@ -151,7 +151,8 @@ class Records:
                 "tokens": np.zeros(0, np.int64),
                 "gap_ms": np.zeros(0, float),
             }
-        return dict(_core.token_arrivals(self.requests, self.events, phase))
+        arrivals = _core.token_arrivals(self.requests, self.events, phase)
+        return {k: np.asarray(v) for k, v in arrivals.items()}
 
     def tbt_samples(self, t0: int, t1: int) -> np.ndarray:
         """Per-token gaps (ms) of the window requests' arrivals in [t0, t1], an

@@ -228,7 +228,7 @@ class Run:
         run.changed = out.changed
         return run
 
-    def _t0(self, cell: dict, rec: dict) -> int:
+    def _t0(self, cell: dict, rec: Records) -> int:
         if cell.get("t0_ns") is not None:
             return int(cell["t0_ns"])
         r = rec["requests"]
@@ -240,7 +240,7 @@ class Run:
             return int(r["sent_ns"][r["sent_ns"] >= 0].min())
         return 0
 
-    def _request_frame(self, cell: dict, rec: dict) -> pd.DataFrame:
+    def _request_frame(self, cell: dict, rec: Records) -> pd.DataFrame:
         r = rec["requests"]
         if not r:
             return pd.DataFrame()

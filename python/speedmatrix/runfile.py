@@ -288,7 +288,7 @@ def save_records(
     except OSError as exc:
         raise _write_failed(path, exc) from exc
     try:
-        np.savez_compressed(tmp, **arrays)
+        np.savez_compressed(tmp, **arrays)  # type: ignore[arg-type]
         os.replace(tmp, path)
     except BaseException as exc:
         if os.path.exists(tmp):

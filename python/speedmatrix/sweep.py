@@ -235,8 +235,8 @@ class Sweep:
 
     def _eta(self, remaining) -> float:
         rate = 10_000.0  # prompt tok/s assumed until the first prefill is measured
-        measured = [
-            c.get("prompt_tok_s")
+        measured: list[float] = [
+            c["prompt_tok_s"]
             for c in self.cells.values()
             if c.get("phase") == "prefill" and c.get("prompt_tok_s")
         ]
@@ -444,7 +444,7 @@ class Sweep:
 
     def _measure_decode(self, cell) -> CellOutcome | None:
         idle, _ = self._wait_idle()
-        prefill_id = self._warmup_prefill.get(cell.id)
+        prefill_id = self._warmup_prefill.get(cell.id, "")
         measures_prefill = bool(prefill_id) and not self._done(prefill_id)
         if measures_prefill:
             self._cooldown()  # this warm-up measures a cold prefill

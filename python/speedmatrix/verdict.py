@@ -130,12 +130,18 @@ class EngineFacts:
 
 
 class _Shape(Protocol):
-    id: str
-    phase: str
-    context: int
-    label: str
-    concurrency: int
-    repetition: int
+    @property
+    def id(self) -> str: ...
+    @property
+    def phase(self) -> str: ...
+    @property
+    def context(self) -> int: ...
+    @property
+    def label(self) -> str: ...
+    @property
+    def concurrency(self) -> int: ...
+    @property
+    def repetition(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -300,10 +306,8 @@ def decode_cell(
         # the window never started: the warm-up's failures say why
         errors = errors or _error_counts(req, np.flatnonzero(req["phase"] == 0))
         examples = _error_examples(req, np.flatnonzero(req["outcome"] == _ERROR))
-        reason = (
-            records.fatal_error
-            or "the window never started (every warm-up request failed)"
-            + (f": {error_text(errors, examples)}" if errors else "")
+        never = records.fatal_error or "the window never started (every warm-up request failed)" + (
+            f": {error_text(errors, examples)}" if errors else ""
         )
         base.update(
             {
@@ -311,7 +315,7 @@ def decode_cell(
                 "errors": errors,
                 "error_examples": examples,
                 "errors_total": sum(errors.values()),
-                "reason": reason,
+                "reason": never,
                 "flags": flags,
             }
         )
@@ -390,7 +394,8 @@ def decode_cell(
     if streamed < shape.concurrency or settle - t0 > rules.ramp_share * (t1 - t0):
         flags.append("long_ramp")
     base["waiting_without_tokens"] = queued_client
-    status, reason = "valid", None
+    status = "valid"
+    reason: str | None = None
     if base["errors_total"] > rules.error_threshold * started or base["output_tokens"] == 0:
         status = "error"
         reason = (

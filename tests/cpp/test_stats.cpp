@@ -150,6 +150,26 @@ TEST(SummarizeCell, EventsOfOneReadAreOneArrival) {
   EXPECT_EQ(f.output_tokens, 4);
 }
 
+TEST(TokenArrivals, OneReadIsOneArrivalAndPhasesAreChosen) {
+  Records r;
+  const int w = r.add_request(Phase::kWarmup, 0, 10 * kMs, 11 * kMs, Outcome::kOk);
+  const int a = r.add_request(Phase::kWindow, 0, 100 * kMs, 400 * kMs, Outcome::kOk);
+  r.add_event(w, 10 * kMs, 1);
+  r.add_event(a, 100 * kMs, 1);
+  r.add_event(a, 300 * kMs, 1);  // one socket read: two events, one stamp
+  r.add_event(a, 300 * kMs, 3);
+  r.add_event(a, 400 * kMs, 0);  // no tokens: not an arrival
+  const std::vector<Arrival> win = token_arrivals(r.view());
+  ASSERT_EQ(win.size(), 2u);
+  EXPECT_EQ(win[0].request, a);
+  EXPECT_TRUE(std::isnan(win[0].gap_ms));
+  EXPECT_EQ(win[1].t_ns, 300 * kMs);
+  EXPECT_EQ(win[1].tokens, 4);
+  EXPECT_DOUBLE_EQ(win[1].gap_ms, 200.0 / 4);  // the 200 ms gap spread over 4 tokens
+  EXPECT_EQ(token_arrivals(r.view(), static_cast<int>(Phase::kWarmup)).size(), 1u);
+  EXPECT_EQ(token_arrivals(r.view(), -1).size(), 3u);
+}
+
 TEST(SummarizeCell, MultiTokenChunkSpreadsItsGap) {
   Records r;
   int a = r.add_request(Phase::kWindow, 0, 10 * kMs, kNever, Outcome::kCancelled);

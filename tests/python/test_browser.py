@@ -12,7 +12,8 @@ import time
 import pytest
 import synthetic
 
-pytestmark = pytest.mark.browser
+# End-to-end tier: a real browser.
+pytestmark = [pytest.mark.browser, pytest.mark.e2e]
 
 CHROMIUM = next(
     (

@@ -169,6 +169,7 @@ META_FLAGS = {
 }
 
 
+@pytest.mark.e2e  # a sweep against the built-in engine in real time
 def test_metadata_flags_reach_run_json_and_the_report(tmp_path):
     from speedmatrix.sim import Sim
 
@@ -245,6 +246,7 @@ def test_metadata_flags_reach_run_json_and_the_report(tmp_path):
         assert item in md, item
 
 
+@pytest.mark.e2e  # the CLI in a subprocess writing whole reports
 def test_report_command_writes_the_report_of_a_saved_run(tmp_path):
     d = tmp_path / "run"
     synthetic.build_run(
@@ -259,6 +261,7 @@ def test_report_command_writes_the_report_of_a_saved_run(tmp_path):
     assert (d / "plots" / "decode_heatmap.svg").is_file()
 
 
+@pytest.mark.e2e  # the CLI in a subprocess writing whole reports
 def test_compare_command_keeps_its_charts_apart_from_the_runs(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     kw = {

@@ -13,6 +13,9 @@ from pathlib import Path
 import pytest
 from speedmatrix.sim import Sim
 
+# End-to-end tier: `speedmatrix run` against the built-in engine in real time.
+pytestmark = pytest.mark.e2e
+
 CLI = [sys.executable, "-m", "speedmatrix.cli"]
 
 

@@ -90,6 +90,7 @@ def test_t_critical_and_welch():
     assert not welch([1.0], [2.0])[2]
 
 
+@pytest.mark.e2e  # a whole comparison report with its charts
 def test_write_compare_outputs(tmp_path):
     md_path, html_path = write_compare(
         synthetic.shared_run("full"), synthetic.shared_run("faster"), tmp_path / "cmp"

@@ -11,6 +11,9 @@ import sys
 import pytest
 from seed import seed_cells
 
+# End-to-end tier: the demo against the built-in engine in real time.
+pytestmark = pytest.mark.e2e
+
 
 def test_demo_writes_the_seed_matrix_and_its_report(tmp_path):
     out = tmp_path / "demo"

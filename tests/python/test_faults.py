@@ -18,6 +18,9 @@ from speedmatrix.matrix import Matrix
 from speedmatrix.sim import Sim
 from speedmatrix.sweep import Sweep
 
+# End-to-end tier: the built-in engine in real time, with faults.
+pytestmark = pytest.mark.e2e
+
 CELL = "decode-c64-n2-r0"
 
 # The fault the engine injects -> the error kind the client must record.

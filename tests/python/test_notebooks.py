@@ -63,6 +63,7 @@ def test_every_notebook_is_tested():
         assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), p.name
 
 
+@pytest.mark.e2e  # a Jupyter kernel runs the notebook
 def test_explore_saved_run(tmp_path):
     run_dir = _copy(synthetic.shared_run("full"), tmp_path / "run")
     nb = _execute("02_explore_saved_run.ipynb", tmp_path, {"SPEEDMATRIX_RUN_DIR": str(run_dir)})
@@ -71,6 +72,7 @@ def test_explore_saved_run(tmp_path):
     assert len(html) >= 5  # the charts were drawn
 
 
+@pytest.mark.e2e  # a Jupyter kernel runs the notebook
 def test_compare_runs(tmp_path):
     a = _copy(synthetic.shared_run("full"), tmp_path / "a")
     b = _copy(synthetic.shared_run("faster"), tmp_path / "b")
@@ -87,6 +89,7 @@ def test_compare_runs(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.e2e
 def test_quickstart_against_the_built_in_engine(tmp_path):
     try:
         from speedmatrix import _native

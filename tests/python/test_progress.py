@@ -14,6 +14,9 @@ from speedmatrix.matrix import Matrix
 from speedmatrix.sim import Sim
 from speedmatrix.sweep import Sweep
 
+# End-to-end tier: a sweep in real time.
+pytestmark = pytest.mark.e2e
+
 
 class _Terminal(io.StringIO):
     def isatty(self) -> bool:

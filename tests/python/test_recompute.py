@@ -15,6 +15,9 @@ from speedmatrix.sim import Sim
 from speedmatrix.sweep import Sweep
 from speedmatrix.verdict import Rules
 
+# End-to-end tier: a sweep in real time (its saved run is recomputed).
+pytestmark = pytest.mark.e2e
+
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):

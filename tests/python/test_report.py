@@ -412,6 +412,7 @@ def test_report_secrets_argument(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.e2e
 def test_report_of_a_real_run_against_the_built_in_engine(tmp_path):
     """End to end with the seed-h200 profile: sections, matrix shape, over capacity, and no
     trace of the API key or of the key inside the launch command under the output folder."""

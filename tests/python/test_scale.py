@@ -21,6 +21,9 @@ import pytest
 from speedmatrix._native import _core
 from speedmatrix.sim import Sim, load_profile
 
+# End-to-end tier: 2048 streams in real time.
+pytestmark = pytest.mark.e2e
+
 N = 2048
 ITL_MS = 100.0
 WINDOW_S = 3.0

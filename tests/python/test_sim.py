@@ -654,6 +654,7 @@ def test_stream_usage_options_follow_the_flavour(flavoured):
                 assert finals[0]["usage"]["completion_tokens"] == 4
 
 
+@pytest.mark.e2e  # timing held to the engine in real time
 def test_fixed_mode_timing_is_exact(fast):
     n, max_tokens = 16, 20
     streams = [
@@ -777,6 +778,7 @@ def test_prefix_cache_skips_prefill():
         assert (again.token_times()[0][0] - again.t_send) / MS > 250
 
 
+@pytest.mark.e2e  # timing held to the engine in real time
 def test_decode_steps_match_profile_and_client_tbt():
     with Sim("test-batch", stamp=True) as sim:
         prof = sim.state()["profile"]
@@ -880,6 +882,7 @@ def test_fault_shares_from_flags():
         assert 3 <= dropped <= 17
 
 
+@pytest.mark.e2e  # timing held to the engine in real time
 def test_seed_profile_cold_and_warm_ttft():
     with Sim("seed-h200") as sim:
         info = json.loads(get(sim.url, "/server_info")[1])

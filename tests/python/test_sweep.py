@@ -18,6 +18,9 @@ from speedmatrix.matrix import Matrix
 from speedmatrix.sim import Sim, load_profile
 from speedmatrix.sweep import Sweep, resume
 
+# End-to-end tier: the built-in engine in real time.
+pytestmark = pytest.mark.e2e
+
 
 def _sweep(url, matrix, out, **kw):
     sweep = Sweep(url, matrix, out, progress=False, report=False, **kw)

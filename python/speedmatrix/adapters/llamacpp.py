@@ -47,7 +47,7 @@ class LlamaCppAdapter(Adapter):
         if not is_llamacpp and not ctx.owned_by_matches(self):
             return None
         found: dict[str, Any] = {"warnings": [], "capacity_detail": {}, "info": {}}
-        if not is_llamacpp:
+        if props is None or not is_llamacpp:
             found["warnings"].append("llama.cpp's /props did not answer: capacity unknown")
             return found
         settings = props.get("default_generation_settings") or {}

@@ -37,7 +37,9 @@ class LMDeployAdapter(Adapter):
 
     def probe(self, ctx: ProbeContext) -> dict[str, Any] | None:
         samples = ctx.get_metrics("/metrics")
-        has_metrics = bool(samples) and any(n.startswith("lmdeploy:") for n, _l, _v in samples)
+        has_metrics = samples is not None and any(
+            n.startswith("lmdeploy:") for n, _l, _v in samples
+        )
         if not has_metrics and not ctx.owned_by_matches(self):
             return None
         found: dict[str, Any] = {

@@ -36,8 +36,7 @@ def kv_from_server_info(info: dict[str, Any]) -> tuple[int | None, str]:
     """KV pool tokens. With data parallelism each DP rank has its own pool and
     ``internal_states`` one entry per rank: the pools add up."""
     states = [s for s in info.get("internal_states") or [] if isinstance(s, dict)]
-    per_rank = [positive_int(s.get("max_total_num_tokens")) for s in states]
-    per_rank = [v for v in per_rank if v]
+    per_rank = [v for v in (positive_int(s.get("max_total_num_tokens")) for s in states) if v]
     dp = positive_int(info.get("dp_size")) or 1
     if dp > 1 and len(per_rank) > 1:
         return sum(per_rank), f"sum of max_total_num_tokens over {len(per_rank)} DP ranks"
@@ -54,8 +53,7 @@ def max_running_from_server_info(info: dict[str, Any]) -> int | None:
     if top:
         return top
     states = [s for s in info.get("internal_states") or [] if isinstance(s, dict)]
-    values = [positive_int(s.get("max_running_requests")) for s in states]
-    values = [v for v in values if v]
+    values = [v for v in (positive_int(s.get("max_running_requests")) for s in states) if v]
     return sum(values) if values else None
 
 

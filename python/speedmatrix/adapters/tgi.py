@@ -37,7 +37,7 @@ class TGIAdapter(Adapter):
         if not is_tgi and not ctx.owned_by_matches(self):
             return None
         found: dict[str, Any] = {"warnings": [], "capacity_detail": {}, "info": {}}
-        if not is_tgi:
+        if info is None or not is_tgi:
             found["warnings"].append("TGI's /info did not answer: limits unknown")
             return found
         found["version"] = info.get("version")

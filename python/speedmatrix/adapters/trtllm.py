@@ -37,7 +37,7 @@ class TRTLLMAdapter(Adapter):
 
     def probe(self, ctx: ProbeContext) -> dict[str, Any] | None:
         samples = ctx.get_metrics(PROM_PATH)
-        has_prom = bool(samples) and any(n.startswith("trtllm_") for n, _l, _v in samples)
+        has_prom = samples is not None and any(n.startswith("trtllm_") for n, _l, _v in samples)
         if not has_prom and not ctx.owned_by_matches(self):
             return None
         found: dict[str, Any] = {"warnings": [], "capacity_detail": {}}

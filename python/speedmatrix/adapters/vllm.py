@@ -52,7 +52,9 @@ class VLLMAdapter(Adapter):
 
     def probe(self, ctx: ProbeContext) -> dict[str, Any] | None:
         samples = ctx.get_metrics("/metrics")
-        has_vllm_metrics = bool(samples) and any(n.startswith("vllm:") for n, _l, _v in samples)
+        has_vllm_metrics = samples is not None and any(
+            n.startswith("vllm:") for n, _l, _v in samples
+        )
         if not has_vllm_metrics and not ctx.owned_by_matches(self):
             return None
         found: dict[str, Any] = {"warnings": [], "capacity_detail": {}}

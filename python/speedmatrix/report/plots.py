@@ -11,7 +11,7 @@ import io
 import os
 import re
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import matplotlib
 
@@ -30,7 +30,7 @@ from speedmatrix.report import formatting as fmt
 if TYPE_CHECKING:  # pragma: no cover
     from speedmatrix.results import Run
 
-_STYLE = {
+_STYLE: Any = {  # rc_context is typed with literal keys
     "svg.fonttype": "none",  # text stays text: smaller SVG, no duplicate glyph ids
     "svg.hashsalt": "speedmatrix",
     "font.size": 9,
@@ -41,7 +41,7 @@ _STYLE = {
 }
 
 
-def _new(w: float = 7.0, h: float = 4.0, layout: str | None = None) -> tuple[Figure, plt.Axes]:
+def _new(w: float = 7.0, h: float = 4.0, layout: Any = None) -> tuple[Figure, plt.Axes]:
     """A figure with one axes; fixed margins (fast) unless a layout engine is asked for."""
     with plt.rc_context(_STYLE):
         fig = Figure(figsize=(w, h), layout=layout)
