@@ -9,6 +9,8 @@ DEB_PACKAGES=(g++ cmake pkg-config libcurl4-openssl-dev nlohmann-json3-dev
 # Test-only: chromium opens the HTML report; openssl makes the TLS test's certificate;
 # clang-format checks the C++ formatting.
 if [[ "${SPEEDMATRIX_WITH_BROWSER:-0}" == 1 ]]; then DEB_PACKAGES+=(chromium openssl clang-format); fi
+# Test-only: scripts/ci-hardening.sh builds libFuzzer targets with Debian's clang.
+if [[ "${SPEEDMATRIX_WITH_FUZZ:-0}" == 1 ]]; then DEB_PACKAGES+=(clang-14 libclang-rt-14-dev); fi
 PY=${PYTHON:-python3}
 # The extension compiles against the headers of the Python that installs it;
 # Debian's python3 ships them apart (a pyenv or venv Python has them already).

@@ -3,7 +3,7 @@
 # suite (pytest, notebooks included). This is the test command of README.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SPEEDMATRIX_WITH_BROWSER=1 SPEEDMATRIX_EXTRAS=test bash scripts/setup.sh
+SPEEDMATRIX_WITH_BROWSER=1 SPEEDMATRIX_WITH_FUZZ=1 SPEEDMATRIX_EXTRAS=test bash scripts/setup.sh
 
 PY=${PYTHON:-python3}
 echo "test: format, lint and types"
@@ -23,6 +23,9 @@ echo "test: llama.cpp llama-server for the real-engine tests (cached after the f
 # Builds once per machine (about 11 minutes on 2 idle cores), then only prints the build.
 # SPEEDMATRIX_LLAMACPP=skip skips the build and the tests, on purpose only.
 if [[ "${SPEEDMATRIX_LLAMACPP:-}" != skip ]]; then bash scripts/llamacpp.sh; fi
+
+echo "test: hardening (fuzzing, ASan+UBSan, TSan; docs/RELIABILITY.md)"
+bash scripts/ci-hardening.sh
 
 echo "test: pytest (both tiers: -m 'not e2e' is the fast one)"
 # Run from the tests folder against the installed package, not the source tree.

@@ -90,9 +90,9 @@ PyCellResult to_python(CellResult&& r) {
 
   EventColumns& e = r.events;
   out.events["request"] = adopt(std::move(e.request));
-  out.events["t_ns"] = adopt(std::move(e.t_ns));
-  out.events["tokens"] = adopt(std::move(e.tokens));
-  out.events["server_ns"] = adopt(std::move(e.server_ns));
+  out.events["t_ns"] = adopt(e.t_ns.to_vector());
+  out.events["tokens"] = adopt(e.tokens.to_vector());
+  out.events["server_ns"] = adopt(e.server_ns.to_vector());
 
   MetricSamples& ms = r.metrics;
   py::list names;

@@ -13,8 +13,13 @@
 Over 500 lines: the parsers are the CLI's documentation (every option's help, groups,
 epilog examples) and stay in one place so a test can walk them all.
 
-Bad flags end with one line on stderr and exit status 2 before any work
-starts; a target that cannot be reached ends with one line and status 1.
+Exit status (docs/RELIABILITY.md): 0 every runnable cell measured; 3 some cells failed
+(status error) or were not run; 1 nothing was measured or the run could not start (a target
+that cannot be reached, a folder that holds another run, a file that cannot be written);
+2 bad flags, before any work starts; 130 / 143 / 129 interrupted by SIGINT / SIGTERM /
+SIGHUP (the run is saved, marked interrupted, and the report written; a second signal exits
+at once, run.json intact since every write is atomic). Every failure is one line on stderr,
+redacted; --debug adds the traceback.
 """
 
 from __future__ import annotations
@@ -22,7 +27,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 
 # numpy's BLAS threads spin after each call; on a machine shared with the
@@ -32,8 +39,16 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 #: where `compare` writes by default, inside DIR_B: its charts must not mix with DIR_B's own
 COMPARE_DIR = "compare"
-EXIT_USAGE = 2
+EXIT_OK = 0
+#: nothing was measured, or the run could not start
 EXIT_FAILURE = 1
+EXIT_USAGE = 2
+#: some cells failed (status error) or were not run; the others were measured
+EXIT_PARTIAL = 3
+#: the signals that stop a run as Ctrl-C does; exit status 128 + the signal's number
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+#: descriptors a run needs beyond one per stream: discovery, /metrics, files, libcurl's own
+FD_MARGIN = 64
 
 
 class UsageError(Exception):
@@ -156,6 +171,20 @@ def add_run_groups(p: argparse.ArgumentParser) -> dict[str, argparse._ArgumentGr
     g.add_argument(
         "--api-key",
         help="API key (also $SPEEDMATRIX_API_KEY / $OPENAI_API_KEY); never written anywhere",
+    )
+    g.add_argument(
+        "--api-key-file",
+        type=Path,
+        metavar="FILE",
+        help="read the API key from FILE (keeps it out of the process list and shell history)",
+    )
+    g.add_argument(
+        "--ca-file", type=Path, metavar="PEM", help="https: verify the server against this CA"
+    )
+    g.add_argument(
+        "--insecure",
+        action="store_true",
+        help="https: do not verify the server's certificate (said in the report)",
     )
     g.add_argument("--model", help="served model name (default: the server's only/first model)")
     g.add_argument(
@@ -288,6 +317,7 @@ start here:
 """,
     )
     parser.add_argument("--version", action="version", version=_version())
+    parser.add_argument("--debug", action="store_true", help="show tracebacks of failures")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
 
     run = sub.add_parser(
@@ -327,7 +357,7 @@ start here:
         "  speedmatrix sim --profile fixed --fault-http500 0.05 --seed 1\n",
         formatter_class=_Formatter,
     )
-    sim.add_argument("--port", type=int, default=8000, help="port to listen on")
+    sim.add_argument("--port", type=_port, default=8000, help="port to listen on")
     sim.add_argument("--host", default="127.0.0.1", help="address to listen on")
     sim.add_argument(
         "--profile",
@@ -409,6 +439,10 @@ start here:
         "charts (default: DIR_B/compare, apart from DIR_B's own report)",
     )
     add_capacity_parser(sub, _Formatter)
+    for p in sub.choices.values():  # --debug after the command too; SUPPRESS keeps the top's
+        p.add_argument(
+            "--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS
+        )
     return parser
 
 
@@ -422,16 +456,22 @@ def _matrix_from_args(args: argparse.Namespace):
     from speedmatrix.matrix import Matrix, parse_contexts
     from speedmatrix.units import parse_duration, parse_tokens
 
-    if args.matrix is not None:
-        if not args.matrix.is_file():
-            raise UsageError(f"--matrix: no such file {args.matrix}")
-        m = Matrix.from_toml(args.matrix)
-    elif args.preset:
-        m = Matrix.preset(args.preset)
-    else:
-        m = Matrix()
-
     try:
+        if args.matrix is not None:
+            if not args.matrix.is_file():
+                raise UsageError(f"--matrix: no such file {args.matrix}")
+            try:
+                m = Matrix.from_toml(args.matrix)
+            except UnicodeDecodeError:
+                raise UsageError(f"--matrix {args.matrix}: not UTF-8 text") from None
+            except OSError as exc:
+                raise UsageError(f"--matrix {args.matrix}: {exc.strerror or exc}") from None
+            except ValueError as exc:
+                raise UsageError(f"--matrix {args.matrix}: {exc}") from None
+        elif args.preset:
+            m = Matrix.preset(args.preset)
+        else:
+            m = Matrix()
         if args.contexts:
             m.contexts = parse_contexts(",".join(_csv(args.contexts)))
         if args.prefill_contexts:
@@ -471,6 +511,16 @@ def _matrix_from_args(args: argparse.Namespace):
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
     return m
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a port number (0..65535)")
+    return value
 
 
 def _positive_int(text: str, flag: str) -> int:
@@ -526,9 +576,13 @@ def _apply_meta(args: argparse.Namespace) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from speedmatrix import sweep
+    from speedmatrix import http, runfile, sweep
 
     _apply_meta(args)
+    api_key = _api_key(args)
+    if args.ca_file is not None and not args.ca_file.is_file():
+        raise UsageError(f"--ca-file: no such file {args.ca_file}")
+    http.configure_tls(ca_file=args.ca_file, insecure=args.insecure)
     if args.dry_run:
         if args.resume is not None:
             raise UsageError("--dry-run plans a new run; it does not take --resume")
@@ -540,7 +594,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             dryrun.describe(
                 args.url,
                 _matrix_from_args(args),
-                api_key=_api_key(args),
+                api_key=api_key,
                 model=args.model,
                 overrides=_overrides(args),
                 tokenizer=args.tokenizer,
@@ -548,18 +602,27 @@ def _cmd_run(args: argparse.Namespace) -> int:
         )
         return 0
     if args.resume is not None:
-        return sweep.resume(
+        doc = runfile.read_run(args.resume)
+        conc = ((doc.get("meta") or {}).get("run") or {}).get("matrix", {}).get("concurrency")
+        ensure_descriptors(max(conc or [1]))
+        sweep.resume(
             args.resume,
-            api_key=_api_key(args),
+            api_key=api_key,
             progress=not args.quiet,
             report=not args.no_report,
             tokenizer=args.tokenizer,
         )
+        return run_exit_status(runfile.read_run(args.resume, strict=False))
     if not args.url:
         raise UsageError("--url is required (or --resume DIR)")
+    if not args.url.lower().startswith(("http://", "https://")):
+        raise UsageError(f"--url must start with http:// or https://, not {args.url!r}")
     if not args.out:
         raise UsageError("--out DIR is required")
     matrix = _matrix_from_args(args)
+    ensure_descriptors(max(matrix.concurrency or [1]))
+    created = not args.out.exists()
+    prepare_out(args.out, force=args.force)
     info = {
         "launch_command": args.launch_command,
         "hardware": {
@@ -578,7 +641,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         args.url,
         matrix,
         out=args.out,
-        api_key=_api_key(args),
+        api_key=api_key,
         model=args.model,
         overrides=_overrides(args),
         info=info,
@@ -586,17 +649,103 @@ def _cmd_run(args: argparse.Namespace) -> int:
         report=not args.no_report,
         tokenizer=args.tokenizer,
     )
-    created = not args.out.exists()
     try:
-        return run.execute()
+        run.execute()
     finally:
         # a run that could not start (server unreachable, bad tokenizer) leaves no empty
         # folder behind; one that wrote anything keeps it
         if created and args.out.is_dir() and not any(args.out.iterdir()):
             args.out.rmdir()
+    return run_exit_status(runfile.read_run(args.out, strict=False))
+
+
+def run_exit_status(doc: dict) -> int:
+    """The exit status of a finished (not interrupted) run, from its saved cells: 0 when
+    every runnable cell was measured (valid or queued), EXIT_PARTIAL when some failed or
+    were not run, EXIT_FAILURE when none was measured."""
+    cells = [c for c in doc.get("cells") or [] if c.get("status") != "over_capacity"]
+    measured = [c for c in cells if c.get("status") in ("valid", "queued") and not c.get("not_run")]
+    if not measured:
+        return EXIT_FAILURE
+    return EXIT_OK if len(measured) == len(cells) else EXIT_PARTIAL
+
+
+def prepare_out(out: Path, force: bool = False) -> Path | None:
+    """Makes the --out folder. One that holds another run (a run.json) is refused unless
+    ``force``, which renames the folder to ``<out>.replaced-<UTC time>`` (nothing is deleted)
+    and returns that new path."""
+    from datetime import datetime, timezone
+
+    from speedmatrix.errors import SpeedmatrixError
+
+    out = Path(out)
+    moved = None
+    if out.exists() and not out.is_dir():
+        raise SpeedmatrixError(f"--out {out} is a file, not a folder")
+    if (out / "run.json").exists():
+        if not force:
+            raise SpeedmatrixError(
+                f"--out {out} holds another run; continue it with --resume {out}, choose "
+                "another folder, or add --force to move it aside"
+            )
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        moved = out.with_name(f"{out.resolve().name}.replaced-{stamp}")
+        n = 1
+        while moved.exists():
+            n += 1
+            moved = out.with_name(f"{out.resolve().name}.replaced-{stamp}-{n}")
+        try:
+            out.rename(moved)
+        except OSError as exc:
+            raise SpeedmatrixError(
+                f"--force: cannot move {out} aside to {moved} ({exc.strerror or exc})"
+            ) from None
+        print(f"speedmatrix: moved the previous run in {out} to {moved}", file=sys.stderr)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SpeedmatrixError(f"cannot make --out {out}: {exc.strerror or exc}") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise SpeedmatrixError(f"cannot write in --out {out}: permission denied")
+    return moved
+
+
+def ensure_descriptors(concurrency: int) -> None:
+    """A cell of ``concurrency`` streams needs a descriptor each, plus FD_MARGIN. The soft
+    limit is raised to the hard one when short; a hard limit too low is the client's limit,
+    said before any cell runs (not found later as connect errors blamed on the server)."""
+    import resource
+
+    from speedmatrix.errors import SpeedmatrixError
+
+    need = int(concurrency) + FD_MARGIN
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return
+    if hard == resource.RLIM_INFINITY or hard >= need:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+        return
+    raise SpeedmatrixError(
+        f"concurrency {concurrency} needs about {need} open files, and this process may open "
+        f"{hard} (the hard limit); raise it (ulimit -Hn {need} as root, or LimitNOFILE= in "
+        "a systemd unit) or lower --concurrency"
+    )
 
 
 def _api_key(args: argparse.Namespace) -> str | None:
+    if getattr(args, "api_key_file", None) is not None:
+        from speedmatrix.errors import SpeedmatrixError
+
+        try:
+            key = args.api_key_file.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            why = getattr(exc, "strerror", None) or "not UTF-8 text"
+            raise SpeedmatrixError(f"--api-key-file {args.api_key_file}: {why}") from None
+        if not key or "\n" in key:
+            raise SpeedmatrixError(
+                f"--api-key-file {args.api_key_file}: expected the key alone on one line"
+            )
+        return key
     return (
         args.api_key
         or os.environ.get("SPEEDMATRIX_API_KEY")
@@ -624,7 +773,12 @@ def _cmd_sim(args: argparse.Namespace) -> int:
         argv += ["--flavour", args.flavour]
     for kv in args.set:
         argv += ["--set", kv]
-    argv += sim.engine_flag_args(args)  # sim.main takes them under the same names
+    try:
+        argv += sim.engine_flag_args(args)  # sim.main takes them under the same names
+    except sim.SimError as exc:  # fault shares that add up to more than 1
+        raise UsageError(str(exc)) from None
+    if args.api_key:
+        argv += ["--api-key", args.api_key]
     return sim.main(argv)
 
 
@@ -720,25 +874,107 @@ COMMANDS = {
 }
 
 
+class _StopSignals:
+    """SIGTERM and SIGHUP stop a run as SIGINT does (KeyboardInterrupt: in-flight requests
+    cancelled, run.json marked interrupted, report written); a second signal of any of the
+    three exits at once. run.json is only ever replaced atomically, so it stays whole."""
+
+    def __init__(self) -> None:
+        self.first: int | None = None
+        self._old: dict[int, object] = {}
+
+    def __enter__(self) -> _StopSignals:  # noqa: PYI034 - not subclassed
+        if threading.current_thread() is threading.main_thread():
+            for sig in STOP_SIGNALS:
+                self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.first is not None:
+            return  # stopping: a second signal while the process winds down still exits now
+        for sig, old in self._old.items():
+            signal.signal(sig, old)  # type: ignore[arg-type]
+
+    def _handle(self, signum: int, frame: object) -> None:
+        if self.first is not None:
+            os.write(2, b"speedmatrix: second signal; exiting now\n")
+            os._exit(128 + signum)
+        self.first = signum
+        raise KeyboardInterrupt
+
+    def status(self) -> int:
+        return 128 + (self.first or signal.SIGINT)
+
+
+def _exit_now(status: int) -> None:
+    """Ends a process stopped by a signal once its run is saved: interpreter teardown would
+    put the default handlers back, and a second signal in that window would kill it with
+    no status of ours. Everything is on disk already (atomic writes)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
+def _one_line(text: str, secrets: list[str]) -> str:
+    from speedmatrix.redact import redact, redact_known
+
+    text = " ".join(str(text).split()) or "(no message)"
+    return redact_known(redact(text), secrets)
+
+
 def main(argv: list[str] | None = None) -> int:
+    import traceback
+
     from speedmatrix.errors import SpeedmatrixError
 
     parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-        if not args.command:
-            parser.print_help()
+    secrets: list[str] = []
+    debug = "--debug" in (sys.argv[1:] if argv is None else argv)
+
+    def say(text: str) -> None:
+        if debug:
+            from speedmatrix.redact import redact, redact_known
+
+            sys.stderr.write(redact_known(redact(traceback.format_exc()), secrets))
+        print(f"speedmatrix: error: {_one_line(text, secrets)}", file=sys.stderr)
+
+    with _StopSignals() as stops:
+        try:
+            args = parser.parse_args(argv)
+            if not args.command:
+                parser.print_help()
+                return EXIT_USAGE
+            if args.command == "run":
+                secrets += [s for s in (_api_key(args),) if s]
+            elif getattr(args, "api_key", None):
+                secrets.append(args.api_key)
+            code = COMMANDS[args.command](args)
+            if stops.first is not None:
+                # `sim` runs until a signal: that is its normal end, and its status says how
+                # its engine ended (0: stopped cleanly)
+                _exit_now(code if args.command == "sim" else stops.status())
+            return code
+        except UsageError as exc:
+            say(str(exc))
             return EXIT_USAGE
-        return COMMANDS[args.command](args)
-    except UsageError as exc:
-        print(f"speedmatrix: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except SpeedmatrixError as exc:
-        print(f"speedmatrix: error: {exc}", file=sys.stderr)
-        return EXIT_FAILURE
-    except KeyboardInterrupt:  # outside a sweep (discovery, prompt building)
-        print("speedmatrix: interrupted", file=sys.stderr)
-        return 130
+        except SpeedmatrixError as exc:
+            say(str(exc))
+            return EXIT_FAILURE
+        except KeyboardInterrupt:  # outside a sweep (discovery, prompt building)
+            print("speedmatrix: interrupted", file=sys.stderr)
+            if stops.first is not None:
+                _exit_now(stops.status())
+            return stops.status()
+        except OSError as exc:
+            where = f" ({exc.filename})" if exc.filename else ""
+            say(f"{exc.strerror or exc}{where}")
+            return EXIT_FAILURE
+        except Exception as exc:  # noqa: BLE001 - a bug still gets one line, not a traceback
+            say(
+                f"internal error: {type(exc).__name__}: {exc} "
+                "(run again with --debug for the traceback, and please report it)"
+            )
+            return EXIT_FAILURE
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -96,6 +96,8 @@ class Progress:
         self._thread: threading.Thread | None = None
         self._rich: Any = None  # rich.live.Live once started
         self._failed: str | None = None
+        #: known secrets (the API key): replaced, with redact()'s patterns, in every line shown
+        self.secrets: list[str] = []
 
     # ------------------------------------------------------------ what the sweep calls
     def plan(self, planned, cells: dict[str, dict] | None = None) -> None:
@@ -119,6 +121,11 @@ class Progress:
                 )
         self.grid.contexts = list(seen_ctx.items())
         self.grid.concurrency = conc
+
+    def _clean(self, text: str) -> str:
+        from speedmatrix.redact import redact, redact_known
+
+        return redact_known(redact(text), self.secrets)
 
     def start_cell(
         self,
@@ -149,7 +156,7 @@ class Progress:
         if not self.enabled:
             self.live = _Live()
             return
-        line = f"[{live.index}/{live.total}] {live.label}: {summary}"
+        line = self._clean(f"[{live.index}/{live.total}] {live.label}: {summary}")
         if self.tty and self._rich is not None:
             self._rich.console.print(line, markup=False, highlight=False)
         else:
@@ -160,9 +167,9 @@ class Progress:
         if not self.enabled:
             return
         if self.tty and self._rich is not None:
-            self._rich.console.print(text, markup=False, highlight=False)
+            self._rich.console.print(self._clean(text), markup=False, highlight=False)
         else:
-            print(text, file=self.stream, flush=True)
+            print(self._clean(text), file=self.stream, flush=True)
 
     def close(self) -> None:
         self._stop.set()

@@ -14,21 +14,52 @@ from typing import Any
 REDACTED = "<redacted>"
 
 # Secret-bearing names. Words that are secrets whatever precedes them take any prefix
-# (--admin-api-key, --openai-api-key, --db-password); "token" only alone or after a prefix
-# that makes it a credential (--hf-token, --auth-token), so --max-token 5 stays as it is.
-_STRONG = r"api[-_]?key|secret|password|passwd|private[-_]key"
+# (--admin-api-key, --openai-api-key, --db-password, --jwt-secret) and a key/token suffix
+# (--secret-key, --access-key-id); "token" only alone or after prefixes that make it a
+# credential (--hf-token, --hf-api-token, --auth-token), so --max-token 5 stays as it is.
+_STRONG = (
+    r"api[-_]?keys?|secrets?|password|passwd|passphrase|private[-_]key|access[-_]keys?"
+    r"|credentials?|jwt|auth"
+)
 _TOKEN_PREFIX = (
     r"hf|hub|huggingface|auth|access|api|bearer|github|gh|gitlab|refresh|session|id|openai"
     r"|admin|oauth|bot"
 )
-_SECRET_NAME = rf"(?:[a-z0-9]+[-_])*(?:{_STRONG})|(?:(?:{_TOKEN_PREFIX})[-_]?)?token|bearer"
+_SECRET_NAME = (
+    rf"(?:[a-z0-9]+[-_])*(?:{_STRONG})(?:[-_](?:keys?|key[-_]id|tokens?))?"
+    rf"|(?:(?:{_TOKEN_PREFIX})[-_]?)+tokens|(?:(?:{_TOKEN_PREFIX})[-_]?)*token|bearer"
+)
 _FLAG_NAMES = _SECRET_NAME
 _VALUE = r"""(?:"[^"]*"|'[^']*'|[^\s"']+)"""
+# env names that hold secrets, in `--env NAME VALUE` / `-e NAME VALUE` (launchers, docker)
+_ENV_SECRET = r"[A-Za-z0-9_]*(?:KEY|TOKEN(?!S|IZ)|SECRET|PASSWORD|PASSWD|CREDENTIALS?)[A-Za-z0-9_]*"
 
-_PATTERNS: list[tuple[re.Pattern[str], str]] = [
-    # --api-key X, --api-key=X, --admin-api-key X, --hf-token X, --token X (-H/--header below)
+# --api-key X, --api-key=X, --hf-token X; a plural name (LMDeploy's --api-keys K1 K2) takes
+# every value up to the next flag. A value never starts with "-": "--disable-auth --port 1".
+_FLAG_RE = re.compile(
+    rf"(?i)((?<![\w-])--?({_FLAG_NAMES})(?:=|\s+))(?!{REDACTED})(?!-)({_VALUE})"
+    rf"((?:\s+(?!-)(?!{REDACTED}){_VALUE})*)"
+)
+
+
+def _flag_repl(m: re.Match[str]) -> str:
+    name = m.group(2).lower()
+    rest = m.group(4) or ""
+    if name.endswith("s") and rest:
+        rest = re.sub(rf"(\s+){_VALUE}", r"\1" + REDACTED, rest)
+    return m.group(1) + REDACTED + rest
+
+
+_PATTERNS: list[tuple[re.Pattern[str], Any]] = [
+    (_FLAG_RE, _flag_repl),
+    # --env HF_TOKEN value, -e HF_TOKEN value
     (
-        re.compile(rf"(?i)((?<![\w-])--?(?:{_FLAG_NAMES})(?:=|\s+))(?!{REDACTED})({_VALUE})"),
+        re.compile(rf"((?<![\w-])(?:-e|--env)\s+{_ENV_SECRET}\s+)(?!-)(?!{REDACTED})({_VALUE})"),
+        r"\1" + REDACTED,
+    ),
+    # curl's -u user:password, --user user:password
+    (
+        re.compile(rf"((?<![\w-])(?:-u|--user)(?:=|\s+)[^\s:]+:)(?!{REDACTED})(\S+)"),
         r"\1" + REDACTED,
     ),
     # api-key style headers: x-api-key: X, api-key: X

@@ -1,8 +1,11 @@
 """Saved runs on disk: ``DIR/run.json`` and ``DIR/records/<cell id>.npz``.
 
 ``write_run`` is atomic (temp file in the same folder, fsync, ``os.replace``), so
-a reader never sees half a file and a crash loses at most the cell in progress.
-``read_run`` checks the ``speedmatrix.run/1`` contract and names what is missing.
+a reader never sees half a file and a crash loses at most the cell in progress; a write
+that fails (a full disk above all) leaves the previous file as it was and raises a one-line
+:class:`RunFileError`. Files get mode 0666 less the umask (0644 usually), as ``open`` would
+give, not mkstemp's 0600. ``read_run`` checks the ``speedmatrix.run/1`` contract and names
+what is missing; ``load_records`` refuses a records path outside the run's ``records/``.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from speedmatrix.errors import SpeedmatrixError
 
 SCHEMA = "speedmatrix.run/1"
 RUN_FILE = "run.json"
@@ -41,8 +46,25 @@ PHASES = ("prefill", "decode")
 STATUSES = ("valid", "queued", "over_capacity", "error")
 
 
-class RunFileError(ValueError):
-    """A saved run that cannot be read: the message names the file and the field."""
+class RunFileError(SpeedmatrixError, ValueError):
+    """A saved run that cannot be read or written: the message names the file and the field."""
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)  # read it: the only way; set back at once
+    os.umask(mask)
+    return mask
+
+
+def _file_mode() -> int:
+    return 0o666 & ~_umask()
+
+
+def _write_failed(path: Path, exc: OSError) -> RunFileError:
+    import errno
+
+    why = "the disk is full" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else exc.strerror
+    return RunFileError(f"cannot write {path}: {why or exc}; the previous file is kept")
 
 
 def _clean(obj: Any) -> Any:
@@ -64,20 +86,27 @@ def _clean(obj: Any) -> Any:
 
 def atomic_write(path: Path, data: bytes) -> None:
     """Writes `data` to `path` through a temporary file and a rename: a reader sees the
-    old file or the new one, never a part."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    old file or the new one, never a part. A failed write (a full disk) removes the
+    temporary file, keeps the old one, and raises a one-line RunFileError."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise _write_failed(path, exc) from exc
     try:
         with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), _file_mode())
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if isinstance(exc, OSError):
+            raise _write_failed(path, exc) from exc
         raise
 
 
@@ -173,8 +202,13 @@ def read_run(run_dir: str | os.PathLike, strict: bool = True) -> dict:
         raise FileNotFoundError(f"no saved run at {p}: {RUN_FILE} is missing")
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise RunFileError(f"{path}: not a run file (not UTF-8 text)") from None
     except json.JSONDecodeError as exc:
-        raise RunFileError(f"{path}: not valid JSON ({exc})") from exc
+        what = "empty" if not path.stat().st_size else f"not valid JSON ({exc})"
+        raise RunFileError(f"{path}: {what}; it is not a complete run file") from None
+    except OSError as exc:
+        raise RunFileError(f"{path}: cannot read it ({exc.strerror or exc})") from None
     return validate_run(doc, str(path), strict=strict)
 
 
@@ -246,23 +280,38 @@ def save_records(
             raise RunFileError(f"records for {cell_id}: array {k!r} has Python objects")
     rel = _records_relpath(cell_id)
     path = Path(run_dir) / rel
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".npz", dir=path.parent)
-    os.close(fd)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".npz", dir=path.parent)
+        os.fchmod(fd, _file_mode())
+        os.close(fd)
+    except OSError as exc:
+        raise _write_failed(path, exc) from exc
     try:
         np.savez_compressed(tmp, **arrays)  # type: ignore[arg-type]
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise _write_failed(path, exc) from exc
         raise
     return rel
 
 
 def load_records(run_dir: str | os.PathLike, relpath: str) -> dict:
     """Load a cell's records: ``{"requests": {...}, "events": {...}, "metrics": {...},
-    "stamps": {...}}`` (stamps empty in runs saved before they were stored)."""
-    path = Path(run_dir) / relpath
+    "stamps": {...}}`` (stamps empty in runs saved before they were stored).
+
+    ``relpath`` comes from run.json, which anyone may have edited: it must name a file inside
+    the run's ``records/`` folder (no absolute path, no ``..``, no symlink out)."""
+    base = (Path(run_dir) / RECORDS_DIR).resolve()
+    path = (Path(run_dir) / str(relpath)).resolve()
+    if Path(str(relpath)).is_absolute() or base not in path.parents:
+        raise RunFileError(
+            f"{Path(run_dir) / RUN_FILE}: records path {str(relpath)!r} is outside "
+            f"{RECORDS_DIR}/; not read"
+        )
     if not path.is_file():
         raise FileNotFoundError(f"records file missing: {path}")
     requests: dict[str, np.ndarray] = {}

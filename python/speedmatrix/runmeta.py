@@ -30,9 +30,14 @@ def run_meta(url: str, target: Any, matrix: Any, info: dict, rules: Rules) -> di
     """The whole ``meta`` of a new run against `target` (a discovered Target)."""
     from speedmatrix.adapters import strip_credentials
     from speedmatrix.hardware import detect_hardware
+    from speedmatrix.http import tls_settings
     from speedmatrix.redact import redact
 
     t = target
+    tls = tls_settings()
+    warnings = list(t.warnings)
+    if tls["insecure"] and url.lower().startswith("https://"):
+        warnings.append("TLS: the server's certificate was not verified (--insecure)")
     host = urllib.parse.urlsplit(url).hostname or ""
     local = host in ("127.0.0.1", "localhost", "::1") or host == socket.gethostname()
     hardware = detect_hardware(local=local, given=info.get("hardware") or {}, simulated=t.simulated)
@@ -58,11 +63,16 @@ def run_meta(url: str, target: Any, matrix: Any, info: dict, rules: Rules) -> di
             "started_at": utc_now(),
             "interrupted": False,
             "launch_command": redact(launch) if launch else None,
+            # how https was verified: --insecure (none) or --ca-file (its file name only)
+            "tls": {
+                "insecure": bool(tls["insecure"]),
+                "ca_file": os.path.basename(tls["ca_file"]) if tls["ca_file"] else None,
+            },
             "matrix": matrix_dict,
             "seed": int.from_bytes(os.urandom(4), "little"),
         },
         "capacity": t.capacity_meta(),
-        "warnings": list(t.warnings),
+        "warnings": warnings,
         "client": {
             "host": platform.node(),
             "cpus": os.cpu_count(),

@@ -25,13 +25,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from speedmatrix.errors import SpeedmatrixError
+
 _PROFILES = Path(__file__).resolve().parent / "profiles"
 _LISTEN_PREFIX = "speedmatrix-sim listening on "
 
 __all__ = ["Sim", "SimError", "list_profiles", "load_profile", "main", "profile_path"]
 
 
-class SimError(RuntimeError):
+class SimError(SpeedmatrixError, RuntimeError):
     """The built-in engine could not be started or did not answer."""
 
 
@@ -91,6 +93,7 @@ def _share(text: str) -> float:
 
 
 def _fault_args(faults: Mapping[str, float]) -> list[str]:
+    _check_fault_sum(faults)
     args: list[str] = []
     for kind, share in faults.items():
         kind = kind.replace("_", "")
@@ -98,6 +101,21 @@ def _fault_args(faults: Mapping[str, float]) -> list[str]:
             raise ValueError(f"unknown fault {kind!r}: use {', '.join(FAULT_KINDS)}")
         args += [f"--fault-{kind}", repr(float(share))]
     return args
+
+
+def _engine_env(api_key: str | None) -> dict[str, str] | None:
+    if not api_key:
+        return None
+    return {**os.environ, "SPEEDMATRIX_SIM_API_KEY": api_key}
+
+
+def _check_fault_sum(shares: Mapping[str, float]) -> None:
+    total = sum(float(v) for v in shares.values())
+    if total > 1.0 + 1e-9:
+        raise SimError(
+            f"the fault shares add up to {total:g}; a request gets at most one fault, so "
+            "they must add up to 1 or less"
+        )
 
 
 def _fmt_value(v: Any) -> str:
@@ -130,6 +148,7 @@ class Sim:
         extra_args: Sequence[str] = (),
         start_timeout_s: float = 10.0,
         start: bool = True,
+        api_key: str | None = None,
     ) -> None:
         self.profile = str(profile)
         self.port: int = port
@@ -158,6 +177,8 @@ class Sim:
             args += ["--set", f"{k}={_fmt_value(v)}"]
         args += list(extra_args)
         self.args = args
+        #: the key the engine wants (passed in its environment, never on its command line)
+        self.api_key = api_key
         self._timeout = start_timeout_s
         if start:
             self.start()
@@ -168,6 +189,7 @@ class Sim:
             return self
         self._proc = subprocess.Popen(
             self.args,
+            env=_engine_env(self.api_key),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -289,6 +311,17 @@ class Sim:
         return False
 
 
+def _port(text: str) -> int:
+    """A TCP port from the command line (argparse type): 0 (pick one) to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a port number (0..65535)")
+    return value
+
+
 def add_engine_flags(ap: argparse.ArgumentParser) -> None:
     """The flags `speedmatrix sim` passes through to the binary: pacing, stamps, faults.
     Shared by this module's parser and the `sim` subcommand of speedmatrix.cli."""
@@ -307,6 +340,11 @@ def add_engine_flags(ap: argparse.ArgumentParser) -> None:
             help=f"share of generation requests given the {kind} fault (0..1)",
         )
     ap.add_argument("--seed", type=int, help="seed of the fault draws (reproducible faults)")
+    ap.add_argument(
+        "--api-key",
+        help="require this key (Authorization: Bearer) on the API paths; also "
+        "$SPEEDMATRIX_SIM_API_KEY",
+    )
 
 
 def engine_flag_args(a: argparse.Namespace) -> list[str]:
@@ -331,8 +369,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="seed-h200",
         help=f"one of {', '.join(list_profiles())} or a .json path",
     )
-    ap.add_argument("--port", type=int, default=8000)
-    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=_port, default=8000)
+    ap.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     ap.add_argument("--flavour", choices=["sglang", "vllm"], default=None)
     add_engine_flags(ap)
     ap.add_argument(
@@ -359,19 +397,43 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if a.flavour:
         args += ["--flavour", a.flavour]
-    args += engine_flag_args(a)
+    try:
+        args += engine_flag_args(a)
+    except SimError as e:
+        print(f"speedmatrix sim: {e}", file=sys.stderr)
+        return 2
     for kv in a.set:
         args += ["--set", kv]
-    proc = subprocess.Popen(args)
+    # --watch-stdin: the engine exits when this process's end of its stdin pipe closes, so a
+    # SIGKILL here cannot leave it running with the port; SIGTERM/SIGHUP/SIGINT stop it below.
+    args.append("--watch-stdin")
+    stops = _signals_as_interrupt()
     try:
-        return proc.wait()
-    except KeyboardInterrupt:
-        proc.send_signal(signal.SIGTERM)
+        proc = subprocess.Popen(args, stdin=subprocess.PIPE, env=_engine_env(a.api_key))
         try:
-            return proc.wait(5) or 0
-        except subprocess.TimeoutExpired:
-            proc.kill()
             return proc.wait()
+        except KeyboardInterrupt:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                return proc.wait(5) or 0
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                return proc.wait()
+    finally:
+        for sig, old in stops.items():
+            signal.signal(sig, old)
+
+
+def _signals_as_interrupt() -> dict:
+    """SIGTERM and SIGHUP raise KeyboardInterrupt as SIGINT does (main thread only); returns
+    the handlers replaced. Under `speedmatrix sim` the CLI has installed its own already."""
+    old: dict = {}
+    if threading.current_thread() is not threading.main_thread():
+        return old
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) in (signal.SIG_DFL, None):
+            old[sig] = signal.signal(sig, signal.default_int_handler)
+    return old
 
 
 if __name__ == "__main__":

@@ -55,6 +55,8 @@ from speedmatrix.verdict import EngineFacts, Rules
 # this many tries, this far apart (a refused connection fails at once).
 REPROBE_TRIES = 3
 REPROBE_PAUSE_S = 0.5
+#: statuses of saved cells that --resume keeps; every other cell is measured again
+KEPT_ON_RESUME = ("valid", "queued", "over_capacity")
 #: `not_run` of the cells left when the server stopped answering; `--resume` redoes them
 SERVER_UNREACHABLE = "server_unreachable"
 
@@ -116,6 +118,7 @@ class Sweep:
         self._nonce = os.urandom(4).hex()
         self._cold_prompts = 0
         self._secrets = [s for s in (api_key,) if s]
+        self.progress.secrets = self._secrets  # every line shown is redacted too
         self.facts = EngineFacts()
         self.rules = Rules(error_threshold=float(matrix.error_threshold))
 
@@ -269,9 +272,11 @@ class Sweep:
 
     # ------------------------------------------------------------ planning
     def _done(self, cell_id: str) -> bool:
-        """The cell is in run.json and is not one to redo (left when the server was lost)."""
+        """The cell is in run.json with a measurement to keep (valid, queued, over
+        capacity); any other (an error, a cell interrupted or left when the server was
+        lost) is measured again by --resume."""
         c = self.cells.get(cell_id)
-        return c is not None and not c.get("not_run")
+        return c is not None and not c.get("not_run") and c.get("status") in KEPT_ON_RESUME
 
     def _prefill_from_warmup(self, planned) -> dict[str, str]:
         """Prefill cell id -> id of the decode cell whose N=1 warm-up measures it.
@@ -362,6 +367,13 @@ class Sweep:
         # engine does, real servers do not): they let a saved run show how late
         # tokens arrived after they were sent. The decoder reads the field anyway.
         spec.server_stamps = True
+        # --ca-file / --insecure: the same TLS choice discovery made (speedmatrix.http)
+        from speedmatrix.http import tls_settings
+
+        tls = tls_settings()
+        spec.tls_verify = not tls["insecure"]
+        if tls["ca_file"]:
+            spec.ca_file = tls["ca_file"]
         names = self.facts.metric_names()
         if names and self.target.metrics_url:
             spec.metrics_url = self.target.metrics_url
@@ -783,6 +795,18 @@ def resume(
         for k, v in meta.get("capacity", {}).items()
         if isinstance(v, dict) and v.get("source") == "given"
     }
+    redo = [
+        c.get("id", "?")
+        for c in doc.get("cells", [])
+        if c.get("not_run") or c.get("status") not in KEPT_ON_RESUME
+    ]
+    if redo:  # said even with --quiet: those cells' saved figures will be replaced
+        print(
+            f"speedmatrix: --resume measures again {len(redo)} cell(s) not valid: "
+            + ", ".join(redo[:12])
+            + (f" and {len(redo) - 12} more" if len(redo) > 12 else ""),
+            file=sys.stderr,
+        )
     sweep = Sweep(
         meta["target"]["url"],
         matrix,

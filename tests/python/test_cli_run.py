@@ -211,7 +211,7 @@ def test_a_cell_whose_prompts_cannot_be_made_ends_no_run(sim, tmp_path):
         text=True,
         timeout=120,
     )
-    assert res.returncode == 0, res.stderr
+    assert res.returncode == 3, res.stderr  # some cells failed (docs/RELIABILITY.md)
     assert "Traceback" not in res.stderr
     cells = _cells(out)
     assert cells["decode-c4-n1-r0"]["status"] == "error"

@@ -90,3 +90,63 @@ def test_redact_known_walks_everything():
 def test_redact_known_ignores_short_secrets():
     assert redact_known("a b c", ["a"]) == "a b c"
     assert redact_known("abc", []) == "abc"
+
+
+# Each engine family's real launch flags (and the shapes issue 14 found missed): the secret
+# values vanish, the flags and every other argument stay.
+LAUNCH_FLAGS = [
+    # (command, secrets that must vanish, text that must stay)
+    (
+        "lmdeploy serve api_server internlm/internlm2-7b --api-keys K1secret K2secret --server-port 23333",
+        ["K1secret", "K2secret"],
+        ["internlm/internlm2-7b", "--server-port 23333"],
+    ),
+    (
+        "lmdeploy serve api_server m --api-keys=K1secret K2secret",
+        ["K1secret", "K2secret"],
+        ["api_server m"],
+    ),
+    (
+        "python -m sglang.launch_server --model-path m --api-key sgKey1 --admin-api-key adKey2",
+        ["sgKey1", "adKey2"],
+        ["--model-path m"],
+    ),
+    (
+        "vllm serve m --api-key vlKey1 --hf-token hfTok2 --port 8000",
+        ["vlKey1", "hfTok2"],
+        ["vllm serve m", "--port 8000"],
+    ),
+    (
+        "text-generation-launcher --model-id m --hf-api-token hfTok3 --port 80",
+        ["hfTok3"],
+        ["--model-id m", "--port 80"],
+    ),
+    ("llama-server -m model.gguf --api-key lcKey4 --port 8080", ["lcKey4"], ["-m model.gguf"]),
+    ("trtllm-serve m --secret-key trtSec5 --host 0.0.0.0", ["trtSec5"], ["--host 0.0.0.0"]),
+    (
+        "minio-proxy --access-key AKsecret6 --secret-key SKsecret7",
+        ["AKsecret6", "SKsecret7"],
+        ["minio-proxy"],
+    ),
+    ("sky launch --env HF_TOKEN hfTok8 serve.yaml", ["hfTok8"], ["--env HF_TOKEN"]),
+    ("docker run -e HUGGING_FACE_HUB_TOKEN hfTok9 -p 8000:8000 img", ["hfTok9"], ["-p 8000:8000"]),
+    ("curl -u alice:pa55w0rd http://h/v1/models", ["pa55w0rd"], ["alice", "http://h/v1/models"]),
+    ("curl --user alice:pa55w0rd http://h/", ["pa55w0rd"], ["alice"]),
+    ("gateway --auth basicAuthV --port 1", ["basicAuthV"], ["--port 1"]),
+    ("gateway --credentials credV1 --x 1", ["credV1"], ["--x 1"]),
+    ("ssh-agent --passphrase passV1 --x 1", ["passV1"], ["--x 1"]),
+    ("gateway --jwt eyJhbGciOi.eyJzdWIi.sig --x 1", ["eyJhbGciOi.eyJzdWIi.sig"], ["--x 1"]),
+    ("gateway --jwt-secret jwtSec1 --x 1", ["jwtSec1"], ["--x 1"]),
+    ("ollama serve", [], ["ollama serve"]),
+    ("server --disable-auth --port 8000", [], ["--disable-auth --port 8000"]),
+]
+
+
+@pytest.mark.parametrize("cmd,secrets,kept", LAUNCH_FLAGS)
+def test_launch_flags_of_every_engine_family(cmd, secrets, kept):
+    out = redact(cmd)
+    for s in secrets:
+        assert s not in out, out
+    for k in kept:
+        assert k in out, out
+    assert out.count(REDACTED) >= len(secrets)

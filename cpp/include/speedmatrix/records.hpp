@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "speedmatrix/clock.hpp"
@@ -59,14 +60,74 @@ struct RequestRecord {
   std::int32_t retries = 0;
 };
 
-// Every event that carried tokens, in arrival order.
+// Arrival times of a cell's token events, kept compactly while the window runs: each is a
+// 4-byte offset from the base of its block; a new block (16 bytes) starts when an offset
+// would not fit in 32 bits (4.29 s) or time goes back. Random access is a binary search
+// over blocks. to_vector() gives the plain int64 column at the end of the cell.
+class NsColumn {
+ public:
+  void push_back(ns_t t);
+  ns_t operator[](std::size_t i) const;
+  std::size_t size() const noexcept { return offsets_.size(); }
+  void reserve(std::size_t n) { offsets_.reserve(n); }
+  std::vector<ns_t> to_vector() const;
+  std::size_t memory_bytes() const noexcept;
+
+ private:
+  struct Block {
+    ns_t base;
+    std::size_t first;  // index of its first entry
+  };
+  std::vector<Block> blocks_;
+  std::vector<std::uint32_t> offsets_;
+};
+
+// Token counts of events: 2 bytes each; a count of 65535 or more (never seen from a real
+// server: one event is one chunk) is kept whole in a side list.
+class CountColumn {
+ public:
+  void push_back(std::int32_t v);
+  std::int32_t operator[](std::size_t i) const;
+  std::size_t size() const noexcept { return small_.size(); }
+  void reserve(std::size_t n) { small_.reserve(n); }
+  std::vector<std::int32_t> to_vector() const;
+  std::size_t memory_bytes() const noexcept;
+
+ private:
+  static constexpr std::uint16_t kEscape = 0xFFFF;
+  std::vector<std::uint16_t> small_;
+  std::vector<std::pair<std::size_t, std::int32_t>> large_;  // (index, value), in order
+};
+
+// The engine's own send stamps: nothing at all is stored while every value is kNever (any
+// server but the built-in engine with --stamp); the first stamp makes the column plain.
+class StampColumn {
+ public:
+  void push_back(ns_t v);
+  ns_t operator[](std::size_t i) const { return dense_ ? values_[i] : kNever; }
+  std::size_t size() const noexcept { return n_; }
+  void reserve(std::size_t) {}
+  std::vector<ns_t> to_vector() const;
+  std::size_t memory_bytes() const noexcept { return values_.capacity() * sizeof(ns_t); }
+
+ private:
+  std::size_t n_ = 0;
+  bool dense_ = false;        // a stamp was seen: values_ holds every entry
+  std::vector<ns_t> values_;  // empty while every value is kNever
+};
+
+// Every event that carried tokens, in arrival order. Held for the whole window, so kept
+// compact: 10 bytes an event without server stamps (docs/RELIABILITY.md), against 24 as
+// plain columns; the Python side gets the plain columns (to_vector) once the cell ends.
 struct EventColumns {
   std::vector<std::int32_t> request;  // index into the cell's request list
-  std::vector<ns_t> t_ns;             // arrival (one clock read per socket read)
-  std::vector<std::int32_t> tokens;   // tokens the event carried (>= 1)
-  std::vector<ns_t> server_ns;        // server's send stamp when it gave one, else -1
+  NsColumn t_ns;                      // arrival (one clock read per socket read)
+  CountColumn tokens;                 // tokens the event carried (>= 1)
+  StampColumn server_ns;              // server's send stamp when it gave one, else -1
   void reserve(std::size_t n);
   std::size_t size() const noexcept { return t_ns.size(); }
+  // Bytes held (capacities, not sizes): what a long window costs.
+  std::size_t memory_bytes() const noexcept;
 };
 
 // /metrics samples taken during the cell: values[i * names.size() + j] is

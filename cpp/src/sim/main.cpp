@@ -17,7 +17,8 @@ const char kUsage[] =
     "                       [--set key=value ...] [--unpaced] [--stamp]\n"
     "                       [--fault-http500 P] [--fault-malformed P] [--fault-drop P] "
     "[--fault-stall P]\n"
-    "                       [--seed N] [--watch-stdin]\n";
+    "                       [--seed N] [--watch-stdin] [--api-key KEY]\n"
+    "The key may also come from $SPEEDMATRIX_SIM_API_KEY (kept out of the process list).\n";
 
 // 4096 concurrent streams need more descriptors than the usual soft limit.
 void raise_nofile() {
@@ -26,6 +27,14 @@ void raise_nofile() {
     r.rlim_cur = r.rlim_max;
     setrlimit(RLIMIT_NOFILE, &r);
   }
+}
+
+bool parse_port(const char* s, int& out) {
+  char* end = nullptr;
+  long v = std::strtol(s, &end, 10);
+  if (!end || *end != '\0' || end == s || v < 0 || v > 65535) return false;
+  out = static_cast<int>(v);
+  return true;
 }
 
 bool parse_share(const char* s, double& out) {
@@ -61,8 +70,14 @@ int main(int argc, char** argv) {
       profile_path = value("--profile");
     else if (a == "--host")
       opt.host = value("--host");
-    else if (a == "--port")
-      opt.port = std::atoi(value("--port"));
+    else if (a == "--port") {
+      const char* v = value("--port");
+      if (!parse_port(v, opt.port)) {
+        std::fprintf(stderr, "speedmatrix-sim: --port wants 0..65535, got '%s'\n", v);
+        return 2;
+      }
+    } else if (a == "--api-key")
+      opt.api_key = value("--api-key");
     else if (a == "--flavour" || a == "--flavor")
       flavour = value("--flavour");
     else if (a == "--set")
@@ -90,6 +105,16 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "speedmatrix-sim: unknown argument '%s'\n%s", a.c_str(), kUsage);
       return 2;
     }
+  }
+  if (const char* k = std::getenv("SPEEDMATRIX_SIM_API_KEY"); k && *k && opt.api_key.empty())
+    opt.api_key = k;
+  double faults = opt.fault_http500 + opt.fault_malformed + opt.fault_drop + opt.fault_stall;
+  if (faults > 1.0 + 1e-9) {
+    std::fprintf(stderr,
+                 "speedmatrix-sim: the fault shares add up to %g; a request gets at most one "
+                 "fault, so they must add up to 1 or less\n",
+                 faults);
+    return 2;
   }
   if (profile_path.empty()) {
     std::fprintf(stderr, "speedmatrix-sim: --profile is required\n%s", kUsage);

@@ -137,6 +137,7 @@ class Server {
   static void on_drained(evhttp_connection*, void* arg);
 
   void handle(evhttp_request* req);
+  bool authorized(evhttp_request* req) const;
   void tick();
   void arm();
   void dispatch(const Event& ev);
@@ -203,10 +204,21 @@ void Server::reply_error(evhttp_request* req, int code, const std::string& msg, 
   else
     e = {{"object", "error"}, {"message", msg}, {"type", type}, {"param", nullptr}, {"code", code}};
   const char* reason = code == 400   ? "Bad Request"
+                       : code == 401 ? "Unauthorized"
                        : code == 404 ? "Not Found"
                        : code == 500 ? "Internal Server Error"
                                      : "Error";
   reply_json(req, code, e.dump(), reason);
+}
+
+bool Server::authorized(evhttp_request* req) const {
+  const char* got = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
+  std::string want = "Bearer " + opt_.api_key;
+  if (!got || std::strlen(got) != want.size()) return false;
+  unsigned diff = 0;  // compare every byte: the time taken says nothing of the key
+  for (std::size_t i = 0; i < want.size(); ++i)
+    diff |= static_cast<unsigned char>(got[i]) ^ static_cast<unsigned char>(want[i]);
+  return diff == 0;
 }
 
 void Server::handle(evhttp_request* req) {
@@ -220,7 +232,11 @@ void Server::handle(evhttp_request* req) {
   auto method = evhttp_request_get_command(req);
   bool post = method == EVHTTP_REQ_POST;
   try {
-    if (path == "/health" || path == "/health_generate" || path == "/ping") {
+    bool open_path = path == "/health" || path == "/health_generate" || path == "/ping" ||
+                     path == "/metrics" || path == "/version" || path.rfind("/sim/", 0) == 0;
+    if (!opt_.api_key.empty() && !open_path && !authorized(req)) {
+      reply_error(req, 401, "Invalid or missing API key", "AuthenticationError");
+    } else if (path == "/health" || path == "/health_generate" || path == "/ping") {
       evhttp_send_reply(req, 200, "OK", nullptr);
     } else if (path == "/v1/models" || path == "/models") {
       handle_models(req);
@@ -443,6 +459,18 @@ void Server::handle_generate(evhttp_request* req, bool chat) {
                          "BadRequestError");
     break;
   }
+  // Engine::validate adds prompt + max_tokens: a max_tokens near 2^63 would overflow that
+  // sum and pass. Nothing above the context length can be served anyway.
+  if (max_tokens > prof_.context_length)
+    return reply_error(req, 400,
+                       "This model's maximum context length is " +
+                           std::to_string(prof_.context_length) +
+                           " tokens. However, you "
+                           "requested " +
+                           std::to_string(max_tokens) +
+                           " tokens in the completion. Please reduce the length of the "
+                           "completion.",
+                       "BadRequestError");
   bool streaming = false;
   if (body["stream"].get(v) == simdjson::SUCCESS && !v.is_null()) {
     if (v.get_bool().get(streaming) != simdjson::SUCCESS)

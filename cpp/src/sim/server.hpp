@@ -20,6 +20,9 @@ struct ServerOptions {
   // Exit when stdin reaches end of file: a parent that holds the pipe's other end
   // (speedmatrix.sim.Sim) takes the engine down with it even when it is killed.
   bool watch_stdin = false;
+  // When set, every API path (all but /health, /ping, /metrics, /version and /sim/*, as
+  // vLLM and SGLang leave open) wants "Authorization: Bearer <api_key>"; others get 401.
+  std::string api_key;
 };
 
 // Runs until SIGTERM/SIGINT. Prints "speedmatrix-sim listening on HOST:PORT" to

@@ -169,7 +169,8 @@ class TokenizeSpec:
         if isinstance(answer, dict):
             ids = answer.get("tokens", answer.get("input_ids"))
             if isinstance(ids, list) and ids and isinstance(ids[0], dict):
-                ids = [t.get("id") for t in ids]
+                # a server's answer may mix shapes: anything not {"id": int} is not a token
+                ids = [t.get("id") if isinstance(t, dict) else None for t in ids]
             ids = [int(t) for t in ids] if isinstance(ids, list) else None
             count = answer.get("count", answer.get("length"))
             if isinstance(count, int):
