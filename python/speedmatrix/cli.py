@@ -289,7 +289,13 @@ def add_run_groups(p: argparse.ArgumentParser) -> dict[str, argparse._ArgumentGr
         "--resume",
         type=Path,
         metavar="DIR",
-        help="continue an interrupted run in DIR without redoing finished cells",
+        help="continue a run in DIR: measures every cell not valid, queued or over capacity "
+        "(interrupted, failed, not run)",
+    )
+    g.add_argument(
+        "--force",
+        action="store_true",
+        help="--out holds another run: move it aside to DIR.replaced-<time> (never deleted)",
     )
     g.add_argument(
         "--dry-run",
@@ -441,7 +447,10 @@ start here:
     add_capacity_parser(sub, _Formatter)
     for p in sub.choices.values():  # --debug after the command too; SUPPRESS keeps the top's
         p.add_argument(
-            "--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS
+            "--debug",
+            action="store_true",
+            default=argparse.SUPPRESS,
+            help="show tracebacks of failures",
         )
     return parser
 

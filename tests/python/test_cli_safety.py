@@ -120,7 +120,7 @@ def test_bad_matrix_files_are_one_line(tmp_path, content, needle):
 @pytest.mark.parametrize(
     "args, needle",
     [
-        (["--preset", "nonesuch"], "unknown matrix preset"),
+        (["--preset", "nonesuch"], "invalid choice: 'nonesuch'"),
         (["--url", "ftp://example.com"], "http:// or https://"),
     ],
 )

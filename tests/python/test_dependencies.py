@@ -88,6 +88,7 @@ def _notebook_source(path: Path) -> str:
 def _scan(files: list[Path], read=lambda p: p.read_text()) -> tuple[dict, dict]:
     local = {p.stem for p in (ROOT / "tests" / "python").glob("*.py")}
     local |= {p.stem for p in (ROOT / "bench").glob("*.py")}
+    local |= {p.stem for p in (ROOT / "tests" / "fuzz").glob("*.py")}
     req: dict[str, list[str]] = {}
     opt: dict[str, list[str]] = {}
     for f in files:

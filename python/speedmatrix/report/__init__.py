@@ -67,7 +67,7 @@ def write_report(
     d = Path(run_dir)
     try:
         doc = json.loads((d / "run.json").read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+    except (OSError, ValueError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         doc = None  # load() below says what is wrong with the file, in one line
     if doc is not None:
         check(doc, str(d / "run.json"))
