@@ -65,7 +65,19 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
         help="prefill contexts, e.g. 8k,64k,max-decode,max "
         "(max-decode: the decode max; max: the longest prompt the server takes)",
     )
-    p.add_argument("--duration", help="window per decode cell, e.g. 30s")
+    p.add_argument(
+        "--duration",
+        help="window per decode cell, e.g. 30s (with --precision: the longest window)",
+    )
+    p.add_argument(
+        "--precision",
+        help="end each decode window as soon as the 95%% intervals of total tok/s and of the "
+        "median time between tokens are within this of their value, e.g. 2%%",
+    )
+    p.add_argument(
+        "--min-duration",
+        help="the shortest window --precision may end (default 5s)",
+    )
     p.add_argument("--max-output", help="max output tokens per request, e.g. 4096")
     p.add_argument("--api", choices=["completions", "chat"], help="endpoint to measure")
     p.add_argument("--repetitions", type=int, help="repetitions of every cell")
@@ -172,7 +184,7 @@ def _version() -> str:
 
 
 def _matrix_from_args(args: argparse.Namespace):
-    from speedmatrix.matrix import Matrix, parse_contexts
+    from speedmatrix.matrix import Matrix, parse_contexts, parse_precision
     from speedmatrix.units import parse_duration, parse_tokens
 
     if args.matrix is not None:
@@ -193,6 +205,10 @@ def _matrix_from_args(args: argparse.Namespace):
             m.concurrency = [_positive_int(c, "--concurrency") for c in _csv(args.concurrency)]
         if args.duration:
             m.duration_s = parse_duration(args.duration)
+        if args.precision:
+            m.precision = parse_precision(args.precision)
+        if args.min_duration:
+            m.min_duration_s = parse_duration(args.min_duration)
         if args.max_output:
             m.max_output = parse_tokens(args.max_output)
         if args.api:

@@ -319,3 +319,18 @@ def test_matrix_precision_fields():
     assert any(p.startswith("precision:") for p in Matrix(precision=1.5).problems())
     # without a precision target a short window is fine (the quick preset's 3 s)
     assert Matrix(duration_s=3).problems() == []
+
+
+def test_cli_precision_flags_reach_the_matrix():
+    from speedmatrix.cli import UsageError, _matrix_from_args, build_parser
+
+    def matrix(*flags):
+        args = build_parser().parse_args(["run", "--url", "http://127.0.0.1:1", *flags])
+        return _matrix_from_args(args)
+
+    m = matrix("--precision", "2%", "--min-duration", "3s", "--duration", "60s")
+    assert (m.precision, m.min_duration_s, m.duration_s) == (pytest.approx(0.02), 3.0, 60.0)
+    with pytest.raises(UsageError, match="precision"):
+        matrix("--precision", "lots")
+    with pytest.raises(UsageError, match="min_duration_s"):
+        matrix("--precision", "2%", "--min-duration", "90s", "--duration", "30s")
