@@ -334,3 +334,48 @@ def test_cli_precision_flags_reach_the_matrix():
         matrix("--precision", "lots")
     with pytest.raises(UsageError, match="min_duration_s"):
         matrix("--precision", "2%", "--min-duration", "90s", "--duration", "30s")
+
+
+def _seed_bodies(n: int, context: int, max_tokens: int, tail: int = 512):
+    """n prompts of `context` words (a token is a word to the built-in engine) sharing
+    all but their last `tail` words, as the demo's prompts do."""
+    shared = " ".join(f"s{i % 97}" for i in range(context - tail))
+    out = []
+    for k in range(n):
+        prompt = shared + " " + " ".join(f"u{k}x{i}" for i in range(tail))
+        body = {
+            "model": "muse-glimmer",
+            "prompt": prompt,
+            "max_tokens": max_tokens,
+            "ignore_eos": True,
+            "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        }
+        out.append(json.dumps(body).encode())
+    return out
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_long_ramp_cell_reads_the_same_over_5_and_30_s():
+    # seed-h200 at 32K x 32: the 32 first tokens take ~3 s (the seed's TTFT 3,244 ms).
+    # One 30 s steady-state window; its first 5 s give the 5 s figure (a window that
+    # ended there would hold the same tokens). Within 3% of each other, while a window
+    # opened at the send (the old rule) reads far lower over 5 s.
+    n, context = 32, 32768
+    with Sim("seed-h200") as sim:
+        spec = _spec(sim.url + "/v1/completions", n, 30.0, b"")
+        spec.bodies = _seed_bodies(n, context, 4096)
+        spec.warmup_bodies = _seed_bodies(n, context, 1)
+        res = _core.CellRunner(spec).run()
+    assert not res.fatal_error and not res.ramp_capped
+    t0, ramp = int(res.window_start_ns), int(res.ramp_start_ns)
+    assert (t0 - ramp) / 1e9 > 1.0  # a long ramp indeed
+
+    def total(a, b):
+        return _core.summarize_cell(res.requests, res.events, a, b)["total_tok_s"]
+
+    long, short = total(t0, t0 + 30 * 10**9), total(t0, t0 + 5 * 10**9)
+    assert short == pytest.approx(long, rel=0.03), (short, long)
+    assert long == pytest.approx(1378.7, rel=0.10)  # the seed's figure
+    assert total(ramp, ramp + 5 * 10**9) < 0.9 * long  # the ramp inside the window
