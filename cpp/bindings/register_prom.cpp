@@ -1,5 +1,7 @@
 #include <pybind11/stl.h>
 
+#include <string>
+
 #include "register.hpp"
 #include "speedmatrix/prom.hpp"
 
@@ -10,8 +12,12 @@ namespace speedmatrix::bindings {
 void register_prom(py::module_& m) {
   m.def(
       "parse_prometheus",
-      [](std::string_view text) {
-        const std::vector<PromSample> samples = parse_prometheus(text);
+      [](std::string_view text, bool strict) {
+        int bad = 0;
+        const std::vector<PromSample> samples = parse_prometheus(text, &bad);
+        if (strict && bad > 0) {
+          throw py::value_error(std::to_string(bad) + " line(s) are not Prometheus text");
+        }
         py::list out;
         for (const PromSample& s : samples) {
           py::dict labels;
@@ -20,9 +26,9 @@ void register_prom(py::module_& m) {
         }
         return out;
       },
-      py::arg("text"),
+      py::arg("text"), py::arg("strict") = false,
       "Parses a Prometheus text page: [(name, {label: value}, value)]; malformed lines are "
-      "skipped.");
+      "skipped,\nor with strict=True raise ValueError (a page that is not Prometheus text).");
 }
 
 }  // namespace speedmatrix::bindings

@@ -33,6 +33,74 @@ auto span_of(const A& a) {
   return std::span(a.data(), static_cast<std::size_t>(a.size()));
 }
 
+using I64 = py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>;
+using U8 = py::array_t<std::uint8_t, py::array::c_style | py::array::forcecast>;
+using I32 = py::array_t<std::int32_t, py::array::c_style | py::array::forcecast>;
+
+// The records' columns as contiguous arrays (held here, so that `view` stays
+// valid while this object lives) and a RecordView over them; checks lengths
+// and event indices.
+struct Columns {
+  I64 sent, first, done, prompt, out_tok;
+  U8 outcome, phase, source;
+  I32 ev_req, ev_tok, slot;
+  I64 ev_t;
+  RecordView view;
+
+  Columns(const py::dict& requests, const py::dict& events) {
+    sent = column<ns_t>(requests, "requests", "sent_ns");
+    first = column<ns_t>(requests, "requests", "first_token_ns");
+    done = column<ns_t>(requests, "requests", "done_ns");
+    outcome = column<std::uint8_t>(requests, "requests", "outcome");
+    phase = column<std::uint8_t>(requests, "requests", "phase");
+    prompt = column<std::int64_t>(requests, "requests", "prompt_tokens");
+    ev_req = column<std::int32_t>(events, "events", "request");
+    ev_t = column<ns_t>(events, "events", "t_ns");
+    ev_tok = column<std::int32_t>(events, "events", "tokens");
+    // optional: usage totals of chunk-counted requests (saved runs have them)
+    const bool usage = requests.contains("output_tokens") && requests.contains("token_source");
+    out_tok = usage ? column<std::int64_t>(requests, "requests", "output_tokens")
+                    : py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>();
+    source = usage ? column<std::uint8_t>(requests, "requests", "token_source")
+                   : py::array_t<std::uint8_t, py::array::c_style | py::array::forcecast>();
+    const py::ssize_t n = sent.size();
+    for (py::ssize_t len :
+         {first.size(), done.size(), outcome.size(), phase.size(), prompt.size()}) {
+      if (len != n) throw py::value_error("request columns have different lengths");
+    }
+    if (ev_t.size() != ev_req.size() || ev_tok.size() != ev_req.size()) {
+      throw py::value_error("event columns have different lengths");
+    }
+    const std::int32_t* r = ev_req.data();
+    for (py::ssize_t i = 0; i < ev_req.size(); ++i) {
+      if (r[i] < 0 || r[i] >= n)
+        throw py::value_error("events['request'] holds an index outside the requests");
+    }
+    view.sent_ns = span_of(sent);
+    view.first_token_ns = span_of(first);
+    view.done_ns = span_of(done);
+    view.outcome = span_of(outcome);
+    view.phase = span_of(phase);
+    view.prompt_tokens = span_of(prompt);
+    view.ev_request = span_of(ev_req);
+    view.ev_t_ns = span_of(ev_t);
+    view.ev_tokens = span_of(ev_tok);
+    if (usage) {
+      if (out_tok.size() != n || source.size() != n) {
+        throw py::value_error("request columns have different lengths");
+      }
+      view.output_tokens = span_of(out_tok);
+      view.token_source = span_of(source);
+    }
+    // optional: the slot column (saved runs have it) gives the first wave
+    if (requests.contains("slot")) {
+      slot = column<std::int32_t>(requests, "requests", "slot");
+      if (slot.size() != n) throw py::value_error("request columns have different lengths");
+      view.slot = span_of(slot);
+    }
+  }
+};
+
 py::list interval(const Interval& i) {
   py::list l;
   l.append(i.lo);
@@ -81,61 +149,8 @@ void register_stats(py::module_& m) {
          ns_t steady_from_ns, ns_t ttft_from_ns) {
         if (!(t1_ns > t0_ns)) throw py::value_error("summarize_cell needs t1_ns > t0_ns");
         if (!(bin_s > 0)) throw py::value_error("summarize_cell needs bin_s > 0");
-        const auto sent = column<ns_t>(requests, "requests", "sent_ns");
-        const auto first = column<ns_t>(requests, "requests", "first_token_ns");
-        const auto done = column<ns_t>(requests, "requests", "done_ns");
-        const auto outcome = column<std::uint8_t>(requests, "requests", "outcome");
-        const auto phase = column<std::uint8_t>(requests, "requests", "phase");
-        const auto prompt = column<std::int64_t>(requests, "requests", "prompt_tokens");
-        const auto ev_req = column<std::int32_t>(events, "events", "request");
-        const auto ev_t = column<ns_t>(events, "events", "t_ns");
-        const auto ev_tok = column<std::int32_t>(events, "events", "tokens");
-        // optional: usage totals of chunk-counted requests (saved runs have them)
-        const bool usage = requests.contains("output_tokens") && requests.contains("token_source");
-        const auto out_tok =
-            usage ? column<std::int64_t>(requests, "requests", "output_tokens")
-                  : py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>();
-        const auto source =
-            usage ? column<std::uint8_t>(requests, "requests", "token_source")
-                  : py::array_t<std::uint8_t, py::array::c_style | py::array::forcecast>();
-        // optional: the slot column (saved runs have it) gives the first wave
-        const bool slots = requests.contains("slot");
-        const auto slot =
-            slots ? column<std::int32_t>(requests, "requests", "slot")
-                  : py::array_t<std::int32_t, py::array::c_style | py::array::forcecast>();
-        const py::ssize_t n = sent.size();
-        if (slots && slot.size() != n)
-          throw py::value_error("request columns have different lengths");
-        for (py::ssize_t len :
-             {first.size(), done.size(), outcome.size(), phase.size(), prompt.size()}) {
-          if (len != n) throw py::value_error("request columns have different lengths");
-        }
-        if (ev_t.size() != ev_req.size() || ev_tok.size() != ev_req.size()) {
-          throw py::value_error("event columns have different lengths");
-        }
-        const std::int32_t* r = ev_req.data();
-        for (py::ssize_t i = 0; i < ev_req.size(); ++i) {
-          if (r[i] < 0 || r[i] >= n)
-            throw py::value_error("events['request'] holds an index outside the requests");
-        }
-        RecordView v;
-        v.sent_ns = span_of(sent);
-        v.first_token_ns = span_of(first);
-        v.done_ns = span_of(done);
-        v.outcome = span_of(outcome);
-        v.phase = span_of(phase);
-        v.prompt_tokens = span_of(prompt);
-        v.ev_request = span_of(ev_req);
-        v.ev_t_ns = span_of(ev_t);
-        v.ev_tokens = span_of(ev_tok);
-        if (slots) v.slot = span_of(slot);
-        if (usage) {
-          if (out_tok.size() != n || source.size() != n) {
-            throw py::value_error("request columns have different lengths");
-          }
-          v.output_tokens = span_of(out_tok);
-          v.token_source = span_of(source);
-        }
+        const Columns cols(requests, events);
+        const RecordView& v = cols.view;
         CellFigures f;
         {
           // Safe without the GIL: the views point into arrays this frame
@@ -167,6 +182,44 @@ void register_stats(py::module_& m) {
       py::arg("target"), py::arg("elapsed_s"), py::arg("min_duration_s"),
       "The precision stop the cell runs in C++: (stop, precision reached) for figures and their "
       "intervals.");
+  m.def(
+      "token_arrivals",
+      [](const py::dict& requests, const py::dict& events, int phase) {
+        const Columns cols(requests, events);
+        std::vector<Arrival> arrivals;
+        {
+          // Safe without the GIL: the view points into arrays `cols` holds.
+          py::gil_scoped_release nogil;
+          arrivals = token_arrivals(cols.view, phase);
+        }
+        const auto n = static_cast<py::ssize_t>(arrivals.size());
+        py::array_t<std::int32_t> request(n);
+        py::array_t<std::int64_t> t_ns(n), tokens(n);
+        py::array_t<double> gap_ms(n);
+        auto q = request.mutable_unchecked<1>();
+        auto t = t_ns.mutable_unchecked<1>();
+        auto k = tokens.mutable_unchecked<1>();
+        auto g = gap_ms.mutable_unchecked<1>();
+        for (py::ssize_t i = 0; i < n; ++i) {
+          const Arrival& a = arrivals[static_cast<std::size_t>(i)];
+          q(i) = a.request;
+          t(i) = a.t_ns;
+          k(i) = a.tokens;
+          g(i) = a.gap_ms;
+        }
+        py::dict d;
+        d["request"] = request;
+        d["t_ns"] = t_ns;
+        d["tokens"] = tokens;
+        d["gap_ms"] = gap_ms;
+        return d;
+      },
+      py::arg("requests"), py::arg("events"), py::arg("phase") = 1,
+      "Token arrivals of a cell's records (the one derivation the figures use): events of one\n"
+      "request with the same t_ns merged, usage-scaled, ordered by request then time, as arrays\n"
+      "{request, t_ns, tokens, gap_ms} (gap_ms: ms per token since the request's previous\n"
+      "arrival, NaN for its first). phase: requests of that phase (1 = window, 0 = warm-up),\n"
+      "-1 = all.");
 }
 
 }  // namespace speedmatrix::bindings

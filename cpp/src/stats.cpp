@@ -180,6 +180,55 @@ double weighted_percentile(std::span<const double> values, std::span<const std::
   return sorted_weighted_quantile(vw, 0, vw.size(), q);
 }
 
+std::vector<Arrival> token_arrivals(const RecordView& r, int phase) {
+  const std::size_t n_req = r.sent_ns.size();
+  const std::size_t n_ev = std::min({r.ev_request.size(), r.ev_t_ns.size(), r.ev_tokens.size()});
+  const std::vector<std::int32_t> ev_tokens = usage_scaled_tokens(r, n_ev);
+  auto counted = [&](std::int32_t q) {
+    if (q < 0 || static_cast<std::size_t>(q) >= n_req) return false;
+    if (phase < 0) return true;
+    return static_cast<std::size_t>(q) < r.phase.size() &&
+           r.phase[static_cast<std::size_t>(q)] == static_cast<std::uint8_t>(phase);
+  };
+  std::vector<std::size_t> order;
+  order.reserve(n_ev);
+  for (std::size_t e = 0; e < n_ev; ++e) {
+    if (counted(r.ev_request[e]) && ev_tokens[e] > 0) order.push_back(e);
+  }
+  // Records hold each request's events in arrival order, interleaved across
+  // requests; a stable sort by (request, time) keeps one read's events together.
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return r.ev_request[a] != r.ev_request[b] ? r.ev_request[a] < r.ev_request[b]
+                                              : r.ev_t_ns[a] < r.ev_t_ns[b];
+  });
+  // Events of one request with the same arrival time came in one socket read:
+  // they are one arrival, and the gap since the previous arrival is spread
+  // over all their tokens (k tokens -> k gaps of gap/k).
+  std::vector<Arrival> out;
+  out.reserve(order.size());
+  for (std::size_t e : order) {
+    const std::int32_t q = r.ev_request[e];
+    const ns_t t = r.ev_t_ns[e];
+    if (!out.empty() && out.back().request == q && out.back().t_ns == t) {
+      out.back().tokens += ev_tokens[e];
+      continue;
+    }
+    Arrival a;
+    a.request = q;
+    a.t_ns = t;
+    a.tokens = ev_tokens[e];
+    a.gap_ms = kNaN;
+    if (!out.empty() && out.back().request == q)
+      a.gap_ms = static_cast<double>(t - out.back().t_ns);
+    out.push_back(a);
+  }
+  // The gap is known once all of an arrival's tokens are: spread it now.
+  for (Arrival& a : out) {
+    if (!std::isnan(a.gap_ms)) a.gap_ms = a.gap_ms * 1e-6 / static_cast<double>(a.tokens);
+  }
+  return out;
+}
+
 CellFigures summarize_cell(const RecordView& r, ns_t t0, ns_t t1, double bin_s, ns_t steady_from_ns,
                            ns_t ttft_from_ns) {
   CellFigures f;
@@ -215,21 +264,37 @@ CellFigures summarize_cell(const RecordView& r, ns_t t0, ns_t t1, double bin_s, 
     return static_cast<double>(w) * 1e-9;
   };
 
-  // --- tokens in the window, per bin ---
-  const std::size_t n_ev = std::min({r.ev_request.size(), r.ev_t_ns.size(), r.ev_tokens.size()});
-  const std::vector<std::int32_t> ev_tokens = usage_scaled_tokens(r, n_ev);
+  // --- tokens in the window, per bin, and the gaps between arrivals ---
+  const std::vector<Arrival> arrivals = token_arrivals(r);
   std::vector<std::int64_t> bin_tokens(static_cast<std::size_t>(n_bins), 0);
-  bool ordered = true;  // each request's events in arrival order?
-  std::vector<ns_t> last_t(n_req, std::numeric_limits<ns_t>::min());
-  for (std::size_t e = 0; e < n_ev; ++e) {
-    const std::int32_t q = r.ev_request[e];
-    if (!window_req(q) || ev_tokens[e] <= 0) continue;
-    const ns_t t = r.ev_t_ns[e];
-    if (t < last_t[static_cast<std::size_t>(q)]) ordered = false;
-    last_t[static_cast<std::size_t>(q)] = t;
-    if (!in_window(t)) continue;
-    f.output_tokens += ev_tokens[e];
-    bin_tokens[static_cast<std::size_t>(bin_of(t))] += ev_tokens[e];
+  std::vector<std::pair<double, std::int64_t>> gaps;  // (ms per token, tokens)
+  std::vector<std::pair<std::int64_t, std::pair<double, std::int64_t>>> bin_gaps;
+  // Per request: its last arrival (any time), and its first and last arrival
+  // inside the window with the tokens after the first (decode speed).
+  struct Span {
+    ns_t last = kNever;
+    ns_t first_in = kNever;
+    ns_t last_in = kNever;
+    std::int64_t tokens_after = 0;
+  };
+  std::vector<Span> spans(n_req);
+  for (const Arrival& a : arrivals) {
+    const auto q = static_cast<std::size_t>(a.request);
+    spans[q].last = a.t_ns;
+    if (!in_window(a.t_ns)) continue;
+    f.output_tokens += a.tokens;
+    bin_tokens[static_cast<std::size_t>(bin_of(a.t_ns))] += a.tokens;
+    if (failed(q)) continue;  // a failed stream's silence is not the server's decode
+    if (spans[q].first_in == kNever) {
+      spans[q].first_in = a.t_ns;
+    } else {
+      spans[q].tokens_after += a.tokens;
+      spans[q].last_in = a.t_ns;
+    }
+    if (!std::isnan(a.gap_ms)) {
+      gaps.emplace_back(a.gap_ms, a.tokens);
+      bin_gaps.push_back({bin_of(a.t_ns), {a.gap_ms, a.tokens}});
+    }
   }
   f.total_tok_s = static_cast<double>(f.output_tokens) / d_s;
   f.bin_tok_s.resize(static_cast<std::size_t>(n_bins));
@@ -238,63 +303,6 @@ CellFigures summarize_cell(const RecordView& r, ns_t t0, ns_t t1, double bin_s, 
         static_cast<double>(bin_tokens[static_cast<std::size_t>(k)]) / bin_width_s(k);
   }
 
-  // --- time between tokens ---
-  // Events of one request with the same arrival time came in one socket read:
-  // they are one arrival, and the gap since the previous arrival is spread
-  // over all their tokens (k tokens -> k gaps of gap/k).
-  std::vector<std::size_t> order;
-  order.reserve(n_ev);
-  for (std::size_t e = 0; e < n_ev; ++e) {
-    if (window_req(r.ev_request[e]) && ev_tokens[e] > 0) order.push_back(e);
-  }
-  if (!ordered) {
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-      return r.ev_request[a] != r.ev_request[b] ? r.ev_request[a] < r.ev_request[b]
-                                                : r.ev_t_ns[a] < r.ev_t_ns[b];
-    });
-  }
-  struct Arrival {
-    ns_t prev = kNever;  // previous arrival
-    ns_t t = kNever;     // current arrival being accumulated
-    std::int64_t tokens = 0;
-    bool good = true;               // the request did not fail
-    ns_t first_in = kNever;         // first arrival inside the window
-    ns_t last_in = kNever;          // last arrival inside the window
-    std::int64_t tokens_after = 0;  // tokens of the window's arrivals after first_in
-  };
-  std::vector<Arrival> state(n_req);
-  for (std::size_t i = 0; i < n_req; ++i) state[i].good = !failed(i);
-  std::vector<std::pair<double, std::int64_t>> gaps;  // (ms per token, tokens)
-  std::vector<std::pair<std::int64_t, std::pair<double, std::int64_t>>> bin_gaps;
-  auto flush = [&](Arrival& a) {
-    if (a.t == kNever) return;
-    if (in_window(a.t)) {
-      if (a.first_in == kNever) {
-        a.first_in = a.t;
-      } else {
-        a.tokens_after += a.tokens;
-        a.last_in = a.t;
-      }
-    }
-    if (a.good && a.prev != kNever && in_window(a.t)) {
-      const double per_token_ms =
-          static_cast<double>(a.t - a.prev) * 1e-6 / static_cast<double>(a.tokens);
-      gaps.emplace_back(per_token_ms, a.tokens);
-      bin_gaps.push_back({bin_of(a.t), {per_token_ms, a.tokens}});
-    }
-    a.prev = a.t;
-  };
-  for (std::size_t e : order) {
-    Arrival& a = state[static_cast<std::size_t>(r.ev_request[e])];
-    const ns_t t = r.ev_t_ns[e];
-    if (t != a.t) {
-      flush(a);
-      a.t = t;
-      a.tokens = 0;
-    }
-    a.tokens += ev_tokens[e];
-  }
-  for (Arrival& a : state) flush(a);
   std::sort(gaps.begin(), gaps.end());
   if (!gaps.empty()) {
     f.tbt_ms = sorted_weighted_quantile(gaps, 0, gaps.size(), 0.5);
@@ -304,8 +312,8 @@ CellFigures summarize_cell(const RecordView& r, ns_t t0, ns_t t1, double bin_s, 
   }
   f.tbt_ms_ci = mean_interval_autocorrelated(group_medians(bin_gaps));
   std::vector<double> decode_rates;
-  for (const Arrival& a : state) {
-    if (!a.good || a.last_in == kNever || a.last_in <= a.first_in) continue;
+  for (const Span& a : spans) {
+    if (a.last_in == kNever || a.last_in <= a.first_in) continue;
     decode_rates.push_back(static_cast<double>(a.tokens_after) /
                            (static_cast<double>(a.last_in - a.first_in) * 1e-9));
   }
@@ -351,7 +359,7 @@ CellFigures summarize_cell(const RecordView& r, ns_t t0, ns_t t1, double bin_s, 
     if (outcome == Outcome::kError) {
       ++f.errors;
       // silence before the failure: from the last token (or the send) to the end
-      const ns_t quiet = state[i].prev != kNever ? state[i].prev : sent;
+      const ns_t quiet = spans[i].last != kNever ? spans[i].last : sent;
       const ns_t from = std::max(quiet, t0);
       const ns_t to = done == kNever ? t1 : std::min(done, t1);
       if (quiet != kNever && to > from) f.error_slot_s += static_cast<double>(to - from) * 1e-9;

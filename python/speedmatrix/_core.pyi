@@ -183,5 +183,17 @@ def precision_stop(
     elapsed_s: float,
     min_duration_s: float,
 ) -> tuple[bool, float]: ...
-def parse_prometheus(text: str) -> list[tuple[str, dict[str, str], float]]: ...
+
+class Arrivals(TypedDict):
+    request: np.ndarray  # int32
+    t_ns: np.ndarray  # int64
+    tokens: np.ndarray  # int64
+    gap_ms: np.ndarray  # float64, NaN for a request's first arrival
+
+def token_arrivals(
+    requests: Requests | dict, events: Events | dict, phase: int = 1
+) -> Arrivals: ...
+def parse_prometheus(
+    text: str, strict: bool = False
+) -> list[tuple[str, dict[str, str], float]]: ...
 def now_ns() -> int: ...

@@ -84,6 +84,17 @@ class PlannedCell:
     kv_needed: int = 0
     #: N is above the server's running cap: the cell is expected to queue
     expect_queued: bool = False
+    #: the cell's time limit (s): a decode cell's measurement window; a prefill cell's
+    #: bound on its one cold request
+    duration_s: float = 0.0
+    #: requests after which the cell ends (0 = none: the window decides)
+    max_requests: int = 0
+    #: prompts the cell sends, each of `context` tokens, the first `shared_prefix` of
+    #: them shared (N for a decode cell, 1 for a prefill cell)
+    prompt_count: int = 1
+    shared_prefix: int = 0
+    #: the prompts are sent once with max_tokens=1 before the window (prefix cache warm)
+    warmup: bool = False
 
     @property
     def runnable(self) -> bool:
@@ -175,6 +186,8 @@ def plan(
                 cells.append(
                     _cell("decode", spec, context, n, r, matrix.max_output, kv, ctx_len, cap)
                 )
+    for cell in cells:
+        _shape(cell, matrix)
     return Plan(
         cells,
         warnings=warnings,
@@ -184,6 +197,25 @@ def plan(
         context_length=ctx_len,
         max_running=cap,
     )
+
+
+#: a prefill cell's one cold request ends in this many seconds at most, or
+#: context / PREFILL_SLOWEST_TOK_S when longer
+PREFILL_LIMIT_S = 600.0
+PREFILL_SLOWEST_TOK_S = 100.0
+
+
+def _shape(cell: PlannedCell, matrix: Matrix) -> None:
+    """Fills in what the sweep needs to run the cell, so that it never reads the matrix."""
+    cell.shared_prefix = matrix.shared_prefix_for(cell.context) if cell.context else 0
+    if cell.phase == "decode":
+        cell.duration_s = float(matrix.duration_s)
+        cell.prompt_count = int(cell.concurrency)
+        cell.warmup = bool(matrix.warmup)
+    else:
+        cell.duration_s = max(PREFILL_LIMIT_S, cell.context / PREFILL_SLOWEST_TOK_S)
+        cell.max_requests = 1
+        cell.prompt_count = 1
 
 
 def _resolve(

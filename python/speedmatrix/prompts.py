@@ -24,6 +24,9 @@ How the length is made exact, in order of preference:
    unverified, and the runner checks ``usage.prompt_tokens`` of every request.
 
 The runner checks the reported prompt tokens of every request against ``Prompt.tokens``.
+
+Over 500 lines: the four ways of making a length exact share the salt, the search and the
+request body; apart they would each need the others.
 """
 
 from __future__ import annotations

@@ -7,6 +7,9 @@ run.matrix("total_tok_s")      # rows = context, columns = concurrency
 run.requests                   # every request of every cell, times in ms from t0
 run.tokens("decode-c8192-n4-r0")
 sm.concat([run_a, run_b], ["before", "after"])
+
+Over 500 lines: `Run` is one public object (frames, matrix, records) whose methods share
+its caches; the derivations it uses live elsewhere (records, verdict, _core).
 """
 
 from __future__ import annotations
@@ -22,7 +25,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from speedmatrix.records import Records
 from speedmatrix.runfile import load_records, read_run
+from speedmatrix.units import format_tokens
 
 STATUS_TEXT = {
     "over_capacity": "Over capacity",
@@ -46,9 +51,7 @@ _MS = 1e6
 
 
 def _context_label(c: int) -> str:
-    from speedmatrix.report.formatting import context_label
-
-    return context_label(c)
+    return format_tokens(int(c))
 
 
 def _flatten_cell(cell: dict) -> dict:
@@ -96,7 +99,10 @@ class Run:
         self.path = Path(path) if path is not None else None
         self.meta: dict = doc.get("meta") or {}
         self._label = label
-        self._records_cache: dict[str, dict] = {}
+        self._records_cache: dict[str, Records | None] = {}
+        #: set by `recompute`: what it had to assume, and the cells whose stored form changed
+        self.notes: list[str] = []
+        self.changed: list[str] = []
 
     # ---- metadata -------------------------------------------------------------------------
     @property
@@ -187,8 +193,10 @@ class Run:
                 return c
         raise KeyError(f"no cell {cell_id!r} in this run")
 
-    def records(self, cell_id: str) -> dict | None:
-        """Raw records of a cell (``requests``, ``events``, ``metrics``), or None if not saved."""
+    def records(self, cell_id: str) -> Records | None:
+        """Raw records of a cell (`speedmatrix.records.Records`: ``requests``, ``events``,
+        ``metrics`` and the cell's stamps; ``rec["requests"]`` works too), or None if not
+        saved."""
         if cell_id in self._records_cache:
             return self._records_cache[cell_id]
         c = self.cell(cell_id)
@@ -196,7 +204,7 @@ class Run:
         rec = None
         if rel and self.path is not None and (self.path / rel).is_file():
             try:
-                rec = load_records(self.path, rel)
+                rec = Records.from_loaded(load_records(self.path, rel), c)
             except (OSError, ValueError, zipfile.BadZipFile) as exc:
                 warnings.warn(
                     f"records of {cell_id} unreadable ({exc}); figures from run.json only",
@@ -204,6 +212,21 @@ class Run:
                 )
         self._records_cache[cell_id] = rec
         return rec
+
+    def recompute(self, rules: Any = None, **changes: Any) -> Run:
+        """This run with every measured cell rebuilt from its records by
+        `speedmatrix.verdict` (`speedmatrix.recompute.recompute_doc`): with the saved
+        rules, other ``rules`` (a `speedmatrix.verdict.Rules`), or some thresholds changed
+        (``error_threshold=0.1``). ``notes`` on the result says what had to be assumed."""
+        from speedmatrix.recompute import recompute_doc
+
+        if self.path is None:
+            raise ValueError("recompute needs a run loaded from a folder (its records)")
+        out = recompute_doc(self.doc, self.path, rules=rules, changes=changes or None)
+        run = Run(out.doc, self.path, label=self._label)
+        run.notes = out.notes
+        run.changed = out.changed
+        return run
 
     def _t0(self, cell: dict, rec: dict) -> int:
         if cell.get("t0_ns") is not None:
@@ -276,48 +299,51 @@ class Run:
         return pd.concat(frames, ignore_index=True)
 
     def tokens(self, cell_id: str) -> pd.DataFrame:
-        """Token events of a cell: request, ``t_ms`` from t0, tokens, gap per token (ms)."""
+        """Token arrivals of a cell (`_core.token_arrivals`: one socket read's events are
+        one arrival): request, ``t_ms`` from t0, tokens, gap per token (ms; NaN for a
+        request's first arrival), ``in_window`` (a window request's arrival in [t0, t1])."""
         rec = self.records(cell_id)
         cols = ["request", "t_ms", "tokens", "gap_ms", "in_window"]
-        if rec is None or not rec["events"]:
+        if rec is None or not rec.has_events():
             return pd.DataFrame(columns=cols)
         cell = self.cell(cell_id)
-        ev = rec["events"]
         t0 = self._t0(cell, rec)
-        t = ev["t_ns"].astype(np.int64)
-        req = ev["request"].astype(np.int64)
-        tok = ev["tokens"].astype(np.int64)
-        order = np.lexsort((t, req))
-        t, req, tok = t[order], req[order], tok[order]
-        same = np.r_[False, req[1:] == req[:-1]] if len(req) else np.zeros(0, bool)
-        gap = np.where(same, np.r_[0, np.diff(t)] / _MS / np.maximum(tok, 1), np.nan)
+        a = rec.arrivals(phase=-1)
+        t = a["t_ns"].astype(np.int64)
+        req = a["request"].astype(np.int64)
+        phase = np.asarray(rec.requests.get("phase", np.ones(len(rec.requests["sent_ns"]))))
         t1 = cell.get("t1_ns")
-        inw = (t >= t0) & ((t <= int(t1)) if t1 is not None else True)
+        inw = (phase[req] == 1) & (t >= t0) & ((t <= int(t1)) if t1 is not None else True)
         df = pd.DataFrame(
-            {"request": req, "t_ms": (t - t0) / _MS, "tokens": tok, "gap_ms": gap, "in_window": inw}
+            {
+                "request": req,
+                "t_ms": (t - t0) / _MS,
+                "tokens": a["tokens"].astype(np.int64),
+                "gap_ms": a["gap_ms"],
+                "in_window": inw,
+            }
         )
         return df.sort_values("t_ms", kind="stable").reset_index(drop=True)
 
     def tbt_samples(self, cell_id: str) -> np.ndarray:
-        """Per-token gaps (ms) inside the window, a chunk's gap repeated for each of its tokens."""
-        df = self.tokens(cell_id)
-        if df.empty:
-            return np.zeros(0)
-        d = df[df["in_window"] & df["gap_ms"].notna()]
-        return np.repeat(d["gap_ms"].to_numpy(float), d["tokens"].to_numpy(int))
-
-    def bins(self, cell_id: str, bin_s: float = 1.0) -> np.ndarray:
-        """Output tok/s per ``bin_s`` bin of the window (for plots and Welch tests)."""
+        """Per-token gaps (ms) inside the window, an arrival's gap once per token: the
+        multiset whose median is the cell's ``tbt_ms`` (`Records.tbt_samples`)."""
         rec = self.records(cell_id)
         cell = self.cell(cell_id)
-        if rec is None or not rec["events"] or cell.get("t1_ns") is None:
+        if rec is None or not rec.has_events():
             return np.zeros(0)
-        t0, t1 = self._t0(cell, rec), int(cell["t1_ns"])
-        nb = max(1, round((t1 - t0) / 1e9 / bin_s))
-        edges = t0 + (np.arange(nb + 1) * (t1 - t0) / nb)
-        ev = rec["events"]
-        counts = np.histogram(ev["t_ns"], bins=edges, weights=ev["tokens"])[0]
-        return counts / ((t1 - t0) / nb / 1e9)
+        t0 = self._t0(cell, rec)
+        t1 = cell.get("t1_ns")
+        return rec.tbt_samples(t0, int(t1) if t1 is not None else np.iinfo(np.int64).max)
+
+    def bins(self, cell_id: str, bin_s: float = 1.0) -> np.ndarray:
+        """Output tok/s per ``bin_s`` bin of the window, as the cell's figures bin it (for
+        plots and Welch tests; `Records.bins`)."""
+        rec = self.records(cell_id)
+        cell = self.cell(cell_id)
+        if rec is None or not rec.has_events() or cell.get("t1_ns") is None:
+            return np.zeros(0)
+        return rec.bins(self._t0(cell, rec), int(cell["t1_ns"]), bin_s)
 
     def server_metrics(self, cell_id: str) -> pd.DataFrame:
         """The /metrics samples of a cell: ``t_ms`` from t0 and one column per metric."""
@@ -371,7 +397,7 @@ class Run:
                 val: Any = np.nan
                 sub = groups.get((c, n))
                 if sub is not None:
-                    st = _combined_status(sub["status"].tolist())
+                    st = combined_status(sub["status"].tolist())
                     if not all_cells:
                         sub = sub[sub["status"].isin(("valid", "queued"))]
                     nums = pd.to_numeric(sub[figure], errors="coerce").dropna()
@@ -408,7 +434,7 @@ class Run:
         for i, c in enumerate(md["contexts"]):
             for j, n in enumerate(md["concurrency"]):
                 sub = groups.get((c, n))
-                out.iat[i, j] = None if sub is None else _combined_status(sub["status"].tolist())
+                out.iat[i, j] = None if sub is None else combined_status(sub["status"].tolist())
         return out
 
     def prefill(self) -> pd.DataFrame:
@@ -424,7 +450,7 @@ class Run:
                 {
                     "context": c,
                     "label": sub["label"].iloc[0] if len(sub) else _context_label(c),
-                    "status": _combined_status(sub["status"].tolist()) if len(sub) else None,
+                    "status": combined_status(sub["status"].tolist()) if len(sub) else None,
                     "prompt_tok_s": float(use["prompt_tok_s"].median()) if len(use) else np.nan,
                     "ttft_ms": float(use["ttft_ms"].median()) if len(use) else np.nan,
                     "prompt_tok_s_lo": _safe_min(use, "prompt_tok_s_lo", "prompt_tok_s", len(use)),
@@ -479,7 +505,7 @@ def _safe_max(df: pd.DataFrame, col: str, fallback: str, n: int) -> float:
     return float(df[fallback].max()) if n > 1 else np.nan
 
 
-def _combined_status(statuses: list[str]) -> str:
+def combined_status(statuses: list[str]) -> str:
     """One status for repeated cells: over capacity wins, then all-error, then queued."""
     s = [x for x in statuses if x]
     if not s:

@@ -62,7 +62,9 @@ def _clean(obj: Any) -> Any:
     return obj
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes) -> None:
+    """Writes `data` to `path` through a temporary file and a rename: a reader sees the
+    old file or the new one, never a part."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -89,14 +91,9 @@ def _redact_strings(obj: Any, fn) -> Any:
     return obj
 
 
-def write_run(run_dir: str | os.PathLike, run: dict, secrets: list[str] | None = None) -> Path:
-    """Write ``run`` as ``run_dir/run.json`` atomically and return its path.
-
-    The schema field is filled in when absent. Every string (launch command,
-    target URL, error messages, reasons) is passed through
-    :func:`speedmatrix.redact.redact`, and ``secrets`` (API keys, tokens) are
-    replaced by ``<redacted>`` anywhere in the document.
-    """
+def as_saved(run: dict, secrets: list[str] | None = None) -> dict:
+    """``run`` as `write_run` stores it (and `read_run` gives it back): JSON values only,
+    NaN as null, every string redacted, ``secrets`` replaced."""
     from speedmatrix.redact import redact, redact_known
 
     doc = _clean(run)
@@ -106,9 +103,21 @@ def write_run(run_dir: str | os.PathLike, run: dict, secrets: list[str] | None =
     doc = _redact_strings(doc, redact)
     if secrets:
         doc = redact_known(doc, secrets)
+    return json.loads(json.dumps(doc, allow_nan=False))
+
+
+def write_run(run_dir: str | os.PathLike, run: dict, secrets: list[str] | None = None) -> Path:
+    """Write ``run`` as ``run_dir/run.json`` atomically and return its path.
+
+    The schema field is filled in when absent. Every string (launch command,
+    target URL, error messages, reasons) is passed through
+    :func:`speedmatrix.redact.redact`, and ``secrets`` (API keys, tokens) are
+    replaced by ``<redacted>`` anywhere in the document.
+    """
+    doc = as_saved(run, secrets)
     path = Path(run_dir) / RUN_FILE
     text = json.dumps(doc, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
-    _atomic_write(path, text.encode("utf-8"))
+    atomic_write(path, text.encode("utf-8"))
     return path
 
 
@@ -199,11 +208,15 @@ def save_records(
     events: dict,
     metrics: dict | None = None,
     secrets: list[str] | None = None,
+    stamps: dict | None = None,
 ) -> str:
     """Save one cell's raw records as ``records/<cell id>.npz``; return the relative path.
 
     Arrays are stored as ``req_<name>``, ``ev_<name>``, and ``met_names``,
-    ``met_t_ns``, ``met_values`` (plus ``met_failures``); strings as unicode arrays.
+    ``met_t_ns``, ``met_values`` (plus ``met_failures``), and the cell's clock stamps and
+    client figures (``stamps``: window_start_ns, window_end_ns, warmup_start_ns, end_ns,
+    client_cpu_s, loop_lag_max_ms, fatal_error) as ``cell_<name>`` scalars; strings as
+    unicode arrays.
     Every string (the servers' error messages above all: a server may echo a key or a
     header) passes through :func:`speedmatrix.redact.redact`, and ``secrets`` are replaced
     by ``<redacted>``, as in run.json.
@@ -225,6 +238,9 @@ def save_records(
     values = np.asarray(metrics.get("values", []), dtype=np.float64)
     arrays["met_values"] = values.reshape(len(arrays["met_t_ns"]), len(names))
     arrays["met_failures"] = np.asarray(int(metrics.get("failures", 0) or 0))
+    for k, v in (stamps or {}).items():
+        a = np.asarray(clean(v) if isinstance(v, str) else v)
+        arrays[f"cell_{k}"] = a.astype(np.str_) if isinstance(v, str) else a
     for k, a in arrays.items():
         if a.dtype == object:
             raise RunFileError(f"records for {cell_id}: array {k!r} has Python objects")
@@ -244,12 +260,14 @@ def save_records(
 
 
 def load_records(run_dir: str | os.PathLike, relpath: str) -> dict:
-    """Load a cell's records: ``{"requests": {...}, "events": {...}, "metrics": {...}}``."""
+    """Load a cell's records: ``{"requests": {...}, "events": {...}, "metrics": {...},
+    "stamps": {...}}`` (stamps empty in runs saved before they were stored)."""
     path = Path(run_dir) / relpath
     if not path.is_file():
         raise FileNotFoundError(f"records file missing: {path}")
     requests: dict[str, np.ndarray] = {}
     events: dict[str, np.ndarray] = {}
+    stamps: dict[str, Any] = {}
     metrics: dict[str, Any] = {
         "names": [],
         "t_ns": np.zeros(0, np.int64),
@@ -269,4 +287,6 @@ def load_records(run_dir: str | os.PathLike, relpath: str) -> dict:
                 metrics["failures"] = int(a)
             elif key.startswith("met_"):
                 metrics[key[4:]] = a
-    return {"requests": requests, "events": events, "metrics": metrics}
+            elif key.startswith("cell_"):
+                stamps[key[5:]] = a.item()
+    return {"requests": requests, "events": events, "metrics": metrics, "stamps": stamps}

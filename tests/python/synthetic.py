@@ -12,7 +12,6 @@ agrees with the figures.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import numpy as np
@@ -45,128 +44,41 @@ BUSY_CELL = (16384, 4)
 MISMATCH_CELL = (65536, 2)
 CLIENT_BOUND_CELL = (8192, 32)
 
-_T975 = {
-    1: 12.706,
-    2: 4.303,
-    3: 3.182,
-    4: 2.776,
-    5: 2.571,
-    6: 2.447,
-    7: 2.365,
-    8: 2.306,
-    9: 2.262,
-    10: 2.228,
-    12: 2.179,
-    15: 2.131,
-    20: 2.086,
-    30: 2.042,
-}
-
-
-def _t975(df: int) -> float:
-    if df <= 0:
-        return math.nan
-    keys = sorted(_T975)
-    for k in keys:
-        if df <= k:
-            return _T975[k]
-    return 1.96
-
-
-def _interval(bins: np.ndarray) -> list[float | None]:
-    bins = bins[np.isfinite(bins)]
-    if len(bins) < 2:
-        return [None, None]
-    m, sd = float(bins.mean()), float(bins.std(ddof=1))
-    h = _t975(len(bins) - 1) * sd / math.sqrt(len(bins))
-    return [m - h, m + h]
-
 
 def _f(x: float) -> float | None:
     return None if x is None or not np.isfinite(x) else float(x)
 
 
 def summarize(req: dict, ev: dict, t0: int, t1: int, bin_s: float = 1.0) -> dict:
-    """DESIGN.md's figures from raw records (a numpy reference of ``_core.summarize_cell``)."""
-    d = (t1 - t0) / S
-    phase = req["phase"]
-    win = phase == 1
-    in_w = (ev["t_ns"] >= t0) & (ev["t_ns"] <= t1)
-    out_tokens = int(ev["tokens"][in_w].sum())
-    # time between tokens: per request, gap to the previous event spread over its tokens
-    gaps, weights, gap_t = [], [], []
-    order = np.lexsort((ev["t_ns"], ev["request"]))
-    r, t, k = ev["request"][order], ev["t_ns"][order], ev["tokens"][order]
-    same = np.r_[False, r[1:] == r[:-1]]
-    dt = np.r_[0, np.diff(t)] / MS
-    sel = same & (t >= t0) & (t <= t1)
-    gaps = dt[sel] / k[sel]
-    weights = k[sel]
-    gap_t = t[sel]
-    tbt_all = np.repeat(gaps, weights)
-    tbt = float(np.median(tbt_all)) if len(tbt_all) else math.nan
-    sent, ft, done = req["sent_ns"], req["first_token_ns"], req["done_ns"]
-    started = win & (sent >= t0) & (sent <= t1)
-    has_ft = started & (ft >= 0)
-    ttfts = (ft[has_ft] - sent[has_ft]) / MS
-    ttft = float(np.median(ttfts)) if len(ttfts) else math.nan
-    # average active: time-weighted in-flight window requests over [t0, t1]
-    a = np.clip(sent[win], t0, t1)
-    b = np.clip(np.where(done[win] < 0, t1, done[win]), t0, t1)
-    avg_active = float(np.sum(np.maximum(b - a, 0)) / (t1 - t0))
-    completed = int(np.sum(win & (req["outcome"] == 1) & (done >= t0) & (done <= t1)))
-    errors = int(np.sum(win & (req["outcome"] == 3)))
-    nb = max(1, round(d / bin_s))
-    edges = t0 + (np.arange(nb + 1) * (t1 - t0) / nb).astype(np.int64)
-    tok_bins = np.histogram(ev["t_ns"][in_w], bins=edges, weights=ev["tokens"][in_w])[0]
-    tok_bins = tok_bins / ((t1 - t0) / nb / S)
-    tbt_bins = np.array(
-        [
-            np.median(gaps[(gap_t >= edges[i]) & (gap_t < edges[i + 1])])
-            if np.any((gap_t >= edges[i]) & (gap_t < edges[i + 1]))
-            else np.nan
-            for i in range(nb)
-        ]
-    )
-    ttft_t = sent[has_ft]
-    ttft_bins = np.array(
-        [
-            np.median(ttfts[(ttft_t >= edges[i]) & (ttft_t < edges[i + 1])])
-            if np.any((ttft_t >= edges[i]) & (ttft_t < edges[i + 1]))
-            else np.nan
-            for i in range(nb)
-        ]
-    )
-    x = np.arange(nb, dtype=float)
-    drift = 0.0
-    if nb >= 3 and tok_bins.mean() > 0:
-        slope = np.polyfit(x, tok_bins, 1)[0]
-        drift = float(slope * nb / tok_bins.mean())
-    tbt_ci = _interval(tbt_bins)
-    prt_ci = [None if v is None else 1000.0 / v for v in reversed(tbt_ci)]
+    """A synthetic cell's figures: the product's one derivation (`_core.summarize_cell`),
+    in run.json's shape. Tests that hold the derivation against a hand computation do so
+    on tiny records of their own (test_results.py, tests/cpp/test_stats.cpp)."""
+    from speedmatrix._native import _core
+
+    fig = _core.summarize_cell(req, ev, t0, t1, bin_s)
+
+    def ci(name: str) -> list[float | None]:
+        lo, hi = fig[f"{name}_ci"]
+        return [_f(lo), _f(hi)]
+
     return {
-        "measured_s": d,
-        "output_tokens": out_tokens,
-        "total_tok_s": out_tokens / d,
-        "tbt_ms": _f(tbt),
-        "per_request_tok_s": _f(1000.0 / tbt) if np.isfinite(tbt) and tbt > 0 else None,
-        "ttft_ms": _f(ttft),
-        "avg_active": avg_active,
-        "completed": completed,
-        "started": int(started.sum()),
-        "errors_total": errors,
-        "ci": {
-            "total_tok_s": _interval(tok_bins),
-            "tbt_ms": tbt_ci,
-            "per_request_tok_s": prt_ci,
-            "ttft_ms": _interval(ttft_bins) if len(ttfts) > 2 else [None, None],
-        },
-        "ttft_p90_ms": _f(np.percentile(ttfts, 90)) if len(ttfts) else None,
-        "ttft_p99_ms": _f(np.percentile(ttfts, 99)) if len(ttfts) else None,
-        "tbt_p90_ms": _f(np.percentile(tbt_all, 90)) if len(tbt_all) else None,
-        "tbt_p99_ms": _f(np.percentile(tbt_all, 99)) if len(tbt_all) else None,
-        "drift": drift,
-        "bin_tok_s": tok_bins.tolist(),
+        "measured_s": fig["measured_s"],
+        "output_tokens": int(fig["output_tokens"]),
+        "total_tok_s": fig["total_tok_s"],
+        "tbt_ms": _f(fig["tbt_ms"]),
+        "per_request_tok_s": _f(fig["per_request_tok_s"]),
+        "ttft_ms": _f(fig["ttft_ms"]),
+        "avg_active": fig["avg_active"],
+        "completed": int(fig["completed"]),
+        "started": int(fig["started"]),
+        "errors_total": int(fig["errors"]),
+        "ci": {k: ci(k) for k in ("total_tok_s", "tbt_ms", "per_request_tok_s", "ttft_ms")},
+        "ttft_p90_ms": _f(fig["ttft_p90_ms"]),
+        "ttft_p99_ms": _f(fig["ttft_p99_ms"]),
+        "tbt_p90_ms": _f(fig["tbt_p90_ms"]),
+        "tbt_p99_ms": _f(fig["tbt_p99_ms"]),
+        "drift": fig["drift"],
+        "bin_tok_s": list(fig["bin_tok_s"]),
     }
 
 

@@ -370,7 +370,7 @@ def test_parse_prometheus():
     assert samples[0] == ("a", {"l": "1", "m": 'q"uote'}, 2.5)
     assert samples[1] == ("b", {}, 3.0)
     assert samples[2][2] == float("inf")
-    with pytest.raises(ValueError, match="line 1"):
+    with pytest.raises(ValueError, match="not Prometheus text"):
         parse_prometheus("<html>nope</html>")
 
 

@@ -161,7 +161,7 @@ def test_an_interrupted_seed_run_keeps_its_max_row():
     the sweep saved at the start ("max" in the definition alone cannot be resolved)."""
     from speedmatrix.plan import plan
     from speedmatrix.results import Run
-    from speedmatrix.sweep import _plan_meta
+    from speedmatrix.runmeta import plan_meta
 
     m = Matrix.preset("seed")
     planned = plan(m, None, kv_tokens=1_000_000, context_length=131072)
@@ -174,7 +174,7 @@ def test_an_interrupted_seed_run_keeps_its_max_row():
     }
     doc = {
         "meta": {
-            "run": {"matrix": m.to_dict(), "plan": _plan_meta(planned, m), "interrupted": True}
+            "run": {"matrix": m.to_dict(), "plan": plan_meta(planned, m), "interrupted": True}
         },
         "cells": [first],
     }

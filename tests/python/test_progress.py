@@ -57,6 +57,6 @@ def test_not_a_terminal_gives_a_line_per_cell(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("seconds, text", [(0, "0m00s"), (61, "1m01s"), (3725, "1h02m")])
 def test_eta_format(seconds, text):
-    from speedmatrix.sweep import _fmt_eta
+    from speedmatrix.progress import fmt_eta
 
-    assert _fmt_eta(seconds) == text
+    assert fmt_eta(seconds) == text

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from speedmatrix.sweep import QUEUE_GAP_REQUESTS, _held_waiting
+from speedmatrix.verdict import Rules, held_waiting
+
+QUEUE_GAP_REQUESTS = Rules().queue_gap_requests
 
 
 def held(running, waiting, judge_from=0):
@@ -15,7 +17,7 @@ def held(running, waiting, judge_from=0):
     r = None if running is None else np.asarray(running, dtype=float)
     inside = np.ones(len(w), dtype=bool)
     judged = np.arange(len(w)) >= judge_from
-    return _held_waiting(w, r, inside, judged)
+    return held_waiting(w, r, inside, judged)
 
 
 @pytest.mark.parametrize(

@@ -274,3 +274,60 @@ def test_unreadable_records_warn_and_are_skipped(tmp_path):
     with pytest.warns(UserWarning, match="unreadable"):
         assert r.records("decode-c8192-n1-r0") is None
     assert r.tokens("decode-c8192-n2-r0").shape[0] > 0
+
+
+def _tiny_records():
+    """Two window requests by hand (times in ms): request 0 reads one token at 0, one
+    at 10 and two in one socket read at 30 (two events, same stamp); request 1 reads one
+    at 5 and three at 25; a warm-up request reads one at -50."""
+    from speedmatrix.records import Records
+
+    ms = 1_000_000
+    req = {
+        "sent_ns": np.array([-100, -10, -10]) * ms,
+        "first_token_ns": np.array([-50, 0, 5]) * ms,
+        "done_ns": np.array([-49, 31, 26]) * ms,
+        "outcome": np.array([1, 1, 1], np.uint8),
+        "phase": np.array([0, 1, 1], np.uint8),
+        "prompt_tokens": np.array([8, 8, 8]),
+    }
+    ev = {
+        "request": np.array([0, 1, 2, 1, 2, 1, 1], np.int32),
+        "t_ns": np.array([-50, 0, 5, 10, 25, 30, 30]) * ms,
+        "tokens": np.array([1, 1, 1, 1, 3, 1, 1], np.int32),
+    }
+    return Records(req, ev), ms
+
+
+def test_arrivals_merge_one_read_and_spread_its_gap_by_hand():
+    rec, ms = _tiny_records()
+    a = rec.arrivals()
+    assert a["request"].tolist() == [1, 1, 1, 2, 2]
+    assert (a["t_ns"] // ms).tolist() == [0, 10, 30, 5, 25]
+    assert a["tokens"].tolist() == [1, 1, 2, 1, 3]
+    gaps = a["gap_ms"]
+    assert np.isnan(gaps[0]) and np.isnan(gaps[3])
+    assert gaps[[1, 2, 4]] == pytest.approx([10.0, 10.0, 20.0 / 3])
+    # the warm-up request's arrival is there only when asked for
+    assert rec.arrivals(phase=-1)["request"].tolist()[0] == 0
+    # per-token gaps: the read of two tokens gives two gaps of 10 ms, not 20 and 0
+    samples = np.sort(rec.tbt_samples(0, 40 * ms))
+    assert samples == pytest.approx([20 / 3] * 3 + [10.0] * 3)
+    # ... and they are the multiset whose median the figures report
+    fig = _core_figures(rec, 0, 40 * ms)
+    assert fig["tbt_ms"] == pytest.approx(np.median(samples))
+    assert fig["output_tokens"] == 8
+
+
+def test_bins_by_hand():
+    rec, ms = _tiny_records()
+    # 40 ms in 20 ms bins: tokens at 0, 5, 10 (3) and 25, 30 (5)
+    assert rec.bins(0, 40 * ms, 0.02) == pytest.approx([3 / 0.02, 5 / 0.02])
+    # a remainder shorter than a bin widens the last: 50 ms in 20 ms bins = 20 + 30
+    assert rec.bins(0, 50 * ms, 0.02) == pytest.approx([3 / 0.02, 5 / 0.03])
+
+
+def _core_figures(rec, t0, t1):
+    from speedmatrix._native import _core
+
+    return _core.summarize_cell(rec.requests, rec.events, t0, t1, 1.0)

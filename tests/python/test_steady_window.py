@@ -379,3 +379,99 @@ def test_long_ramp_cell_reads_the_same_over_5_and_30_s():
     assert short == pytest.approx(long, rel=0.03), (short, long)
     assert long == pytest.approx(1378.7, rel=0.10)  # the seed's figure
     assert total(ramp, ramp + 5 * 10**9) < 0.9 * long  # the ramp inside the window
+
+
+# ---------------------------------------------------------------- the verdict's rules
+
+
+def _verdict_records(*, steady: bool, capped: bool = False, stall: bool = False):
+    """Two slots over a 4 s window from t0 = 1 s after the ramp's start: slot 0 streams
+    from 0.5 s, slot 1 from 1.0 s, 10 ms per token; optionally slot 1's first request
+    stalls at 2 s and is cut at 3 s (refilled, streaming again from 3.1 s)."""
+    from speedmatrix.records import Records
+
+    rows = [(0, 0.0, 0.5, None, 2), (1, 0.0, 1.0, 3.0 if stall else None, 3 if stall else 2)]
+    events = [(0, 0.5 + 0.01 * i, 1) for i in range(451)]
+    events += [(1, 1.0 + 0.01 * i, 1) for i in range(101 if stall else 401)]
+    if stall:
+        rows.append((1, 3.0, 3.1, None, 2))
+        events += [(2, 3.1 + 0.01 * i, 1) for i in range(191)]
+    # the whole cell 1 s after the clock's zero (a real clock never reads 0)
+    rows = [(r[0], r[1] + 1, r[2] + 1, None if r[3] is None else r[3] + 1, r[4]) for r in rows]
+    events = [(e[0], e[1] + 1, e[2]) for e in events]
+    req, ev = _records(rows, events)
+    n = len(rows)
+    req.update(
+        body=np.zeros(n, np.int32),
+        output_tokens=np.zeros(n, np.int64),
+        token_source=np.full(n, 3, np.uint8),
+        error_kind=["stall" if r[4] == 3 else "" for r in rows],
+        error_message=["no token for 1000 ms" if r[4] == 3 else "" for r in rows],
+        first_byte_ns=req["first_token_ns"].copy(),
+        scheduled_ns=req["sent_ns"].copy(),
+        http_status=np.full(n, 200, np.int32),
+        finish_reason=[""] * n,
+    )
+    return Records(
+        requests=req,
+        events=ev,
+        ramp_start_ns=10**9 if steady else -1,
+        ramp_capped=capped,
+        stopped_by="duration",
+        stalls=int(stall),
+        window_start_ns=2 * 10**9,
+        window_end_ns=6 * 10**9,
+        warmup_start_ns=-1,
+        end_ns=6 * 10**9,
+    )
+
+
+def _verdict(records):
+    from speedmatrix.verdict import CellShape, EngineFacts, Rules, decode_cell
+
+    shape = CellShape(
+        id="decode-c100-n2-r0", phase="decode", context=100, label="100", concurrency=2
+    )
+    return decode_cell(shape, records, EngineFacts(), Rules(), idle=True)
+
+
+@pytest.mark.parametrize(
+    "steady, capped, stall, ttft_ms, flags, status",
+    [
+        # steady: TTFT over the first wave (500, 1000 ms), ramp 1 s, no flag
+        (True, False, False, 750.0, set(), "valid"),
+        # the ramp cap opened it: long_ramp
+        (True, True, False, 750.0, {"long_ramp"}, "valid"),
+        # a stall: counted, flagged, the cell an error (1 of 3 requests failed > 5%)
+        (True, False, True, 500.0, {"stalls"}, "error"),
+        # a run saved before steady windows: t0 was the send; TTFT of requests sent in
+        # [t0, t1] only: none here
+        (False, False, False, None, set(), "valid"),
+    ],
+)
+def test_verdict_of_steady_windows(steady, capped, stall, ttft_ms, flags, status):
+    cell = _verdict(_verdict_records(steady=steady, capped=capped, stall=stall))
+    assert cell["status"] == status, cell.get("reason")
+    assert set(cell["flags"]) == flags
+    if ttft_ms is None:
+        assert cell["ttft_ms"] is None
+    else:
+        # stall case: 500 (slot 0), 100 (refill), and slot 1's first 1000 ms -> 500
+        assert cell["ttft_ms"] == pytest.approx(ttft_ms)
+    assert cell["total_tok_s"] == pytest.approx(
+        sum(
+            1
+            for e in _verdict_records(steady=steady, stall=stall).events["t_ns"]
+            if 2e9 <= e <= 6e9
+        )
+        / 4.0
+    )
+    if steady:
+        assert cell["ramp_s"] == pytest.approx(1.0, abs=1e-6)
+        assert cell["ttft_first_wave_ms"] == pytest.approx(750.0)
+        assert cell["decode_tok_s_per_request"] == pytest.approx(100.0, rel=1e-3)
+        assert cell["stopped_by"] == "duration"
+    if stall:
+        assert cell["stalls"] == 1 and cell["errors"] == {"stall": 1}
+        assert cell["error_slot_s"] == pytest.approx(1.0, abs=0.02)  # silent 2.0 -> 3.0 s
+        assert cell["tbt_ms"] == pytest.approx(10.0)  # good streams only

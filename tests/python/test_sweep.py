@@ -171,7 +171,7 @@ def test_requests_left_waiting_make_the_ttft_flagged(batch_run):
 
 
 def test_ttft_unserved_counts_only_long_waits_of_requests_that_did_not_fail():
-    from speedmatrix.sweep import _ttft_unserved
+    from speedmatrix.verdict import ttft_unserved
 
     ms = 1_000_000
     req = {  # t0 = 0, t1 = 1000 ms
@@ -183,8 +183,8 @@ def test_ttft_unserved_counts_only_long_waits_of_requests_that_did_not_fail():
     req["first_token_ns"][req["first_token_ns"] < 0] = -1
     # warm-up (row 0), a failure (row 5) and a request sent after t1 (row 6) do not count;
     # rows 2, 3, 4 are unserved; 2 and 3 waited longer than 50 ms, 4 only 10 ms
-    assert _ttft_unserved(req, 0, 1000 * ms, 50.0) == (3, 2)
-    assert _ttft_unserved(req, 0, 1000 * ms, None) == (3, 3)
+    assert ttft_unserved(req, 0, 1000 * ms, 50.0) == (3, 2)
+    assert ttft_unserved(req, 0, 1000 * ms, None) == (3, 3)
 
 
 def test_decode_time_between_tokens_is_the_engine_step(batch_run):

@@ -120,6 +120,25 @@ Interval mean_interval_autocorrelated(const std::vector<double>& v);
 // 95% distribution-free interval of the median of `v` (order statistics).
 Interval median_interval(std::vector<double> v);
 
+// One arrival of tokens: the events of one request with the same t_ns (one
+// socket read) merged.
+struct Arrival {
+  std::int32_t request = 0;
+  ns_t t_ns = 0;
+  std::int64_t tokens = 0;  // after usage scaling; always > 0
+  // Gap since the request's previous arrival spread over these tokens (ms per
+  // token); NaN for a request's first arrival.
+  double gap_ms = 0;
+};
+
+// The one derivation of per-token arrivals that every figure, plot and test
+// uses: events with tokens (usage-scaled as in summarize_cell) of the requests
+// of `phase` (kWindow by default; a negative value = every request), merged per
+// (request, t_ns), ordered by request then time. Window membership is left to
+// the caller (summarize_cell counts arrivals with t0 <= t_ns <= t1).
+// REQUIRES: spans of one group have equal lengths.
+std::vector<Arrival> token_arrivals(const RecordView& r, int phase = 1);
+
 // Weighted median / percentile (q in [0,1]) of values with integer weights.
 double weighted_percentile(std::span<const double> values, std::span<const std::int64_t> weights,
                            double q);

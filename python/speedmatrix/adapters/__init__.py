@@ -18,17 +18,18 @@ from speedmatrix.adapters.base import (
     Target,
     TokenizeSpec,
     adapter_names,
-    get_adapter,
     parse_prometheus,
     read_load,
     register_adapter,
     registered_adapters,
+    strip_credentials,
     unregister_adapter,
 )
 from speedmatrix.adapters.discovery import (
     OVERRIDE_KEYS,
     ModelNotServedError,
     discover,
+    get_adapter,
     normalise_url,
 )
 from speedmatrix.adapters.generic import GenericAdapter
@@ -82,5 +83,6 @@ __all__ = [
     "read_load",
     "register_adapter",
     "registered_adapters",
+    "strip_credentials",
     "unregister_adapter",
 ]

@@ -21,7 +21,8 @@ from speedmatrix.adapters.base import (
     ProbeContext,
     Target,
     TokenizeSpec,
-    get_adapter,
+    adapter_names,
+    find_adapter,
     positive_int,
     registered_adapters,
     strip_credentials,
@@ -50,6 +51,16 @@ class ModelNotServedError(TargetError):
         super().__init__(f"model {model!r} is not served; the server offers: {offer}")
         self.model = model
         self.offered = offered
+
+
+def get_adapter(name: str) -> type[Adapter]:
+    """The adapter called ``name``: a registered one, or the generic fallback."""
+    found = find_adapter(name)
+    if found is not None:
+        return found
+    if name == GenericAdapter.name:
+        return GenericAdapter
+    raise ValueError(f"unknown engine {name!r}; adapters: {', '.join(adapter_names())}, generic")
 
 
 def normalise_url(url: str) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from speedmatrix.runfile import _atomic_write
+from speedmatrix.runfile import atomic_write
 
 PLOTS_DIR = "plots"
 
@@ -62,10 +62,10 @@ def write_report(
         md, page = redact_known(md, secrets), redact_known(page, secrets)
         svgs = redact_known(svgs, secrets)
     for name, svg in svgs.items():
-        _atomic_write(d / PLOTS_DIR / f"{name}.svg", svg.encode("utf-8"))
+        atomic_write(d / PLOTS_DIR / f"{name}.svg", svg.encode("utf-8"))
     md_path, html_path = d / "report.md", d / "report.html"
-    _atomic_write(md_path, md.encode("utf-8"))
-    _atomic_write(html_path, page.encode("utf-8"))
+    atomic_write(md_path, md.encode("utf-8"))
+    atomic_write(html_path, page.encode("utf-8"))
     return md_path, html_path
 
 

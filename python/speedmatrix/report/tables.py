@@ -1,4 +1,8 @@
-"""The report's content, independent of the output format (Markdown and HTML render it)."""
+"""The report's content, independent of the output format (Markdown and HTML render it).
+
+Over 500 lines: every table of the report is built here from one `Run`, so that Markdown
+and HTML cannot disagree about what a table holds.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from speedmatrix.adapters.base import display_model_name, precision_label
+from speedmatrix.naming import display_model_name, precision_label
 from speedmatrix.redact import redact
 from speedmatrix.report import formatting as fmt
 
@@ -26,9 +30,13 @@ FLAG_TEXT = {
         "cell sent (work left over from earlier cells)."
     ),
     "long_ramp": (
-        "Long ramp: the N requests took more than a fifth of the window to all stream "
-        "(or some never did), so the figures read lower than the steady state; a "
-        "longer window fixes it."
+        "Long ramp: the N requests did not all stream (nor settle at a plateau) before "
+        "the ramp cap, so the window opened before steady state and the figures may "
+        "read lower."
+    ),
+    "stalls": (
+        "Stalls: streams went silent mid-window and were cut and replaced (errors.stall); "
+        "the figures are those of the other streams."
     ),
     "ttft_unserved": (
         "TTFT reads low: requests sent in the window were still waiting for their "
@@ -49,6 +57,7 @@ FLAG_SHORT = {
     "interrupted": "Interrupted",
     "server_running_mismatch": "Server running mismatch",
     "long_ramp": "Long ramp",
+    "stalls": "Stalls",
     "output_not_forced": "Output not forced",
     "ttft_unserved": "TTFT reads low",
 }

@@ -1,0 +1,159 @@
+"""Rebuilding a saved run's cells from their raw records (``speedmatrix recompute``).
+
+Every measured cell (one with a ``records`` file) is judged again by
+`speedmatrix.verdict` from its records, the engine facts and the rules saved in
+``meta["verdict"]`` (optionally with other thresholds). What the records cannot
+hold is kept from the stored cell: whether the server was idle before it
+(``busy_at_start``), how its prompts were made exact, which decode cell measured a
+prefill, the records path. Cells without records (over capacity, not run, prompts
+that could not be made) are kept as they are.
+
+A run saved before ``meta["verdict"]`` existed is judged with the default rules (its
+matrix's error threshold), the facts its cells and records show (``output_not_forced``
+flags, the metric names in the records), and the cell's own clock stamps: `notes`
+says so.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from speedmatrix import runfile, verdict
+from speedmatrix.records import Records
+from speedmatrix.verdict import CellShape, EngineFacts, Rules
+
+__all__ = ["Recomputed", "facts_of", "recompute_doc", "rules_of"]
+
+
+@dataclass
+class Recomputed:
+    """A recomputed run document and what the recomputation had to assume."""
+
+    doc: dict
+    notes: list[str] = field(default_factory=list)
+    #: ids of the cells whose stored form changed
+    changed: list[str] = field(default_factory=list)
+
+
+def rules_of(doc: dict) -> tuple[Rules, str | None]:
+    """The rules a saved run was judged by, and a note when they had to be assumed."""
+    meta = doc.get("meta") or {}
+    saved = (meta.get("verdict") or {}).get("rules")
+    if saved:
+        return Rules.from_dict(saved), None
+    threshold = ((meta.get("run") or {}).get("matrix") or {}).get("error_threshold")
+    rules = Rules() if threshold is None else Rules(error_threshold=float(threshold))
+    return rules, "no rules saved in this run (saved before meta.verdict): default thresholds"
+
+
+def facts_of(doc: dict, run_dir: str | os.PathLike | None) -> tuple[EngineFacts, str | None]:
+    """The engine facts a saved run was judged with, and a note when they were inferred."""
+    meta = doc.get("meta") or {}
+    saved = (meta.get("verdict") or {}).get("facts")
+    if saved:
+        return EngineFacts.from_dict(saved), None
+    cells = doc.get("cells") or []
+    forced = not any("output_not_forced" in (c.get("flags") or []) for c in cells)
+    names: list[str] = []
+    for c in cells:
+        if c.get("records") and run_dir is not None:
+            try:
+                names = runfile.load_records(run_dir, c["records"])["metrics"]["names"]
+            except (OSError, ValueError, zipfile.BadZipFile):
+                continue
+            if names:
+                break
+    roles: dict[str, str | None] = {"running": None, "waiting": None, "kv_usage": None}
+    for n in names:
+        low = n.lower()
+        if "running" in low and roles["running"] is None:
+            roles["running"] = n
+        elif ("waiting" in low or "queue" in low) and roles["waiting"] is None:
+            roles["waiting"] = n
+        elif ("usage" in low or "kv" in low) and roles["kv_usage"] is None:
+            roles["kv_usage"] = n
+    facts = EngineFacts(
+        output_forced=forced,
+        metric_running=roles["running"],
+        metric_waiting=roles["waiting"],
+        metric_kv_usage=roles["kv_usage"],
+    )
+    return facts, (
+        "no engine facts saved in this run (saved before meta.verdict): output forced "
+        "unless a cell says otherwise, metric names from the records"
+    )
+
+
+def recompute_doc(
+    doc: dict,
+    run_dir: str | os.PathLike,
+    rules: Rules | None = None,
+    changes: dict[str, Any] | None = None,
+) -> Recomputed:
+    """A copy of the saved run ``doc`` (as `runfile.read_run` gives it) with every
+    measured cell rebuilt from its records in ``run_dir``. ``rules`` replaces the saved
+    rules; ``changes`` ({name: value}) changes some of them (KeyError on an unknown name).
+    The result is in stored form (`runfile.as_saved`): equal to ``doc`` when nothing
+    changed."""
+    run_dir = Path(run_dir)
+    out = copy.deepcopy(doc)
+    notes: list[str] = []
+    saved_rules, note = rules_of(doc)
+    if note and rules is None:
+        notes.append(note)
+    use = rules or saved_rules
+    if changes:
+        use = use.replace(**changes)
+    facts, note = facts_of(doc, run_dir)
+    if note:
+        notes.append(note)
+    old_stamps = 0
+    cells = []
+    for cell in out.get("cells") or []:
+        rel = cell.get("records")
+        if not rel or cell.get("status") is None or cell.get("phase") not in ("prefill", "decode"):
+            cells.append(cell)
+            continue
+        try:
+            records = Records.from_saved(run_dir, cell)
+        except (OSError, ValueError, zipfile.BadZipFile) as exc:
+            notes.append(f"{cell.get('id')}: records unreadable ({exc}); kept as saved")
+            cells.append(cell)
+            continue
+        old_stamps += records.stamps_from_cell
+        cells.append(_rejudge(cell, records, facts, use))
+    if old_stamps:
+        notes.append(
+            f"{old_stamps} cells' records were saved without their clock stamps: the "
+            "window comes from the cell; a transport's fatal error, not saved, is not "
+            "in their reasons"
+        )
+    out["cells"] = cells
+    meta = out.setdefault("meta", {})
+    meta["verdict"] = {"facts": facts.to_dict(), "rules": use.to_dict()}
+    new = runfile.as_saved(out)
+    old_cells = {c.get("id"): c for c in runfile.as_saved(doc).get("cells") or []}
+    changed = [c.get("id") for c in new["cells"] if old_cells.get(c.get("id")) != c]
+    return Recomputed(new, notes, changed)
+
+
+def _rejudge(cell: dict, records: Records, facts: EngineFacts, rules: Rules) -> dict:
+    shape = CellShape.from_cell(cell)
+    idle = "busy_at_start" not in (cell.get("flags") or [])
+    if cell["phase"] == "decode":
+        new = verdict.decode_cell(shape, records, facts, rules, idle=idle)
+    else:
+        new = verdict.prefill_cell(shape, records, idle=idle, measured_in=cell.get("measured_in"))
+    method = (cell.get("prompt_tokens") or {}).get("method")
+    check = new.get("prompt_tokens")
+    if method is not None and isinstance(check, dict):
+        check["method"] = method
+    for key in ("records", "not_run"):
+        if key in cell:
+            new[key] = cell[key]
+    return new
