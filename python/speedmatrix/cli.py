@@ -158,7 +158,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="built-in engine + the seed's matrix + report")
     demo.add_argument("--out", type=Path, default=Path("speedmatrix-demo"))
     demo.add_argument(
-        "--duration", default="5s", help="window per decode cell (default 5s; the seed used 30s)"
+        "--duration",
+        default="3s",
+        help="window per decode cell (default 3s: windows open at steady state; the seed used 30s)",
     )
     demo.add_argument("--quiet", action="store_true")
 

@@ -20,7 +20,7 @@ DEMO_PROFILE = "seed-h200"
 DEMO_UNIQUE_TAIL = 512
 
 
-def demo_matrix(duration: str | float = "5s"):
+def demo_matrix(duration: str | float = "3s"):
     from speedmatrix.matrix import Matrix
 
     m = Matrix.preset("seed")
@@ -35,7 +35,7 @@ def _seconds(text: str) -> float:
     return parse_duration(text)
 
 
-def main(out: str | Path = "speedmatrix-demo", duration: str = "5s", progress: bool = True) -> int:
+def main(out: str | Path = "speedmatrix-demo", duration: str = "3s", progress: bool = True) -> int:
     from speedmatrix.results import load
     from speedmatrix.sim import Sim
     from speedmatrix.sweep import Sweep
