@@ -8,8 +8,10 @@ left out, as the issue says (`seed.reproducible` is the one rule, shared with
 bench/sim_bench.py). Every other measured seed cell is measured here: 21 cells.
 Windows open at steady state (every stream decoding), so a figure does not depend
 on the window's length: 5 s windows read what the seed's 30 s ones did (the long
-and the short window agree within 3%: test_steady_window.py), and the test takes
-about four minutes instead of twelve.
+and the short window agree within 3%: test_steady_window.py). The windows take
+21 x 5 s instead of 21 x 30 s; most of the test's time (11 minutes on a loaded
+2-core machine) is the warm-ups, each of which prefills its cell's shared prefix
+cold N times at once.
 """
 
 from __future__ import annotations
