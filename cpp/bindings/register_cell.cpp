@@ -16,9 +16,13 @@ namespace {
 // CellResult as Python sees it: scalars plus dicts of numpy arrays, built
 // once when run() returns.
 struct PyCellResult {
-  ns_t warmup_start_ns = kNever, window_start_ns = kNever, window_end_ns = kNever, end_ns = kNever;
+  ns_t warmup_start_ns = kNever, ramp_start_ns = kNever, window_start_ns = kNever,
+       window_end_ns = kNever, end_ns = kNever;
   double client_cpu_s = 0, loop_lag_max_ms = 0;
-  bool stopped = false;
+  bool stopped = false, ramp_capped = false;
+  std::string stopped_by;
+  std::int64_t stalls = 0;
+  std::int32_t warmup_retried = 0;
   std::string fatal_error;
   py::dict requests, events, metrics;
 };
@@ -50,6 +54,11 @@ py::list string_column(const std::vector<RequestRecord>& rs, F get) {
 PyCellResult to_python(CellResult&& r) {
   PyCellResult out;
   out.warmup_start_ns = r.warmup_start_ns;
+  out.ramp_start_ns = r.ramp_start_ns;
+  out.ramp_capped = r.ramp_capped;
+  out.stopped_by = r.stopped_by;
+  out.stalls = r.stalls;
+  out.warmup_retried = r.warmup_retried;
   out.window_start_ns = r.window_start_ns;
   out.window_end_ns = r.window_end_ns;
   out.end_ns = r.end_ns;
@@ -142,18 +151,28 @@ void register_cell(py::module_& m) {
 
   py::class_<CellSpec>(m, "CellSpec", "What one cell sends, to where, for how long (see cell.hpp).")
       .def(py::init<>())
-      .def_readwrite("url", &CellSpec::url)
-      .def_readwrite("headers", &CellSpec::headers)
+      // The HttpOptions fields, held in CellSpec::http, read and written here
+      // under their own names as before.
+      .def_property(
+          "url", [](const CellSpec& s) { return s.http.url; },
+          [](CellSpec& s, std::string v) { s.http.url = std::move(v); })
+      .def_property(
+          "headers", [](const CellSpec& s) { return s.http.headers; },
+          [](CellSpec& s, std::vector<std::string> v) { s.http.headers = std::move(v); })
       // The key goes in, never out: reading it back gives "***" (or "" when
       // unset), so a spec printed or logged from Python cannot leak it.
       .def_property(
-          "api_key", [](const CellSpec& s) { return std::string(s.api_key.empty() ? "" : "***"); },
-          [](CellSpec& s, std::string v) { s.api_key = std::move(v); })
-      .def_readwrite("api", &CellSpec::api)
+          "api_key",
+          [](const CellSpec& s) { return std::string(s.http.api_key.empty() ? "" : "***"); },
+          [](CellSpec& s, std::string v) { s.http.api_key = std::move(v); })
+      .def_property(
+          "api", [](const CellSpec& s) { return s.http.api; },
+          [](CellSpec& s, ApiKind v) { s.http.api = v; })
       .def_property(
           "warmup_bodies", [](const CellSpec& s) { return bodies_to(s.warmup_bodies); },
           [](CellSpec& s, const py::iterable& v) { s.warmup_bodies = bodies_from(v); })
       .def_readwrite("warmup_timeout_s", &CellSpec::warmup_timeout_s)
+      .def_readwrite("warmup_retries", &CellSpec::warmup_retries)
       .def_property(
           "bodies", [](const CellSpec& s) { return bodies_to(s.bodies); },
           [](CellSpec& s, const py::iterable& v) { s.bodies = bodies_from(v); })
@@ -167,28 +186,56 @@ void register_cell(py::module_& m) {
       .def_readwrite("max_concurrency", &CellSpec::max_concurrency)
       .def_readwrite("seed", &CellSpec::seed)
       .def_readwrite("drain_timeout_s", &CellSpec::drain_timeout_s)
-      .def_readwrite("connect_timeout_s", &CellSpec::connect_timeout_s)
-      .def_readwrite("idle_timeout_s", &CellSpec::idle_timeout_s)
-      .def_readwrite("tls_verify", &CellSpec::tls_verify)
-      .def_readwrite("ca_file", &CellSpec::ca_file)
-      .def_readwrite("max_event_bytes", &CellSpec::max_event_bytes)
-      .def_readwrite("record_events", &CellSpec::record_events)
-      .def_readwrite("server_stamps", &CellSpec::server_stamps)
+      .def_readwrite("steady_window", &CellSpec::steady_window)
+      .def_readwrite("ramp_cap_s", &CellSpec::ramp_cap_s)
+      .def_readwrite("plateau_settle_s", &CellSpec::plateau_settle_s)
+      .def_readwrite("stall_min_s", &CellSpec::stall_min_s)
+      .def_readwrite("stall_gap_factor", &CellSpec::stall_gap_factor)
+      .def_readwrite("precision", &CellSpec::precision)
+      .def_readwrite("min_duration_s", &CellSpec::min_duration_s)
+      .def_readwrite("precision_check_s", &CellSpec::precision_check_s)
+      .def_property(
+          "connect_timeout_s", [](const CellSpec& s) { return s.http.connect_timeout_s; },
+          [](CellSpec& s, double v) { s.http.connect_timeout_s = v; })
+      .def_property(
+          "idle_timeout_s", [](const CellSpec& s) { return s.http.idle_timeout_s; },
+          [](CellSpec& s, double v) { s.http.idle_timeout_s = v; })
+      .def_property(
+          "tls_verify", [](const CellSpec& s) { return s.http.tls_verify; },
+          [](CellSpec& s, bool v) { s.http.tls_verify = v; })
+      .def_property(
+          "ca_file", [](const CellSpec& s) { return s.http.ca_file; },
+          [](CellSpec& s, std::string v) { s.http.ca_file = std::move(v); })
+      .def_property(
+          "max_event_bytes", [](const CellSpec& s) { return s.http.max_event_bytes; },
+          [](CellSpec& s, std::size_t v) { s.http.max_event_bytes = v; })
+      .def_property(
+          "record_events", [](const CellSpec& s) { return s.http.record_events; },
+          [](CellSpec& s, bool v) { s.http.record_events = v; })
+      .def_property(
+          "server_stamps", [](const CellSpec& s) { return s.http.server_stamps; },
+          [](CellSpec& s, bool v) { s.http.server_stamps = v; })
       .def_readwrite("metrics_url", &CellSpec::metrics_url)
       .def_readwrite("metrics_interval_s", &CellSpec::metrics_interval_s)
       .def_readwrite("metric_names", &CellSpec::metric_names)
       .def_readwrite("metric_reduce", &CellSpec::metric_reduce)
       .def("__repr__", [](const CellSpec& s) {
-        return "<CellSpec url=" + s.url + " concurrency=" + std::to_string(s.concurrency) +
+        return "<CellSpec url=" + s.http.url + " concurrency=" + std::to_string(s.concurrency) +
                " bodies=" + std::to_string(s.bodies.size()) +
                " warmup=" + std::to_string(s.warmup_bodies.size()) +
                " duration_s=" + std::to_string(s.duration_s) +
-               (s.api_key.empty() ? "" : " api_key=***") + ">";
+               (s.precision > 0 ? " precision=" + std::to_string(s.precision) : "") +
+               (s.http.api_key.empty() ? "" : " api_key=***") + ">";
       });
 
   py::class_<PyCellResult>(m, "CellResult", "Raw records and timings of one cell.")
       .def_readonly("warmup_start_ns", &PyCellResult::warmup_start_ns)
+      .def_readonly("ramp_start_ns", &PyCellResult::ramp_start_ns)
       .def_readonly("window_start_ns", &PyCellResult::window_start_ns)
+      .def_readonly("ramp_capped", &PyCellResult::ramp_capped)
+      .def_readonly("stopped_by", &PyCellResult::stopped_by)
+      .def_readonly("stalls", &PyCellResult::stalls)
+      .def_readonly("warmup_retried", &PyCellResult::warmup_retried)
       .def_readonly("window_end_ns", &PyCellResult::window_end_ns)
       .def_readonly("end_ns", &PyCellResult::end_ns)
       .def_readonly("client_cpu_s", &PyCellResult::client_cpu_s)
@@ -235,6 +282,8 @@ void register_cell(py::module_& m) {
         d["errors"] = p.errors.load(std::memory_order_relaxed);
         d["in_flight"] = p.in_flight.load(std::memory_order_relaxed);
         d["window_start_ns"] = p.window_start_ns.load(std::memory_order_relaxed);
+        d["warmup_total"] = p.warmup_total.load(std::memory_order_relaxed);
+        d["warmup_done"] = p.warmup_done.load(std::memory_order_relaxed);
         return d;
       });
 }

@@ -43,7 +43,7 @@ using I32 = py::array_t<std::int32_t, py::array::c_style | py::array::forcecast>
 struct Columns {
   I64 sent, first, done, prompt, out_tok;
   U8 outcome, phase, source;
-  I32 ev_req, ev_tok;
+  I32 ev_req, ev_tok, slot;
   I64 ev_t;
   RecordView view;
 
@@ -92,6 +92,12 @@ struct Columns {
       view.output_tokens = span_of(out_tok);
       view.token_source = span_of(source);
     }
+    // optional: the slot column (saved runs have it) gives the first wave
+    if (requests.contains("slot")) {
+      slot = column<std::int32_t>(requests, "requests", "slot");
+      if (slot.size() != n) throw py::value_error("request columns have different lengths");
+      view.slot = span_of(slot);
+    }
   }
 };
 
@@ -110,6 +116,12 @@ py::dict figures_dict(const CellFigures& f) {
   d["tbt_ms"] = f.tbt_ms;
   d["per_request_tok_s"] = f.per_request_tok_s;
   d["ttft_ms"] = f.ttft_ms;
+  d["ttft_first_wave_ms"] = f.ttft_first_wave_ms;
+  d["decode_tok_s_per_request"] = f.decode_tok_s_per_request;
+  d["decode_requests"] = f.decode_requests;
+  d["decode_tok_s_per_request_ci"] = interval(f.decode_tok_s_per_request_ci);
+  d["error_slot_s"] = f.error_slot_s;
+  d["precision"] = f.precision;
   d["avg_active"] = f.avg_active;
   d["completed"] = f.completed;
   d["started"] = f.started;
@@ -134,7 +146,7 @@ void register_stats(py::module_& m) {
   m.def(
       "summarize_cell",
       [](const py::dict& requests, const py::dict& events, ns_t t0_ns, ns_t t1_ns, double bin_s,
-         ns_t steady_from_ns) {
+         ns_t steady_from_ns, ns_t ttft_from_ns) {
         if (!(t1_ns > t0_ns)) throw py::value_error("summarize_cell needs t1_ns > t0_ns");
         if (!(bin_s > 0)) throw py::value_error("summarize_cell needs bin_s > 0");
         const Columns cols(requests, events);
@@ -144,15 +156,32 @@ void register_stats(py::module_& m) {
           // Safe without the GIL: the views point into arrays this frame
           // holds references to, and summarize_cell touches nothing else.
           py::gil_scoped_release nogil;
-          f = summarize_cell(v, t0_ns, t1_ns, bin_s, steady_from_ns);
+          f = summarize_cell(v, t0_ns, t1_ns, bin_s, steady_from_ns, ttft_from_ns);
         }
         return figures_dict(f);
       },
       py::arg("requests"), py::arg("events"), py::arg("t0_ns"), py::arg("t1_ns"),
-      py::arg("bin_s") = 1.0, py::arg("steady_from_ns") = -1,
+      py::arg("bin_s") = 1.0, py::arg("steady_from_ns") = -1, py::arg("ttft_from_ns") = -1,
       "Figures of a cell's window [t0_ns, t1_ns] from its raw records (the dicts of CellResult, "
       "or\n"
-      "the same columns loaded from a saved run). Intervals are [lo, hi]; NaN where undefined.");
+      "the same columns loaded from a saved run). TTFT counts requests sent from ttft_from_ns "
+      "(-1: t0;\n"
+      "pass the ramp's start). Intervals are [lo, hi]; NaN where undefined.");
+  m.def(
+      "precision_stop",
+      [](double total_tok_s, std::pair<double, double> total_ci, double tbt_ms,
+         std::pair<double, double> tbt_ci, double target, double elapsed_s, double min_s) {
+        CellFigures f;
+        f.total_tok_s = total_tok_s;
+        f.total_tok_s_ci = {total_ci.first, total_ci.second};
+        f.tbt_ms = tbt_ms;
+        f.tbt_ms_ci = {tbt_ci.first, tbt_ci.second};
+        return py::make_tuple(precision_stop(f, target, elapsed_s, min_s), precision_of(f));
+      },
+      py::arg("total_tok_s"), py::arg("total_tok_s_ci"), py::arg("tbt_ms"), py::arg("tbt_ms_ci"),
+      py::arg("target"), py::arg("elapsed_s"), py::arg("min_duration_s"),
+      "The precision stop the cell runs in C++: (stop, precision reached) for figures and their "
+      "intervals.");
   m.def(
       "token_arrivals",
       [](const py::dict& requests, const py::dict& events, int phase) {

@@ -16,6 +16,7 @@
 #include "speedmatrix/open_loop.hpp"
 #include "speedmatrix/prom.hpp"
 #include "speedmatrix/scheduler.hpp"
+#include "speedmatrix/stats.hpp"
 
 namespace speedmatrix {
 namespace {
@@ -51,8 +52,8 @@ class MetricsSampler {
     const double interval_s = spec_.metrics_interval_s > 0 ? spec_.metrics_interval_s : 0.25;
     const ns_t interval = static_cast<ns_t>(interval_s * 1e9);
     // A scrape may take at most a few intervals (and never less than 1 s).
-    HttpGetter getter(spec_.headers, spec_.api_key, std::max(1.0, 4 * interval_s), spec_.tls_verify,
-                      spec_.ca_file);
+    HttpGetter getter(spec_.http.headers, spec_.http.api_key, std::max(1.0, 4 * interval_s),
+                      spec_.http.tls_verify, spec_.http.ca_file);
     std::string body, error;
     const ns_t start = now_ns();
     for (std::int64_t k = 0;; ++k) {
@@ -137,7 +138,7 @@ CellResult CellRunner::run() {
     res.fatal_error = "CellRunner::run() may be called only once";
     return res;
   }
-  if (spec.url.empty())
+  if (spec.http.url.empty())
     res.fatal_error = "CellSpec.url is empty";
   else if (spec.bodies.empty())
     res.fatal_error = "CellSpec.bodies is empty";
@@ -147,22 +148,13 @@ CellResult CellRunner::run() {
     res.fatal_error = "CellSpec.concurrency must be >= 1";
   else if (!(spec.duration_s > 0) && spec.max_requests <= 0)
     res.fatal_error = "CellSpec needs duration_s > 0 or max_requests > 0";
-  else if (std::string why = check_url(spec.url); !why.empty())
+  else if (std::isnan(spec.precision) || spec.precision < 0 || spec.precision >= 1)
+    res.fatal_error = "CellSpec.precision must be in [0, 1) (0.02 = 2%)";
+  else if (std::string why = check_url(spec.http.url); !why.empty())
     res.fatal_error = why;
   if (!res.fatal_error.empty()) return res;
 
-  HttpOptions opt;
-  opt.url = spec.url;
-  opt.headers = spec.headers;
-  opt.api_key = spec.api_key;
-  opt.api = spec.api;
-  opt.connect_timeout_s = spec.connect_timeout_s;
-  opt.idle_timeout_s = spec.idle_timeout_s;
-  opt.tls_verify = spec.tls_verify;
-  opt.ca_file = spec.ca_file;
-  opt.max_event_bytes = spec.max_event_bytes;
-  opt.record_events = spec.record_events;
-  opt.server_stamps = spec.server_stamps;
+  HttpOptions opt = spec.http;
   const std::int64_t streams =
       spec.mode == "open" ? open_loop_stream_bound(spec) : std::int64_t{spec.concurrency};
   opt.max_concurrency = static_cast<std::int32_t>(
@@ -173,12 +165,54 @@ CellResult CellRunner::run() {
   plan.warmup_bodies.assign(spec.warmup_bodies.begin(), spec.warmup_bodies.end());
   plan.bodies.assign(spec.bodies.begin(), spec.bodies.end());
   plan.warmup_timeout_ns = seconds_to_ns(spec.warmup_timeout_s);
+  plan.warmup_retries = std::max<std::int32_t>(spec.warmup_retries, 0);
   plan.concurrency = spec.concurrency;
   plan.duration_ns = seconds_to_ns(spec.duration_s);
   plan.max_requests = spec.max_requests;
+  plan.steady_window = spec.steady_window;
+  plan.ramp_cap_ns = seconds_to_ns(spec.ramp_cap_s);
+  plan.plateau_settle_ns = seconds_to_ns(spec.plateau_settle_s);
+  plan.stall_min_ns = spec.http.record_events ? seconds_to_ns(spec.stall_min_s) : 0;
+  plan.stall_gap_factor = spec.stall_gap_factor;
+  plan.min_duration_ns = seconds_to_ns(spec.min_duration_s);
+  plan.check_interval_ns = std::max<ns_t>(seconds_to_ns(spec.precision_check_s), 100'000'000);
 
   CellRecords records;
   records.events.reserve(1u << 16);
+  if (spec.precision > 0) {
+    // The figures so far, by the same function the final figures come from
+    // (on this thread, between polls: the records are not being written).
+    const double target = spec.precision, min_s = spec.min_duration_s;
+    plan.should_end = [&records, target, min_s](ns_t t0, ns_t now) {
+      const std::size_t n = records.requests.size();
+      std::vector<ns_t> sent(n), first(n), done(n);
+      std::vector<std::uint8_t> outcome(n), phase(n);
+      std::vector<std::int64_t> prompt(n, -1);
+      for (std::size_t i = 0; i < n; ++i) {
+        const RequestRecord& q = records.requests[i];
+        sent[i] = q.sent_ns;
+        first[i] = q.first_token_ns;
+        done[i] = q.done_ns;
+        outcome[i] = static_cast<std::uint8_t>(q.outcome);
+        phase[i] = static_cast<std::uint8_t>(q.phase);
+      }
+      RecordView v;
+      v.sent_ns = sent;
+      v.first_token_ns = first;
+      v.done_ns = done;
+      v.outcome = outcome;
+      v.phase = phase;
+      v.prompt_tokens = prompt;
+      v.ev_request = records.events.request;
+      // The compact columns (records.hpp) unpacked: O(events), as summarize_cell is anyway.
+      const std::vector<ns_t> ev_t_ns = records.events.t_ns.to_vector();
+      const std::vector<std::int32_t> ev_tokens = records.events.tokens.to_vector();
+      v.ev_t_ns = ev_t_ns;
+      v.ev_tokens = ev_tokens;
+      const CellFigures f = summarize_cell(v, t0, now);
+      return precision_stop(f, target, static_cast<double>(now - t0) / 1e9, min_s);
+    };
+  }
   try {
     CurlTransport transport(opt, records, &m.progress);
     {
@@ -202,7 +236,25 @@ CellResult CellRunner::run() {
     res.client_cpu_s = static_cast<double>(thread_cpu_ns() - cpu0) / 1e9;
     sampler.finish();
     res.warmup_start_ns = times.warmup_start_ns;
+    res.ramp_start_ns = times.ramp_start_ns;
     res.window_start_ns = times.window_start_ns;
+    res.ramp_capped = times.ramp_capped;
+    res.stalls = times.stalls;
+    res.warmup_retried = times.warmup_retried;
+    switch (times.stopped_by) {
+      case StopReason::kDuration:
+        res.stopped_by = "duration";
+        break;
+      case StopReason::kPrecision:
+        res.stopped_by = "precision";
+        break;
+      case StopReason::kRequests:
+        res.stopped_by = "requests";
+        break;
+      case StopReason::kStop:
+        res.stopped_by = "stop";
+        break;
+    }
     res.window_end_ns = times.window_end_ns;
     res.end_ns = times.end_ns;
     res.stopped = times.stopped;

@@ -75,34 +75,118 @@ struct Refill {
   bool operator>(const Refill& o) const { return due_ns > o.due_ns; }
 };
 
+// Running median of the gaps between a window request's token arrivals (ns
+// per token, weighted by tokens), in log buckets of 2^(1/16) (~4.4%): O(1)
+// per event, good enough for a threshold 25 times larger.
+class GapHistogram {
+ public:
+  void add(ns_t gap_ns, std::int64_t tokens) {
+    if (gap_ns <= 0 || tokens <= 0) return;
+    const double per = static_cast<double>(gap_ns) / static_cast<double>(tokens) / 1e3;  // us
+    const auto b = static_cast<std::int64_t>(std::floor(16 * std::log2(std::max(per, 1.0))));
+    counts_[static_cast<std::size_t>(std::clamp<std::int64_t>(b, 0, kBuckets - 1))] += tokens;
+    total_ += tokens;
+  }
+  double median_ms() const {
+    if (total_ == 0) return std::nan("");
+    std::int64_t cum = 0;
+    for (std::size_t b = 0; b < kBuckets; ++b) {
+      cum += counts_[b];
+      if (2 * cum >= total_) return std::exp2((static_cast<double>(b) + 0.5) / 16) / 1e3;
+    }
+    return std::nan("");
+  }
+
+ private:
+  static constexpr std::size_t kBuckets = 560;  // up to ~35 minutes per token
+  std::int64_t counts_[kBuckets] = {};
+  std::int64_t total_ = 0;
+};
+
+const char* kStallKind = "stall";
+
 }  // namespace
+
+bool is_stalled(ns_t silent_ns, double median_gap_ms, ns_t stall_min_ns, double gap_factor) {
+  if (stall_min_ns <= 0) return false;
+  double limit_ns = static_cast<double>(stall_min_ns);
+  if (!std::isnan(median_gap_ms) && gap_factor > 0)
+    limit_ns = std::max(limit_ns, gap_factor * median_gap_ms * 1e6);
+  return static_cast<double>(silent_ns) > limit_ns;
+}
+
+ns_t steady_window_open(const std::vector<ns_t>& first_token_ns, ns_t ramp_start_ns, ns_t now_ns,
+                        ns_t settle_ns, ns_t cap_ns, bool* capped) {
+  if (capped) *capped = false;
+  std::vector<ns_t> t;
+  t.reserve(first_token_ns.size());
+  for (ns_t x : first_token_ns)
+    if (x != kNever) t.push_back(std::max(x, ramp_start_ns));
+  std::sort(t.begin(), t.end());
+  if (!t.empty() && t.size() == first_token_ns.size()) return t.back();  // every slot streams
+  if (!t.empty()) {
+    // A plateau: no slot started streaming for longer than the settle time
+    // and twice the longest wait between two slots' first tokens so far (a
+    // server that admits slowly is not mistaken for one that stopped admitting).
+    ns_t longest = t.front() - ramp_start_ns;
+    for (std::size_t k = 1; k < t.size(); ++k) longest = std::max(longest, t[k] - t[k - 1]);
+    if (now_ns - t.back() >= std::max(settle_ns, 2 * longest)) return t.back();
+  }
+  if (cap_ns > 0 && now_ns - ramp_start_ns >= cap_ns) {
+    if (capped) *capped = true;
+    return ramp_start_ns + cap_ns;
+  }
+  return kNever;
+}
 
 ScheduleTimes run_closed_loop(const ClosedLoopPlan& plan, Transport& transport, Clock& clock,
                               CellRecords& records, const std::atomic<bool>& stop,
                               CellProgress* progress) {
   ScheduleTimes times;
+  times.stall_median_gap_ms = std::nan("");
   Loop loop(transport, records, stop, progress);
 
-  // Warm-up: everything at once, then wait for all (or the timeout).
+  // Warm-up: everything at once, then wait for all (or the timeout); what
+  // failed or timed out is sent again, up to warmup_retries times.
   if (!plan.warmup_bodies.empty()) {
     times.warmup_start_ns = clock.now();
-    std::vector<std::int32_t> live;
-    live.reserve(plan.warmup_bodies.size());
-    for (std::size_t i = 0; i < plan.warmup_bodies.size(); ++i) {
-      live.push_back(loop.launch(static_cast<std::int32_t>(i), static_cast<std::int32_t>(i),
-                                 plan.warmup_bodies[i], Phase::kWarmup, times.warmup_start_ns));
+    std::vector<std::size_t> pending(plan.warmup_bodies.size());
+    for (std::size_t i = 0; i < pending.size(); ++i) pending[i] = i;
+    if (progress) {
+      progress->warmup_total.store(static_cast<std::int32_t>(pending.size()));
+      progress->warmup_done.store(0);
     }
-    const ns_t deadline =
-        plan.warmup_timeout_ns > 0 ? times.warmup_start_ns + plan.warmup_timeout_ns : kNoDeadline;
-    std::vector<char> done(records.requests.size(), 0);
-    while (loop.in_flight() > 0 && !loop.stop_requested() && clock.now() < deadline) {
-      for (std::int32_t id : loop.poll(deadline)) done[static_cast<std::size_t>(id)] = 1;
-    }
-    for (std::int32_t id : live) {
-      if (!done[static_cast<std::size_t>(id)]) loop.cancel(id);
+    for (std::int32_t attempt = 0; !pending.empty() && attempt <= plan.warmup_retries; ++attempt) {
+      if (attempt > 0) times.warmup_retried += static_cast<std::int32_t>(pending.size());
+      const ns_t start = clock.now();
+      std::vector<std::pair<std::int32_t, std::size_t>> live;  // (request id, body)
+      live.reserve(pending.size());
+      for (std::size_t i : pending) {
+        live.emplace_back(loop.launch(static_cast<std::int32_t>(i), static_cast<std::int32_t>(i),
+                                      plan.warmup_bodies[i], Phase::kWarmup, start),
+                          i);
+      }
+      const ns_t deadline =
+          plan.warmup_timeout_ns > 0 ? start + plan.warmup_timeout_ns : kNoDeadline;
+      std::vector<char> done(records.requests.size(), 0);
+      while (loop.in_flight() > 0 && !loop.stop_requested() && clock.now() < deadline) {
+        for (std::int32_t id : loop.poll(deadline)) {
+          done[static_cast<std::size_t>(id)] = 1;
+          if (progress && records.requests[static_cast<std::size_t>(id)].outcome == Outcome::kOk)
+            progress->warmup_done.fetch_add(1, std::memory_order_relaxed);
+        }
+      }
+      pending.clear();
+      for (auto [id, body] : live) {
+        if (!done[static_cast<std::size_t>(id)]) loop.cancel(id);
+        if (records.requests[static_cast<std::size_t>(id)].outcome != Outcome::kOk)
+          pending.push_back(body);
+      }
+      if (loop.stop_requested()) break;
     }
     if (loop.stop_requested()) {
       times.stopped = true;
+      times.stopped_by = StopReason::kStop;
       times.end_ns = clock.now();
       return times;
     }
@@ -121,36 +205,152 @@ ScheduleTimes run_closed_loop(const ClosedLoopPlan& plan, Transport& transport, 
     ++started;
   };
 
-  // t0 is read once, before the first hand-over: the window is defined by
-  // when its requests were sent, not by when the last of N was queued.
-  const ns_t t0 = clock.now();
-  times.window_start_ns = t0;
-  if (progress) progress->window_start_ns.store(t0, std::memory_order_relaxed);
-  const ns_t end_at = plan.duration_ns > 0 ? t0 + plan.duration_ns : kNoDeadline;
-  for (std::size_t k = 0; k < n && may_start(); ++k) launch_slot(k, t0);
+  // The ramp's start is read once, before the first hand-over: requests are
+  // timed from when they were sent, not from when the last of N was queued.
+  const ns_t ramp_start = clock.now();
+  times.ramp_start_ns = ramp_start;
+  const bool steady = plan.steady_window && plan.max_requests <= 0;
+  ns_t t0 = kNever;
+  ns_t end_at = kNoDeadline;
+  ns_t next_check = kNoDeadline;
+  auto open_window = [&](ns_t at) {
+    t0 = at;
+    times.window_start_ns = t0;
+    end_at = plan.duration_ns > 0 ? t0 + plan.duration_ns : kNoDeadline;
+    if (plan.should_end) next_check = t0 + std::max<ns_t>(plan.min_duration_ns, 0);
+    if (progress) {
+      // the live figure counts window tokens only: the ramp's are dropped (a
+      // t0 in the past keeps the tokens that arrived since)
+      std::int64_t since = 0;
+      const std::size_t m = std::min(records.events.request.size(), records.events.t_ns.size());
+      for (std::size_t e = 0; e < m; ++e) {
+        const auto q = static_cast<std::size_t>(records.events.request[e]);
+        if (records.events.t_ns[e] >= t0 && q < records.requests.size() &&
+            records.requests[q].phase == Phase::kWindow)
+          since += records.events.tokens[e];
+      }
+      progress->tokens.store(since, std::memory_order_relaxed);
+      progress->window_start_ns.store(t0, std::memory_order_relaxed);
+    }
+  };
+  if (!steady) open_window(ramp_start);
+  std::vector<ns_t> slot_first_token(n, kNever);  // the ramp: first token per slot
+  std::int64_t ramp_failures = 0;  // window requests that failed before any slot streamed
+  auto note_streamed = [&](const RequestRecord& rec) {
+    const auto slot = static_cast<std::size_t>(rec.slot);
+    if (rec.phase == Phase::kWindow && rec.first_token_ns != kNever &&
+        slot_first_token[slot] == kNever)
+      slot_first_token[slot] = rec.first_token_ns;
+  };
+  for (std::size_t k = 0; k < n && may_start(); ++k) launch_slot(k, ramp_start);
 
-  ns_t last_done = t0;
-  bool reached_end = false;
+  // Token events of window requests feed the stall rule: each request's last
+  // token and the cell's running median gap.
+  const bool stalls_on = plan.stall_min_ns > 0;
+  std::vector<ns_t> last_token;
+  std::size_t events_seen = 0;
+  GapHistogram gaps;
+  auto scan_events = [&] {
+    const std::size_t m = std::min(records.events.request.size(), records.events.t_ns.size());
+    if (last_token.size() < records.requests.size())
+      last_token.resize(records.requests.size(), kNever);
+    for (; events_seen < m; ++events_seen) {
+      const auto q = static_cast<std::size_t>(records.events.request[events_seen]);
+      if (q >= records.requests.size() || records.requests[q].phase != Phase::kWindow) continue;
+      const ns_t t = records.events.t_ns[events_seen];
+      if (last_token[q] != kNever && t > last_token[q])
+        gaps.add(t - last_token[q], records.events.tokens[events_seen]);
+      last_token[q] = std::max(last_token[q] == kNever ? t : last_token[q], t);
+    }
+  };
+  ns_t next_tick = ramp_start + plan.tick_ns;
+
+  ns_t last_done = ramp_start;
   for (;;) {
     if (loop.stop_requested()) {
       times.stopped = true;
+      times.stopped_by = StopReason::kStop;
       break;
     }
     ns_t now = clock.now();
+    if (t0 == kNever) {
+      for (std::size_t k = 0; k < n; ++k) {
+        if (slot_request[k] >= 0)
+          note_streamed(records.requests[static_cast<std::size_t>(slot_request[k])]);
+      }
+      bool capped = false;
+      ns_t at = steady_window_open(slot_first_token, ramp_start, now, plan.plateau_settle_ns,
+                                   plan.ramp_cap_ns, &capped);
+      // Nothing streams and a whole wave failed: no steady state is coming, and
+      // the window (which records the failures) should not wait for the cap.
+      if (at == kNever && ramp_failures >= static_cast<std::int64_t>(n) &&
+          std::none_of(slot_first_token.begin(), slot_first_token.end(),
+                       [](ns_t t) { return t != kNever; }))
+        at = now;
+      if (at != kNever) {
+        times.ramp_capped = capped;
+        open_window(at);
+      }
+    }
     if (now >= end_at) {
-      reached_end = true;
+      times.stopped_by = StopReason::kDuration;
       break;
     }
+    if (t0 != kNever && now >= next_check) {
+      if (plan.should_end(t0, now)) {
+        times.stopped_by = StopReason::kPrecision;
+        end_at = now;
+        break;
+      }
+      next_check = now + std::max<ns_t>(plan.check_interval_ns, 1'000'000);
+    }
+    if (stalls_on && now >= next_tick) {
+      scan_events();
+      const double median_ms = gaps.median_ms();
+      for (std::size_t k = 0; k < n; ++k) {
+        const std::int32_t id = slot_request[k];
+        if (id < 0 || static_cast<std::size_t>(id) >= last_token.size()) continue;
+        const ns_t last = last_token[static_cast<std::size_t>(id)];
+        if (last == kNever ||
+            !is_stalled(now - last, median_ms, plan.stall_min_ns, plan.stall_gap_factor))
+          continue;
+        loop.cancel(id);
+        RequestRecord& rec = records.requests[static_cast<std::size_t>(id)];
+        rec.outcome = Outcome::kError;
+        rec.error_kind = kStallKind;
+        rec.error_message =
+            "no token for " + std::to_string((now - last) / 1'000'000) + " ms (stall limit: max(" +
+            std::to_string(plan.stall_min_ns / 1'000'000) + " ms, " +
+            std::to_string(plan.stall_gap_factor) + " x median gap " +
+            (std::isnan(median_ms) ? std::string("n/a") : std::to_string(median_ms)) + " ms))";
+        if (progress) progress->errors.fetch_add(1, std::memory_order_relaxed);
+        ++times.stalls;
+        slot_request[k] = -1;
+        last_done = std::max(last_done, now);
+        if (may_start()) launch_slot(k, now);
+      }
+    }
+    if (now >= next_tick) next_tick = now + std::max<ns_t>(plan.tick_ns, 1'000'000);
     while (!refills.empty() && refills.top().due_ns <= now) {
       const Refill r = refills.top();
       refills.pop();
       if (may_start()) launch_slot(static_cast<std::size_t>(r.slot), r.due_ns);
     }
-    if (loop.in_flight() == 0 && (refills.empty() || !may_start())) break;  // request budget spent
-    const ns_t deadline = refills.empty() ? end_at : std::min(end_at, refills.top().due_ns);
+    if (loop.in_flight() == 0 && (refills.empty() || !may_start())) {  // request budget spent
+      times.stopped_by = StopReason::kRequests;
+      break;
+    }
+    ns_t deadline = std::min(end_at, next_check);
+    if (!refills.empty()) deadline = std::min(deadline, refills.top().due_ns);
+    if (t0 == kNever || stalls_on) deadline = std::min(deadline, next_tick);
     for (std::int32_t id : loop.poll(deadline)) {
       const RequestRecord& rec = records.requests[static_cast<std::size_t>(id)];
+      if (rec.phase != Phase::kWindow) continue;
       const auto slot = static_cast<std::size_t>(rec.slot);
+      if (t0 == kNever) {
+        note_streamed(rec);
+        if (rec.outcome == Outcome::kError) ++ramp_failures;
+      }
       slot_request[slot] = -1;
       now = clock.now();
       const ns_t finished_at = rec.done_ns != kNever ? rec.done_ns : now;
@@ -165,9 +365,11 @@ ScheduleTimes run_closed_loop(const ClosedLoopPlan& plan, Transport& transport, 
     }
   }
 
+  if (t0 == kNever) open_window(ramp_start);  // stopped or spent during the ramp
   if (times.stopped) {
     times.window_end_ns = clock.now();
-  } else if (reached_end) {
+  } else if (times.stopped_by == StopReason::kDuration ||
+             times.stopped_by == StopReason::kPrecision) {
     times.window_end_ns = end_at;
   } else {
     times.window_end_ns = last_done;
@@ -175,6 +377,7 @@ ScheduleTimes run_closed_loop(const ClosedLoopPlan& plan, Transport& transport, 
   for (std::int32_t id : slot_request) {
     if (id >= 0) loop.cancel(id);
   }
+  if (stalls_on) times.stall_median_gap_ms = gaps.median_ms();
   times.end_ns = clock.now();
   return times;
 }

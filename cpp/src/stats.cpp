@@ -31,17 +31,17 @@ double t975(std::int64_t df) {
          (3 * z7 + 19 * z5 + 17 * z3 - 15 * z) / (384 * n * n * n);
 }
 
-// 95% t-interval of the mean of `v`; NaN bounds with fewer than 2 values.
-Interval t_interval(const std::vector<double>& v) {
+// 95% interval of the median from order statistics: ranks n/2 -+ z sqrt(n)/2
+// (1-based, the usual normal approximation of the binomial); NaN below 6 values.
+Interval order_median_interval(std::vector<double> v) {
+  v.erase(std::remove_if(v.begin(), v.end(), [](double x) { return std::isnan(x); }), v.end());
   const std::size_t n = v.size();
-  if (n < 2) return {kNaN, kNaN};
-  const double mean = std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(n);
-  double ss = 0;
-  for (double x : v) ss += (x - mean) * (x - mean);
-  const double half = t975(static_cast<std::int64_t>(n) - 1) *
-                      std::sqrt(ss / static_cast<double>(n - 1)) /
-                      std::sqrt(static_cast<double>(n));
-  return {mean - half, mean + half};
+  if (n < 6) return {kNaN, kNaN};
+  std::sort(v.begin(), v.end());
+  const double z = 1.959963984540054, h = static_cast<double>(n) / 2, w = z * std::sqrt(h * 2) / 2;
+  const auto j = static_cast<std::int64_t>(std::max(1.0, std::floor(h - w)));
+  const auto k = static_cast<std::int64_t>(std::min(static_cast<double>(n), std::ceil(h + 1 + w)));
+  return {v[static_cast<std::size_t>(j - 1)], v[static_cast<std::size_t>(k - 1)]};
 }
 
 // Quantile q of the multiset in which each sorted value appears `weight`
@@ -118,6 +118,44 @@ std::vector<std::int32_t> usage_scaled_tokens(const RecordView& r, std::size_t n
 
 }  // namespace
 
+Interval mean_interval_autocorrelated(const std::vector<double>& v) {
+  const std::size_t n = v.size();
+  if (n < 2) return {kNaN, kNaN};
+  const double mean = std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(n);
+  double ss = 0, lag = 0;
+  for (std::size_t k = 0; k < n; ++k) {
+    ss += (v[k] - mean) * (v[k] - mean);
+    if (k + 1 < n) lag += (v[k] - mean) * (v[k + 1] - mean);
+  }
+  // Positively correlated bins (a slow wave of admissions, a batch that
+  // grows) carry less information than their count: shrink n to the AR(1)
+  // effective sample size. Negative correlation is not credited.
+  const double r = (n >= 3 && ss > 0) ? std::clamp(lag / ss, 0.0, 0.9) : 0.0;
+  const double n_eff = static_cast<double>(n) * (1 - r) / (1 + r);
+  const auto df = std::max<std::int64_t>(1, std::llround(n_eff) - 1);
+  const double sd = std::sqrt(ss / static_cast<double>(n - 1));
+  const double half = t975(df) * sd / std::sqrt(n_eff);
+  return {mean - half, mean + half};
+}
+
+Interval median_interval(std::vector<double> v) { return order_median_interval(std::move(v)); }
+
+double precision_of(const CellFigures& f) {
+  auto rel = [](double value, const Interval& ci) {
+    if (std::isnan(ci.lo) || std::isnan(ci.hi) || !(value > 0) || std::isinf(ci.hi)) return kNaN;
+    return (ci.hi - ci.lo) / 2 / value;
+  };
+  const double a = rel(f.total_tok_s, f.total_tok_s_ci), b = rel(f.tbt_ms, f.tbt_ms_ci);
+  if (std::isnan(a) || std::isnan(b)) return kNaN;
+  return std::max(a, b);
+}
+
+bool precision_stop(const CellFigures& f, double target, double elapsed_s, double min_duration_s) {
+  if (!(target > 0) || elapsed_s < min_duration_s) return false;
+  const double p = precision_of(f);
+  return !std::isnan(p) && p <= target;
+}
+
 double percentile(std::vector<double> values, double q) {
   values.erase(std::remove_if(values.begin(), values.end(), [](double x) { return std::isnan(x); }),
                values.end());
@@ -191,12 +229,14 @@ std::vector<Arrival> token_arrivals(const RecordView& r, int phase) {
   return out;
 }
 
-CellFigures summarize_cell(const RecordView& r, ns_t t0, ns_t t1, double bin_s,
-                           ns_t steady_from_ns) {
+CellFigures summarize_cell(const RecordView& r, ns_t t0, ns_t t1, double bin_s, ns_t steady_from_ns,
+                           ns_t ttft_from_ns) {
   CellFigures f;
-  f.tbt_ms = f.per_request_tok_s = f.ttft_ms = kNaN;
+  f.tbt_ms = f.per_request_tok_s = f.ttft_ms = f.ttft_first_wave_ms = kNaN;
+  f.decode_tok_s_per_request = f.precision = kNaN;
   f.ttft_p90_ms = f.ttft_p99_ms = f.tbt_p90_ms = f.tbt_p99_ms = kNaN;
   f.total_tok_s_ci = f.tbt_ms_ci = f.per_request_tok_s_ci = f.ttft_ms_ci = {kNaN, kNaN};
+  f.decode_tok_s_per_request_ci = {kNaN, kNaN};
   if (t1 <= t0) return f;
   const ns_t span_ns = t1 - t0;
   const double d_s = static_cast<double>(span_ns) * 1e-9;
@@ -208,6 +248,9 @@ CellFigures summarize_cell(const RecordView& r, ns_t t0, ns_t t1, double bin_s,
     return i >= 0 && static_cast<std::size_t>(i) < n_req &&
            static_cast<std::size_t>(i) < r.phase.size() &&
            r.phase[static_cast<std::size_t>(i)] == static_cast<std::uint8_t>(Phase::kWindow);
+  };
+  auto failed = [&](std::size_t i) {
+    return i < r.outcome.size() && r.outcome[i] == static_cast<std::uint8_t>(Outcome::kError);
   };
 
   // Bins of bin_s from t0; the remainder of D that does not fill a bin is
@@ -226,10 +269,28 @@ CellFigures summarize_cell(const RecordView& r, ns_t t0, ns_t t1, double bin_s,
   std::vector<std::int64_t> bin_tokens(static_cast<std::size_t>(n_bins), 0);
   std::vector<std::pair<double, std::int64_t>> gaps;  // (ms per token, tokens)
   std::vector<std::pair<std::int64_t, std::pair<double, std::int64_t>>> bin_gaps;
+  // Per request: its last arrival (any time), and its first and last arrival
+  // inside the window with the tokens after the first (decode speed).
+  struct Span {
+    ns_t last = kNever;
+    ns_t first_in = kNever;
+    ns_t last_in = kNever;
+    std::int64_t tokens_after = 0;
+  };
+  std::vector<Span> spans(n_req);
   for (const Arrival& a : arrivals) {
+    const auto q = static_cast<std::size_t>(a.request);
+    spans[q].last = a.t_ns;
     if (!in_window(a.t_ns)) continue;
     f.output_tokens += a.tokens;
     bin_tokens[static_cast<std::size_t>(bin_of(a.t_ns))] += a.tokens;
+    if (failed(q)) continue;  // a failed stream's silence is not the server's decode
+    if (spans[q].first_in == kNever) {
+      spans[q].first_in = a.t_ns;
+    } else {
+      spans[q].tokens_after += a.tokens;
+      spans[q].last_in = a.t_ns;
+    }
     if (!std::isnan(a.gap_ms)) {
       gaps.emplace_back(a.gap_ms, a.tokens);
       bin_gaps.push_back({bin_of(a.t_ns), {a.gap_ms, a.tokens}});
@@ -249,7 +310,16 @@ CellFigures summarize_cell(const RecordView& r, ns_t t0, ns_t t1, double bin_s,
     f.tbt_p99_ms = sorted_weighted_quantile(gaps, 0, gaps.size(), 0.99);
     f.per_request_tok_s = 1000.0 / f.tbt_ms;
   }
-  f.tbt_ms_ci = t_interval(group_medians(bin_gaps));
+  f.tbt_ms_ci = mean_interval_autocorrelated(group_medians(bin_gaps));
+  std::vector<double> decode_rates;
+  for (const Span& a : spans) {
+    if (a.last_in == kNever || a.last_in <= a.first_in) continue;
+    decode_rates.push_back(static_cast<double>(a.tokens_after) /
+                           (static_cast<double>(a.last_in - a.first_in) * 1e-9));
+  }
+  f.decode_requests = static_cast<std::int64_t>(decode_rates.size());
+  if (!decode_rates.empty()) f.decode_tok_s_per_request = percentile(decode_rates, 0.5);
+  f.decode_tok_s_per_request_ci = order_median_interval(decode_rates);
   if (!std::isnan(f.tbt_ms_ci.lo)) {
     // per-request tok/s = 1000 / tbt is decreasing in tbt: the bounds swap.
     f.per_request_tok_s_ci = {1000.0 / f.tbt_ms_ci.hi,
@@ -257,8 +327,9 @@ CellFigures summarize_cell(const RecordView& r, ns_t t0, ns_t t1, double bin_s,
   }
 
   // --- per request: TTFT, in flight, outcomes ---
-  std::vector<double> ttfts;
-  std::vector<std::pair<std::int64_t, std::pair<double, std::int64_t>>> bin_ttfts;
+  std::vector<double> ttfts, first_wave;
+  const ns_t ttft_from = ttft_from_ns == kNever ? t0 : ttft_from_ns;
+  std::vector<char> slot_seen;
   double in_flight_ns = 0;
   for (std::size_t i = 0; i < n_req; ++i) {
     if (!window_req(static_cast<std::int64_t>(i))) continue;
@@ -272,25 +343,38 @@ CellFigures summarize_cell(const RecordView& r, ns_t t0, ns_t t1, double bin_s,
       const ns_t to = done == kNever ? t1 : std::min(done, t1);
       if (to > from) in_flight_ns += static_cast<double>(to - from);
     }
-    if (in_window(sent)) {
-      ++f.started;
-      if (first != kNever && first >= sent) {
-        const double ms = static_cast<double>(first - sent) * 1e-6;
-        ttfts.push_back(ms);
-        bin_ttfts.push_back({bin_of(sent), {ms, 1}});
+    const bool has_ttft = first != kNever && sent != kNever && first >= sent;
+    if (in_window(sent)) ++f.started;
+    if (sent != kNever && sent >= ttft_from && sent <= t1 && has_ttft)
+      ttfts.push_back(static_cast<double>(first - sent) * 1e-6);
+    if (i < r.slot.size() && r.slot[i] >= 0) {
+      const auto s = static_cast<std::size_t>(r.slot[i]);
+      if (s >= slot_seen.size()) slot_seen.resize(s + 1, 0);
+      if (!slot_seen[s]) {
+        slot_seen[s] = 1;
+        if (has_ttft) first_wave.push_back(static_cast<double>(first - sent) * 1e-6);
       }
     }
     if (outcome == Outcome::kOk && in_window(done)) ++f.completed;
-    if (outcome == Outcome::kError) ++f.errors;
+    if (outcome == Outcome::kError) {
+      ++f.errors;
+      // silence before the failure: from the last token (or the send) to the end
+      const ns_t quiet = spans[i].last != kNever ? spans[i].last : sent;
+      const ns_t from = std::max(quiet, t0);
+      const ns_t to = done == kNever ? t1 : std::min(done, t1);
+      if (quiet != kNever && to > from) f.error_slot_s += static_cast<double>(to - from) * 1e-9;
+    }
   }
+  if (!first_wave.empty()) f.ttft_first_wave_ms = percentile(first_wave, 0.5);
   f.avg_active = in_flight_ns / static_cast<double>(span_ns);
   if (!ttfts.empty()) {
     f.ttft_ms = percentile(ttfts, 0.5);
     f.ttft_p90_ms = percentile(ttfts, 0.90);
     f.ttft_p99_ms = percentile(ttfts, 0.99);
   }
-  f.ttft_ms_ci = t_interval(group_medians(bin_ttfts));
-  f.total_tok_s_ci = t_interval(f.bin_tok_s);
+  f.ttft_ms_ci = order_median_interval(ttfts);
+  f.total_tok_s_ci = mean_interval_autocorrelated(f.bin_tok_s);
+  f.precision = precision_of(f);
 
   // --- drift: least-squares line through per-bin throughput vs bin centre ---
   // Only bins that start at or after steady_from_ns count: the ramp while the

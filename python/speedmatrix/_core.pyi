@@ -21,9 +21,10 @@ class CellSpec:
     headers: list[str]
     api_key: str  # sent as "Authorization: Bearer ..."; reads back as "***" (never returned)
     api: ApiKind
-    warmup_timeout_s: float
+    warmup_timeout_s: float  # one try of the warm-up; then what failed is sent again
+    warmup_retries: int  # default 1
     concurrency: int
-    duration_s: float
+    duration_s: float  # window length; the cap when precision > 0
     max_requests: int
     mode: str  # "closed" | "open"
     rate_per_s: float
@@ -32,6 +33,14 @@ class CellSpec:
     max_concurrency: int  # open loop: > 0 gates in-flight requests
     seed: int
     drain_timeout_s: float
+    steady_window: bool  # default True: the window opens at steady state (cell.hpp)
+    ramp_cap_s: float  # the ramp opens the window anyway after this (CellResult.ramp_capped)
+    plateau_settle_s: float
+    stall_min_s: float  # stall rule: no token for max(stall_min_s, factor x median gap)
+    stall_gap_factor: float
+    precision: float  # 0.02 = stop at a 2% half-width of total tok/s and median TBT; 0 = off
+    min_duration_s: float
+    precision_check_s: float
     connect_timeout_s: float
     idle_timeout_s: float
     tls_verify: bool  # https: verify certificate and host name
@@ -89,13 +98,25 @@ class Progress(TypedDict):
     completed: int
     errors: int
     in_flight: int
-    window_start_ns: int
+    window_start_ns: int  # -1 during the warm-up and the ramp
+    warmup_total: int
+    warmup_done: int
 
 class CellResult:
     @property
     def warmup_start_ns(self) -> int: ...
     @property
+    def ramp_start_ns(self) -> int: ...
+    @property
     def window_start_ns(self) -> int: ...
+    @property
+    def ramp_capped(self) -> bool: ...
+    @property
+    def stopped_by(self) -> str: ...  # "duration" | "precision" | "requests" | "stop"
+    @property
+    def stalls(self) -> int: ...
+    @property
+    def warmup_retried(self) -> int: ...
     @property
     def window_end_ns(self) -> int: ...
     @property
@@ -129,7 +150,13 @@ class Figures(TypedDict):
     total_tok_s: float
     tbt_ms: float
     per_request_tok_s: float
-    ttft_ms: float
+    ttft_ms: float  # first wave and refills (ttft_from_ns = the ramp's start)
+    ttft_first_wave_ms: float
+    decode_tok_s_per_request: float
+    decode_requests: int
+    decode_tok_s_per_request_ci: list[float]
+    error_slot_s: float
+    precision: float
     avg_active: float
     completed: int
     started: int
@@ -153,7 +180,17 @@ def summarize_cell(
     t1_ns: int,
     bin_s: float = 1.0,
     steady_from_ns: int = -1,
+    ttft_from_ns: int = -1,
 ) -> Figures: ...
+def precision_stop(
+    total_tok_s: float,
+    total_tok_s_ci: tuple[float, float],
+    tbt_ms: float,
+    tbt_ms_ci: tuple[float, float],
+    target: float,
+    elapsed_s: float,
+    min_duration_s: float,
+) -> tuple[bool, float]: ...
 
 class Arrivals(TypedDict):
     request: np.ndarray  # int32

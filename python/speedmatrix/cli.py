@@ -224,7 +224,18 @@ def add_run_groups(p: argparse.ArgumentParser) -> dict[str, argparse._ArgumentGr
 
     g = groups["load"]
     g.add_argument(
-        "--duration", help=f"window per decode cell, e.g. 30s (default: {d['duration']})"
+        "--duration",
+        help="window per decode cell, e.g. 30s; with --precision, the longest window "
+        f"(default: {d['duration']})",
+    )
+    g.add_argument(
+        "--precision",
+        help="end each decode window as soon as the 95%% intervals of total tok/s and of the "
+        "median time between tokens are within this of their value, e.g. 2%% (default: off)",
+    )
+    g.add_argument(
+        "--min-duration",
+        help="the shortest window --precision may end (default: 5s)",
     )
     g.add_argument(
         "--max-output",
@@ -393,7 +404,11 @@ start here:
     demo.add_argument(
         "--out", type=Path, default=Path("speedmatrix-demo"), help="output folder of the run"
     )
-    demo.add_argument("--duration", default="5s", help="window per decode cell (the seed used 30s)")
+    demo.add_argument(
+        "--duration",
+        default="3s",
+        help="window per decode cell (windows open at steady state; the seed used 30s)",
+    )
     demo.add_argument("--quiet", action="store_true", help="no progress display")
 
     rep = sub.add_parser(
@@ -462,7 +477,7 @@ def _version() -> str:
 
 
 def _matrix_from_args(args: argparse.Namespace):
-    from speedmatrix.matrix import Matrix, parse_contexts
+    from speedmatrix.matrix import Matrix, parse_contexts, parse_precision
     from speedmatrix.units import parse_duration, parse_tokens
 
     try:
@@ -494,6 +509,10 @@ def _matrix_from_args(args: argparse.Namespace):
             m.concurrency = [_positive_int(c, "--concurrency") for c in _csv(args.concurrency)]
         if args.duration:
             m.duration_s = parse_duration(args.duration)
+        if args.precision:
+            m.precision = parse_precision(args.precision)
+        if args.min_duration:
+            m.min_duration_s = parse_duration(args.min_duration)
         if args.max_output:
             m.max_output = parse_tokens(args.max_output)
         if args.api:

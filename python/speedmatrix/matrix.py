@@ -5,6 +5,10 @@ flags, from a preset, or from TOML, and it is saved in every run's metadata so a
 exactly what it asked for. ``problems()`` returns every problem at once, each message starting
 with the field it is about; ``validate()`` raises them as one ValueError.
 
+Over 500 lines: every field a sweep reads (closed loop, steady-state window and precision,
+open loop, SLOs) is defined here with its validation and its TOML form beside it, so a field
+and its checks cannot drift apart.
+
 Context entries are token counts or a keyword resolved against the server by
 :mod:`speedmatrix.plan`:
 
@@ -42,6 +46,7 @@ __all__ = [
     "Matrix",
     "parse_arrival",
     "parse_contexts",
+    "parse_precision",
 ]
 
 Context = int | str
@@ -107,6 +112,20 @@ class Matrix:
     #: speedmatrix.workload): its requests replace the synthetic prompts of every decode
     #: cell, each with its own output length; the context is then only the row's label
     prompts_file: str = ""
+    #: precision target of a decode cell, a fraction (``"2%"`` or 0.02): the window ends
+    #: as soon as the 95% intervals of total tok/s and median TBT are both within it
+    #: (``duration_s`` is then the cap); 0 = fixed windows of ``duration_s``
+    precision: float = 0.0
+    #: the shortest window a precision target may end (seconds)
+    min_duration_s: float = 5.0
+    #: stall rule: a streaming request that gets no token for max(stall_min_s,
+    #: stall_gap_factor x the cell's running median gap) is cut as a ``stall``
+    stall_min_s: float = 2.0
+    stall_gap_factor: float = 25.0
+    #: the longest ramp (send of the N requests to steady state) before the window
+    #: opens anyway with the ``long_ramp`` flag; a cell's own cap is shorter when its
+    #: expected TTFT is (see Sweep)
+    ramp_cap_s: float = 180.0
 
     # ---- construction -------------------------------------------------------------------
     def __post_init__(self) -> None:
@@ -123,6 +142,11 @@ class Matrix:
             self.idle_timeout_s = parse_duration(self.idle_timeout_s)
         if isinstance(self.request_idle_timeout_s, str):
             self.request_idle_timeout_s = parse_duration(self.request_idle_timeout_s)
+        for name in ("min_duration_s", "stall_min_s", "ramp_cap_s"):
+            if isinstance(getattr(self, name), str):
+                setattr(self, name, parse_duration(getattr(self, name)))
+        if isinstance(self.precision, str):
+            self.precision = parse_precision(self.precision)
         if isinstance(self.max_output, str):
             self.max_output = parse_tokens(self.max_output)
         if isinstance(self.shared_prefix, str):
@@ -163,6 +187,7 @@ class Matrix:
             ("duration", "duration_s"),
             ("idle_timeout", "idle_timeout_s"),
             ("request_idle_timeout", "request_idle_timeout_s"),
+            ("min_duration", "min_duration_s"),
             ("extra_body", "extra"),
         )
         for short, full in aliases:
@@ -318,6 +343,28 @@ class Matrix:
                 f"prefill_cooldown_s: {self.prefill_cooldown_s!r} is not a number of seconds"
             )
         self._open_loop_problems(errors)
+        if not _is_number(self.precision) or not 0 <= self.precision < 1:
+            errors.append(
+                f"precision: {self.precision!r} is not a fraction in [0, 1) (write 2% or 0.02)"
+            )
+        if not _is_number(self.min_duration_s) or self.min_duration_s <= 0:
+            errors.append(f"min_duration_s: {self.min_duration_s!r} is not a positive duration")
+        elif (
+            _is_number(self.duration_s)
+            and _is_number(self.precision)
+            and self.precision > 0
+            and self.min_duration_s > self.duration_s
+        ):
+            errors.append(
+                f"min_duration_s: {self.min_duration_s:g} s is longer than duration_s "
+                f"({self.duration_s:g} s), the window's cap"
+            )
+        if not _is_number(self.stall_min_s) or self.stall_min_s < 0:
+            errors.append(f"stall_min_s: {self.stall_min_s!r} is not a number of seconds")
+        if not _is_number(self.stall_gap_factor) or self.stall_gap_factor <= 0:
+            errors.append(f"stall_gap_factor: {self.stall_gap_factor!r} is not a positive number")
+        if not _is_number(self.ramp_cap_s) or self.ramp_cap_s <= 0:
+            errors.append(f"ramp_cap_s: {self.ramp_cap_s!r} is not a positive duration")
         return errors
 
     def _open_loop_problems(self, errors: list[str]) -> None:
@@ -501,6 +548,20 @@ def _quick() -> Matrix:
 
 
 PRESETS = {"seed": _seed, "quick": _quick}
+
+
+def parse_precision(text: str | float) -> float:
+    """A precision target: ``"2%"`` -> 0.02, ``"0.02"`` -> 0.02; ValueError otherwise."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        return float(text)
+    raw = str(text).strip()
+    try:
+        value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
+    except ValueError:
+        raise ValueError(f"precision: {text!r} is not a percentage (2%) or a fraction") from None
+    if not 0 <= value < 1:
+        raise ValueError(f"precision: {text!r} is not in [0, 100%)")
+    return value
 
 
 def parse_contexts(text: str | list, *, prefill: bool = False) -> list[Context]:

@@ -239,6 +239,12 @@ class Progress:
                 out["window_s"] = el
                 out["tok_s"] = p["tokens"] / el
                 window_left = max(live.duration_s - el, 0.0)
+            elif p.get("warmup_total") and p.get("warmup_done", 0) < p["warmup_total"]:
+                out["phase"] = "warm-up"
+                out["warmup_done"] = int(p["warmup_done"])
+                out["warmup_total"] = int(p["warmup_total"])
+            elif p.get("warmup_total"):
+                out["phase"] = "ramp"  # every prompt prefilled; waiting for every stream
             else:
                 out["phase"] = "warm-up"
         else:
@@ -284,6 +290,15 @@ class Progress:
                     f"window {s['window_s']:.0f}/{live.duration_s:.0f}s · "
                     f"{s['tok_s']:,.1f} tok/s · {s['in_flight']} in flight"
                 )
+            elif s["phase"] == "warm-up" and s.get("warmup_total"):
+                line.append(
+                    f"warm-up: {s['warmup_done']} of {s['warmup_total']} prefilled, "
+                    f"{s['elapsed_s']:.0f}s"
+                )
+                if s.get("warmup_est_s", 0) >= 1:
+                    line.append(f" of ~{s['warmup_est_s']:.0f}s")
+            elif s["phase"] == "ramp":
+                line.append("ramping up (waiting for every stream to decode)")
             elif s["phase"] == "warm-up":
                 line.append(f"warm-up: {s['in_flight']} requests prefilling, {s['elapsed_s']:.0f}s")
                 if s.get("warmup_est_s", 0) >= 1:

@@ -24,6 +24,11 @@ __all__ = ["STAMPS", "Records"]
 
 #: the per-cell scalars saved beside the arrays (``cell_<name>`` in the npz)
 STAMPS = (
+    "ramp_start_ns",
+    "ramp_capped",
+    "stopped_by",
+    "stalls",
+    "warmup_retried",
     "window_start_ns",
     "window_end_ns",
     "warmup_start_ns",
@@ -49,6 +54,16 @@ class Records:
     requests: dict[str, np.ndarray]
     events: dict[str, np.ndarray]
     metrics: dict[str, Any] = field(default_factory=_empty_metrics)
+    #: the window's first N requests were sent (-1: a run saved before steady-state
+    #: windows, whose window opened at the send: t0)
+    ramp_start_ns: int = -1
+    #: the ramp cap, not steady state, opened the window
+    ramp_capped: bool = False
+    #: why the window ended: "duration" | "precision" | "requests" | "stop" ("" = unknown)
+    stopped_by: str = ""
+    #: window requests the loop cut as stalls; warm-up requests sent a second time
+    stalls: int = 0
+    warmup_retried: int = 0
     window_start_ns: int = -1
     window_end_ns: int = -1
     warmup_start_ns: int = -1
@@ -68,6 +83,11 @@ class Records:
             requests=res.requests,
             events=res.events,
             metrics=dict(res.metrics),
+            ramp_start_ns=int(res.ramp_start_ns),
+            ramp_capped=bool(res.ramp_capped),
+            stopped_by=str(res.stopped_by or ""),
+            stalls=int(res.stalls),
+            warmup_retried=int(res.warmup_retried),
             window_start_ns=int(res.window_start_ns),
             window_end_ns=int(res.window_end_ns),
             warmup_start_ns=int(res.warmup_start_ns),
@@ -80,13 +100,19 @@ class Records:
     @classmethod
     def from_loaded(cls, loaded: dict, cell: dict | None = None) -> Records:
         """From `speedmatrix.runfile.load_records`'s dict; stamps missing from the file
-        come from the stored ``cell`` (t0_ns, t1_ns, warmup_start_ns, end_ns, client)."""
+        come from the stored ``cell`` (t0_ns, t1_ns, ramp_start_ns, ramp_capped, stopped_by,
+        warmup_start_ns, end_ns, client)."""
         stamps = dict(loaded.get("stamps") or {})
         cell = cell or {}
         from_cell = not stamps
         if from_cell:
             client = cell.get("client") or {}
             stamps = {
+                "ramp_start_ns": cell.get("ramp_start_ns"),
+                "ramp_capped": cell.get("ramp_capped"),
+                "stopped_by": cell.get("stopped_by"),
+                "stalls": (cell.get("errors") or {}).get("stall"),
+                "warmup_retried": cell.get("warmup_retried"),
                 "window_start_ns": cell.get("t0_ns"),
                 "window_end_ns": cell.get("t1_ns"),
                 "warmup_start_ns": cell.get("warmup_start_ns"),
@@ -103,6 +129,11 @@ class Records:
             requests=loaded.get("requests") or {},
             events=loaded.get("events") or {},
             metrics=loaded.get("metrics") or _empty_metrics(),
+            ramp_start_ns=num("ramp_start_ns", -1, int),
+            ramp_capped=num("ramp_capped", False, bool),
+            stopped_by=str(stamps.get("stopped_by") or ""),
+            stalls=num("stalls", 0, int),
+            warmup_retried=num("warmup_retried", 0, int),
             window_start_ns=num("window_start_ns", -1, int),
             window_end_ns=num("window_end_ns", -1, int),
             warmup_start_ns=num("warmup_start_ns", -1, int),

@@ -307,6 +307,15 @@ class Sweep:
     def _cell_time(cell) -> float:
         return float(cell.duration_s) if cell.phase == "decode" else 0.0
 
+    def _prompt_rate(self) -> float:
+        """Prompt tok/s: the median measured prefill so far, else a cautious guess."""
+        measured: list[float] = [
+            float(c["prompt_tok_s"])
+            for c in self.cells.values()
+            if c.get("phase") == "prefill" and c.get("prompt_tok_s")
+        ]
+        return float(np.median(measured)) if measured else 10_000.0
+
     def _eta(self, remaining) -> list[float]:
         """Seconds each of the ``remaining`` cells will take (dryrun.estimate_s): warm-ups
         and prefill at the median prefill rate measured so far, prompts already sent
@@ -381,6 +390,23 @@ class Sweep:
             spec.metric_reduce = self.target.metrics.reductions(names)
             spec.metrics_interval_s = 0.25
         return spec
+
+    def _decode_bounds(self, spec, n: int, context: int) -> None:
+        """The decode cell's bounds and its window rules (docs/metrics.md): a warm-up try
+        and the ramp are bounded by the expected time to prefill the first wave (N x C at
+        the measured prompt rate) four times over, the warm-up at 30-600 s, the ramp at
+        30 s to the matrix's ramp_cap_s; the stall rule and the precision stop as the
+        matrix says."""
+        m = self.matrix
+        expected_s = n * context / self._prompt_rate()
+        spec.warmup_timeout_s = min(600.0, max(30.0, 4 * expected_s + 10))
+        spec.warmup_retries = 1
+        spec.steady_window = True
+        spec.ramp_cap_s = min(float(m.ramp_cap_s), max(30.0, 4 * expected_s))
+        spec.stall_min_s = float(m.stall_min_s)
+        spec.stall_gap_factor = float(m.stall_gap_factor)
+        spec.precision = float(m.precision)
+        spec.min_duration_s = min(float(m.min_duration_s), float(spec.duration_s))
 
     def _run_spec(self, spec):
         """Runs a cell on a worker thread so Ctrl-C stays responsive; returns
@@ -573,6 +599,8 @@ class Sweep:
         spec = self._spec(max(n, 1), bodies, warm, cell.duration_s, max_requests=cell.max_requests)
         if cell.rate_per_s is not None:
             _open_loop_spec(spec, cell)
+        else:
+            self._decode_bounds(spec, n, c)
         res, interrupted = self._run_spec(spec)
         if interrupted:
             self.interrupted = True

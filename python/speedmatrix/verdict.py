@@ -64,8 +64,9 @@ class Rules:
     queue_gap_requests: float = 0.5
     #: the client is the bottleneck (`client_bound`) when its thread used this share of a core
     client_bound_cpu_share: float = 0.85
-    #: a first wave that took more than this share of the window to stream (or never all
-    #: streamed) is flagged `long_ramp`: the figures include a long ramp-up
+    #: runs saved before steady-state windows (no ramp_start_ns): a first wave that took
+    #: more than this share of the window to stream (or never all streamed) is flagged
+    #: `long_ramp`. Newer runs are flagged when the ramp cap opened the window.
     ramp_share: float = 0.2
     #: a cell's median TTFT counts only the requests that got a first token; when more
     #: than this share of the requests sent in the window were still waiting at its end,
@@ -293,7 +294,11 @@ def prefill_rows(records: Records, from_warmup: bool) -> np.ndarray:
     """The request rows a prefill figure is taken from."""
     phase = records.requests["phase"]
     if from_warmup:
-        return np.flatnonzero(phase == 0)[:1]
+        # the first warm-up prompt; when its first try failed or timed out and was
+        # sent again (warmup_retried), the try that answered
+        first = np.flatnonzero((phase == 0) & (records.requests["body"] == 0))
+        ok = first[records.requests["outcome"][first] == 1]
+        return ok[:1] if len(ok) else first[:1]
     return np.flatnonzero(phase == 1)
 
 
@@ -348,9 +353,14 @@ def decode_cell(
 
     rate = getattr(shape, "rate_per_s", None)
     open_loop = rate is not None
-    # An open-loop cell has no first wave: its window is its arrivals'.
-    settle = t0 if open_loop else first_wave_settled(req, shape.concurrency, t0, t1)
-    fig = _core.summarize_cell(req, ev, t0, t1, 1.0, settle)
+    # A steady-state window (DESIGN.md "Window") opens once the first wave streams:
+    # t0 is the settle point and TTFT counts from the ramp's start (the first wave and
+    # every refill). Runs saved before it (no ramp_start_ns) opened at the send. An
+    # open-loop cell has no first wave: its window is its arrivals'.
+    steady = not open_loop and int(records.ramp_start_ns) > 0
+    ramp = int(records.ramp_start_ns) if steady else t0
+    settle = t0 if (open_loop or steady) else first_wave_settled(req, shape.concurrency, t0, t1)
+    fig = _core.summarize_cell(req, ev, t0, t1, 1.0, settle, ramp)
     server = server_view(records.metrics, facts, t0, t1, settle)
     reported = [int(x) for x in req["prompt_tokens"][window] if x >= 0]
     ptok = prompt_check(shape.context, reported)
@@ -362,7 +372,10 @@ def decode_cell(
         {
             "total_tok_s": _finite(fig["total_tok_s"]),
             "per_request_tok_s": _finite(fig["per_request_tok_s"]),
+            "decode_tok_s_per_request": _finite(fig.get("decode_tok_s_per_request")),
+            "decode_requests": int(fig.get("decode_requests", 0)),
             "ttft_ms": _finite(fig["ttft_ms"]),
+            "ttft_first_wave_ms": _finite(fig.get("ttft_first_wave_ms")),
             "tbt_ms": _finite(fig["tbt_ms"]),
             "avg_active": _finite(fig["avg_active"]),
             "completed": int(fig["completed"]),
@@ -379,12 +392,27 @@ def decode_cell(
             "retried": int(np.count_nonzero(req["retries"][window])) if "retries" in req else 0,
             "t0_ns": t0,
             "t1_ns": t1,
+            "ramp_start_ns": int(records.ramp_start_ns),
+            "ramp_capped": bool(records.ramp_capped),
             "warmup_start_ns": int(records.warmup_start_ns),
             "end_ns": int(records.end_ns),
             "ci": {
                 k: _interval(fig.get(f"{k}_ci"))
-                for k in ("total_tok_s", "per_request_tok_s", "ttft_ms", "tbt_ms")
+                for k in (
+                    "total_tok_s",
+                    "per_request_tok_s",
+                    "decode_tok_s_per_request",
+                    "ttft_ms",
+                    "tbt_ms",
+                )
             },
+            # the larger relative half-width of the total tok/s and TBT intervals
+            "precision": _finite(fig.get("precision")),
+            "stopped_by": records.stopped_by or None,
+            "stalls": int(errors.get("stall", 0)),
+            # slot time the failed streams held silent in the window (a stall's wait)
+            "error_slot_s": _finite(fig.get("error_slot_s")),
+            "warmup_retried": int(records.warmup_retried),
             "ttft_p90_ms": _finite(fig.get("ttft_p90_ms")),
             "ttft_p99_ms": _finite(fig.get("ttft_p99_ms")),
             "tbt_p90_ms": _finite(fig.get("tbt_p90_ms")),
@@ -413,12 +441,15 @@ def decode_cell(
         > shape.concurrency * rules.running_mismatch_factor + rules.running_mismatch_slack
     ):
         flags.append("server_running_mismatch")
-    unserved, unserved_longer = ttft_unserved(req, t0, t1, base["ttft_ms"])
+    unserved, unserved_longer = ttft_unserved(req, ramp, t1, base["ttft_ms"])
     base["ttft_unserved"] = unserved
-    if unserved_longer and unserved_longer > rules.ttft_unserved_share * max(
-        int(fig["started"]), 1
-    ):
+    # every window request sent from the ramp's start: the first wave and its refills
+    sent_rows = window & (req["sent_ns"] >= ramp) & (req["sent_ns"] <= t1)
+    started = max(int(np.count_nonzero(sent_rows)), 1)
+    if unserved_longer and unserved_longer > rules.ttft_unserved_share * started:
         flags.append("ttft_unserved")
+    if base["stalls"]:
+        flags.append("stalls")
     base["flags"] = flags
 
     from speedmatrix import latency, slo
@@ -434,7 +465,6 @@ def decode_cell(
     )
     extra["latency"]["percentiles"] = [float(p) for p in percentiles or latency.DEFAULT_PERCENTILES]
     base.update(extra)
-    started = max(int(fig["started"]), 1)
     queued_client = client_queue_signal(req, settle, t1)
     if open_loop:
         ol = base["open_loop"]
@@ -442,10 +472,13 @@ def decode_cell(
         if not ol["kept_up"]:
             flags.append("behind")
     else:
-        base["ramp_s"] = (settle - t0) / 1e9
+        base["ramp_s"] = (settle - ramp) / 1e9 if steady else (settle - t0) / 1e9
         streamed = first_wave_streamed(req, shape.concurrency)
         base["first_wave_streamed"] = streamed
-        if streamed < shape.concurrency or settle - t0 > rules.ramp_share * (t1 - t0):
+        if steady:
+            if records.ramp_capped:
+                flags.append("long_ramp")
+        elif streamed < shape.concurrency or settle - t0 > rules.ramp_share * (t1 - t0):
             flags.append("long_ramp")
     base["waiting_without_tokens"] = queued_client
     status = "valid"

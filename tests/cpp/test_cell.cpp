@@ -22,11 +22,11 @@ struct CellTest : ::testing::Test {
 
   CellSpec spec(const std::string& path) {
     CellSpec s;
-    s.url = server.url(path);
+    s.http.url = server.url(path);
     s.bodies = {R"({"prompt":"a","stream":true})", R"({"prompt":"b","stream":true})"};
     s.concurrency = 4;
     s.duration_s = 0.5;
-    s.idle_timeout_s = 2;
+    s.http.idle_timeout_s = 2;
     return s;
   }
   void wait_disconnects(int n) {
@@ -56,7 +56,7 @@ TEST_F(CellTest, WarmupThenClosedLoopWindowThenCancellation) {
       EXPECT_LT(r.sent_ns - res.warmup_start_ns, 20 * kMs);  // all sent at once
       continue;
     }
-    EXPECT_GE(r.sent_ns, res.window_start_ns);
+    EXPECT_GE(r.sent_ns, res.ramp_start_ns);
     EXPECT_EQ(r.body, r.slot % 2);
     if (r.outcome == Outcome::kOk) ++ok;
     if (r.outcome == Outcome::kCancelled) {
@@ -69,7 +69,23 @@ TEST_F(CellTest, WarmupThenClosedLoopWindowThenCancellation) {
   EXPECT_EQ(cancelled, 4);  // every slot was busy at t0 + D
   EXPECT_GE(ok, 16);        // 4 slots x ~6 rounds of 80 ms in 500 ms
   EXPECT_EQ(runner.progress().completed.load(), ok);
-  EXPECT_GT(runner.progress().tokens.load(), ok * 5 - 1);
+  // The live count is of the window's tokens: the ramp's are dropped when it opens.
+  std::int64_t window_tokens = 0;
+  for (std::size_t e = 0; e < res.events.size(); ++e) {
+    if (res.requests[static_cast<std::size_t>(res.events.request[e])].phase == Phase::kWindow &&
+        res.events.t_ns[e] >= res.window_start_ns)
+      window_tokens += res.events.tokens[e];
+  }
+  EXPECT_EQ(runner.progress().tokens.load(), window_tokens);
+  // Steady state: the window opened when the last of the 4 slots streamed.
+  ns_t last_first = 0;
+  for (const RequestRecord& r : res.requests)
+    if (r.phase == Phase::kWindow && r.scheduled_ns == res.ramp_start_ns)
+      last_first = std::max(last_first, r.first_token_ns);
+  EXPECT_EQ(res.window_start_ns, last_first);
+  EXPECT_GT(res.window_start_ns, res.ramp_start_ns);
+  EXPECT_EQ(res.stopped_by, "duration");
+  EXPECT_FALSE(res.ramp_capped);
   EXPECT_EQ(runner.progress().in_flight.load(), 0);
   // Kept-alive connections: warm-up and every refill share the first four.
   EXPECT_EQ(server.connections.load(), 4);
@@ -191,7 +207,7 @@ TEST_F(CellTest, StopDuringWarmupSkipsTheWindow) {
 
 TEST_F(CellTest, RefusedEndpointFailsEveryRequestWithoutSpinning) {
   CellSpec s = spec("/");
-  s.url = "http://127.0.0.1:" + std::to_string(testing::refused_port()) + "/v1/completions";
+  s.http.url = "http://127.0.0.1:" + std::to_string(testing::refused_port()) + "/v1/completions";
   s.concurrency = 2;
   s.duration_s = 0.3;
   const CellResult res = CellRunner(s).run();
@@ -208,9 +224,9 @@ TEST_F(CellTest, RefusedEndpointFailsEveryRequestWithoutSpinning) {
 TEST(CellSpecCheck, FatalErrorsInsteadOfRunning) {
   CellSpec s;
   s.bodies = {"{}"};
-  s.url = "ftp://127.0.0.1/x";
+  s.http.url = "ftp://127.0.0.1/x";
   EXPECT_NE(CellRunner(s).run().fatal_error, "");
-  s.url = "http://127.0.0.1:1/v1/completions";
+  s.http.url = "http://127.0.0.1:1/v1/completions";
   s.bodies.clear();
   EXPECT_NE(CellRunner(s).run().fatal_error, "");
   s.bodies = {"{}"};

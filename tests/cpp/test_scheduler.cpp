@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <map>
 
@@ -30,11 +31,19 @@ class FakeTransport final : public Transport {
     rec.sent_ns = clock.t;
     bodies_seen.emplace_back(body);
     ends[id] = clock.t + duration(rec);
+    if (const ns_t first = ttft(rec); first != kNever) {
+      next_token[id] = clock.t + first;
+      if (const ns_t quiet = stall_after(rec); quiet != kNever) {
+        stall_at[id] = clock.t + first + quiet;  // no token from then on, and no end
+        ends[id] = kNoDeadline;
+      }
+    }
     max_in_flight = std::max<std::int32_t>(max_in_flight, static_cast<std::int32_t>(ends.size()));
   }
   void cancel(std::int32_t id) override {
     ASSERT_TRUE(ends.count(id)) << "cancel of a request not in flight: " << id;
     ends.erase(id);
+    next_token.erase(id);
     RequestRecord& rec = records.requests[static_cast<std::size_t>(id)];
     rec.outcome = Outcome::kCancelled;
     rec.done_ns = clock.t;
@@ -44,11 +53,27 @@ class FakeTransport final : public Transport {
     ++polls;
     ns_t next = deadline;
     for (auto& [id, end] : ends) next = std::min(next, end);
+    for (auto& [id, t] : next_token) next = std::min(next, t);
     if (next == kNoDeadline) {  // nothing would ever happen: a scheduler bug
       ADD_FAILURE() << "poll without deadline or work";
       return;
     }
     clock.t = std::max(clock.t, next);
+    // one token per itl from the first, until the end or the stall
+    for (auto it = next_token.begin(); it != next_token.end();) {
+      const std::int32_t id = it->first;
+      RequestRecord& rec = records.requests[static_cast<std::size_t>(id)];
+      const ns_t stop_at = stall_at.count(id) ? stall_at[id] : ends[id];
+      while (it->second <= clock.t && it->second < stop_at) {
+        if (rec.first_token_ns == kNever) rec.first_token_ns = it->second;
+        records.events.request.push_back(id);
+        records.events.t_ns.push_back(it->second);
+        records.events.tokens.push_back(1);
+        records.events.server_ns.push_back(-1);
+        it->second += itl;
+      }
+      it = it->second >= stop_at ? next_token.erase(it) : std::next(it);
+    }
     for (auto it = ends.begin(); it != ends.end();) {
       if (it->second <= clock.t) {
         RequestRecord& rec = records.requests[static_cast<std::size_t>(it->first)];
@@ -56,6 +81,7 @@ class FakeTransport final : public Transport {
         rec.outcome = outcome(rec);
         if (rec.outcome == Outcome::kError) rec.error_kind = "connect";
         finished.push_back(it->first);
+        next_token.erase(it->first);
         it = ends.erase(it);
       } else {
         ++it;
@@ -73,8 +99,15 @@ class FakeTransport final : public Transport {
   std::function<Outcome(const RequestRecord&)> outcome = [](const RequestRecord&) {
     return Outcome::kOk;
   };
+  // Streaming: the first token ttft after the send (kNever: none), then one per
+  // itl; stall_after: no token from that long after the first on, and no end.
+  std::function<ns_t(const RequestRecord&)> ttft = [](const RequestRecord&) { return kNever; };
+  ns_t itl = 10 * kMs;
+  std::function<ns_t(const RequestRecord&)> stall_after = [](const RequestRecord&) {
+    return kNever;
+  };
   std::function<void()> on_poll;
-  std::map<std::int32_t, ns_t> ends;
+  std::map<std::int32_t, ns_t> ends, next_token, stall_at;
   std::vector<std::string> bodies_seen;
   std::int32_t max_in_flight = 0;
   int cancels = 0;
@@ -242,6 +275,209 @@ TEST_F(Fixture, ManySlotsAllStartAtT0) {
   for (const RequestRecord* r : window()) at_t0 += r->sent_ns == t.window_start_ns;
   EXPECT_EQ(at_t0, 1024);
   EXPECT_EQ(transport.cancels, 1024);
+}
+
+// --- steady-state window, stalls, early end, warm-up retries ---------------
+
+TEST(SteadyWindowOpen, Table) {
+  constexpr ns_t N = kNever, S = 1'000 * kMs;  // ramp start at 0, settle 1 s, cap 10 s
+  struct Row {
+    std::vector<ns_t> first;
+    ns_t now;
+    ns_t want;
+    bool capped;
+  } rows[] = {
+      {{100 * kMs, 300 * kMs, 200 * kMs}, 300 * kMs, 300 * kMs, false},  // all stream
+      {{100 * kMs, N, 200 * kMs}, 500 * kMs, N, false},                  // waiting
+      {{100 * kMs, N, 200 * kMs}, 1'199 * kMs, N, false},                // settle not over
+      {{100 * kMs, N, 200 * kMs}, 1'200 * kMs, 200 * kMs, false},        // plateau at 2 of 3
+      // slow admissions (800 ms apart): the settle is twice the longest wait
+      {{800 * kMs, N, 1'600 * kMs}, 3'000 * kMs, N, false},
+      {{800 * kMs, N, 1'600 * kMs}, 3'200 * kMs, 1'600 * kMs, false},
+      {{N, N, N}, 9'999 * kMs, N, false},  // nothing yet
+      {{N, N, N}, 10 * S, 10 * S, true},   // the cap
+      {{-5 * kMs, N}, 2 * S, 0, false},    // a first token stamped before the ramp counts at it
+  };
+  for (const Row& r : rows) {
+    bool capped = false;
+    EXPECT_EQ(steady_window_open(r.first, 0, r.now, S, 10 * S, &capped), r.want) << r.now;
+    EXPECT_EQ(capped, r.capped) << r.now;
+  }
+}
+
+TEST(StallRule, Table) {
+  const double nan = std::nan("");
+  struct Row {
+    ns_t silent;
+    double median_ms;
+    ns_t min;
+    double factor;
+    bool stalled;
+  } rows[] = {
+      {2'001 * kMs, 10, 2'000 * kMs, 25, true},    // max(2 s, 250 ms) = 2 s
+      {2'000 * kMs, 10, 2'000 * kMs, 25, false},   // at the limit: not yet
+      {4'000 * kMs, 200, 2'000 * kMs, 25, false},  // 25 x 200 ms = 5 s
+      {5'001 * kMs, 200, 2'000 * kMs, 25, true},
+      {3'000 * kMs, nan, 2'000 * kMs, 25, true},  // no gaps yet: the minimum
+      {99'000 * kMs, 10, 0, 25, false},           // off
+  };
+  for (const Row& r : rows)
+    EXPECT_EQ(is_stalled(r.silent, r.median_ms, r.min, r.factor), r.stalled) << r.silent;
+}
+
+TEST_F(Fixture, SteadyWindowOpensWhenEverySlotStreams) {
+  plan.bodies = {"b"};
+  plan.concurrency = 4;
+  plan.duration_ns = 1'000 * kMs;
+  plan.steady_window = true;
+  transport.duration = [](const RequestRecord&) { return 10'000 * kMs; };
+  transport.ttft = [](const RequestRecord& r) { return (r.slot + 1) * 200 * kMs; };
+  const ns_t start = clock.t;
+  const ScheduleTimes t = run();
+  EXPECT_EQ(t.ramp_start_ns, start);
+  EXPECT_EQ(t.window_start_ns, start + 800 * kMs);  // the last slot's first token
+  EXPECT_EQ(t.window_end_ns, start + 1'800 * kMs);
+  EXPECT_FALSE(t.ramp_capped);
+  EXPECT_EQ(t.stopped_by, StopReason::kDuration);
+  EXPECT_EQ(progress.window_start_ns.load(), t.window_start_ns);
+  // The live count restarts at t0 with the tokens since t0: the four read at
+  // 0.8 s (the fake transport counts none itself; the ramp's 30 are dropped).
+  EXPECT_EQ(progress.tokens.load(), 4);
+  for (const RequestRecord* r : window()) EXPECT_EQ(r->sent_ns, start);
+}
+
+TEST_F(Fixture, QueuedServerOpensAtItsPlateau) {
+  plan.bodies = {"b"};
+  plan.concurrency = 4;
+  plan.duration_ns = 1'000 * kMs;
+  plan.steady_window = true;
+  plan.plateau_settle_ns = 1'000 * kMs;
+  transport.duration = [](const RequestRecord&) { return 100'000 * kMs; };
+  // the server runs two; the other two wait (no token) for longer than the cell
+  transport.ttft = [](const RequestRecord& r) {
+    return r.slot < 2 ? (100 + 50 * r.slot) * kMs : kNever;
+  };
+  const ns_t start = clock.t;
+  const ScheduleTimes t = run();
+  EXPECT_EQ(t.window_start_ns, start + 150 * kMs);  // the plateau began at the 2nd stream
+  EXPECT_EQ(t.window_end_ns, start + 1'150 * kMs);
+  EXPECT_FALSE(t.ramp_capped);
+}
+
+TEST_F(Fixture, RampCapOpensTheWindowAndSaysSo) {
+  plan.bodies = {"b"};
+  plan.concurrency = 2;
+  plan.duration_ns = 500 * kMs;
+  plan.steady_window = true;
+  plan.ramp_cap_ns = 2'000 * kMs;
+  transport.duration = [](const RequestRecord&) { return 100'000 * kMs; };
+  const ns_t start = clock.t;
+  const ScheduleTimes t = run();
+  EXPECT_TRUE(t.ramp_capped);
+  EXPECT_EQ(t.window_start_ns, start + 2'000 * kMs);
+  EXPECT_EQ(t.window_end_ns, start + 2'500 * kMs);
+  EXPECT_EQ(transport.cancels, 2);
+}
+
+TEST_F(Fixture, AWaveOfFailuresDoesNotWaitForTheRampCap) {
+  plan.bodies = {"b"};
+  plan.concurrency = 2;
+  plan.duration_ns = 300 * kMs;
+  plan.steady_window = true;
+  plan.ramp_cap_ns = 100'000 * kMs;
+  transport.duration = [](const RequestRecord&) { return 1 * kMs; };
+  transport.outcome = [](const RequestRecord&) { return Outcome::kError; };
+  const ns_t start = clock.t;
+  const ScheduleTimes t = run();
+  EXPECT_FALSE(t.ramp_capped);
+  EXPECT_EQ(t.window_start_ns, start + 1 * kMs);
+  EXPECT_EQ(t.window_end_ns, start + 301 * kMs);
+}
+
+TEST_F(Fixture, StalledStreamIsCancelledCountedAndItsSlotRefilled) {
+  plan.bodies = {"b"};
+  plan.concurrency = 2;
+  plan.duration_ns = 5'000 * kMs;
+  plan.steady_window = true;
+  plan.stall_min_ns = 2'000 * kMs;
+  plan.stall_gap_factor = 25;
+  transport.itl = 10 * kMs;
+  transport.duration = [](const RequestRecord&) { return 100'000 * kMs; };
+  transport.ttft = [](const RequestRecord&) { return 50 * kMs; };
+  // slot 1's first request goes silent 500 ms after its first token
+  int slot1 = 0;
+  transport.stall_after = [&](const RequestRecord& r) {
+    return r.slot == 1 && slot1++ == 0 ? 500 * kMs : kNever;
+  };
+  const ns_t start = clock.t;
+  const ScheduleTimes t = run();
+  EXPECT_EQ(t.stalls, 1);
+  EXPECT_EQ(progress.errors.load(), 1);
+  const RequestRecord* stalled = nullptr;
+  const RequestRecord* refill = nullptr;
+  for (const RequestRecord* r : window()) {
+    if (r->slot != 1) continue;
+    if (r->outcome == Outcome::kError)
+      stalled = r;
+    else if (stalled && !refill)
+      refill = r;
+  }
+  ASSERT_NE(stalled, nullptr);
+  ASSERT_NE(refill, nullptr);
+  EXPECT_EQ(stalled->error_kind, "stall");
+  EXPECT_NE(stalled->error_message.find("no token for"), std::string::npos);
+  // last token at 50 + 490 ms; the limit is max(2 s, 25 x 10 ms) = 2 s; ticks of 100 ms
+  const ns_t last = start + 540 * kMs;
+  EXPECT_GT(stalled->done_ns - last, 2'000 * kMs);
+  EXPECT_LE(stalled->done_ns - last, 2'100 * kMs);
+  EXPECT_EQ(refill->sent_ns, stalled->done_ns);  // refilled at once, N stays in flight
+  EXPECT_NEAR(t.stall_median_gap_ms, 10.0, 0.5);
+  EXPECT_EQ(t.window_end_ns, t.window_start_ns + 5'000 * kMs);
+}
+
+TEST_F(Fixture, ShouldEndIsAskedAfterTheMinimumAndEndsTheWindow) {
+  plan.bodies = {"b"};
+  plan.concurrency = 2;
+  plan.duration_ns = 30'000 * kMs;
+  plan.min_duration_ns = 2'000 * kMs;
+  plan.check_interval_ns = 1'000 * kMs;
+  transport.duration = [](const RequestRecord&) { return 300 * kMs; };
+  std::vector<ns_t> asked;
+  plan.should_end = [&](ns_t t0, ns_t now) {
+    asked.push_back(now - t0);
+    return now - t0 >= 3'000 * kMs;
+  };
+  const ScheduleTimes t = run();
+  EXPECT_EQ(asked, (std::vector<ns_t>{2'000 * kMs, 3'000 * kMs}));
+  EXPECT_EQ(t.stopped_by, StopReason::kPrecision);
+  EXPECT_EQ(t.window_end_ns, t.window_start_ns + 3'000 * kMs);
+  EXPECT_EQ(transport.cancels, 2);
+}
+
+TEST_F(Fixture, FailedWarmupRequestIsRetriedOnce) {
+  plan.warmup_bodies = {"w0", "w1"};
+  plan.warmup_retries = 1;
+  plan.warmup_timeout_ns = 1'000 * kMs;
+  plan.bodies = {"b"};
+  plan.duration_ns = 100 * kMs;
+  // w1 hangs past the timeout the first time, answers the second time
+  int w1 = 0;
+  transport.duration = [&](const RequestRecord& r) {
+    if (r.phase == Phase::kWarmup && r.slot == 1 && w1++ == 0) return 10'000 * kMs;
+    return 50 * kMs;
+  };
+  const ns_t start = clock.t;
+  const ScheduleTimes t = run();
+  EXPECT_EQ(t.warmup_retried, 1);
+  ASSERT_GE(records.requests.size(), 3u);
+  EXPECT_EQ(records.requests[1].outcome, Outcome::kCancelled);
+  EXPECT_EQ(records.requests[2].phase, Phase::kWarmup);
+  EXPECT_EQ(records.requests[2].body, 1);
+  EXPECT_EQ(records.requests[2].sent_ns, start + 1'000 * kMs);
+  EXPECT_EQ(records.requests[2].outcome, Outcome::kOk);
+  EXPECT_EQ(t.window_start_ns, start + 1'050 * kMs);
+  EXPECT_EQ(progress.warmup_total.load(), 2);
+  EXPECT_EQ(progress.warmup_done.load(), 2);
 }
 
 TEST(Pacer, ConstantIsEvenlySpacedAndBounded) {

@@ -332,7 +332,7 @@ TEST(SummarizeCell, NoisyBinsWithApparentSlopeAreNotDrifting) {
   EXPECT_FALSE(f.drifting);
 }
 
-TEST(SummarizeCell, TtftIntervalFromBinsOfSendTime) {
+TEST(SummarizeCell, TtftIntervalIsTheMediansOrderStatisticInterval) {
   // Requests sent every 0.5 s over 4 s with TTFT 100 or 120 ms.
   Records r;
   for (int i = 0; i < 8; ++i) {
@@ -344,13 +344,147 @@ TEST(SummarizeCell, TtftIntervalFromBinsOfSendTime) {
   }
   const CellFigures f = summarize_cell(r.view(), 0, 4 * kS);
   EXPECT_DOUBLE_EQ(f.ttft_ms, 110.0);
-  // Each 1-s bin holds one 100 and one 120 ms request: median 110 in every bin.
-  EXPECT_NEAR(f.ttft_ms_ci.lo, 110.0, 1e-9);
-  EXPECT_NEAR(f.ttft_ms_ci.hi, 110.0, 1e-9);
+  // n = 8: ranks floor(4 - 1.96 sqrt(8) / 2) = 1 and ceil(5 + 2.77) = 8 of
+  // {100 x4, 120 x4}.
+  EXPECT_DOUBLE_EQ(f.ttft_ms_ci.lo, 100.0);
+  EXPECT_DOUBLE_EQ(f.ttft_ms_ci.hi, 120.0);
   EXPECT_EQ(f.completed, 8);
   EXPECT_EQ(f.started, 8);
   EXPECT_DOUBLE_EQ(f.tbt_ms, 20.0);
   EXPECT_NEAR(f.avg_active, 8 * 0.4 / 4.0, 1e-12);
+}
+
+// A ramp then a steady state: t0 after the ramp, TTFT from the ramp's start,
+// the first wave apart, per-request decode speed whatever the chunking.
+struct SlotRecords : Records {
+  std::vector<std::int32_t> slot;
+  int add(std::int32_t s, Phase ph, ns_t sent, ns_t ft, ns_t d, Outcome o) {
+    slot.push_back(s);
+    return add_request(ph, sent, ft, d, o);
+  }
+  RecordView view() const {
+    RecordView v = Records::view();
+    v.slot = slot;
+    return v;
+  }
+};
+
+TEST(SummarizeCell, FirstWaveRefillsAndDecodeSpeedPerRequest) {
+  SlotRecords r;
+  // Slot 0: sent at 0, first token at 1 s, then chunks of 4 tokens every 100 ms
+  // (40 tok/s) until 3 s; refill sent at 3 s, first token 3.2 s, 4-token chunks
+  // every 100 ms to 4 s.
+  int a = r.add(0, Phase::kWindow, 0, 1 * kS, 3 * kS, Outcome::kOk);
+  for (ns_t t = 1 * kS; t <= 3 * kS; t += 100 * kMs) r.add_event(a, t, 4);
+  int a2 = r.add(0, Phase::kWindow, 3 * kS, 3200 * kMs, kNever, Outcome::kCancelled);
+  for (ns_t t = 3200 * kMs; t <= 4 * kS; t += 100 * kMs) r.add_event(a2, t, 4);
+  // Slot 1: sent at 0, first token at 2 s, one token every 50 ms (20 tok/s) to 4 s.
+  int b = r.add(1, Phase::kWindow, 0, 2 * kS, kNever, Outcome::kCancelled);
+  for (ns_t t = 2 * kS; t <= 4 * kS; t += 50 * kMs) r.add_event(b, t, 1);
+  // Window [2 s, 4 s] (the ramp ended when slot 1 streamed), TTFT from 0.
+  const CellFigures f = summarize_cell(r.view(), 2 * kS, 4 * kS, 1.0, kNever, 0);
+  // TTFTs: 1000, 200 (refill), 2000 -> median 1000; first wave {1000, 2000}.
+  EXPECT_DOUBLE_EQ(f.ttft_ms, 1000.0);
+  EXPECT_DOUBLE_EQ(f.ttft_first_wave_ms, 1500.0);
+  // Without ttft_from only the refill (sent in the window) counts.
+  EXPECT_DOUBLE_EQ(summarize_cell(r.view(), 2 * kS, 4 * kS).ttft_ms, 200.0);
+  // Decode per request in the window: a: arrivals 2.0..3.0 -> 10 chunks x 4 = 40
+  // tokens after the first over 1 s = 40 tok/s; a2: 3.2..4.0 -> 32 / 0.8 = 40;
+  // b: 2.0..4.0 -> 40 / 2 = 20. Median 40.
+  EXPECT_EQ(f.decode_requests, 3);
+  EXPECT_NEAR(f.decode_tok_s_per_request, 40.0, 1e-9);
+  EXPECT_TRUE(std::isnan(f.decode_tok_s_per_request_ci.lo));  // 3 values: no interval
+  // Tokens before t0 count in no figure: a's events at 1.0..1.9 are outside.
+  EXPECT_EQ(f.output_tokens, 11 * 4 + 9 * 4 + 41);
+}
+
+TEST(SummarizeCell, FailedStreamsCountTokensButNotSpeedAndTheirSilenceIsLost) {
+  Records r;
+  // A good stream at 10 ms per token, and a stream that stalls at 0.5 s and is
+  // cancelled as a stall at 1.5 s.
+  int a = r.add_request(Phase::kWindow, 0, 10 * kMs, kNever, Outcome::kCancelled);
+  for (ns_t t = 10 * kMs; t <= 2 * kS; t += 10 * kMs) r.add_event(a, t, 1);
+  int b = r.add_request(Phase::kWindow, 0, 10 * kMs, 1500 * kMs, Outcome::kError);
+  for (ns_t t = 10 * kMs; t <= 500 * kMs; t += 20 * kMs) r.add_event(b, t, 1);
+  const CellFigures f = summarize_cell(r.view(), 0, 2 * kS);
+  EXPECT_DOUBLE_EQ(f.tbt_ms, 10.0);  // only the good stream's gaps
+  EXPECT_NEAR(f.decode_tok_s_per_request, 100.0, 1e-6);
+  EXPECT_EQ(f.decode_requests, 1);
+  EXPECT_EQ(f.output_tokens, 200 + 25);  // every token that arrived
+  EXPECT_EQ(f.errors, 1);
+  EXPECT_NEAR(f.error_slot_s, 1.5 - 0.49, 1e-9);  // last token at 0.49 s to 1.5 s
+}
+
+TEST(SummarizeCell, AutocorrelatedBinsWidenTheInterval) {
+  // Ten bins 10,10,10,10,10,30,30,30,30,30: lag-1 autocorrelation 0.7.
+  std::vector<double> v = {10, 10, 10, 10, 10, 30, 30, 30, 30, 30};
+  const Interval i = mean_interval_autocorrelated(v);
+  // mean 20, ss = 1000, sd = sqrt(1000 / 9); lag products: 8 x 100 - 100 = 700
+  // -> r = 0.7, n_eff = 10 x 0.3 / 1.7.
+  const double n_eff = 10 * 0.3 / 1.7, sd = std::sqrt(1000.0 / 9);
+  const double half = 12.7062 * sd / std::sqrt(n_eff);  // df = round(1.76) - 1 = 1
+  EXPECT_NEAR(i.hi - 20, half, 1e-9);
+  EXPECT_NEAR(20 - i.lo, half, 1e-9);
+  // Alternating bins (negative correlation) get the plain t-interval.
+  const Interval j = mean_interval_autocorrelated({19, 21, 19, 21});
+  EXPECT_NEAR(j.hi - 20, 3.1824 * std::sqrt(4.0 / 3) / 2, 1e-9);
+}
+
+TEST(MedianInterval, OrderStatistics) {
+  EXPECT_TRUE(std::isnan(median_interval({1, 2, 3, 4, 5}).lo));
+  // n = 6: ranks max(1, floor(3 - 2.40)) = 1 and min(6, ceil(4 + 2.40)) = 6.
+  Interval i = median_interval({6, 5, 4, 3, 2, 1});
+  EXPECT_DOUBLE_EQ(i.lo, 1);
+  EXPECT_DOUBLE_EQ(i.hi, 6);
+  // n = 100: ranks floor(50 - 9.8) = 40 and ceil(51 + 9.8) = 61.
+  std::vector<double> v;
+  for (int k = 1; k <= 100; ++k) v.push_back(k);
+  i = median_interval(v);
+  EXPECT_DOUBLE_EQ(i.lo, 40);
+  EXPECT_DOUBLE_EQ(i.hi, 61);
+}
+
+// The precision stop as a table: (figures, target, elapsed, minimum) -> stop.
+TEST(PrecisionStop, Table) {
+  auto figs = [](double tok, double tok_half, double tbt, double tbt_half) {
+    CellFigures f;
+    f.total_tok_s = tok;
+    f.total_tok_s_ci = {tok - tok_half, tok + tok_half};
+    f.tbt_ms = tbt;
+    f.tbt_ms_ci = {tbt - tbt_half, tbt + tbt_half};
+    return f;
+  };
+  const double nan = std::nan("");
+  struct Row {
+    CellFigures f;
+    double target, elapsed, min;
+    bool stop;
+    double precision;
+  } rows[] = {
+      {figs(1000, 10, 20, 0.2), 0.02, 6, 5, true, 0.01},    // both within 1%
+      {figs(1000, 10, 20, 0.2), 0.02, 4, 5, false, 0.01},   // before the minimum
+      {figs(1000, 30, 20, 0.2), 0.02, 6, 5, false, 0.03},   // total too wide
+      {figs(1000, 10, 20, 0.6), 0.02, 6, 5, false, 0.03},   // tbt too wide
+      {figs(1000, 20, 20, 0.4), 0.02, 6, 5, true, 0.02},    // exactly at the target
+      {figs(1000, 10, 20, 0.2), 0.0, 60, 5, false, 0.01},   // no target: never
+      {figs(1000, nan, 20, 0.2), 0.02, 60, 5, false, nan},  // no interval yet
+      {figs(0, 0, 20, 0.2), 0.02, 60, 5, false, nan},       // no tokens
+  };
+  for (const Row& row : rows) {
+    EXPECT_EQ(precision_stop(row.f, row.target, row.elapsed, row.min), row.stop)
+        << row.f.total_tok_s_ci.hi << " " << row.f.tbt_ms_ci.hi << " " << row.elapsed;
+    const double p = precision_of(row.f);
+    if (std::isnan(row.precision))
+      EXPECT_TRUE(std::isnan(p));
+    else
+      EXPECT_NEAR(p, row.precision, 1e-12);
+  }
+}
+
+TEST(SummarizeCell, PrecisionIsReportedWithTheFigures) {
+  const Records r = two_requests();
+  const CellFigures f = summarize_cell(r.view(), 0, 2 * kS, 1.0);
+  EXPECT_DOUBLE_EQ(f.precision, precision_of(f));
 }
 
 TEST(Percentile, LinearInterpolation) {

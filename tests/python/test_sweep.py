@@ -47,13 +47,14 @@ def fixed_run(tmp_path_factory):
 
 
 def _engine_ttft_ms(out, cell) -> float:
-    """The engine's truth: median over window requests sent in the window of
-    (the engine's send stamp of the first token - the client's send time)."""
+    """The engine's truth: median over the window's requests sent from the ramp's start
+    (the first wave and every refill) of (the engine's send stamp of the first token -
+    the client's send time)."""
     rec = runfile.load_records(out, cell["records"])
     req, ev = rec["requests"], rec["events"]
     firsts = []
     for i in np.flatnonzero(req["phase"] == 1):
-        if not cell["t0_ns"] <= req["sent_ns"][i] <= cell["t1_ns"]:
+        if not cell["ramp_start_ns"] <= req["sent_ns"][i] <= cell["t1_ns"]:
             continue
         stamps = ev["server_ns"][ev["request"] == i]
         assert len(stamps) and stamps[0] > 0, "the engine stamps every chunk"
@@ -66,7 +67,7 @@ def test_fixed_engine_figures(fixed_run, n):
     out, _, cells = fixed_run
     c = cells[f"decode-c256-n{n}-r0"]
     assert c["status"] == "valid", c
-    # Tokens start after the 50 ms TTFT, so a D-second window holds N * (D - 0.05) / 0.02.
+    # The window opens once every stream streams: a D-second window holds N * D / 0.02.
     expected = n * 50.0
     assert c["total_tok_s"] == pytest.approx(expected, rel=0.02)
     assert c["tbt_ms"] == pytest.approx(20.0, abs=0.5)
@@ -109,7 +110,8 @@ def test_figures_recompute_from_saved_records(fixed_run):
     c = cells["decode-c256-n16-r0"]
     rec = runfile.load_records(out, c["records"])
     req, ev = rec["requests"], rec["events"]
-    fig = _core.summarize_cell(req, ev, c["t0_ns"], c["t1_ns"], 1.0)
+    # TTFT counts the first wave, sent at the ramp's start (before t0)
+    fig = _core.summarize_cell(req, ev, c["t0_ns"], c["t1_ns"], 1.0, -1, c["ramp_start_ns"])
     assert fig["total_tok_s"] == pytest.approx(c["total_tok_s"], rel=1e-12)
     assert fig["tbt_ms"] == pytest.approx(c["tbt_ms"], rel=1e-12)
     assert fig["ttft_ms"] == pytest.approx(c["ttft_ms"], rel=1e-12)

@@ -1,4 +1,4 @@
-// One cell: warm-up, then a fixed window of closed-loop load at concurrency N
+// One cell: warm-up, ramp, then a steady-state window of closed-loop load at concurrency N
 // against one endpoint, with /metrics sampled beside it. The only entry point
 // the Python layer calls to measure.
 #pragma once
@@ -10,27 +10,32 @@
 #include <vector>
 
 #include "speedmatrix/clock.hpp"
+#include "speedmatrix/http.hpp"
 #include "speedmatrix/openai.hpp"
 #include "speedmatrix/records.hpp"
 
 namespace speedmatrix {
 
 struct CellSpec {
-  std::string url;                   // full endpoint, e.g. http://127.0.0.1:8000/v1/completions
-  std::vector<std::string> headers;  // extra "Name: value" headers
-  std::string api_key;  // sent as "Authorization: Bearer ..."; never logged or returned
-  ApiKind api = ApiKind::kCompletions;
+  // Where and how to send: url, headers, api key (never logged or returned),
+  // api, timeouts (http.idle_timeout_s: no byte at all for this long =>
+  // "stall", the last resort behind the stall rule below), TLS, event limits.
+  // http.max_concurrency is set by the cell (N or the warm-up's size).
+  HttpOptions http;
 
-  // Warm-up: each body is sent once, all at once, and the window starts when
-  // all have finished (or warmup_timeout_s passed: the rest are cancelled).
+  // Warm-up: each body is sent once, all at once, and the ramp starts when
+  // all have finished. A try is bounded by warmup_timeout_s (the rest are
+  // cancelled); what failed or timed out is sent again, warmup_retries times.
   std::vector<std::string> warmup_bodies;
   double warmup_timeout_s = 600;
+  std::int32_t warmup_retries = 1;
 
   // Window: slot k (0..concurrency-1) sends bodies[k % bodies.size()], and
   // sends it again as soon as it finishes (closed loop).
   std::vector<std::string> bodies;
   std::int32_t concurrency = 1;
-  double duration_s = 30;         // window length; at its end everything in flight is cancelled
+  double duration_s = 30;         // window length (the cap with a precision target); at its end
+                                  // everything in flight is cancelled
   std::int64_t max_requests = 0;  // >0: stop starting new requests after this many (window ends
                                   // when they finish; a duration_s > 0 still bounds the window)
 
@@ -45,13 +50,30 @@ struct CellSpec {
   std::uint64_t seed = 0;            // the pacer's seed: the same seed, the same schedule
   double drain_timeout_s = 60;       // after t0 + D, wait this long for the window's requests
 
-  double connect_timeout_s = 10;
-  double idle_timeout_s = 120;  // no byte for this long => "stall"
-  bool tls_verify = true;       // https: verify the server's certificate and host name
-  std::string ca_file;          // https: CA bundle (PEM) to verify against; "" = the system's
-  std::size_t max_event_bytes = 16u << 20;
-  bool record_events = true;
-  bool server_stamps = false;  // read the engine's "sm_t_ns" stamps (benchmarks)
+  // Steady-state window (ClosedLoopPlan, DESIGN.md measurement 3): the window
+  // opens when every slot streams, at the plateau of a queued server (no new
+  // slot streaming for max(plateau_settle_s, 2 x the longest wait between two
+  // slots' first tokens)), or at ramp_cap_s after the send (ramp_capped).
+  // false: the window opens at the send (the old behaviour; max_requests
+  // cells always do).
+  bool steady_window = true;
+  double ramp_cap_s = 180;
+  double plateau_settle_s = 1;
+
+  // Stall rule: a window stream that streamed and then got no token for
+  // max(stall_min_s, stall_gap_factor x the cell's running median gap) is
+  // cancelled as error "stall" and its slot refilled. stall_min_s <= 0: off.
+  double stall_min_s = 2;
+  double stall_gap_factor = 25;
+
+  // Precision stop: precision > 0 (0.02 = 2%) ends the window as soon as the
+  // 95% intervals of total tok/s and median TBT are both within that fraction
+  // of their value (stats.hpp precision_stop), checked every
+  // precision_check_s once the window lasted min_duration_s; duration_s is
+  // then the cap.
+  double precision = 0;
+  double min_duration_s = 5;
+  double precision_check_s = 1;
 
   // /metrics sampler (empty url = off): polled every metrics_interval_s from
   // before the warm-up to the end of the window.
@@ -66,9 +88,14 @@ struct CellSpec {
 
 struct CellResult {
   ns_t warmup_start_ns = kNever;
-  ns_t window_start_ns = kNever;  // t0: when the window's first requests were sent
-  ns_t window_end_ns = kNever;    // t0 + D (or when the last request ended, with max_requests)
+  ns_t ramp_start_ns = kNever;    // the window's first N requests were sent
+  ns_t window_start_ns = kNever;  // t0: steady state (= ramp_start_ns when not steady_window)
+  ns_t window_end_ns = kNever;    // t0 + D, the precision stop, or the last request's end
   ns_t end_ns = kNever;           // everything cancelled and accounted for
+  bool ramp_capped = false;       // the ramp cap opened the window
+  std::string stopped_by;         // "duration" | "precision" | "requests" | "stop"
+  std::int64_t stalls = 0;        // window requests cancelled as "stall"
+  std::int32_t warmup_retried = 0;
   std::vector<RequestRecord> requests;  // warm-up first, then window, in send order
   EventColumns events;
   MetricSamples metrics;
@@ -84,7 +111,9 @@ struct CellProgress {
   std::atomic<std::int64_t> completed{0};
   std::atomic<std::int64_t> errors{0};
   std::atomic<std::int32_t> in_flight{0};
-  std::atomic<ns_t> window_start_ns{kNever};
+  std::atomic<ns_t> window_start_ns{kNever};  // t0, once the ramp is over
+  std::atomic<std::int32_t> warmup_total{0};  // warm-up prompts
+  std::atomic<std::int32_t> warmup_done{0};   // of which prefilled (finished OK)
 };
 
 class CellRunner {

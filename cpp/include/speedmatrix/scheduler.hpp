@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <random>
 #include <string_view>
@@ -59,18 +60,72 @@ struct ClosedLoopPlan {
   // failed request was sent, so an endpoint that refuses at once is not
   // hammered in a tight loop (and the records stay bounded).
   ns_t error_backoff_ns = 50'000'000;
+  // Warm-up requests that failed or ran past warmup_timeout_ns are sent once
+  // more (this many times), each try bounded by the same timeout.
+  std::int32_t warmup_retries = 0;
+
+  // Steady-state window (DESIGN.md, measurement 3). The N requests are sent at
+  // the ramp's start; the window [t0, t0 + D] opens when every slot has
+  // streamed (t0 = the last slot's first token), or when the number of slots
+  // that streamed stopped growing for max(plateau_settle_ns, 2 x the longest
+  // wait between two slots' first tokens) (a server that runs fewer than N:
+  // t0 = its last growth), or at ramp start + ramp_cap_ns (ramp_capped).
+  // false, or a max_requests plan: t0 = the send.
+  bool steady_window = false;
+  ns_t ramp_cap_ns = 180'000'000'000;
+  ns_t plateau_settle_ns = 1'000'000'000;
+
+  // Stalls: a window request that has streamed and then gets no token for
+  // max(stall_min_ns, stall_gap_factor x the cell's running median gap) is
+  // cancelled as error "stall" and its slot refilled at once. Judged from the
+  // token events (records.events; none when the transport keeps none).
+  // stall_min_ns <= 0: off.
+  ns_t stall_min_ns = 0;
+  double stall_gap_factor = 25;
+  ns_t tick_ns = 100'000'000;  // how often stalls and the ramp are checked
+
+  // Early end: once the window has lasted min_duration_ns, every
+  // check_interval_ns should_end(t0, now) is asked (without I/O; cell.cpp
+  // passes the precision stop on the figures so far); true ends the window now.
+  std::function<bool(ns_t t0, ns_t now)> should_end;
+  ns_t min_duration_ns = 0;
+  ns_t check_interval_ns = 1'000'000'000;
+};
+
+enum class StopReason : std::uint8_t {
+  kDuration = 0,   // t0 + D reached
+  kPrecision = 1,  // should_end said so
+  kRequests = 2,   // max_requests spent and all finished (or nothing left to run)
+  kStop = 3,       // stop was requested
 };
 
 struct ScheduleTimes {
   ns_t warmup_start_ns = kNever;
-  ns_t window_start_ns = kNever;  // t0: the window's first requests handed to the transport
-  ns_t window_end_ns = kNever;    // t0 + D, the last finish (max_requests), or the stop
+  ns_t ramp_start_ns = kNever;    // the window's first N requests handed to the transport
+  ns_t window_start_ns = kNever;  // t0: steady state reached (= ramp_start_ns without it)
+  ns_t window_end_ns = kNever;    // t0 + D, the last finish (max_requests), the early end or stop
   ns_t end_ns = kNever;           // everything finished or cancelled
   bool stopped = false;
+  bool ramp_capped = false;  // the window opened at the ramp cap, not at steady state
+  StopReason stopped_by = StopReason::kDuration;
+  std::int64_t stalls = 0;          // window requests cancelled as stalls
+  std::int32_t warmup_retried = 0;  // warm-up requests sent a second time
+  double stall_median_gap_ms = 0;   // the running median gap at the end (NaN if none)
 };
 
-// Runs warm-up and window on the calling thread. `stop` is polled after every
-// transport poll (set it, then call transport.wake()). `progress` may be null.
+// The stall rule, pure: whether a stream whose last token came `silent_ns`
+// ago has stalled, given the cell's running median gap (NaN: none yet).
+bool is_stalled(ns_t silent_ns, double median_gap_ms, ns_t stall_min_ns, double gap_factor);
+
+// The window-opening rule, pure. `first_token_ns`: per slot, the first token
+// time of its first streamed request (kNever: not yet). Returns t0 or kNever
+// (not yet); `capped` says the cap opened it.
+ns_t steady_window_open(const std::vector<ns_t>& first_token_ns, ns_t ramp_start_ns, ns_t now_ns,
+                        ns_t settle_ns, ns_t cap_ns, bool* capped);
+
+// Runs warm-up, ramp and window on the calling thread. `stop` is polled after
+// every transport poll (set it, then call transport.wake()). `progress` may be
+// null.
 // REQUIRES: plan.bodies non-empty, plan.concurrency >= 1, and a duration or a
 // request count.
 ScheduleTimes run_closed_loop(const ClosedLoopPlan& plan, Transport& transport, Clock& clock,

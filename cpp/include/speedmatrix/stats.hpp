@@ -29,6 +29,9 @@ struct RecordView {
   // before any figure is computed.
   std::span<const std::int64_t> output_tokens;
   std::span<const std::uint8_t> token_source;  // TokenSource values
+  // per request, optional (empty = not given): the concurrency slot; the first
+  // window request of each slot is the first wave (ttft_first_wave_ms).
+  std::span<const std::int32_t> slot;
 };
 
 struct Interval {
@@ -42,14 +45,34 @@ struct CellFigures {
   double tbt_ms = 0;  // median gap between token arrivals in the window, chunk gaps spread over
                       // their tokens; NaN if none
   double per_request_tok_s = 0;  // 1000 / tbt_ms
-  double ttft_ms =
-      0;  // median first_token - sent over window requests sent in [t0, t1]; NaN if none
+  // median first_token - sent over window requests sent in [ttft_from, t1] (the
+  // first wave and every refill); NaN if none
+  double ttft_ms = 0;
+  // median TTFT of the first window request of each slot (needs RecordView::slot;
+  // NaN otherwise): the seed's "TTFT after warming the prompt cache"
+  double ttft_first_wave_ms = 0;
+  // Median over good window requests of (tokens after their first arrival in
+  // the window) / (last - first arrival in the window): one request's decode
+  // speed whatever the chunking. Needs two arrivals in the window; NaN if none.
+  double decode_tok_s_per_request = 0;
+  std::int64_t decode_requests = 0;  // requests that decode_tok_s_per_request is the median of
   double avg_active = 0;       // time-weighted mean of window requests in flight over [t0, t1]
   std::int64_t completed = 0;  // window requests that finished OK inside [t0, t1]
   std::int64_t started = 0;    // window requests sent inside [t0, t1]
   std::int64_t errors = 0;     // window requests that failed
-  // 95% confidence intervals from per-second bins (t-interval over bins).
+  // Slot time lost to failed window requests: from each one's last token (or
+  // its send) to its end, inside [t0, t1], in seconds (a stall's silence).
+  double error_slot_s = 0;
+  // 95% confidence intervals. total_tok_s, tbt_ms: over per-second bins, a
+  // t-interval widened for the bins' lag-1 autocorrelation (effective sample
+  // size n (1 - r) / (1 + r), r clamped to [0, 0.9]); per_request_tok_s is
+  // 1000 / the tbt interval. ttft_ms and decode_tok_s_per_request: the
+  // distribution-free interval of a median (order statistics; needs 6 values).
   Interval total_tok_s_ci, tbt_ms_ci, per_request_tok_s_ci, ttft_ms_ci;
+  Interval decode_tok_s_per_request_ci;
+  // Relative precision reached: the larger of the total_tok_s and tbt_ms
+  // intervals' half-widths over their values (precision_of); NaN without both.
+  double precision = 0;
   // Drift: relative change of throughput across the steady part of the window
   // from a least-squares line through its per-bin throughput (slope * span /
   // mean), and whether it is
@@ -74,8 +97,28 @@ struct CellFigures {
 // group have equal lengths.
 // steady_from_ns: drift is judged on the bins that start at or after it (the
 // end of the first wave's ramp); kNever = all bins.
+// ttft_from_ns: TTFT counts window requests sent in [ttft_from_ns, t1]; kNever
+// = t0. A steady-state window passes the ramp's start, so the first wave
+// (sent before t0) counts.
+// Only requests that did not fail count for tbt, TTFT and per-request speed
+// (a stalled stream's silence is not a gap of the server's decode); every
+// token that arrived in the window counts for total_tok_s.
 CellFigures summarize_cell(const RecordView& r, ns_t t0, ns_t t1, double bin_s = 1.0,
-                           ns_t steady_from_ns = kNever);
+                           ns_t steady_from_ns = kNever, ns_t ttft_from_ns = kNever);
+
+// The precision a cell's figures reached: max over total_tok_s and tbt_ms of
+// (CI half-width / value). NaN when either interval or value is missing.
+double precision_of(const CellFigures& f);
+
+// The precision stop (pure): whether a window of `elapsed_s` whose figures are
+// `f` may end now for a target relative precision `target` (0.02 = 2%): it has
+// lasted min_duration_s and precision_of(f) <= target. target <= 0: never.
+bool precision_stop(const CellFigures& f, double target, double elapsed_s, double min_duration_s);
+
+// 95% interval of a mean of autocorrelated values (see CellFigures).
+Interval mean_interval_autocorrelated(const std::vector<double>& v);
+// 95% distribution-free interval of the median of `v` (order statistics).
+Interval median_interval(std::vector<double> v);
 
 // One arrival of tokens: the events of one request with the same t_ns (one
 // socket read) merged.

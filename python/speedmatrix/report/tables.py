@@ -33,9 +33,13 @@ FLAG_TEXT = {
         "cell sent (work left over from earlier cells)."
     ),
     "long_ramp": (
-        "Long ramp: the N requests took more than a fifth of the window to all stream "
-        "(or some never did), so the figures read lower than the steady state; a "
-        "longer window fixes it."
+        "Long ramp: the N requests did not all stream (nor settle at a plateau) before "
+        "the ramp cap, so the window opened before steady state and the figures may "
+        "read lower."
+    ),
+    "stalls": (
+        "Stalls: streams went silent mid-window and were cut and replaced (errors.stall); "
+        "the figures are those of the other streams."
     ),
     "ttft_unserved": (
         "TTFT reads low: requests sent in the window were still waiting for their "
@@ -61,6 +65,7 @@ FLAG_SHORT = {
     "interrupted": "Interrupted",
     "server_running_mismatch": "Server running mismatch",
     "long_ramp": "Long ramp",
+    "stalls": "Stalls",
     "output_not_forced": "Output not forced",
     "ttft_unserved": "TTFT reads low",
     "behind": "Server could not keep up",
