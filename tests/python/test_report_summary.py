@@ -235,3 +235,21 @@ def test_html_is_rendered_from_templates_with_escaping(tmp_path, small):
     doc["meta"]["target"]["model_name"] = "<script>alert(1)</script>"
     _, page, _ = _render(tmp_path, doc)
     assert "<script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
+def test_intervals_table_shows_both_per_request_figures(tmp_path, small):
+    doc = copy.deepcopy(small)
+    cell = next(c for c in doc["cells"] if c["phase"] == "decode" and c["status"] == "valid")
+    # a chunking server: 1000 / median TBT reads high, the per-request decode rate does not
+    cell.update(per_request_tok_s=171.0, decode_tok_s_per_request=123.4)
+    cell.setdefault("ci", {})["decode_tok_s_per_request"] = [120.1, 126.7]
+    md, _, _ = _render(tmp_path, doc)
+    ci = _section(md, "Confidence intervals and tails")
+    assert "Decode tok/s per request" in ci and "1000 / the median time between tokens" in ci
+    row = next(
+        ln
+        for ln in ci.splitlines()
+        if ln.startswith(f"| {cell['label']} | {fmt.count(cell['concurrency'])} |")
+    )
+    assert fmt.tok_s(123.4) in row and fmt.tok_s(171.0) in row
+    assert fmt.ci(120.1, 126.7, fmt.tok_s) in row

@@ -534,6 +534,12 @@ def ci_section(run: Run) -> Section:
                 fmt.ci(c.get("total_tok_s_lo"), c.get("total_tok_s_hi"), fmt.tok_s),
                 fmt.tok_s(c.get("per_request_tok_s")),
                 fmt.ci(c.get("per_request_tok_s_lo"), c.get("per_request_tok_s_hi"), fmt.tok_s),
+                fmt.tok_s(c.get("decode_tok_s_per_request")),
+                fmt.ci(
+                    c.get("decode_tok_s_per_request_lo"),
+                    c.get("decode_tok_s_per_request_hi"),
+                    fmt.tok_s,
+                ),
                 fmt.ci(c.get("ttft_ms_lo"), c.get("ttft_ms_hi"), fmt.ms),
                 fmt.ms(c.get("ttft_p90_ms")),
                 fmt.ms(c.get("ttft_p99_ms")),
@@ -551,6 +557,8 @@ def ci_section(run: Run) -> Section:
         "95% CI",
         "Per request tok/s",
         "95% CI",
+        "Decode tok/s per request",
+        "95% CI",
         "TTFT 95% CI",
         "TTFT p90",
         "TTFT p99",
@@ -565,9 +573,12 @@ def ci_section(run: Run) -> Section:
         caption=(
             "95% confidence intervals from per-second bins of each window (t-interval); "
             "p90/p99 are tails over the window's requests and tokens; drift is the relative change "
-            "of throughput across the window."
+            "of throughput across the window. Per request tok/s is the seed's column, 1000 / the "
+            "median time between tokens; decode tok/s per request is the median over requests of "
+            "(tokens after the first) / (last − first token time), which stays right when a "
+            "server sends several tokens per chunk (docs/metrics.md)."
         ),
-        classes=[["txt", "", "txt"] + [""] * 11 for _ in rows],
+        classes=[["txt", "", "txt"] + [""] * 13 for _ in rows],
     )
     text = [] if rows else ["No decode cell was measured."]
     return Section(
