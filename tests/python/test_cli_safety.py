@@ -59,6 +59,28 @@ def test_exit_status_of_a_finished_run(statuses, code):
     assert len({cli.EXIT_OK, cli.EXIT_FAILURE, cli.EXIT_USAGE, cli.EXIT_PARTIAL}) == 4
 
 
+def _decode(context: int, n: int, status: str) -> dict:
+    return {"phase": "decode", "context": context, "concurrency": n, "status": status}
+
+
+@pytest.mark.parametrize(
+    "cells, code",
+    [
+        # the matrix's edge: 8K measured at N = 1, 2, over capacity at 4
+        ([_decode(8192, 1, "valid"), _decode(8192, 2, "valid"), _decode(8192, 4, "over_capacity")],
+         cli.EXIT_OK),
+        # a context the server cannot hold at any N (larger than a llama.cpp slot): asked,
+        # never measured, so not every cell the user asked for was measured
+        ([_decode(8192, 1, "valid"), _decode(65536, 1, "over_capacity"),
+          _decode(65536, 2, "over_capacity")], cli.EXIT_PARTIAL),
+        ([{"phase": "prefill", "context": 2048, "status": "valid"},
+          _decode(2048, 1, "over_capacity")], cli.EXIT_PARTIAL),
+    ],
+)  # fmt: skip
+def test_a_context_refused_at_every_concurrency_is_not_measured(cells, code):
+    assert cli.run_exit_status({"cells": cells}) == code
+
+
 def _saved_run(d: Path) -> bytes:
     d.mkdir(parents=True, exist_ok=True)
     doc = {"schema": "speedmatrix.run/1", "meta": {"x": 1}, "cells": []}
