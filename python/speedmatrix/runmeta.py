@@ -26,6 +26,46 @@ def verdict_meta(facts: EngineFacts, rules: Rules) -> dict[str, Any]:
     return {"facts": facts.to_dict(), "rules": rules.to_dict()}
 
 
+def capabilities(target: Any) -> tuple[dict[str, Any], list[str]]:
+    """What the server can tell us and what it cannot (``meta.capabilities``), with one
+    warning for each figure the run must do without instead of guessing it:
+
+    - ``server_metrics``: a Prometheus endpoint answered; without it there is no
+      server-side view of running, waiting or KV use in any cell;
+    - ``server_queue_view``: the metrics carry a waiting count, so ``queued`` is read from
+      the server; without it, from the client's view only (docs/metrics.md);
+    - ``output_forced``: the engine can be made to produce exactly the max output;
+    - ``kv_capacity``: where the KV capacity came from (probed, given, default, missing);
+      missing means no cell can be judged over capacity before it is sent."""
+    m = target.metrics
+    has_metrics = bool(m.available and m.path and m.names())
+    kv = target.capacity.get("kv_tokens")
+    kv_source = kv.source if kv is not None and kv.value is not None else "missing"
+    caps = {
+        "server_metrics": has_metrics,
+        "server_queue_view": bool(has_metrics and m.waiting),
+        "output_forced": bool(target.output.forced),
+        "kv_capacity": kv_source,
+    }
+    notes: list[str] = []
+    if not has_metrics:
+        notes.append(
+            "the server gives no metrics: no server-side running, waiting or KV figures; "
+            "queued cells are judged from the client's view only"
+        )
+    elif not m.waiting:
+        notes.append(
+            "the server's metrics have no waiting count: queued cells are judged from the "
+            "client's view only"
+        )
+    if not target.output.forced:
+        notes.append(
+            "the engine cannot be made to produce exactly the max output: requests may end "
+            "early (cells flagged output_not_forced)"
+        )
+    return caps, notes
+
+
 def run_meta(url: str, target: Any, matrix: Any, info: dict, rules: Rules) -> dict:
     """The whole ``meta`` of a new run against `target` (a discovered Target)."""
     from speedmatrix.adapters import strip_credentials
@@ -35,7 +75,8 @@ def run_meta(url: str, target: Any, matrix: Any, info: dict, rules: Rules) -> di
 
     t = target
     tls = tls_settings()
-    warnings = list(t.warnings)
+    caps, cap_notes = capabilities(t)
+    warnings = list(t.warnings) + [w for w in cap_notes if w not in t.warnings]
     if tls["insecure"] and url.lower().startswith("https://"):
         warnings.append("TLS: the server's certificate was not verified (--insecure)")
     host = urllib.parse.urlsplit(url).hostname or ""
@@ -72,6 +113,7 @@ def run_meta(url: str, target: Any, matrix: Any, info: dict, rules: Rules) -> di
             "seed": int.from_bytes(os.urandom(4), "little"),
         },
         "capacity": t.capacity_meta(),
+        "capabilities": caps,
         "warnings": warnings,
         "client": {
             "host": platform.node(),
