@@ -173,6 +173,10 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--replay", action="store_true")
     a = ap.parse_args()
+    # The package must import whole first: a missing compiled core is the setup's fault,
+    # not an input that breaks discovery, and must not be kept as one.
+    from speedmatrix._native import _core  # noqa: F401 - raises with how to build it
+
     if a.replay:
         return replay()
     import warnings
