@@ -121,7 +121,10 @@ def compare(run_a: Run, run_b: Run) -> pd.DataFrame:
         va, vb = m[f"{f}_a"].astype(float), m[f"{f}_b"].astype(float)
         with np.errstate(divide="ignore", invalid="ignore"):
             m[f"{f}_ratio"] = np.where((va > 0) & np.isfinite(vb), vb / va, np.nan)
-        sig, meth, better = [], [], []
+        # None where no test could be made (a figure or its spread missing on a side)
+        sig: list[bool | None] = []
+        meth: list[str | None] = []
+        better: list[bool | None] = []
         for i in range(len(m)):
             r = m.iloc[i]
             s, how = None, None
@@ -228,7 +231,11 @@ def build(run_a: Run, run_b: Run, la: str, lb: str) -> tuple[Report, pd.DataFram
     rows, classes = [], []
     for c in ctxs:
         sub = dec[dec["context"] == c]
-        row, cls = [fmt.context_label(c) if sub.empty else str(sub["label"].iloc[0])], ["ctx"]
+        # a cell is a str or a list of str (stacked lines), as in Table.rows
+        row: list[str | list[str]] = [
+            fmt.context_label(c) if sub.empty else str(sub["label"].iloc[0])
+        ]
+        cls = ["ctx"]
         for n in concs:
             r = sub[sub["concurrency"] == n]
             if r.empty:
@@ -327,7 +334,11 @@ def build(run_a: Run, run_b: Run, la: str, lb: str) -> tuple[Report, pd.DataFram
     for _, r in df.iterrows():
         if r["status_a"] == "over_capacity" and r["status_b"] == "over_capacity":
             continue
-        line = [fmt.phase_text(r["phase"]), str(r["label"]), fmt.count(r["concurrency"])]
+        line: list[str | list[str]] = [
+            fmt.phase_text(r["phase"]),
+            str(r["label"]),
+            fmt.count(r["concurrency"]),
+        ]
         figs = (
             ("prompt_tok_s", "ttft_ms")
             if r["phase"] == "prefill"

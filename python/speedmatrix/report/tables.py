@@ -75,6 +75,12 @@ CAPACITY_NAMES = {
     "context_length": "Context length",
     "max_running": "Max running requests",
 }
+CAPACITY_SOURCE_TEXT = {
+    "probed": "Probed from the server",
+    "given": "Given by the user",
+    "default": "Default",
+    "missing": "Not available",
+}
 
 
 @dataclass
@@ -200,7 +206,7 @@ def _vram(hw: dict) -> str | None:
     v = hw.get("vram_gb")
     if fmt.missing(v):
         v = hw.get("vram")
-    if fmt.missing(v):
+    if v is None or fmt.missing(v):
         return None
     try:
         return fmt.gigabytes(float(v))
@@ -290,8 +296,8 @@ def prefill_section(run: Run) -> Section:
     for _, p in pre.iterrows():
         st = p["status"]
         if st in (None, "over_capacity", "error") or fmt.missing(p["prompt_tok_s"]):
-            text = fmt.status_text(st) if st else "Not measured"
-            rows.append([f"{p['label']} context", text, "", ""])
+            status = fmt.status_text(st) if st else "Not measured"
+            rows.append([f"{p['label']} context", status, "", ""])
             classes.append(["", "status", "", ""])
             continue
         spread = fmt.DASH
@@ -323,7 +329,7 @@ def _error_kind(cells: list[dict]) -> str:
     for c in cells:
         errs = c.get("errors_total")
         ran = not fmt.missing(c.get("measured_s")) and float(c.get("measured_s") or 0) > 0
-        if not fmt.missing(errs) and int(errs) > 0 and ran:
+        if errs is not None and not fmt.missing(errs) and int(errs) > 0 and ran:
             return "failed"
     return "unmeasured"
 
@@ -505,10 +511,11 @@ def all_section(run: Run) -> Section:
     classes = [["txt", "txt", "", "txt"] + [""] * 8 for _ in rows]
     cols = list(fmt.ALL_COLUMNS)
     reps = [c.get("repetition") for c in cells]
-    if any(not fmt.missing(r) and int(r) > 0 for r in reps):  # repeated cells: say which
+    # repeated cells: say which
+    if any(r is not None and not fmt.missing(r) and int(r) > 0 for r in reps):
         cols.append("Repetition")
         for row, cl, r in zip(rows, classes, reps):
-            row.append(fmt.DASH if fmt.missing(r) else str(int(r) + 1))
+            row.append(fmt.DASH if r is None or fmt.missing(r) else str(int(r) + 1))
             cl.append("")
     tbl = Table(
         cols,
@@ -599,7 +606,11 @@ def flags_section(run: Run) -> Section:
         pt = {k: c.get(f"prompt_tokens_{k}") for k in ("asked", "reported_min", "reported_max")}
         prompt = fmt.DASH
         if not fmt.missing(pt["asked"]):
-            rep = [v for v in (pt["reported_min"], pt["reported_max"]) if not fmt.missing(v)]
+            rep = [
+                v
+                for v in (pt["reported_min"], pt["reported_max"])
+                if v is not None and not fmt.missing(v)
+            ]
             if rep:
                 lo, hi = int(min(rep)), int(max(rep))
                 r = fmt.count(lo) if lo == hi else f"{fmt.count(lo)}–{fmt.count(hi)}"
@@ -652,7 +663,7 @@ def server_section(run: Run) -> Section:
                 fmt.one(srv[0]),
                 fmt.count(srv[1]),
                 fmt.count(srv[2]),
-                fmt.DASH if fmt.missing(kv) else f"{float(kv) * 100:.1f}%",
+                fmt.DASH if kv is None or fmt.missing(kv) else f"{float(kv) * 100:.1f}%",
             ]
         )
     have = any(any(x != fmt.DASH for x in r[4:]) for r in rows)
@@ -691,19 +702,10 @@ def capacity_section(run: Run) -> Section:
         if k in ("kv_tokens", "context_length") and shown != fmt.DASH:
             shown += " tokens"
         detail = v.get("detail") if isinstance(v, dict) else None
-        rows.append(
-            [
-                name,
-                shown,
-                {
-                    "probed": "Probed from the server",
-                    "given": "Given by the user",
-                    "default": "Default",
-                    "missing": "Not available",
-                }.get(src, fmt.code_text(src)),
-                fmt.DASH if fmt.missing(detail) else str(detail),
-            ]
-        )
+        source = fmt.code_text(src)  # a dash when the source was not recorded
+        if isinstance(src, str):
+            source = CAPACITY_SOURCE_TEXT.get(src, source)
+        rows.append([name, shown, source, fmt.DASH if fmt.missing(detail) else str(detail)])
     tbl = Table(
         ["Value", "Used", "Source", "Detail"],
         rows,
@@ -755,12 +757,16 @@ def sources_section(run: Run) -> Section | None:
         name_source = "model_path"  # the title derives it here (see model_name)
     if name_source:
         rows.append(["Model", "Name", model_name(meta), _source_text(name_source)])
-    e_src = e.get("sources") if isinstance(e.get("sources"), dict) else {}
+    e_src = e.get("sources")
+    if not isinstance(e_src, dict):
+        e_src = {}
     for key, label in ENGINE_FACTS:
         value = engine_name(meta) if key == "name" else e.get(key)
         if key in e_src and not fmt.missing(value):
             rows.append(["Engine", label, str(value), _source_text(e_src[key])])
-    h_src = hw.get("sources") if isinstance(hw.get("sources"), dict) else {}
+    h_src = hw.get("sources")
+    if not isinstance(h_src, dict):
+        h_src = {}
     for key, label in HARDWARE_FACTS:
         value = _vram(hw) if key == "vram_gb" else hw.get(key)
         if key in h_src and not fmt.missing(value):
@@ -795,8 +801,12 @@ def warnings_section(run: Run) -> Section | None:
 def _error_kinds(c: dict) -> str:
     """``kind × count`` per error kind, with the server's example message when the cell kept
     one (``error_examples``), redacted."""
-    errs = c.get("errors") if isinstance(c.get("errors"), dict) else {}
-    examples = c.get("error_examples") if isinstance(c.get("error_examples"), dict) else {}
+    errs = c.get("errors")
+    if not isinstance(errs, dict):
+        errs = {}
+    examples = c.get("error_examples")
+    if not isinstance(examples, dict):
+        examples = {}
     parts = []
     for k, v in sorted(errs.items()):
         text = f"{k} × {fmt.count(v)}"
@@ -811,8 +821,8 @@ def _error_kinds(c: dict) -> str:
 def errors_section(run: Run) -> Section | None:
     rows = []
     for c in _ordered_cells(run):
-        errs = c.get("errors") if isinstance(c.get("errors"), dict) else {}
-        if not errs:
+        errs = c.get("errors")
+        if not isinstance(errs, dict) or not errs:
             continue
         rows.append(
             [
@@ -873,12 +883,12 @@ def summary(run: Run) -> dict[str, Any]:
     out: dict[str, Any] = {"peak": None, "contexts": [], "flagged": {}, "n_flagged": 0}
     vals = tot.to_numpy(float)
     if vals.size and np.isfinite(vals).any():
-        i, j = np.unravel_index(np.nanargmax(vals), vals.shape)
+        pi, pj = np.unravel_index(np.nanargmax(vals), vals.shape)
         out["peak"] = {
-            "total_tok_s": float(vals[i, j]),
-            "context": int(md["contexts"][i]),
-            "label": str(tot.index[i]),
-            "concurrency": conc[j],
+            "total_tok_s": float(vals[pi, pj]),
+            "context": int(md["contexts"][pi]),
+            "label": str(tot.index[pi]),
+            "concurrency": conc[pj],
         }
     for i, label in enumerate(tot.index):
         row_per = per.iloc[i].to_numpy(float)
