@@ -1,6 +1,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -284,6 +285,20 @@ void register_cell(py::module_& m) {
         d["window_start_ns"] = p.window_start_ns.load(std::memory_order_relaxed);
         d["warmup_total"] = p.warmup_total.load(std::memory_order_relaxed);
         d["warmup_done"] = p.warmup_done.load(std::memory_order_relaxed);
+        // The sampler's latest sample by metric name (None: absent from that
+        // scrape); empty when the cell samples no /metrics or none came yet.
+        const CellProgress::Metrics m = p.metrics();
+        py::dict latest;
+        for (std::size_t i = 0; i < m.names.size() && i < m.values.size(); ++i) {
+          if (std::isnan(m.values[i]))
+            latest[py::str(m.names[i])] = py::none();
+          else
+            latest[py::str(m.names[i])] = m.values[i];
+        }
+        d["metrics"] = latest;
+        d["metrics_t_ns"] = m.t_ns;
+        d["metrics_samples"] = m.samples;
+        d["metrics_failures"] = m.failures;
         return d;
       });
 }

@@ -26,7 +26,8 @@ namespace {
 // scrape does not shift later ones. Failures are counted, never fatal.
 class MetricsSampler {
  public:
-  MetricsSampler(const CellSpec& spec, MetricSamples& out) : spec_(spec), out_(out) {
+  MetricsSampler(const CellSpec& spec, MetricSamples& out, CellProgress* progress)
+      : spec_(spec), out_(out), progress_(progress) {
     out_.names = spec.metric_names;
     for (const std::string& r : spec.metric_reduce) {
       if (r != "sum" && r != "max")
@@ -34,6 +35,7 @@ class MetricsSampler {
       how_.push_back(r == "max" ? Reduce::kMax : Reduce::kSum);
     }
     if (spec.metrics_url.empty()) return;
+    if (progress_) progress_->metrics_begin(out_.names);
     thread_ = std::thread([this] { loop(); });
   }
   ~MetricsSampler() { finish(); }
@@ -67,11 +69,13 @@ class MetricsSampler {
       const ns_t t = now_ns();  // the sample is stamped when the scrape was asked
       if (!getter.get(spec_.metrics_url, &body, &error)) {
         ++out_.failures;
+        if (progress_) progress_->metrics_failed();
         continue;
       }
       const std::vector<double> values = reduce_by_name(parse_prometheus(body), out_.names, how_);
       out_.t_ns.push_back(t);
       out_.values.insert(out_.values.end(), values.begin(), values.end());
+      if (progress_) progress_->metrics_sample(values, t);
       // Catch up without a burst when a scrape overran several intervals.
       const ns_t behind = (now_ns() - start) / interval;
       if (behind > k + 1) k = behind - 1;
@@ -80,6 +84,7 @@ class MetricsSampler {
 
   const CellSpec& spec_;
   MetricSamples& out_;
+  CellProgress* progress_;  // the live view; may be null
   std::vector<Reduce> how_;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -105,6 +110,29 @@ ns_t seconds_to_ns(double s) {
 }
 
 }  // namespace
+
+CellProgress::Metrics CellProgress::metrics() const {
+  std::lock_guard<std::mutex> lock(metrics_mu_);
+  return metrics_;
+}
+
+void CellProgress::metrics_begin(const std::vector<std::string>& names) {
+  std::lock_guard<std::mutex> lock(metrics_mu_);
+  metrics_ = Metrics{};
+  metrics_.names = names;
+}
+
+void CellProgress::metrics_sample(const std::vector<double>& values, ns_t t_ns) {
+  std::lock_guard<std::mutex> lock(metrics_mu_);
+  metrics_.values = values;
+  metrics_.t_ns = t_ns;
+  ++metrics_.samples;
+}
+
+void CellProgress::metrics_failed() {
+  std::lock_guard<std::mutex> lock(metrics_mu_);
+  ++metrics_.failures;
+}
 
 struct CellRunner::Impl {
   CellSpec spec;
@@ -226,7 +254,7 @@ CellResult CellRunner::run() {
         m.transport = nullptr;
       }
     } detach{m};
-    MetricsSampler sampler(spec, res.metrics);
+    MetricsSampler sampler(spec, res.metrics, &m.progress);
     SystemClock clock;
     const ns_t cpu0 = thread_cpu_ns();
     const ScheduleTimes times =

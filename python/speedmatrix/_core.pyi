@@ -101,6 +101,12 @@ class Progress(TypedDict):
     window_start_ns: int  # -1 during the warm-up and the ramp
     warmup_total: int
     warmup_done: int
+    # the /metrics sampler's latest sample by metric name (None: absent from that scrape);
+    # {} when the cell samples no /metrics or no scrape succeeded yet
+    metrics: dict[str, float | None]
+    metrics_t_ns: int  # when that scrape was asked; -1 before the first
+    metrics_samples: int  # successful scrapes so far
+    metrics_failures: int  # failed scrapes so far
 
 class CellResult:
     @property

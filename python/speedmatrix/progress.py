@@ -3,7 +3,9 @@
 On a terminal: a live view (rich) of the matrix grid filling in cell by cell (each cell's
 total tok/s and status as it finishes, the running cell marked), and under it the current
 cell's phase (warm-up, or window seconds of D), its live tok/s, requests in flight, failed
-requests so far, and the ETA of the whole matrix. Elsewhere (a log file, a pipe): a line
+requests so far, the server's running / waiting requests and KV use (the cell's own /metrics
+sampler's latest sample, never a second scrape; shown only when the server has the metric),
+and the ETA of the whole matrix. Elsewhere (a log file, a pipe): a line
 per cell, as plain text.
 
 A daemon thread redraws four times a second from `Progress.live`, which the sweep replaces
@@ -25,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Progress", "fmt_eta"]
+__all__ = ["Progress", "fmt_eta", "server_text"]
 
 #: the least the ETA shows while a cell is still running
 MIN_ETA_S = 1.0
@@ -98,6 +100,9 @@ class Progress:
         self._failed: str | None = None
         #: known secrets (the API key): replaced, with redact()'s patterns, in every line shown
         self.secrets: list[str] = []
+        #: which sampled /metrics name is the server's running / waiting count and KV use
+        #: (a fraction of the pool); a role the server lacks is absent
+        self.metric_roles: dict[str, str] = {}
 
     # ------------------------------------------------------------ what the sweep calls
     def plan(self, planned, cells: dict[str, dict] | None = None) -> None:
@@ -230,6 +235,7 @@ class Progress:
             p = runner.progress()
             out["errors"] = int(p.get("errors", 0))
             out["in_flight"] = int(p.get("in_flight", 0))
+            out.update(self._server(p.get("metrics") or {}))
             t0 = p.get("window_start_ns", -1)
             if t0 and t0 > 0:
                 from speedmatrix._native import _core
@@ -252,6 +258,16 @@ class Progress:
         rest = max(live.eta_s - live.cell_s, 0.0) if live.cell_s else 0.0
         current = max(live.cell_s - elapsed, window_left, MIN_ETA_S)
         out["eta_s"] = rest + current if live.cell_s else max(live.eta_s - elapsed, MIN_ETA_S)
+        return out
+
+    def _server(self, latest: dict[str, float | None]) -> dict[str, float]:
+        """The server's state from the sampler's latest sample: server_running,
+        server_waiting, server_kv_usage (0..1), each only when the server gave it."""
+        out: dict[str, float] = {}
+        for role, name in self.metric_roles.items():
+            value = latest.get(name)
+            if value is not None and math.isfinite(value):
+                out[f"server_{role}"] = float(value)
         return out
 
     def _render(self, final: bool = False):
@@ -305,11 +321,27 @@ class Progress:
                     line.append(f" of ~{s['warmup_est_s']:.0f}s")
             else:
                 line.append(s["phase"])
+            server = server_text(s)
+            if server:
+                line.append(f" · {server}")
             if s.get("errors"):
                 line.append(f" · {s['errors']} failed", style="bold red")
             line.append(f" · ETA {fmt_eta(s['eta_s'])}", style="cyan")
             parts.append(line)
         return Group(*parts)
+
+
+def server_text(status: dict[str, Any]) -> str:
+    """What `Progress.status` knows of the server as "server 8 running · 2 waiting · KV 43%";
+    "" when it knows nothing (no /metrics, or no sample yet)."""
+    parts = []
+    if "server_running" in status:
+        parts.append(f"{status['server_running']:.0f} running")
+    if "server_waiting" in status:
+        parts.append(f"{status['server_waiting']:.0f} waiting")
+    if "server_kv_usage" in status:
+        parts.append(f"KV {100 * status['server_kv_usage']:.0f}%")
+    return "server " + " · ".join(parts) if parts else ""
 
 
 def fmt_eta(seconds: float) -> str:

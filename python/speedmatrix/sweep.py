@@ -143,6 +143,12 @@ class Sweep:
             )
         planned = plan(self.matrix, self.target)
         self.facts = EngineFacts.of_target(self.target)
+        roles = {
+            "running": self.facts.metric_running,
+            "waiting": self.facts.metric_waiting,
+            "kv_usage": self.facts.metric_kv_usage,
+        }
+        self.progress.metric_roles = {k: v for k, v in roles.items() if v}
         self.rules = Rules(error_threshold=float(self.matrix.error_threshold))
         if not self.doc:
             meta = run_meta(self.url, self.target, self.matrix, self.info, self.rules)

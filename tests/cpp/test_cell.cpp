@@ -131,6 +131,54 @@ TEST_F(CellTest, MetricsAreSampledAndSummedOverLabels) {
   for (std::size_t i = 1; i < m.t_ns.size(); ++i) EXPECT_GT(m.t_ns[i], m.t_ns[i - 1]);
 }
 
+TEST_F(CellTest, MetricsLatestSampleIsPublishedLiveInProgress) {
+  CellSpec s = spec("/sse?n=3&itl_ms=20");
+  s.duration_s = 1;
+  s.metrics_url = server.url("/metrics");
+  s.metrics_interval_s = 0.05;
+  s.metric_names = {"sglang:num_running_reqs", "sglang:token_usage", "absent"};
+  s.metric_reduce = {"sum", "max", "sum"};
+  CellRunner runner(s);
+  CellResult res;
+  std::thread t([&] { res = runner.run(); });
+  // Read while the cell runs, as a display thread does.
+  CellProgress::Metrics live;
+  for (int i = 0; i < 400 && live.samples == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    live = runner.progress().metrics();
+  }
+  t.join();
+  ASSERT_TRUE(res.fatal_error.empty()) << res.fatal_error;
+  ASSERT_GT(live.samples, 0);
+  EXPECT_EQ(live.names, s.metric_names);
+  ASSERT_EQ(live.values.size(), 3u);
+  EXPECT_EQ(live.values[0], 7.0);
+  EXPECT_EQ(live.values[1], 0.75);
+  EXPECT_TRUE(std::isnan(live.values[2]));
+  EXPECT_NE(live.t_ns, kNever);
+  // At the end: the last sample of the records, and every scrape counted.
+  const CellProgress::Metrics end = runner.progress().metrics();
+  ASSERT_FALSE(res.metrics.t_ns.empty());
+  EXPECT_EQ(end.samples, static_cast<std::int64_t>(res.metrics.t_ns.size()));
+  EXPECT_EQ(end.failures, res.metrics.failures);
+  EXPECT_EQ(end.t_ns, res.metrics.t_ns.back());
+  EXPECT_EQ(end.values[0], res.metrics.values[res.metrics.values.size() - 3]);
+}
+
+TEST_F(CellTest, NoMetricsUrlPublishesNoSample) {
+  CellSpec s = spec("/sse?n=2&itl_ms=5");
+  s.duration_s = 0.2;
+  s.metric_names = {"sglang:num_running_reqs"};
+  CellRunner runner(s);
+  const CellResult res = runner.run();
+  ASSERT_TRUE(res.fatal_error.empty()) << res.fatal_error;
+  const CellProgress::Metrics m = runner.progress().metrics();
+  EXPECT_TRUE(m.names.empty());
+  EXPECT_TRUE(m.values.empty());
+  EXPECT_EQ(m.samples, 0);
+  EXPECT_EQ(m.t_ns, kNever);
+}
+
 TEST_F(CellTest, MetricsReduceTakesTheFullestRankOfAPoolFraction) {
   CellSpec s = spec("/sse?n=3&itl_ms=20");
   s.metrics_url = server.url("/metrics");
@@ -161,11 +209,14 @@ TEST_F(CellTest, MetricsFailuresAreCountedNotFatal) {
   s.metrics_url = "http://127.0.0.1:" + std::to_string(testing::refused_port()) + "/metrics";
   s.metrics_interval_s = 0.05;
   s.metric_names = {"x"};
-  const CellResult res = CellRunner(s).run();
+  CellRunner runner(s);
+  const CellResult res = runner.run();
   EXPECT_TRUE(res.fatal_error.empty());
   EXPECT_GT(res.metrics.failures, 2);
   EXPECT_TRUE(res.metrics.t_ns.empty());
   EXPECT_GT(res.requests.size(), 4u);
+  EXPECT_EQ(runner.progress().metrics().failures, res.metrics.failures);
+  EXPECT_EQ(runner.progress().metrics().samples, 0);
 }
 
 TEST_F(CellTest, StopFromAnotherThreadEndsEarlyAndKeepsRecords) {

@@ -119,6 +119,8 @@ def test_live_view_in_a_pseudo_terminal(tmp_path):
     for f in live:
         eta = re.search(r"ETA (\d+)m(\d\d)s", f)
         assert eta and (int(eta.group(1)), int(eta.group(2))) != (0, 0), f
+    # the server's own running count, from the cell's /metrics sampler (the sim serves one)
+    assert any(re.search(r"server \d+ running", f) for f in windows), windows[-1]
     # finished cells keep their summary lines above the view
     assert any("[3/3] decode 256 x 1:" in f and "TTFT" in f for f in frames)
 
@@ -138,6 +140,79 @@ def test_eta_counts_the_current_cell_and_never_reaches_zero():
     assert p.status(t0 + 500)["eta_s"] == pytest.approx(60.0 + 30.0)
     p.start_cell(3, 3, "decode 8K x 8", 0.0, eta_s=5.0, cell_s=5.0, key=(8192, 8))
     assert p.status(p.live.started + 60)["eta_s"] == MIN_ETA_S
+
+
+class _FakeRunner:
+    """`_core.CellRunner.progress()` as a display reads it, mid-window."""
+
+    def __init__(self, metrics: dict):
+        from speedmatrix._native import _core
+
+        self.p = {
+            "tokens": 500,
+            "completed": 9,
+            "errors": 0,
+            "in_flight": 10,
+            "window_start_ns": _core.now_ns() - 2_000_000_000,
+            "warmup_total": 10,
+            "warmup_done": 10,
+            "metrics": metrics,
+            "metrics_t_ns": 1,
+            "metrics_samples": 3,
+            "metrics_failures": 0,
+        }
+
+    def progress(self) -> dict:
+        return self.p
+
+
+def _line(p) -> str:
+    from rich.console import Console
+
+    console = Console(width=200, force_terminal=False, color_system=None)
+    with console.capture() as cap:
+        console.print(p._render())
+    return cap.get()
+
+
+def test_the_running_cells_line_shows_the_servers_running_waiting_and_kv_use():
+    from speedmatrix.progress import Progress
+
+    p = Progress(False)
+    p.metric_roles = {
+        "running": "vllm:num_requests_running",
+        "waiting": "vllm:num_requests_waiting",
+        "kv_usage": "vllm:kv_cache_usage_perc",
+    }
+    latest = {
+        "vllm:num_requests_running": 8.0,
+        "vllm:num_requests_waiting": 2.0,
+        "vllm:kv_cache_usage_perc": 0.434,
+    }
+    p.start_cell(1, 2, "decode 1K x 10", 30.0, eta_s=60.0, runner=_FakeRunner(latest))
+    s = p.status()
+    assert (s["server_running"], s["server_waiting"], s["server_kv_usage"]) == (8, 2, 0.434)
+    text = _line(p)
+    assert "[1/2] decode 1K x 10: window 2/30s" in text, text
+    assert "10 in flight · server 8 running · 2 waiting · KV 43% · ETA" in text, text
+    # a metric absent from the latest scrape (None) is left out, the rest still shown
+    latest["vllm:num_requests_waiting"] = None
+    assert "server 8 running · KV 43% · ETA" in _line(p)
+    # a server without a KV metric: no role, nothing about KV
+    del p.metric_roles["kv_usage"]
+    assert "KV" not in _line(p)
+
+
+def test_nothing_of_the_server_is_shown_without_metrics():
+    from speedmatrix.progress import Progress
+
+    p = Progress(False)
+    p.start_cell(1, 1, "decode 1K x 10", 30.0, eta_s=60.0, runner=_FakeRunner({}))
+    assert not any(k.startswith("server_") for k in p.status())
+    assert "server" not in _line(p)
+    # roles known, but no sample yet
+    p.metric_roles = {"running": "vllm:num_requests_running"}
+    assert "server" not in _line(p)
 
 
 def test_the_grid_takes_the_plan_and_each_finished_cell():

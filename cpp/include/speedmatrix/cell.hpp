@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -114,6 +115,26 @@ struct CellProgress {
   std::atomic<ns_t> window_start_ns{kNever};  // t0, once the ramp is over
   std::atomic<std::int32_t> warmup_total{0};  // warm-up prompts
   std::atomic<std::int32_t> warmup_done{0};   // of which prefilled (finished OK)
+
+  // The /metrics sampler's latest sample, published from its own thread so a
+  // display can show the server's state without scraping /metrics a second
+  // time (that would load the server under test).
+  struct Metrics {
+    std::vector<std::string> names;  // CellSpec::metric_names
+    std::vector<double> values;      // aligned with names, NaN where absent; empty: no sample yet
+    ns_t t_ns = kNever;              // when that scrape was asked
+    std::int64_t samples = 0;        // successful scrapes so far
+    std::int64_t failures = 0;       // failed scrapes so far
+  };
+  Metrics metrics() const;
+  // The sampler's side: names once at its start, then each scrape's outcome.
+  void metrics_begin(const std::vector<std::string>& names);
+  void metrics_sample(const std::vector<double>& values, ns_t t_ns);
+  void metrics_failed();
+
+ private:
+  mutable std::mutex metrics_mu_;
+  Metrics metrics_;
 };
 
 class CellRunner {
