@@ -15,11 +15,14 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import speedmatrix
 from speedmatrix import cli
 from speedmatrix.matrix import Matrix
 
 CLI = [sys.executable, "-m", "speedmatrix.cli"]
-PY = str(Path(__file__).resolve().parents[2] / "python")
+# the folder holding the speedmatrix under test (the installed package in CI, the
+# source tree in a developer's in-place build), for the CLI run as a subprocess
+PY = str(Path(speedmatrix.__file__).resolve().parents[1])
 
 
 def _subparsers(parser):

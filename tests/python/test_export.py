@@ -11,13 +11,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import speedmatrix
 import synthetic
 from speedmatrix import export, schema
 from speedmatrix.report import write_report
 from speedmatrix.results import load
 from speedmatrix.runfile import load_records
 
-PY = str(Path(__file__).resolve().parents[2] / "python")
+# the folder holding the speedmatrix under test (the installed package in CI, the
+# source tree in a developer's in-place build), for the CLI run as a subprocess
+PY = str(Path(speedmatrix.__file__).resolve().parents[1])
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import speedmatrix
 from speedmatrix.matrix import Matrix
 from speedmatrix.sim import Sim
 from speedmatrix.sweep import Sweep
@@ -44,7 +45,7 @@ def _pty_run(tmp_path, argv, timeout_s=120) -> list[str]:
 
     master, slave = pty.openpty()
     env = {**os.environ, "COLUMNS": "120", "LINES": "40", "TERM": "xterm-256color"}
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2] / "python")
+    env["PYTHONPATH"] = str(Path(speedmatrix.__file__).resolve().parents[1])  # the one under test
     proc = subprocess.Popen(
         [sys.executable, "-m", "speedmatrix.cli", *argv],
         stdin=slave,
