@@ -2,7 +2,9 @@
 // window and its cancellation, the /metrics sampler, stop(), fatal errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <map>
 #include <thread>
 
 #include "loopback_server.hpp"
@@ -49,6 +51,7 @@ TEST_F(CellTest, WarmupThenClosedLoopWindowThenCancellation) {
   EXPECT_LT(res.end_ns - res.window_end_ns, 50 * kMs);
 
   int warm = 0, ok = 0, cancelled = 0;
+  std::map<std::int32_t, ns_t> last_done_ns;  // per slot, its last window request's end
   for (const RequestRecord& r : res.requests) {
     if (r.phase == Phase::kWarmup) {
       ++warm;
@@ -58,6 +61,7 @@ TEST_F(CellTest, WarmupThenClosedLoopWindowThenCancellation) {
     }
     EXPECT_GE(r.sent_ns, res.ramp_start_ns);
     EXPECT_EQ(r.body, r.slot % 2);
+    last_done_ns[r.slot] = std::max(last_done_ns[r.slot], r.done_ns);
     if (r.outcome == Outcome::kOk) ++ok;
     if (r.outcome == Outcome::kCancelled) {
       ++cancelled;
@@ -66,8 +70,15 @@ TEST_F(CellTest, WarmupThenClosedLoopWindowThenCancellation) {
     EXPECT_NE(r.outcome, Outcome::kError) << r.error_kind << ": " << r.error_message;
   }
   EXPECT_EQ(warm, 4);
-  EXPECT_EQ(cancelled, 4);  // every slot was busy at t0 + D
-  EXPECT_GE(ok, 16);        // 4 slots x ~6 rounds of 80 ms in 500 ms
+  // Every slot was busy to t0 + D: its last request was cancelled there, or had just
+  // ended there (the 4 slots run in lockstep, so a round can end at the deadline, and a
+  // slot freed by the last poll before it is not refilled).
+  ASSERT_EQ(last_done_ns.size(), 4u);
+  for (const auto& [slot, done_ns] : last_done_ns)
+    EXPECT_GE(done_ns, res.window_end_ns - 5 * kMs) << "slot " << slot;
+  EXPECT_GE(cancelled, 1);
+  EXPECT_LE(cancelled, 4);
+  EXPECT_GE(ok, 16);  // 4 slots x ~6 rounds of 80 ms in 500 ms
   EXPECT_EQ(runner.progress().completed.load(), ok);
   // The live count is of the window's tokens: the ramp's are dropped when it opens.
   std::int64_t window_tokens = 0;
@@ -89,8 +100,11 @@ TEST_F(CellTest, WarmupThenClosedLoopWindowThenCancellation) {
   EXPECT_EQ(runner.progress().in_flight.load(), 0);
   // Kept-alive connections: warm-up and every refill share the first four.
   EXPECT_EQ(server.connections.load(), 4);
-  wait_disconnects(4);
-  EXPECT_EQ(log.disconnects.load(), 4);  // the cancelled streams were closed
+  wait_disconnects(cancelled);
+  // the cancelled streams were closed (one whose answer had all left the server by then
+  // is not a disconnect mid-stream to it)
+  EXPECT_GE(log.disconnects.load(), 1);
+  EXPECT_LE(log.disconnects.load(), cancelled);
   EXPECT_GT(res.events.size(), static_cast<std::size_t>(ok * 5));
   EXPECT_GT(res.client_cpu_s, 0);
   EXPECT_LT(res.client_cpu_s, 0.5);
