@@ -332,7 +332,10 @@ def cli_sim(*flags: str):
         url = "http://127.0.0.1:" + line.rsplit(":", 1)[1]
         yield url
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(10) == 0
+        # 0 when the engine's own stop wins, 130 (128 + SIGINT, the CLI's interrupted
+        # status) when the CLI's handler does: a race between the two, seen once in
+        # 4 CI runs; either way the engine is down (test_signals checks no orphan)
+        assert proc.wait(10) in (0, 130)
     finally:
         if proc.poll() is None:
             proc.kill()
