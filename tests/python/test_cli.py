@@ -5,28 +5,11 @@ run.json and the report; `report` and `compare` on saved runs."""
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
-import sys
 
 import pytest
 import synthetic
-
-
-def _cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "speedmatrix.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from cliproc import free_port as _free_port
+from cliproc import run_cli as _cli
 
 
 @pytest.mark.parametrize(

@@ -6,39 +6,27 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from cliproc import CLI, run_cells
 from speedmatrix.sim import Sim
 
 # End-to-end tier: `speedmatrix run` against the built-in engine in real time.
 pytestmark = pytest.mark.e2e
 
-CLI = [sys.executable, "-m", "speedmatrix.cli"]
-
-
-@pytest.fixture(scope="module")
-def sim():
-    with Sim("fixed") as s:
-        yield s
-
 
 def _cells(out: Path) -> dict:
-    try:
-        doc = json.loads((out / "run.json").read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return {}
-    return {c["id"]: c for c in doc["cells"]}
+    return {c["id"]: c for c in run_cells(out)}
 
 
-def test_ctrl_c_keeps_finished_cells_and_resume_completes_the_run(sim, tmp_path):
+def test_ctrl_c_keeps_finished_cells_and_resume_completes_the_run(fixed_sim, tmp_path):
     out = tmp_path / "run"
     args = CLI + [
         "run",
         "--url",
-        sim.url,
+        fixed_sim.url,
         "--contexts",
         "64,128,256",
         "--concurrency",
@@ -83,7 +71,7 @@ def test_ctrl_c_keeps_finished_cells_and_resume_completes_the_run(sim, tmp_path)
     assert json.loads((out / "run.json").read_text())["meta"]["run"]["interrupted"] is False
 
 
-def test_secrets_never_reach_a_file(sim, tmp_path):
+def test_secrets_never_reach_a_file(fixed_sim, tmp_path):
     from secrets_check import secrets_found  # opens records/*.npz and decodes their strings
 
     out = tmp_path / "run"
@@ -100,7 +88,7 @@ def test_secrets_never_reach_a_file(sim, tmp_path):
         + [
             "run",
             "--url",
-            sim.url,
+            fixed_sim.url,
             "--api-key",
             key,
             "--contexts",
@@ -186,14 +174,14 @@ def test_an_interrupted_run_keeps_its_whole_matrix(tmp_path):
     }
 
 
-def test_a_cell_whose_prompts_cannot_be_made_ends_no_run(sim, tmp_path):
+def test_a_cell_whose_prompts_cannot_be_made_ends_no_run(fixed_sim, tmp_path):
     out = tmp_path / "run"
     res = subprocess.run(
         CLI
         + [
             "run",
             "--url",
-            sim.url,
+            fixed_sim.url,
             "--contexts",
             "4,64",
             "--concurrency",
@@ -219,7 +207,7 @@ def test_a_cell_whose_prompts_cannot_be_made_ends_no_run(sim, tmp_path):
     assert cells["decode-c64-n1-r0"]["status"] == "valid"
 
 
-def test_tokenizer_flag_without_a_tokenizer_package_is_one_clear_line(sim, tmp_path):
+def test_tokenizer_flag_without_a_tokenizer_package_is_one_clear_line(fixed_sim, tmp_path):
     import importlib.util
 
     if importlib.util.find_spec("transformers") or importlib.util.find_spec("tokenizers"):
@@ -229,7 +217,7 @@ def test_tokenizer_flag_without_a_tokenizer_package_is_one_clear_line(sim, tmp_p
         + [
             "run",
             "--url",
-            sim.url,
+            fixed_sim.url,
             "--contexts",
             "64",
             "--concurrency",

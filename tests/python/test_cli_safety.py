@@ -7,24 +7,13 @@ from __future__ import annotations
 import json
 import resource
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cliproc import run_cli as _cli
 from speedmatrix import cli
 
 UNREACHABLE = "http://127.0.0.1:9"  # discard port: nothing listens
-
-
-def _cli(*args: str, timeout: float = 60, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "speedmatrix.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-        **kw,
-    )
 
 
 def _one_line(res: subprocess.CompletedProcess) -> str:

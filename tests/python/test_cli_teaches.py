@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 import speedmatrix
+from cliproc import CLI
 from speedmatrix import cli
 from speedmatrix.matrix import Matrix
 
-CLI = [sys.executable, "-m", "speedmatrix.cli"]
 # the folder holding the speedmatrix under test (the installed package in CI, the
 # source tree in a developer's in-place build), for the CLI run as a subprocess
 PY = str(Path(speedmatrix.__file__).resolve().parents[1])

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from cliproc import free_port as _free_port
 from speedmatrix import discover
 from speedmatrix.matrix import Matrix
 from speedmatrix.prompts import WORDS
@@ -56,12 +56,6 @@ def _binary() -> Path:
             pytrace=False,
         )
     return path
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:

@@ -9,31 +9,18 @@ import json
 import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
+from cliproc import CLI, run_cells
+from cliproc import free_port as _free_port
 from speedmatrix import cli
 from speedmatrix.sim import Sim
 
 pytestmark = pytest.mark.e2e
-CLI = [sys.executable, "-m", "speedmatrix.cli"]
-
-
-@pytest.fixture(scope="module")
-def sim():
-    with Sim("fixed") as s:
-        yield s
-
-
-def _cells(out: Path) -> list:
-    try:
-        return json.loads((out / "run.json").read_text())["cells"]
-    except (FileNotFoundError, json.JSONDecodeError, KeyError):
-        return []
 
 
 def _start_run(url: str, out: Path, report: bool = False) -> subprocess.Popen:
@@ -59,17 +46,17 @@ def _start_run(url: str, out: Path, report: bool = False) -> subprocess.Popen:
     )
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and len(_cells(out)) < 1:
+    while time.monotonic() < deadline and len(run_cells(out)) < 1:
         time.sleep(0.05)
-    assert _cells(out), proc.stderr.read() if proc.poll() is not None else "slow"
+    assert run_cells(out), proc.stderr.read() if proc.poll() is not None else "slow"
     time.sleep(0.5)  # inside the next cell
     return proc
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
-def test_sigterm_and_sighup_stop_a_run_as_ctrl_c_does(sim, tmp_path, sig):
+def test_sigterm_and_sighup_stop_a_run_as_ctrl_c_does(fixed_sim, tmp_path, sig):
     out = tmp_path / "run"
-    proc = _start_run(sim.url, out)
+    proc = _start_run(fixed_sim.url, out)
     t0 = time.monotonic()
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=30)
@@ -81,9 +68,11 @@ def test_sigterm_and_sighup_stop_a_run_as_ctrl_c_does(sim, tmp_path, sig):
     assert took_s < 5, f"stopped in {took_s:.1f} s"
 
 
-def test_a_second_signal_exits_at_once_and_run_json_stays_whole(sim, tmp_path):
+def test_a_second_signal_exits_at_once_and_run_json_stays_whole(fixed_sim, tmp_path):
     out = tmp_path / "run"
-    proc = _start_run(sim.url, out, report=True)  # the report's charts: a stop that takes time
+    proc = _start_run(
+        fixed_sim.url, out, report=True
+    )  # the report's charts: a stop that takes time
     proc.send_signal(signal.SIGTERM)
     time.sleep(0.05)
     t0 = time.monotonic()
@@ -108,7 +97,7 @@ def test_a_run_that_measured_nothing_exits_1(tmp_path):
             check=False,
         )
     assert res.returncode == cli.EXIT_FAILURE, res.stderr
-    assert {c["status"] for c in _cells(tmp_path / "o")} == {"error"}
+    assert {c["status"] for c in run_cells(tmp_path / "o")} == {"error"}
 
 
 def _port_free(port: int) -> bool:
@@ -118,12 +107,6 @@ def _port_free(port: int) -> bool:
         except OSError:
             return False
         return True
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL, signal.SIGHUP])
@@ -176,11 +159,11 @@ def test_the_built_in_engine_can_require_a_key():
             assert key.encode() not in f.read()  # the key is not on its command line
 
 
-def test_max_tokens_near_2_to_63_is_refused(sim):
+def test_max_tokens_near_2_to_63_is_refused(fixed_sim):
     model = "sim-fixed"
     for n in (2**63 - 10, 2**62):
         code, body = _post(
-            sim.url + "/v1/completions", {"model": model, "prompt": "hi", "max_tokens": n}
+            fixed_sim.url + "/v1/completions", {"model": model, "prompt": "hi", "max_tokens": n}
         )
         assert code == 400, body
-    assert sim.state()["running"] == 0
+    assert fixed_sim.state()["running"] == 0
