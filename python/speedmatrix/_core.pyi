@@ -121,7 +121,9 @@ class CellResult:
     @property
     def ramp_capped(self) -> bool: ...
     @property
-    def stopped_by(self) -> str: ...  # "duration" | "precision" | "requests" | "stop" | "unreachable"
+    def stopped_by(
+        self,
+    ) -> str: ...  # "duration" | "precision" | "requests" | "stop" | "unreachable"
     @property
     def stop_reason(self) -> str: ...  # "unreachable": why, one line ("" otherwise)
     @property
