@@ -24,6 +24,9 @@ struct PyCellResult {
   std::string stopped_by;
   std::int64_t stalls = 0;
   std::int32_t warmup_retried = 0;
+  std::int64_t backoffs = 0;
+  double backoff_s = 0;
+  std::string stop_reason;
   std::string fatal_error;
   py::dict requests, events, metrics;
 };
@@ -60,6 +63,9 @@ PyCellResult to_python(CellResult&& r) {
   out.stopped_by = r.stopped_by;
   out.stalls = r.stalls;
   out.warmup_retried = r.warmup_retried;
+  out.backoffs = r.backoffs;
+  out.backoff_s = r.backoff_s;
+  out.stop_reason = r.stop_reason;
   out.window_start_ns = r.window_start_ns;
   out.window_end_ns = r.window_end_ns;
   out.end_ns = r.end_ns;
@@ -191,6 +197,7 @@ void register_cell(py::module_& m) {
       .def_readwrite("ramp_cap_s", &CellSpec::ramp_cap_s)
       .def_readwrite("plateau_settle_s", &CellSpec::plateau_settle_s)
       .def_readwrite("stall_min_s", &CellSpec::stall_min_s)
+      .def_readwrite("unreachable_after_s", &CellSpec::unreachable_after_s)
       .def_readwrite("stall_gap_factor", &CellSpec::stall_gap_factor)
       .def_readwrite("precision", &CellSpec::precision)
       .def_readwrite("min_duration_s", &CellSpec::min_duration_s)
@@ -237,6 +244,9 @@ void register_cell(py::module_& m) {
       .def_readonly("stopped_by", &PyCellResult::stopped_by)
       .def_readonly("stalls", &PyCellResult::stalls)
       .def_readonly("warmup_retried", &PyCellResult::warmup_retried)
+      .def_readonly("backoffs", &PyCellResult::backoffs)
+      .def_readonly("backoff_s", &PyCellResult::backoff_s)
+      .def_readonly("stop_reason", &PyCellResult::stop_reason)
       .def_readonly("window_end_ns", &PyCellResult::window_end_ns)
       .def_readonly("end_ns", &PyCellResult::end_ns)
       .def_readonly("client_cpu_s", &PyCellResult::client_cpu_s)

@@ -202,6 +202,7 @@ CellResult CellRunner::run() {
   plan.plateau_settle_ns = seconds_to_ns(spec.plateau_settle_s);
   plan.stall_min_ns = spec.http.record_events ? seconds_to_ns(spec.stall_min_s) : 0;
   plan.stall_gap_factor = spec.stall_gap_factor;
+  plan.backoff.give_up_ns = seconds_to_ns(spec.unreachable_after_s);
   plan.min_duration_ns = seconds_to_ns(spec.min_duration_s);
   plan.check_interval_ns = std::max<ns_t>(seconds_to_ns(spec.precision_check_s), 100'000'000);
 
@@ -268,6 +269,9 @@ CellResult CellRunner::run() {
     res.window_start_ns = times.window_start_ns;
     res.ramp_capped = times.ramp_capped;
     res.stalls = times.stalls;
+    res.backoffs = times.backoffs;
+    res.backoff_s = static_cast<double>(times.backoff_ns) / 1e9;
+    res.stop_reason = times.stop_reason;
     res.warmup_retried = times.warmup_retried;
     switch (times.stopped_by) {
       case StopReason::kDuration:
@@ -281,6 +285,9 @@ CellResult CellRunner::run() {
         break;
       case StopReason::kStop:
         res.stopped_by = "stop";
+        break;
+      case StopReason::kUnreachable:
+        res.stopped_by = "unreachable";
         break;
     }
     res.window_end_ns = times.window_end_ns;

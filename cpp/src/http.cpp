@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <mutex>
 #include <stdexcept>
 #include <string_view>
@@ -103,6 +104,33 @@ const char* kind_of(CURLcode code, bool connected) {
 
 }  // namespace
 
+ns_t parse_retry_after(std::string_view value, std::int64_t now_unix_s) {
+  while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
+  while (!value.empty() && (value.back() == '\n' || value.back() == '\r' || value.back() == ' ' ||
+                            value.back() == '\t'))
+    value.remove_suffix(1);
+  if (value.empty() || value.size() > 64) return kNever;
+  constexpr std::int64_t kMostS = 365LL * 24 * 3600;  // beyond any bound applied to it
+  if (std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    std::int64_t s = 0;
+    for (char c : value) {
+      s = s * 10 + (c - '0');
+      if (s > kMostS) return kMostS * 1'000'000'000;
+    }
+    return s * 1'000'000'000;
+  }
+  // An HTTP-date (RFC 9110 10.2.3), read by libcurl's date parser; measured
+  // against the wall clock, so a client with a wrong clock gets a wrong wait
+  // (bounded by the caller's cap).
+  global_init();
+  const std::string date(value);
+  const time_t at = curl_getdate(date.c_str(), nullptr);
+  if (at == static_cast<time_t>(-1)) return kNever;
+  const std::int64_t s =
+      std::clamp<std::int64_t>(static_cast<std::int64_t>(at) - now_unix_s, 0, kMostS);
+  return s * 1'000'000'000;
+}
+
 std::string check_url(const std::string& url) {
   global_init();
   CURLU* u = curl_url();
@@ -155,6 +183,7 @@ struct Transfer final : SseSink, ChunkedDecoder::Sink {
   std::string err_kind;        // our own verdict, set before we abort a transfer
   std::string err_msg;
   std::int32_t sends = 0;  // times libcurl sent this request (> 1: re-sent on a new connection)
+  ns_t retry_after_ns = kNever;  // the answer's Retry-After (parse_retry_after), kNever: none
   char errbuf[CURL_ERROR_SIZE];
 
   Transfer(std::size_t max_event_bytes, ApiKind api) : parser(max_event_bytes), decoder(api) {}
@@ -176,6 +205,7 @@ struct Transfer final : SseSink, ChunkedDecoder::Sink {
     err_kind.clear();
     err_msg.clear();
     sends = 0;
+    retry_after_ns = kNever;
     errbuf[0] = '\0';
   }
 
@@ -282,6 +312,10 @@ struct CurlTransport::Impl {
       t->status = sp == std::string_view::npos ? 0 : std::strtol(line.data() + sp + 1, nullptr, 10);
       t->event_stream_type = false;
       t->chunked = false;
+      t->retry_after_ns = kNever;
+    } else if (iequals_prefix(line, "retry-after:")) {
+      t->retry_after_ns =
+          parse_retry_after(line.substr(12), static_cast<std::int64_t>(time(nullptr)));
     } else if (iequals_prefix(line, "transfer-encoding:")) {
       // "chunked" is always the last coding when present (RFC 9112 6.1).
       std::string_view v = line.substr(18);
@@ -448,6 +482,12 @@ struct CurlTransport::Impl {
       kind = "http_" + std::to_string(t->status);
       msg = t->collected.empty() ? "HTTP " + std::to_string(t->status)
                                  : error_message_from_body(t->collected);
+      if (t->retry_after_ns != kNever) {
+        const auto i = static_cast<std::size_t>(t->id);
+        if (records.retry_after_ns.size() <= i) records.retry_after_ns.resize(i + 1, kNever);
+        records.retry_after_ns[i] = t->retry_after_ns;
+        msg += " (Retry-After " + std::to_string(t->retry_after_ns / 1'000'000) + " ms)";
+      }
     } else if (t->stream_finished && (code == CURLE_OK || code == CURLE_PARTIAL_FILE ||
                                       code == CURLE_RECV_ERROR || code == CURLE_GOT_NOTHING)) {
       // Complete: the connection may have broken after the last event; the

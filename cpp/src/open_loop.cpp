@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "speedmatrix/cell.hpp"
+#include "warmup.hpp"
 
 namespace speedmatrix {
 namespace {
@@ -20,7 +21,8 @@ ns_t s_to_ns(double s) {
 // In-flight bookkeeping and progress counters of one open-loop run.
 class OpenLoop {
  public:
-  OpenLoop(Transport& t, CellRecords& r, CellProgress* p) : transport_(t), records_(r), p_(p) {}
+  OpenLoop(Transport& t, CellRecords& r, const std::atomic<bool>& stop, CellProgress* p)
+      : transport_(t), records_(r), stop_(stop), p_(p) {}
 
   std::int32_t add(std::int32_t slot, std::int32_t body, Phase phase, ns_t scheduled_ns) {
     RequestRecord rec;
@@ -42,6 +44,18 @@ class OpenLoop {
     for (std::int32_t id : finished_) account(id);
     return finished_;
   }
+  // The shape run_warmup (warmup.hpp) drives.
+  std::int32_t launch(std::int32_t slot, std::int32_t body_index, std::string_view body,
+                      Phase phase, ns_t scheduled_ns) {
+    const std::int32_t id = add(slot, body_index, phase, scheduled_ns);
+    start(id, body);
+    return id;
+  }
+  void cancel(std::int32_t id) {
+    transport_.cancel(id);
+    account(id);
+  }
+  bool stop_requested() const { return stop_.load(std::memory_order_relaxed); }
   void cancel_all() {
     const std::vector<std::int32_t> ids = live_;
     for (std::int32_t id : ids) {
@@ -69,6 +83,7 @@ class OpenLoop {
 
   Transport& transport_;
   CellRecords& records_;
+  const std::atomic<bool>& stop_;
   CellProgress* p_;
   std::vector<std::int32_t> live_;
   std::vector<std::int32_t> finished_;
@@ -115,26 +130,23 @@ ScheduleTimes run_open_loop(const OpenLoopPlan& plan, Pacer& pacer, Transport& t
                             Clock& clock, CellRecords& records, const std::atomic<bool>& stop,
                             CellProgress* progress) {
   ScheduleTimes times;
-  OpenLoop loop(transport, records, progress);
-  auto stopped = [&] { return stop.load(std::memory_order_relaxed); };
+  OpenLoop loop(transport, records, stop, progress);
+  auto stopped = [&] { return loop.stop_requested(); };
+  // Failed connections are only counted here (the schedule is kept, no slot
+  // waits): a server gone for give_up_ns ends the cell as in the closed loop.
+  Backoff backoff(plan.backoff);
+  auto feed = [&](std::int32_t id) {
+    backoff.on_finished(records.requests[static_cast<std::size_t>(id)], records.retry_after(id));
+  };
 
-  // Warm-up: everything at once, then wait for all (or the timeout), as the
-  // closed loop does, so both modes start from the same server state.
-  if (!plan.warmup_bodies.empty()) {
-    times.warmup_start_ns = clock.now();
-    for (std::size_t i = 0; i < plan.warmup_bodies.size(); ++i) {
-      const auto idx = static_cast<std::int32_t>(i);
-      loop.start(loop.add(idx, idx, Phase::kWarmup, times.warmup_start_ns), plan.warmup_bodies[i]);
-    }
-    const ns_t deadline =
-        plan.warmup_timeout_ns > 0 ? times.warmup_start_ns + plan.warmup_timeout_ns : kNoDeadline;
-    while (loop.in_flight() > 0 && !stopped() && clock.now() < deadline) loop.poll(deadline);
+  // Warm-up (warmup.hpp), as the closed loop does, so both modes start from
+  // the same server state.
+  if (!run_warmup(plan.warmup_bodies, plan.warmup_timeout_ns, plan.warmup_retries, loop, clock,
+                  records, progress, times, feed)) {
     loop.cancel_all();
-    if (stopped()) {
-      times.stopped = true;
-      times.end_ns = clock.now();
-      return times;
-    }
+    times.stopped = true;
+    times.end_ns = clock.now();
+    return times;
   }
 
   const ns_t t0 = clock.now();
@@ -184,10 +196,21 @@ ScheduleTimes run_open_loop(const OpenLoopPlan& plan, Pacer& pacer, Transport& t
     if (next_due == kNever && gate.empty() && loop.in_flight() == 0) break;  // all done
     if (now >= drain_end) break;
     const ns_t deadline = next_due != kNever ? std::min(next_due, drain_end) : drain_end;
-    loop.poll(deadline);
+    for (std::int32_t id : loop.poll(deadline)) {
+      feed(id);
+      ns_t done = records.requests[static_cast<std::size_t>(id)].done_ns;
+      if (done == kNever) done = clock.now();
+      if (times.stopped_by != StopReason::kUnreachable && backoff.give_up(done)) {
+        times.stopped_by = StopReason::kUnreachable;
+        times.stop_reason = backoff.give_up_reason(done);
+      }
+    }
+    if (times.stopped_by == StopReason::kUnreachable) break;
   }
 
-  times.window_end_ns = times.stopped ? std::min(clock.now(), window_end) : window_end;
+  times.window_end_ns = times.stopped || times.stopped_by == StopReason::kUnreachable
+                            ? std::min(clock.now(), window_end)
+                            : window_end;
   loop.cancel_all();
   const ns_t end = clock.now();
   for (std::int32_t id : gate) {  // never sent: the drain bound (or a stop) came first
@@ -219,6 +242,7 @@ ScheduleTimes run_open_loop_cell(const CellSpec& spec, Transport& transport, Clo
   plan.duration_ns = s_to_ns(spec.duration_s);
   plan.max_concurrency = spec.max_concurrency;
   plan.drain_timeout_ns = s_to_ns(spec.drain_timeout_s);
+  plan.backoff.give_up_ns = s_to_ns(spec.unreachable_after_s);
   std::string why;
   std::unique_ptr<Pacer> pacer =
       make_pacer(spec.arrival, spec.rate_per_s, spec.gamma_shape, spec.seed, &why);

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <queue>
 #include <utility>
 
 #include "speedmatrix/cell.hpp"
+#include "warmup.hpp"
 
 namespace speedmatrix {
 namespace {
@@ -72,8 +74,22 @@ class Loop {
 struct Refill {
   ns_t due_ns;
   std::int32_t slot;
+  ns_t since_ns;  // the failed request's end: a backoff's wait runs from there
+  bool backoff;   // imposed by the BackoffPolicy (counted in backoffs / backoff_ns)
   bool operator>(const Refill& o) const { return due_ns > o.due_ns; }
 };
+
+// first x 2^(n - 1), at most `most` (n >= 1).
+ns_t doubled(ns_t first, std::int32_t n, ns_t most) {
+  ns_t v = std::max<ns_t>(first, 0);
+  for (std::int32_t k = 1; k < n && v < most; ++k) v *= 2;
+  return std::min(v, most);
+}
+
+bool is_connect_failure(const RequestRecord& r) {
+  return r.outcome == Outcome::kError &&
+         (r.error_kind == "connect" || r.error_kind == "connect_timeout");
+}
 
 // Running median of the gaps between a window request's token arrivals (ns
 // per token, weighted by tokens), in log buckets of 2^(1/16) (~4.4%): O(1)
@@ -146,50 +162,22 @@ ScheduleTimes run_closed_loop(const ClosedLoopPlan& plan, Transport& transport, 
   times.stall_median_gap_ms = std::nan("");
   Loop loop(transport, records, stop, progress);
 
-  // Warm-up: everything at once, then wait for all (or the timeout); what
-  // failed or timed out is sent again, up to warmup_retries times.
-  if (!plan.warmup_bodies.empty()) {
-    times.warmup_start_ns = clock.now();
-    std::vector<std::size_t> pending(plan.warmup_bodies.size());
-    for (std::size_t i = 0; i < pending.size(); ++i) pending[i] = i;
-    if (progress) {
-      progress->warmup_total.store(static_cast<std::int32_t>(pending.size()));
-      progress->warmup_done.store(0);
-    }
-    for (std::int32_t attempt = 0; !pending.empty() && attempt <= plan.warmup_retries; ++attempt) {
-      if (attempt > 0) times.warmup_retried += static_cast<std::int32_t>(pending.size());
-      const ns_t start = clock.now();
-      std::vector<std::pair<std::int32_t, std::size_t>> live;  // (request id, body)
-      live.reserve(pending.size());
-      for (std::size_t i : pending) {
-        live.emplace_back(loop.launch(static_cast<std::int32_t>(i), static_cast<std::int32_t>(i),
-                                      plan.warmup_bodies[i], Phase::kWarmup, start),
-                          i);
-      }
-      const ns_t deadline =
-          plan.warmup_timeout_ns > 0 ? start + plan.warmup_timeout_ns : kNoDeadline;
-      std::vector<char> done(records.requests.size(), 0);
-      while (loop.in_flight() > 0 && !loop.stop_requested() && clock.now() < deadline) {
-        for (std::int32_t id : loop.poll(deadline)) {
-          done[static_cast<std::size_t>(id)] = 1;
-          if (progress && records.requests[static_cast<std::size_t>(id)].outcome == Outcome::kOk)
-            progress->warmup_done.fetch_add(1, std::memory_order_relaxed);
-        }
-      }
-      pending.clear();
-      for (auto [id, body] : live) {
-        if (!done[static_cast<std::size_t>(id)]) loop.cancel(id);
-        if (records.requests[static_cast<std::size_t>(id)].outcome != Outcome::kOk)
-          pending.push_back(body);
-      }
-      if (loop.stop_requested()) break;
-    }
-    if (loop.stop_requested()) {
-      times.stopped = true;
-      times.stopped_by = StopReason::kStop;
-      times.end_ns = clock.now();
-      return times;
-    }
+  Backoff backoff(plan.backoff);
+  bool gave_up = false;
+  // Every finished request feeds the backoff; returns the wait it asks of the slot.
+  auto backoff_after = [&](std::int32_t id) {
+    return backoff.on_finished(records.requests[static_cast<std::size_t>(id)],
+                               records.retry_after(id));
+  };
+
+  // Warm-up (warmup.hpp): everything at once, then wait for all (or the
+  // timeout); what failed or timed out is sent again, up to warmup_retries times.
+  if (!run_warmup(plan.warmup_bodies, plan.warmup_timeout_ns, plan.warmup_retries, loop, clock,
+                  records, progress, times, [&](std::int32_t id) { backoff_after(id); })) {
+    times.stopped = true;
+    times.stopped_by = StopReason::kStop;
+    times.end_ns = clock.now();
+    return times;
   }
 
   // Window: N slots, each refilled with its own body as soon as it finishes.
@@ -266,6 +254,7 @@ ScheduleTimes run_closed_loop(const ClosedLoopPlan& plan, Transport& transport, 
   ns_t next_tick = ramp_start + plan.tick_ns;
 
   ns_t last_done = ramp_start;
+  ns_t gave_up_at = kNever;
   for (;;) {
     if (loop.stop_requested()) {
       times.stopped = true;
@@ -325,6 +314,7 @@ ScheduleTimes run_closed_loop(const ClosedLoopPlan& plan, Transport& transport, 
             (std::isnan(median_ms) ? std::string("n/a") : std::to_string(median_ms)) + " ms))";
         if (progress) progress->errors.fetch_add(1, std::memory_order_relaxed);
         ++times.stalls;
+        backoff_after(id);
         slot_request[k] = -1;
         last_done = std::max(last_done, now);
         if (may_start()) launch_slot(k, now);
@@ -334,6 +324,7 @@ ScheduleTimes run_closed_loop(const ClosedLoopPlan& plan, Transport& transport, 
     while (!refills.empty() && refills.top().due_ns <= now) {
       const Refill r = refills.top();
       refills.pop();
+      if (r.backoff) times.backoff_ns += r.due_ns - r.since_ns;
       if (may_start()) launch_slot(static_cast<std::size_t>(r.slot), r.due_ns);
     }
     if (loop.in_flight() == 0 && (refills.empty() || !may_start())) {  // request budget spent
@@ -344,6 +335,7 @@ ScheduleTimes run_closed_loop(const ClosedLoopPlan& plan, Transport& transport, 
     if (!refills.empty()) deadline = std::min(deadline, refills.top().due_ns);
     if (t0 == kNever || stalls_on) deadline = std::min(deadline, next_tick);
     for (std::int32_t id : loop.poll(deadline)) {
+      const ns_t wait = backoff_after(id);
       const RequestRecord& rec = records.requests[static_cast<std::size_t>(id)];
       if (rec.phase != Phase::kWindow) continue;
       const auto slot = static_cast<std::size_t>(rec.slot);
@@ -355,24 +347,51 @@ ScheduleTimes run_closed_loop(const ClosedLoopPlan& plan, Transport& transport, 
       now = clock.now();
       const ns_t finished_at = rec.done_ns != kNever ? rec.done_ns : now;
       last_done = std::max(last_done, finished_at);
-      if (!may_start() || now >= end_at || loop.stop_requested()) continue;
-      if (rec.outcome == Outcome::kError && rec.sent_ns != kNever &&
-          rec.sent_ns + plan.error_backoff_ns > now) {
-        refills.push({rec.sent_ns + plan.error_backoff_ns, rec.slot});
+      if (!gave_up && backoff.give_up(finished_at)) {
+        gave_up = true;
+        times.stop_reason = backoff.give_up_reason(finished_at);
+      }
+      if (gave_up || !may_start() || now >= end_at || loop.stop_requested()) continue;
+      // A failed request's slot waits at least error_backoff_ns from its send,
+      // and what the BackoffPolicy asks from its end (a 429, a refused connection).
+      ns_t due = finished_at;
+      if (rec.outcome == Outcome::kError && rec.sent_ns != kNever)
+        due = std::max(due, rec.sent_ns + plan.error_backoff_ns);
+      const bool imposed = wait > 0 && finished_at + wait > due;
+      if (imposed) {
+        due = finished_at + wait;
+        ++times.backoffs;
+      }
+      if (due > now) {
+        refills.push({due, rec.slot, finished_at, imposed});
       } else {
+        if (imposed) times.backoff_ns += due - finished_at;
         launch_slot(slot, finished_at);
       }
+    }
+    if (gave_up) {
+      times.stopped_by = StopReason::kUnreachable;
+      gave_up_at = clock.now();
+      break;
     }
   }
 
   if (t0 == kNever) open_window(ramp_start);  // stopped or spent during the ramp
   if (times.stopped) {
     times.window_end_ns = clock.now();
+  } else if (times.stopped_by == StopReason::kUnreachable) {
+    times.window_end_ns = std::max(gave_up_at, t0);
   } else if (times.stopped_by == StopReason::kDuration ||
              times.stopped_by == StopReason::kPrecision) {
     times.window_end_ns = end_at;
   } else {
     times.window_end_ns = last_done;
+  }
+  // Backoffs still waiting at the end count up to the window's end.
+  for (; !refills.empty(); refills.pop()) {
+    const Refill& r = refills.top();
+    if (r.backoff && r.since_ns < times.window_end_ns)
+      times.backoff_ns += std::min(r.due_ns, times.window_end_ns) - r.since_ns;
   }
   for (std::int32_t id : slot_request) {
     if (id >= 0) loop.cancel(id);
@@ -380,6 +399,45 @@ ScheduleTimes run_closed_loop(const ClosedLoopPlan& plan, Transport& transport, 
   if (stalls_on) times.stall_median_gap_ms = gaps.median_ms();
   times.end_ns = clock.now();
   return times;
+}
+
+ns_t Backoff::on_finished(const RequestRecord& r, ns_t retry_after_ns) {
+  if (r.outcome == Outcome::kOk) rate_limited_ = 0;
+  if (is_connect_failure(r)) {
+    if (connect_failures_++ == 0) {
+      connect_first_ns_ = r.sent_ns != kNever ? r.sent_ns : r.done_ns;
+      all_refused_ = true;
+    }
+    if (r.error_kind != "connect") all_refused_ = false;
+    connect_last_error_ = r.error_message;
+    return doubled(p_.connect_first_ns, connect_failures_, p_.connect_max_ns);
+  }
+  if (r.outcome == Outcome::kCancelled && r.first_byte_ns == kNever) return 0;  // says nothing
+  connect_failures_ = 0;  // any other ending: a connection was made
+  if (r.outcome != Outcome::kError) return 0;
+  const bool told = retry_after_ns != kNever;
+  if (r.error_kind == "http_429") {
+    ++rate_limited_;
+    if (told) return std::clamp<ns_t>(retry_after_ns, 0, p_.retry_after_max_ns);
+    return doubled(p_.rate_limit_first_ns, rate_limited_, p_.rate_limit_max_ns);
+  }
+  if (r.error_kind == "http_503" && told)
+    return std::clamp<ns_t>(retry_after_ns, 0, p_.retry_after_max_ns);
+  return 0;
+}
+
+bool Backoff::give_up(ns_t now) const {
+  return p_.give_up_ns > 0 && connect_failures_ >= std::max<std::int32_t>(p_.give_up_failures, 1) &&
+         connect_first_ns_ != kNever && now - connect_first_ns_ >= p_.give_up_ns;
+}
+
+std::string Backoff::give_up_reason(ns_t now) const {
+  char over[32];
+  std::snprintf(over, sizeof over, "%.1f", static_cast<double>(now - connect_first_ns_) / 1e9);
+  std::string why = std::string("the server ") + (all_refused_ ? "refused " : "did not accept ") +
+                    std::to_string(connect_failures_) + " connections in a row over " + over + " s";
+  if (!connect_last_error_.empty()) why += " (" + connect_last_error_ + ")";
+  return why;
 }
 
 ns_t ConstantPacer::due_ns(std::int64_t k) {

@@ -38,6 +38,9 @@ class CellSpec:
     plateau_settle_s: float
     stall_min_s: float  # stall rule: no token for max(stall_min_s, factor x median gap)
     stall_gap_factor: float
+    # connections failing in a row for this long (and >= 5 of them) end the cell
+    # ("unreachable", stop_reason); <= 0: never
+    unreachable_after_s: float
     precision: float  # 0.02 = stop at a 2% half-width of total tok/s and median TBT; 0 = off
     min_duration_s: float
     precision_check_s: float
@@ -118,11 +121,19 @@ class CellResult:
     @property
     def ramp_capped(self) -> bool: ...
     @property
-    def stopped_by(self) -> str: ...  # "duration" | "precision" | "requests" | "stop"
+    def stopped_by(
+        self,
+    ) -> str: ...  # "duration" | "precision" | "requests" | "stop" | "unreachable"
+    @property
+    def stop_reason(self) -> str: ...  # "unreachable": why, one line ("" otherwise)
     @property
     def stalls(self) -> int: ...
     @property
     def warmup_retried(self) -> int: ...
+    @property
+    def backoffs(self) -> int: ...  # closed loop: slot waits after a 429 / refused connection
+    @property
+    def backoff_s(self) -> float: ...  # the slot time those waits took in the window
     @property
     def window_end_ns(self) -> int: ...
     @property

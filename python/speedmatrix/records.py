@@ -29,6 +29,9 @@ STAMPS = (
     "stopped_by",
     "stalls",
     "warmup_retried",
+    "backoffs",
+    "backoff_s",
+    "stop_reason",
     "window_start_ns",
     "window_end_ns",
     "warmup_start_ns",
@@ -59,11 +62,18 @@ class Records:
     ramp_start_ns: int = -1
     #: the ramp cap, not steady state, opened the window
     ramp_capped: bool = False
-    #: why the window ended: "duration" | "precision" | "requests" | "stop" ("" = unknown)
+    #: why the window ended: "duration" | "precision" | "requests" | "stop" | "unreachable"
+    #: ("" = unknown)
     stopped_by: str = ""
+    #: "unreachable": the core's one line on the connections that failed in a row
+    stop_reason: str = ""
     #: window requests the loop cut as stalls; warm-up requests sent a second time
     stalls: int = 0
     warmup_retried: int = 0
+    #: closed loop: slot waits the core imposed after a 429 (Retry-After) or a failed
+    #: connection, and the slot time they took in the window (s)
+    backoffs: int = 0
+    backoff_s: float = 0.0
     window_start_ns: int = -1
     window_end_ns: int = -1
     warmup_start_ns: int = -1
@@ -86,8 +96,11 @@ class Records:
             ramp_start_ns=int(res.ramp_start_ns),
             ramp_capped=bool(res.ramp_capped),
             stopped_by=str(res.stopped_by or ""),
+            stop_reason=str(res.stop_reason or ""),
             stalls=int(res.stalls),
             warmup_retried=int(res.warmup_retried),
+            backoffs=int(res.backoffs),
+            backoff_s=float(res.backoff_s),
             window_start_ns=int(res.window_start_ns),
             window_end_ns=int(res.window_end_ns),
             warmup_start_ns=int(res.warmup_start_ns),
@@ -113,6 +126,9 @@ class Records:
                 "stopped_by": cell.get("stopped_by"),
                 "stalls": (cell.get("errors") or {}).get("stall"),
                 "warmup_retried": cell.get("warmup_retried"),
+                "backoffs": cell.get("backoffs"),
+                "backoff_s": cell.get("backoff_s"),
+                "stop_reason": cell.get("stop_reason"),
                 "window_start_ns": cell.get("t0_ns"),
                 "window_end_ns": cell.get("t1_ns"),
                 "warmup_start_ns": cell.get("warmup_start_ns"),
@@ -132,8 +148,11 @@ class Records:
             ramp_start_ns=num("ramp_start_ns", -1, int),
             ramp_capped=num("ramp_capped", False, bool),
             stopped_by=str(stamps.get("stopped_by") or ""),
+            stop_reason=str(stamps.get("stop_reason") or ""),
             stalls=num("stalls", 0, int),
             warmup_retried=num("warmup_retried", 0, int),
+            backoffs=num("backoffs", 0, int),
+            backoff_s=num("backoff_s", 0.0, float),
             window_start_ns=num("window_start_ns", -1, int),
             window_end_ns=num("window_end_ns", -1, int),
             warmup_start_ns=num("warmup_start_ns", -1, int),

@@ -410,6 +410,10 @@ def decode_cell(
             "precision": _finite(fig.get("precision")),
             "stopped_by": records.stopped_by or None,
             "stalls": int(errors.get("stall", 0)),
+            # slot waits the core imposed after a 429 (errors.http_429) or a failed
+            # connection, and the slot time they took in the window (closed loop)
+            "backoffs": int(records.backoffs),
+            "backoff_s": _finite(float(records.backoff_s)) or 0.0,
             # slot time the failed streams held silent in the window (a stall's wait)
             "error_slot_s": _finite(fig.get("error_slot_s")),
             "warmup_retried": int(records.warmup_retried),
@@ -450,6 +454,8 @@ def decode_cell(
         flags.append("ttft_unserved")
     if base["stalls"]:
         flags.append("stalls")
+    if errors.get("http_429"):
+        flags.append("rate_limited")
     base["flags"] = flags
 
     from speedmatrix import latency, slo
@@ -483,7 +489,11 @@ def decode_cell(
     base["waiting_without_tokens"] = queued_client
     status = "valid"
     reason: str | None = None
-    if base["errors_total"] > rules.error_threshold * started or base["output_tokens"] == 0:
+    if records.stopped_by == "unreachable":
+        # the core ended the window: connections kept failing (its one line says how)
+        status = "error"
+        reason = records.stop_reason or "the server stopped accepting connections"
+    elif base["errors_total"] > rules.error_threshold * started or base["output_tokens"] == 0:
         status = "error"
         reason = (
             (

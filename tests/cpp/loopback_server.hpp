@@ -56,9 +56,12 @@ class Conn {
     return send_all(std::string(len) + std::string(s) + "\r\n");
   }
   bool end_chunks() { return send_all("0\r\n\r\n"); }
-  void respond(int status, std::string_view type, std::string_view body) {
+  // `extra`: more header lines, each ending "\r\n".
+  void respond(int status, std::string_view type, std::string_view body,
+               std::string_view extra = {}) {
     send_all("HTTP/1.1 " + std::to_string(status) + " X\r\nContent-Type: " + std::string(type) +
-             "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + std::string(body));
+             "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n" + std::string(extra) +
+             "\r\n" + std::string(body));
   }
   // Abortive close: the server closes the socket after the handler returns,
   // and with a zero linger the peer gets a RST instead of a FIN.
@@ -286,6 +289,7 @@ inline std::string finish_event(int completion_tokens, int prompt_tokens = 7) {
 //   /unchunked n tokens ITL apart with no Transfer-Encoding (body ends at close)
 //   /badchunk  one token, then a chunk whose size line is not hexadecimal
 //   /metrics   a Prometheus page
+//   /429, /503 that status with a JSON error; ra=V adds "Retry-After: V"
 // Every token event is stamped with its send time (sm_t_ns), also kept in
 // log.sent_ns.
 struct RouteLog {
@@ -319,6 +323,14 @@ inline LoopbackServer::Handler openai_routes(RouteLog& log) {
     } else if (r.path == "/500") {
       c.respond(500, "application/json",
                 R"({"error":{"message":"engine overloaded","type":"server_error","code":500}})");
+    } else if (r.path == "/429" || r.path == "/503") {
+      const auto ra = r.query.find("ra");
+      // '+' stands for a space in an HTTP-date given in the query
+      std::string v = ra == r.query.end() ? std::string() : ra->second;
+      for (char& ch : v) ch = ch == '+' ? ' ' : ch;
+      c.respond(r.path == "/429" ? 429 : 503, "application/json",
+                R"({"error":{"message":"slow down","type":"rate_limit","code":429}})",
+                v.empty() ? std::string() : "Retry-After: " + v + "\r\n");
     } else if (r.path == "/json") {
       c.respond(200, "application/json", R"({"id":"x","choices":[{"text":"not streamed"}]})");
     } else if (r.path == "/malformed") {

@@ -286,6 +286,83 @@ TEST_F(CellTest, RefusedEndpointFailsEveryRequestWithoutSpinning) {
   }
 }
 
+// The waits of one slot's window requests: next send minus the previous end.
+std::vector<double> slot_waits_s(const CellResult& res, std::int32_t slot) {
+  std::vector<double> out;
+  const RequestRecord* prev = nullptr;
+  for (const RequestRecord& r : res.requests) {
+    if (r.phase != Phase::kWindow || r.slot != slot) continue;
+    if (prev && r.sent_ns != kNever)
+      out.push_back(static_cast<double>(r.sent_ns - prev->done_ns) / 1e9);
+    prev = &r;
+  }
+  return out;
+}
+
+TEST_F(CellTest, TooManyRequestsWithRetryAfterIsNotHammered) {
+  CellSpec s = spec("/429?ra=1");
+  s.concurrency = 4;
+  s.duration_s = 1.5;
+  const ns_t t = now_ns();
+  const CellResult res = CellRunner(s).run();
+  ASSERT_TRUE(res.fatal_error.empty()) << res.fatal_error;
+  EXPECT_EQ(res.stopped_by, "duration");
+  EXPECT_LT(now_ns() - t, 3'000 * kMs);
+  // At most N x (D / 1 s + 1) requests (50 ms apart per slot before: ~120)
+  EXPECT_LE(res.requests.size(), 4u * 3);
+  EXPECT_LE(server.requests.load(), 4 * 3);
+  for (const RequestRecord& r : res.requests) {
+    if (r.outcome == Outcome::kCancelled) continue;
+    EXPECT_EQ(r.error_kind, "http_429");
+  }
+  for (std::int32_t slot = 0; slot < 4; ++slot) {
+    const std::vector<double> waits = slot_waits_s(res, slot);
+    ASSERT_FALSE(waits.empty()) << slot;
+    for (double w : waits) {
+      EXPECT_GE(w, 0.999) << slot;
+      EXPECT_LT(w, 1.3) << slot;
+    }
+  }
+  // Each slot waited 1 s once, then waited out the window's end (~0.5 s more).
+  EXPECT_GE(res.backoffs, 8);
+  EXPECT_GT(res.backoff_s, 4 * 1.2);
+  EXPECT_LE(res.backoff_s, 4 * 1.5 + 0.01);
+}
+
+TEST_F(CellTest, TooManyRequestsWithoutRetryAfterBacksOffMoreEachTime) {
+  CellSpec s = spec("/429");
+  s.concurrency = 1;
+  s.duration_s = 1.6;
+  const CellResult res = CellRunner(s).run();
+  ASSERT_TRUE(res.fatal_error.empty()) << res.fatal_error;
+  const std::vector<double> waits = slot_waits_s(res, 0);
+  ASSERT_GE(waits.size(), 3u);
+  EXPECT_LE(res.requests.size(), 6u);  // 100, 200, 400, 800 ms: 5 sends in 1.6 s
+  EXPECT_GE(waits[0], 0.099);
+  for (std::size_t k = 1; k < waits.size(); ++k) EXPECT_GE(waits[k], 1.9 * waits[k - 1]) << k;
+}
+
+TEST_F(CellTest, ARefusingServerEndsTheCellWithAReason) {
+  CellSpec s = spec("/");
+  s.http.url = "http://127.0.0.1:" + std::to_string(testing::refused_port()) + "/v1/completions";
+  s.concurrency = 2;
+  s.duration_s = 60;
+  s.unreachable_after_s = 1;
+  const ns_t t = now_ns();
+  const CellResult res = CellRunner(s).run();
+  ASSERT_TRUE(res.fatal_error.empty()) << res.fatal_error;
+  EXPECT_LT(now_ns() - t, 4'000 * kMs);  // not the 60 s window
+  EXPECT_EQ(res.stopped_by, "unreachable");
+  EXPECT_FALSE(res.stopped);
+  EXPECT_EQ(res.stop_reason.rfind("the server refused ", 0), 0u) << res.stop_reason;
+  EXPECT_NE(res.stop_reason.find("connections in a row over 1."), std::string::npos)
+      << res.stop_reason;
+  // Backing off to 2 s: about a dozen attempts, not 20 per slot per second.
+  EXPECT_LE(res.requests.size(), 20u);
+  EXPECT_GT(res.backoffs, 0);
+  EXPECT_LE(res.window_end_ns, res.end_ns);
+}
+
 TEST(CellSpecCheck, FatalErrorsInsteadOfRunning) {
   CellSpec s;
   s.bodies = {"{}"};

@@ -172,6 +172,46 @@ TEST_F(HttpTest, HttpErrorCarriesTheServersMessage) {
   EXPECT_NE(r.error_message.find("engine overloaded"), std::string::npos) << r.error_message;
 }
 
+TEST_F(HttpTest, TooManyRequestsKeepsItsRetryAfter) {
+  Engine e(options("/429?ra=2"));
+  const auto told = e.add("{}");
+  e.wait_finished(1);
+  ASSERT_EQ(e.finished.size(), 1u);
+  EXPECT_EQ(e.rec(told).error_kind, "http_429");
+  EXPECT_EQ(e.records.retry_after(told), 2'000 * kMs);
+  EXPECT_NE(e.rec(told).error_message.find("(Retry-After 2000 ms)"), std::string::npos)
+      << e.rec(told).error_message;
+  // Without the header: nothing recorded (and nothing left over from the answer before).
+  Engine bare(options("/429"));
+  const auto plain = bare.add("{}");
+  bare.wait_finished(1);
+  EXPECT_EQ(bare.rec(plain).error_kind, "http_429");
+  EXPECT_EQ(bare.records.retry_after(plain), kNever);
+  EXPECT_EQ(one("/503?ra=Thu,+01+Jan+1970+00:00:00+GMT").error_kind, "http_503");
+}
+
+TEST(RetryAfter, DeltaSecondsOrAnHttpDate) {
+  const ns_t s = 1'000 * kMs;
+  const std::int64_t date_s = 1445412480;  // Wed, 21 Oct 2015 07:28:00 GMT
+  struct Case {
+    const char* value;
+    std::int64_t now_s;
+    ns_t want;
+  } cases[] = {
+      {"1", 0, 1 * s},
+      {" 120\r\n", 0, 120 * s},
+      {"0", 0, 0},
+      {"99999999999999999999999", 0, 365LL * 24 * 3600 * s},  // capped, no overflow
+      {"Wed, 21 Oct 2015 07:28:00 GMT", date_s - 30, 30 * s},
+      {"Wed, 21 Oct 2015 07:28:00 GMT", date_s + 30, 0},  // already past
+      {"", 0, kNever},
+      {"soon", 0, kNever},
+      {"-5", 0, kNever},
+      {"1.5", 0, kNever},
+  };
+  for (const Case& c : cases) EXPECT_EQ(parse_retry_after(c.value, c.now_s), c.want) << c.value;
+}
+
 TEST_F(HttpTest, UnknownRouteIs404) { EXPECT_EQ(one("/nope").error_kind, "http_404"); }
 
 TEST_F(HttpTest, JsonAnswerIsNotSse) {

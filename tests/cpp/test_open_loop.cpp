@@ -55,7 +55,8 @@ class FakeTransport final : public Transport {
       if (it->second <= clock.t) {
         RequestRecord& rec = records.requests[static_cast<std::size_t>(it->first)];
         rec.done_ns = clock.t;
-        rec.outcome = Outcome::kOk;
+        rec.error_kind = fail_kind(rec);
+        rec.outcome = rec.error_kind.empty() ? Outcome::kOk : Outcome::kError;
         finished.push_back(it->first);
         it = ends.erase(it);
       } else {
@@ -69,6 +70,10 @@ class FakeTransport final : public Transport {
   CellRecords& records;
   std::function<ns_t(const RequestRecord&)> duration = [](const RequestRecord&) {
     return 100 * kMs;
+  };
+  // "" = the request ends kOk; else it fails with this error kind
+  std::function<std::string(const RequestRecord&)> fail_kind = [](const RequestRecord&) {
+    return std::string();
   };
   std::map<std::int32_t, ns_t> ends;
   std::int32_t max_in_flight = 0;
@@ -305,6 +310,40 @@ TEST_F(OpenLoopTest, WarmupRunsFirstAndStopEndsEarly) {
   ASSERT_EQ(w.size(), 6u);  // 0..500 ms: the one at 500 ms sets the stop as it is sent
   for (const RequestRecord* r : w) EXPECT_EQ(r->outcome, Outcome::kCancelled);
   EXPECT_EQ(progress.completed.load(), 0);
+}
+
+TEST_F(OpenLoopTest, RateLimitedArrivalsKeepTheirScheduleAndAreNotRetried) {
+  plan.bodies = {"x"};
+  plan.duration_ns = 1'000 * kMs;
+  ConstantPacer pacer(20);
+  transport.duration = [](const RequestRecord&) { return 1 * kMs; };
+  transport.fail_kind = [](const RequestRecord&) { return std::string("http_429"); };
+  const ScheduleTimes t = run(pacer);
+  const auto w = window();
+  ASSERT_EQ(w.size(), 20u);  // one request per arrival: none retried, none delayed
+  for (const RequestRecord* r : w) {
+    EXPECT_EQ(r->sent_ns, r->scheduled_ns);
+    EXPECT_EQ(r->error_kind, "http_429");
+  }
+  EXPECT_EQ(t.backoffs, 0);
+  EXPECT_EQ(t.stopped_by, StopReason::kDuration);
+}
+
+TEST_F(OpenLoopTest, ARefusingServerEndsTheCellOnScheduleWithAReason) {
+  plan.bodies = {"x"};
+  plan.duration_ns = 60'000 * kMs;
+  plan.backoff.give_up_ns = 1'000 * kMs;
+  ConstantPacer pacer(10);
+  transport.duration = [](const RequestRecord&) { return 1 * kMs; };
+  transport.fail_kind = [](const RequestRecord&) { return std::string("connect"); };
+  const ScheduleTimes t = run(pacer);
+  EXPECT_EQ(t.stopped_by, StopReason::kUnreachable);
+  EXPECT_EQ(t.window_end_ns, kStart + 1'001 * kMs);  // the failure sent at 1 s, refused 1 ms later
+  EXPECT_EQ(t.stop_reason.rfind("the server refused 11 connections in a row over 1.0 s", 0), 0u)
+      << t.stop_reason;
+  const auto w = window();
+  ASSERT_EQ(w.size(), 11u);  // arrivals at 0, 100, ..., 1000 ms kept their schedule
+  for (const RequestRecord* r : w) EXPECT_EQ(r->sent_ns, r->scheduled_ns);
 }
 
 TEST(OpenLoopSpec, CheckSaysWhatIsWrong) {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <string>
 
 #include "speedmatrix/cell.hpp"
 #include "speedmatrix/scheduler.hpp"
@@ -79,7 +80,14 @@ class FakeTransport final : public Transport {
         RequestRecord& rec = records.requests[static_cast<std::size_t>(it->first)];
         rec.done_ns = clock.t;
         rec.outcome = outcome(rec);
-        if (rec.outcome == Outcome::kError) rec.error_kind = "connect";
+        if (rec.outcome == Outcome::kError) {
+          rec.error_kind = error_kind(rec);
+          if (const ns_t ra = retry_after(rec); ra != kNever) {
+            if (records.retry_after_ns.size() <= static_cast<std::size_t>(it->first))
+              records.retry_after_ns.resize(static_cast<std::size_t>(it->first) + 1, kNever);
+            records.retry_after_ns[static_cast<std::size_t>(it->first)] = ra;
+          }
+        }
         finished.push_back(it->first);
         next_token.erase(it->first);
         it = ends.erase(it);
@@ -98,6 +106,13 @@ class FakeTransport final : public Transport {
   };
   std::function<Outcome(const RequestRecord&)> outcome = [](const RequestRecord&) {
     return Outcome::kOk;
+  };
+  // A failed request's error kind, and the Retry-After its answer carried (kNever: none).
+  std::function<std::string(const RequestRecord&)> error_kind = [](const RequestRecord&) {
+    return std::string("connect");
+  };
+  std::function<ns_t(const RequestRecord&)> retry_after = [](const RequestRecord&) {
+    return kNever;
   };
   // Streaming: the first token ttft after the send (kNever: none), then one per
   // itl; stall_after: no token from that long after the first on, and no end.
@@ -253,8 +268,9 @@ TEST_F(Fixture, FailingSlotsBackOffInsteadOfSpinning) {
   plan.concurrency = 1;
   plan.duration_ns = 1'000 * kMs;
   plan.error_backoff_ns = 50 * kMs;
-  transport.duration = [](const RequestRecord&) { return 1 * kMs; };  // refused at once
+  transport.duration = [](const RequestRecord&) { return 1 * kMs; };  // fails at once
   transport.outcome = [](const RequestRecord&) { return Outcome::kError; };
+  transport.error_kind = [](const RequestRecord&) { return std::string("http_500"); };
   run();
   const auto w = window();
   EXPECT_EQ(w.size(), 20u);  // one attempt per 50 ms, not one per ms
@@ -478,6 +494,195 @@ TEST_F(Fixture, FailedWarmupRequestIsRetriedOnce) {
   EXPECT_EQ(t.window_start_ns, start + 1'050 * kMs);
   EXPECT_EQ(progress.warmup_total.load(), 2);
   EXPECT_EQ(progress.warmup_done.load(), 2);
+}
+
+// --- backoff: 429 / Retry-After and failed connections ------------------------
+
+// The slot waits of one slot: its next send minus its previous request's end.
+std::vector<ns_t> slot_waits_ms(const std::vector<const RequestRecord*>& w, std::int32_t slot) {
+  std::vector<ns_t> out;
+  const RequestRecord* prev = nullptr;
+  for (const RequestRecord* r : w) {
+    if (r->slot != slot) continue;
+    if (prev) out.push_back((r->sent_ns - prev->done_ns) / kMs);
+    prev = r;
+  }
+  return out;
+}
+
+TEST(BackoffTable, WaitsFollowThePolicy) {
+  auto rec = [](Outcome o, const char* kind) {
+    RequestRecord r;
+    r.outcome = o;
+    r.error_kind = kind;
+    r.sent_ns = 0;
+    r.done_ns = 1;
+    if (o != Outcome::kError || std::string(kind).rfind("http_", 0) == 0) r.first_byte_ns = 1;
+    return r;
+  };
+  const ns_t s = 1'000 * kMs;
+  Backoff b;
+  // Retry-After is honoured up to 10 s; a 503 only with one; other errors never.
+  EXPECT_EQ(b.on_finished(rec(Outcome::kError, "http_429"), 1 * s), 1 * s);
+  EXPECT_EQ(b.on_finished(rec(Outcome::kError, "http_429"), 30 * s), 10 * s);
+  EXPECT_EQ(b.on_finished(rec(Outcome::kError, "http_503"), 3 * s), 3 * s);
+  EXPECT_EQ(b.on_finished(rec(Outcome::kError, "http_503"), kNever), 0);
+  EXPECT_EQ(b.on_finished(rec(Outcome::kError, "http_500"), 3 * s), 0);
+  // Without Retry-After: 100 ms doubled per 429 since the last success (two so far).
+  EXPECT_EQ(b.on_finished(rec(Outcome::kError, "http_429"), kNever), 400 * kMs);
+  EXPECT_EQ(b.on_finished(rec(Outcome::kError, "http_429"), kNever), 800 * kMs);
+  EXPECT_EQ(b.on_finished(rec(Outcome::kError, "http_429"), kNever), 1'600 * kMs);
+  EXPECT_EQ(b.on_finished(rec(Outcome::kError, "http_429"), kNever), 2'000 * kMs);
+  EXPECT_EQ(b.rate_limited_in_a_row(), 6);
+  EXPECT_EQ(b.on_finished(rec(Outcome::kOk, ""), kNever), 0);
+  EXPECT_EQ(b.on_finished(rec(Outcome::kError, "http_429"), kNever), 100 * kMs);
+  // Failed connections: 50 ms doubled per failure in a row, at most 2 s; any
+  // other ending resets the run.
+  const ns_t connect_ms[] = {50, 100, 200, 400, 800, 1'600, 2'000, 2'000};
+  for (ns_t want : connect_ms)
+    EXPECT_EQ(b.on_finished(rec(Outcome::kError, "connect"), kNever), want * kMs);
+  EXPECT_EQ(b.connect_failures_in_a_row(), 8);
+  EXPECT_EQ(b.on_finished(rec(Outcome::kError, "http_500"), kNever), 0);
+  EXPECT_EQ(b.connect_failures_in_a_row(), 0);
+  EXPECT_EQ(b.on_finished(rec(Outcome::kError, "connect_timeout"), kNever), 50 * kMs);
+  // A cancellation before any answer says nothing about the server.
+  RequestRecord cancelled;
+  cancelled.outcome = Outcome::kCancelled;
+  EXPECT_EQ(b.on_finished(cancelled, kNever), 0);
+  EXPECT_EQ(b.connect_failures_in_a_row(), 1);
+}
+
+TEST(BackoffTable, GivesUpAfterEnoughFailuresOverEnoughTimeAndSaysWhy) {
+  BackoffPolicy p;
+  p.give_up_failures = 3;
+  p.give_up_ns = 1'000 * kMs;
+  Backoff b(p);
+  RequestRecord r;
+  r.outcome = Outcome::kError;
+  r.error_kind = "connect";
+  r.error_message = "Couldn't connect to server";
+  for (int k = 0; k < 3; ++k) {
+    r.sent_ns = k * 600 * kMs;
+    r.done_ns = r.sent_ns + kMs;
+    b.on_finished(r, kNever);
+    EXPECT_EQ(b.give_up(r.done_ns), k == 2) << k;  // 3 failures, and 1.2 s since the first
+  }
+  EXPECT_EQ(b.give_up_reason(1'201 * kMs),
+            "the server refused 3 connections in a row over 1.2 s (Couldn't connect to server)");
+  r.error_kind = "connect_timeout";
+  b.on_finished(r, kNever);
+  EXPECT_NE(b.give_up_reason(1'201 * kMs).find("did not accept 4 connections"), std::string::npos);
+  // Many failures in a short time are not enough: the server may be restarting.
+  Backoff quick(p);
+  for (int k = 0; k < 50; ++k) {
+    r.sent_ns = k * kMs;
+    quick.on_finished(r, kNever);
+  }
+  EXPECT_FALSE(quick.give_up(50 * kMs));
+}
+
+TEST_F(Fixture, RateLimitedSlotsWaitTheRetryAfterOnTheLoopsTimers) {
+  plan.bodies = {"b"};
+  plan.concurrency = 2;
+  plan.duration_ns = 3'500 * kMs;
+  transport.duration = [](const RequestRecord&) { return 1 * kMs; };
+  transport.outcome = [](const RequestRecord&) { return Outcome::kError; };
+  transport.error_kind = [](const RequestRecord&) { return std::string("http_429"); };
+  transport.retry_after = [](const RequestRecord&) { return 1'000 * kMs; };
+  const ns_t start = clock.t;
+  const ScheduleTimes t = run();
+  const auto w = window();
+  // Each slot sends at 0, 1.001, 2.002 and 3.003 s: N x (D / 1 s + 1) at most, not
+  // one every error_backoff_ns (70 per slot).
+  EXPECT_EQ(w.size(), 8u);
+  for (std::int32_t slot = 0; slot < 2; ++slot) {
+    EXPECT_EQ(slot_waits_ms(w, slot), (std::vector<ns_t>{1'000, 1'000, 1'000})) << slot;
+  }
+  for (const RequestRecord* r : w) EXPECT_EQ(r->scheduled_ns, r->sent_ns);
+  EXPECT_EQ(t.stopped_by, StopReason::kDuration);
+  EXPECT_EQ(t.window_end_ns, start + 3'500 * kMs);
+  // 8 waits: 6 whole, and the last of each slot cut by the window's end (3.004 -> 3.5 s).
+  EXPECT_EQ(t.backoffs, 8);
+  EXPECT_EQ(t.backoff_ns, 2 * (3 * 1'000 + 496) * kMs);
+}
+
+TEST_F(Fixture, RateLimitedWithoutRetryAfterBacksOffMoreAndASuccessResets) {
+  plan.bodies = {"b"};
+  plan.concurrency = 1;
+  plan.duration_ns = 10'000 * kMs;
+  transport.duration = [](const RequestRecord&) { return 1 * kMs; };
+  int n = 0;
+  // requests 0..6 are refused with 429, 7 succeeds, the rest are 429 again
+  transport.outcome = [&](const RequestRecord&) {
+    return n++ == 7 ? Outcome::kOk : Outcome::kError;
+  };
+  transport.error_kind = [](const RequestRecord&) { return std::string("http_429"); };
+  run();
+  const auto w = window();
+  ASSERT_GE(w.size(), 12u);
+  const std::vector<ns_t> waits = slot_waits_ms(w, 0);
+  const std::vector<ns_t> want = {100, 200, 400, 800, 1'600, 2'000, 2'000, 0, 100, 200, 400};
+  EXPECT_EQ(std::vector<ns_t>(waits.begin(), waits.begin() + 11), want);
+}
+
+TEST_F(Fixture, A503IsDelayedOnlyWhenItSaysHowLong) {
+  plan.bodies = {"b"};
+  plan.concurrency = 1;
+  plan.duration_ns = 2'000 * kMs;
+  plan.error_backoff_ns = 50 * kMs;
+  transport.duration = [](const RequestRecord&) { return 1 * kMs; };
+  transport.outcome = [](const RequestRecord&) { return Outcome::kError; };
+  transport.error_kind = [](const RequestRecord&) { return std::string("http_503"); };
+  int n = 0;
+  transport.retry_after = [&](const RequestRecord&) { return n++ == 0 ? 700 * kMs : kNever; };
+  const ScheduleTimes t = run();
+  const std::vector<ns_t> waits = slot_waits_ms(window(), 0);
+  ASSERT_GE(waits.size(), 2u);
+  EXPECT_EQ(waits[0], 700);
+  EXPECT_EQ(waits[1], 49);  // the generic pause: 50 ms from the send
+  EXPECT_EQ(t.backoffs, 1);
+  EXPECT_EQ(t.backoff_ns, 700 * kMs);
+}
+
+TEST_F(Fixture, RefusedConnectionsBackOffThenTheCellEndsSayingWhy) {
+  plan.bodies = {"b"};
+  plan.concurrency = 4;
+  plan.duration_ns = 60'000 * kMs;
+  plan.backoff.give_up_failures = 5;
+  plan.backoff.give_up_ns = 3'000 * kMs;
+  transport.duration = [](const RequestRecord&) { return 1 * kMs; };  // refused at once
+  transport.outcome = [](const RequestRecord&) { return Outcome::kError; };
+  const ns_t start = clock.t;
+  const ScheduleTimes t = run();
+  EXPECT_EQ(t.stopped_by, StopReason::kUnreachable);
+  EXPECT_FALSE(t.stopped);
+  EXPECT_GE(t.window_end_ns, start + 3'000 * kMs);
+  EXPECT_LT(t.window_end_ns, start + 5'100 * kMs);  // the next failure after 3 s, 2 s apart at most
+  EXPECT_NE(t.stop_reason.find("the server refused "), std::string::npos) << t.stop_reason;
+  EXPECT_NE(t.stop_reason.find(" connections in a row over "), std::string::npos);
+  const auto w = window();
+  // 4 slots backing off to 2 s: a few dozen attempts, not 20 per slot per second (~240).
+  EXPECT_LE(w.size(), 40u);
+  EXPECT_GE(t.backoffs, static_cast<std::int64_t>(w.size()) - 4);
+  EXPECT_GT(t.backoff_ns, 4 * 2'000 * kMs);
+  for (const RequestRecord* r : w) EXPECT_NE(r->outcome, Outcome::kPending);
+}
+
+TEST_F(Fixture, AServerThatAnswersAgainResetsTheConnectBackoff) {
+  plan.bodies = {"b"};
+  plan.concurrency = 1;
+  plan.duration_ns = 5'000 * kMs;
+  transport.duration = [](const RequestRecord&) { return 1 * kMs; };
+  int n = 0;
+  transport.outcome = [&](const RequestRecord&) {
+    return n++ == 4 ? Outcome::kOk : Outcome::kError;  // the 5th connects and succeeds
+  };
+  const ScheduleTimes t = run();
+  const std::vector<ns_t> waits = slot_waits_ms(window(), 0);
+  ASSERT_GE(waits.size(), 7u);
+  const std::vector<ns_t> want = {50, 100, 200, 400, 0, 50, 100};
+  EXPECT_EQ(std::vector<ns_t>(waits.begin(), waits.begin() + 7), want);
+  EXPECT_EQ(t.stopped_by, StopReason::kDuration);
 }
 
 TEST(Pacer, ConstantIsEvenlySpacedAndBounded) {

@@ -131,6 +131,22 @@ def test_fault_shares_from_the_engine_flags_are_counted_by_kind(tmp_path):
     assert c["status"] == "error"  # 40% failed, far over the 5% threshold
 
 
+def test_a_rate_limited_cell_waits_the_retry_after_and_says_so(sim, tmp_path):
+    # Every request of the cell is answered 429 with "Retry-After: 1": each of the 2
+    # slots sends about once a second (not every 50 ms), the waits are in the cell, and
+    # the reader is told the server rate-limited it.
+    code, cells = _sweep(sim.url, _matrix(extra={"sm_fault": "http_429"}), tmp_path)
+    assert code == 0  # a 429 is an answer: the server is not lost
+    c = cells[CELL]
+    _only_errors(c, "http_429", tmp_path)
+    assert "simulated rate limit" in c["error_examples"]["http_429"]
+    assert "Retry-After 1000 ms" in c["error_examples"]["http_429"]
+    assert c["errors_total"] <= 2 * (1.5 + 1)  # N x (D / Retry-After + 1)
+    assert "rate_limited" in c["flags"]
+    assert c["backoffs"] >= 2 and 1.0 <= c["backoff_s"] <= 2 * 1.5
+    assert sim.wait_idle(timeout_s=5)
+
+
 def _only_errors(c: dict, kind: str, out) -> None:
     """Every window request of the cell failed as `kind`, and run.json holds its records."""
     assert set(c["errors"]) == {kind}, c["errors"]

@@ -67,6 +67,11 @@ struct CellSpec {
   double stall_min_s = 2;
   double stall_gap_factor = 25;
 
+  // Failed connections (connect / connect_timeout) in a row for this long (and
+  // at least 5 of them) end the cell: stopped_by "unreachable" with the reason
+  // in stop_reason (BackoffPolicy, scheduler.hpp). <= 0: never.
+  double unreachable_after_s = 10;
+
   // Precision stop: precision > 0 (0.02 = 2%) ends the window as soon as the
   // 95% intervals of total tok/s and median TBT are both within that fraction
   // of their value (stats.hpp precision_stop), checked every
@@ -94,8 +99,14 @@ struct CellResult {
   ns_t window_end_ns = kNever;    // t0 + D, the precision stop, or the last request's end
   ns_t end_ns = kNever;           // everything cancelled and accounted for
   bool ramp_capped = false;       // the ramp cap opened the window
-  std::string stopped_by;         // "duration" | "precision" | "requests" | "stop"
+  std::string stopped_by;         // "duration" | "precision" | "requests" | "stop" | "unreachable"
+  std::string stop_reason;        // "unreachable": one line, e.g. "the server refused 9 connections
+                                  // in a row over 10.1 s (...)" (BackoffPolicy, scheduler.hpp)
   std::int64_t stalls = 0;        // window requests cancelled as "stall"
+  // Closed loop: slot waits imposed by a 429 / Retry-After or failed
+  // connections (BackoffPolicy), and the slot time they took in the window.
+  std::int64_t backoffs = 0;
+  double backoff_s = 0;
   std::int32_t warmup_retried = 0;
   std::vector<RequestRecord> requests;  // warm-up first, then window, in send order
   EventColumns events;

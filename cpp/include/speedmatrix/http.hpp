@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "speedmatrix/openai.hpp"
@@ -82,6 +83,15 @@ class HttpGetter {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// The delay a Retry-After header value asks for, in ns (RFC 9110 10.2.3):
+// delta-seconds ("120"), or an HTTP-date ("Wed, 21 Oct 2015 07:28:00 GMT")
+// taken against `now_unix_s` (a date in the past: 0). kNever when the value is
+// neither. Values are capped at a year; the caller bounds them further
+// (BackoffPolicy::retry_after_max_ns). CurlTransport reads it from every
+// answer and, for an answer that ends http_<code>, stores it in
+// CellRecords::retry_after_ns and adds "(Retry-After N ms)" to the message.
+ns_t parse_retry_after(std::string_view value, std::int64_t now_unix_s);
 
 // Checks that `url` is an absolute http(s) URL libcurl can use; returns "" or
 // the reason it cannot.

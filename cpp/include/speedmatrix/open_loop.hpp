@@ -47,6 +47,7 @@ std::unique_ptr<Pacer> make_pacer(const std::string& arrival, double rate_per_s,
 struct OpenLoopPlan {
   std::vector<std::string_view> warmup_bodies;  // sent once each, all at once (as closed loop)
   ns_t warmup_timeout_ns = 600'000'000'000;
+  std::int32_t warmup_retries = 0;       // as ClosedLoopPlan's (run_open_loop_cell keeps 0)
   std::vector<std::string_view> bodies;  // arrival k sends bodies[k % size]
   // The window: arrivals due in [t0, t0 + duration_ns) belong to it (half
   // open, so a constant rate r gives exactly r * D arrivals).
@@ -58,6 +59,12 @@ struct OpenLoopPlan {
   // After t0 + D, how long window requests (and arrivals still at the gate)
   // may take to finish before the rest are cancelled. 0 = cancel at t0 + D.
   ns_t drain_timeout_ns = 60'000'000'000;
+  // A 429 or a refused connection changes nothing here: every arrival is sent
+  // on its schedule (that is the open loop) and a failed one is recorded, never
+  // retried. Only the give-up rule applies: connections failing
+  // give_up_failures times in a row over give_up_ns end the cell
+  // (StopReason::kUnreachable, stop_reason); the wait fields are unused.
+  BackoffPolicy backoff;
 };
 
 // Runs warm-up then the open-loop window on the calling thread. Every window
@@ -65,8 +72,8 @@ struct OpenLoopPlan {
 // scheduled_ns = t0 + pacer.due_ns(k), sent_ns = when handed to the
 // transport. An arrival never sent (still at the gate at the end) is recorded
 // with outcome kCancelled, sent_ns = kNever, done_ns = the end.
-// Times: window_start_ns = t0, window_end_ns = t0 + D (or the stop),
-// end_ns = after the drain.
+// Times: window_start_ns = t0, window_end_ns = t0 + D (or the stop, or the
+// give-up), end_ns = after the drain.
 // REQUIRES: plan.bodies non-empty, plan.duration_ns > 0, a fresh pacer.
 ScheduleTimes run_open_loop(const OpenLoopPlan& plan, Pacer& pacer, Transport& transport,
                             Clock& clock, CellRecords& records, const std::atomic<bool>& stop,

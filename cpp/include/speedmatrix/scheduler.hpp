@@ -9,6 +9,7 @@
 #include <functional>
 #include <limits>
 #include <random>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -24,6 +25,14 @@ struct CellProgress;  // cell.hpp
 struct CellRecords {
   std::vector<RequestRecord> requests;
   EventColumns events;
+  // The delay an error answer asked for in its Retry-After header, by request
+  // id (ns from the answer; kNever, or an index past the end: none). Written by
+  // the transport when it finishes such a request; read by the loops' backoff.
+  std::vector<ns_t> retry_after_ns;
+  ns_t retry_after(std::int32_t id) const {
+    const auto i = static_cast<std::size_t>(id);
+    return id >= 0 && i < retry_after_ns.size() ? retry_after_ns[i] : kNever;
+  }
 };
 
 // What the scheduler needs from an HTTP engine. Single-threaded: every member
@@ -49,6 +58,55 @@ class Transport {
 
 inline constexpr ns_t kNoDeadline = std::numeric_limits<ns_t>::max();
 
+// How a cell answers a server that pushes back (docs/internals.md "Backoff").
+//  - A request that ends http_429 (or http_503 with a Retry-After) makes its
+//    slot wait before its next send: the Retry-After it carried, at most
+//    retry_after_max_ns; without one, rate_limit_first_ns doubled for every
+//    429 the cell got since its last successful request, at most
+//    rate_limit_max_ns.
+//  - A request that ends connect / connect_timeout makes its slot wait
+//    connect_first_ns doubled for every such failure in a row in the cell (any
+//    other ending resets the run: a connection was made), at most
+//    connect_max_ns.
+//  - Once connections failed give_up_failures times in a row over at least
+//    give_up_ns (from the first one's send), the cell ends (kUnreachable) with
+//    a one-line reason. give_up_ns <= 0: never.
+// Waits are the closed loop's (per slot, on the loop's timers); the open loop
+// keeps its schedule and only gives up (open_loop.hpp).
+struct BackoffPolicy {
+  ns_t retry_after_max_ns = 10'000'000'000;
+  ns_t rate_limit_first_ns = 100'000'000;
+  ns_t rate_limit_max_ns = 2'000'000'000;
+  ns_t connect_first_ns = 50'000'000;
+  ns_t connect_max_ns = 2'000'000'000;
+  std::int32_t give_up_failures = 5;
+  ns_t give_up_ns = 10'000'000'000;
+};
+
+// The policy's bookkeeping over one cell, pure: fed every finished request.
+class Backoff {
+ public:
+  explicit Backoff(BackoffPolicy policy = {}) : p_(policy) {}
+  // A request that finished (any phase, any outcome) and the Retry-After its
+  // answer carried (kNever: none). Returns how long its slot should wait from
+  // the request's end before sending again (0: no backoff).
+  ns_t on_finished(const RequestRecord& r, ns_t retry_after_ns);
+  // Whether the connection failures in a row call for ending the cell, at `now`.
+  bool give_up(ns_t now) const;
+  // One line: "the server refused 9 connections in a row over 10.2 s (...)".
+  std::string give_up_reason(ns_t now) const;
+  std::int32_t rate_limited_in_a_row() const { return rate_limited_; }
+  std::int32_t connect_failures_in_a_row() const { return connect_failures_; }
+
+ private:
+  BackoffPolicy p_;
+  std::int32_t rate_limited_ = 0;      // 429s since the cell's last successful request
+  std::int32_t connect_failures_ = 0;  // connect / connect_timeout in a row
+  bool all_refused_ = true;            // every one of them was "connect" (not a timeout)
+  ns_t connect_first_ns_ = kNever;     // the first of them was sent
+  std::string connect_last_error_;
+};
+
 struct ClosedLoopPlan {
   std::vector<std::string_view> warmup_bodies;  // sent once each, all at once
   ns_t warmup_timeout_ns = 600'000'000'000;
@@ -63,6 +121,8 @@ struct ClosedLoopPlan {
   // Warm-up requests that failed or ran past warmup_timeout_ns are sent once
   // more (this many times), each try bounded by the same timeout.
   std::int32_t warmup_retries = 0;
+  // 429 / Retry-After and refused connections (on top of error_backoff_ns).
+  BackoffPolicy backoff;
 
   // Steady-state window (DESIGN.md, measurement 3). The N requests are sent at
   // the ramp's start; the window [t0, t0 + D] opens when every slot has
@@ -93,10 +153,11 @@ struct ClosedLoopPlan {
 };
 
 enum class StopReason : std::uint8_t {
-  kDuration = 0,   // t0 + D reached
-  kPrecision = 1,  // should_end said so
-  kRequests = 2,   // max_requests spent and all finished (or nothing left to run)
-  kStop = 3,       // stop was requested
+  kDuration = 0,     // t0 + D reached
+  kPrecision = 1,    // should_end said so
+  kRequests = 2,     // max_requests spent and all finished (or nothing left to run)
+  kStop = 3,         // stop was requested
+  kUnreachable = 4,  // connections kept failing (BackoffPolicy): stop_reason says how
 };
 
 struct ScheduleTimes {
@@ -111,6 +172,11 @@ struct ScheduleTimes {
   std::int64_t stalls = 0;          // window requests cancelled as stalls
   std::int32_t warmup_retried = 0;  // warm-up requests sent a second time
   double stall_median_gap_ms = 0;   // the running median gap at the end (NaN if none)
+  // Slot waits the BackoffPolicy imposed (429 / Retry-After, failed connections)
+  // and the slot time they took, up to the window's end. Closed loop only.
+  std::int64_t backoffs = 0;
+  ns_t backoff_ns = 0;
+  std::string stop_reason;  // kUnreachable: the one-line why
 };
 
 // The stall rule, pure: whether a stream whose last token came `silent_ns`

@@ -51,7 +51,8 @@ enum class Fault : std::uint8_t {
   kStall,
   kNotSse,
   kNoDone,
-  kErrorEvent
+  kErrorEvent,
+  kHttp429,  // 429 Too Many Requests with "Retry-After: 1" (per request only)
 };
 
 bool parse_fault(const std::string& s, Fault& f) {
@@ -59,7 +60,8 @@ bool parse_fault(const std::string& s, Fault& f) {
       {"none", Fault::kNone},           {"http_500", Fault::kHttp500},
       {"malformed", Fault::kMalformed}, {"drop", Fault::kDrop},
       {"stall", Fault::kStall},         {"not_sse", Fault::kNotSse},
-      {"no_done", Fault::kNoDone},      {"error_event", Fault::kErrorEvent}};
+      {"no_done", Fault::kNoDone},      {"error_event", Fault::kErrorEvent},
+      {"http_429", Fault::kHttp429}};
   for (auto& [n, v] : kNames)
     if (s == n) {
       f = v;
@@ -206,6 +208,7 @@ void Server::reply_error(evhttp_request* req, int code, const std::string& msg, 
   const char* reason = code == 400   ? "Bad Request"
                        : code == 401 ? "Unauthorized"
                        : code == 404 ? "Not Found"
+                       : code == 429 ? "Too Many Requests"
                        : code == 500 ? "Internal Server Error"
                                      : "Error";
   reply_json(req, code, e.dump(), reason);
@@ -527,6 +530,10 @@ void Server::handle_generate(evhttp_request* req, bool chat) {
   if (fault == Fault::kHttp500)
     return reply_error(req, 500, "simulated internal server error (sm_fault)",
                        "InternalServerError");
+  if (fault == Fault::kHttp429) {
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", "1");
+    return reply_error(req, 429, "simulated rate limit (sm_fault)", "RateLimitError");
+  }
 
   // EOS ends the reply early unless the request ignores it; min_tokens holds it back.
   std::int64_t eos_at = 0;

@@ -50,6 +50,11 @@ FLAG_TEXT = {
         "Output not forced: the server cannot be told to ignore end-of-sequence, "
         "so requests may end early and be replaced (more prefill in the window)."
     ),
+    "rate_limited": (
+        "Rate limited: the server answered 429 Too Many Requests (errors.http_429); each "
+        "slot waited as it asked (Retry-After, at most 10 s) or backed off (backoffs, "
+        "backoff_s), so the figures are those of a throttled client, not the server's capacity."
+    ),
     "behind": (
         "Server could not keep up: at this request rate the backlog grew through the "
         "window (latency from the scheduled time grew, or arrivals were unfinished at "
@@ -69,6 +74,7 @@ FLAG_SHORT = {
     "output_not_forced": "Output not forced",
     "ttft_unserved": "TTFT reads low",
     "behind": "Server could not keep up",
+    "rate_limited": "Rate limited",
 }
 CAPACITY_NAMES = {
     "kv_tokens": "KV cache capacity",
