@@ -657,6 +657,8 @@ def _connect_error(
     if name == "ProxyError":
         return ConnectError(url, f"the proxy refused ({text[:120]})")
     root = _root_cause(exc)
+    if in_body and name in ("ReadError", "NetworkError"):
+        return ConnectError(url, f"the answer broke off ({_reason(root) if root else text[:120]})")
     if root is not None:
         return ConnectError(url, _reason(root))
     if name in ("ReadError", "WriteError", "NetworkError", "ConnectError"):
@@ -688,7 +690,7 @@ def _reason(reason: object) -> str:
     if isinstance(reason, ssl.SSLError):
         return f"TLS: {reason.reason or reason}"
     if isinstance(reason, (ConnectionResetError, BrokenPipeError)):
-        return "the server closed the connection without answering"
+        return "the server reset the connection"
     if isinstance(reason, OSError) and reason.strerror:
         return reason.strerror.lower() if reason.strerror else str(reason)
     return str(reason)

@@ -377,3 +377,24 @@ def test_the_environments_proxy_is_used_and_no_proxy_bypasses_it(monkeypatch):
         with pytest.raises(smhttp.ConnectError, match="not http") as info:
             smhttp.HttpClient("http://llm.invalid:8000").get_json("/v1/models")
         _one_line(info.value)
+
+
+def test_a_connection_reset_before_or_during_the_answer_is_one_line():
+    import struct
+
+    def reset_after(data):
+        def handler(conn, req):
+            conn.sendall(data)
+            time.sleep(0.05)
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+        return handler  # closing with linger 0 sends RST
+
+    cases = [
+        (b"", "reset the connection"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n{", "broke off"),
+    ]
+    for data, needle in cases:
+        with RawServer(reset_after(data)) as server, pytest.raises(smhttp.ConnectError) as info:
+            _client(server).get_json("/v1/models")
+        assert needle in _one_line(info.value), str(info.value)
