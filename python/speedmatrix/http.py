@@ -217,6 +217,13 @@ class HttpClient:
             host = f"[{host}]" if ":" in host else host
             netloc = host + (f":{parsed.port}" if parsed.port else "")
             base_url = urllib.parse.urlunsplit(parsed._replace(netloc=netloc))
+        if api_key and not all(" " < ch < "\x7f" for ch in api_key):
+            # said here, without the key: a header could not carry it (h11 or the encoder
+            # would fail with the value in its message)
+            raise SpeedmatrixError(
+                "the API key has characters an HTTP header cannot carry (printable ASCII "
+                "without spaces only); check --api-key, its file or its variable"
+            )
         self.base_url = base_url.rstrip("/")
         self._origin = _origin(self.base_url)
         self._api_key = api_key or None

@@ -398,3 +398,10 @@ def test_a_connection_reset_before_or_during_the_answer_is_one_line():
         with RawServer(reset_after(data)) as server, pytest.raises(smhttp.ConnectError) as info:
             _client(server).get_json("/v1/models")
         assert needle in _one_line(info.value), str(info.value)
+
+
+@pytest.mark.parametrize("key", ["sk-caf\u00e9", "sk-a\nInjected: 1", "sk-a b", "sk-\x00"])
+def test_an_api_key_a_header_cannot_carry_is_one_line_without_the_key(key):
+    with pytest.raises(SpeedmatrixError, match="cannot carry") as info:
+        smhttp.HttpClient("http://127.0.0.1:1", api_key=key)
+    assert key not in str(info.value) and "\n" not in str(info.value)
