@@ -1,37 +1,53 @@
 """A small JSON-over-HTTP client for the cold path: discovery, tokenize, calibration.
 
-Standard library only (urllib), one request at a time, with errors that say what went wrong
-in one line. It is never used to measure anything: cells are run by the C++ core.
+Built on httpx (its httpcore/h11 HTTP/1.1 engine), imported on the first request so that
+``speedmatrix --help`` does not pay for it. Errors say what went wrong in one line. It is
+never used to measure anything: cells are run by the C++ core.
 
-Hostile answers are bounded: a body larger than ``MAX_BODY_BYTES`` (after decompression) or
-one that takes longer than the request's timeout to arrive is an error, as are header lines
-over 64 KiB and more than 100 headers (http.client's own limits), and bytes that are not
-HTTP at all. Redirects are not followed (``Authorization`` must never travel to another
-origin; an LLM API that redirects is misconfigured): the error names the new location so the
-user can pass it as ``--url``. A 429 with ``Retry-After`` is retried after the wait it asks
-for when that wait is at most ``MAX_RETRY_AFTER_S``. Every error message is redacted, and the
-client's own key is replaced wherever the server echoed it.
+Hostile answers are bounded: a body larger than ``MAX_BODY_BYTES`` (after decompression: the
+body is inflated here, chunk by chunk, with the output capped, never by httpx's unbounded
+decoder) or one that takes longer than the request's timeout to arrive is an error; so are
+headers over 100 KiB in all (h11's buffer bound as httpcore sets it), a header line over
+64 KiB or more than 100 headers (http.client's limits, kept), and bytes that are not HTTP at
+all. The timeout bounds connecting and each read, and the whole request: every socket read is
+given only the time left (``_DeadlineStream``), so headers or a body that trickle in cannot
+hold a request past it. Redirects are not followed (``Authorization`` must never travel to
+another origin; an LLM API that redirects is misconfigured): the error names the new location
+so the user can pass it as ``--url``. A 429 with ``Retry-After`` is retried after the wait it
+asks for when that wait is at most ``MAX_RETRY_AFTER_S``. Every error message is redacted,
+and the client's own key is replaced wherever the server echoed it.
+
+Connections are kept alive for ``KEEPALIVE_S`` between the requests of one client (discovery
+makes about ten in a row).
 
 TLS: ``configure_tls(ca_file, insecure)`` sets the process's choice (the CLI's ``--ca-file``
 and ``--insecure``); every client and the C++ core's cells read it through ``tls_settings()``.
+Verification uses the standard library's default context (the system's CAs, and
+``SSL_CERT_FILE``/``SSL_CERT_DIR`` as OpenSSL reads them), as libcurl in the core does, not
+httpx's own certifi bundle. Proxies come from the environment (``http_proxy``,
+``https_proxy``, ``no_proxy``) as the standard library reads them, as before.
 """
 
 from __future__ import annotations
 
 import base64
-import http.client
+import functools
 import json
 import socket
 import ssl
+import threading
 import time
-import urllib.error
 import urllib.parse
 import urllib.request
 import zlib
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from speedmatrix.errors import SpeedmatrixError, TargetError
 from speedmatrix.redact import redact, redact_known
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = [
     "AuthError",
@@ -51,7 +67,15 @@ MAX_BODY_BYTES = 16 << 20
 MAX_RETRY_AFTER_S = 10.0
 #: how many 429s one request retries before it reports the last
 MAX_429_RETRIES = 3
-_CHUNK = 64 << 10
+#: the most headers an answer may have, and the longest header line (http.client's limits)
+MAX_HEADERS = 100
+MAX_HEADER_LINE_BYTES = 64 << 10
+#: how long an idle connection is kept for the client's next request; below the 5 s after
+#: which uvicorn (vLLM, SGLang) closes one, so a request never meets a connection the server
+#: is closing at that moment
+KEEPALIVE_S = 2.0
+#: the most a compressed answer is inflated in one step (memory held at once beyond the body)
+_INFLATE_STEP = 1 << 20
 
 _tls: dict[str, Any] = {"ca_file": None, "insecure": False}
 
@@ -144,11 +168,6 @@ def error_message(body: str) -> str:
     return " ".join(text[:300].split())
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
-        raise RedirectError(req.get_method(), req.full_url, code, newurl)
-
-
 def _ssl_context() -> ssl.SSLContext:
     if _tls["insecure"]:
         ctx = ssl.create_default_context()
@@ -175,8 +194,10 @@ def _retry_after_s(value: str | None) -> float | None:
 class HttpClient:
     """JSON requests against one base URL (``http://host:port``, no trailing path needed).
 
-    ``timeout_s`` bounds connecting, each read, and the whole body. The API key goes only
+    ``timeout_s`` bounds connecting, each read, and the whole request. The API key goes only
     into the ``Authorization`` header; it is not part of repr() or of any error message.
+    The client may be shared between threads; ``close()`` (or ``with``) drops its idle
+    connections at once instead of when they expire or the client is collected.
     """
 
     def __init__(self, base_url: str, api_key: str | None = None, timeout_s: float = 10.0):
@@ -196,17 +217,39 @@ class HttpClient:
             host = f"[{host}]" if ":" in host else host
             netloc = host + (f":{parsed.port}" if parsed.port else "")
             base_url = urllib.parse.urlunsplit(parsed._replace(netloc=netloc))
+        if api_key and not all(" " < ch < "\x7f" for ch in api_key):
+            # said here, without the key: a header could not carry it (h11 or the encoder
+            # would fail with the value in its message)
+            raise SpeedmatrixError(
+                "the API key has characters an HTTP header cannot carry (printable ASCII "
+                "without spaces only); check --api-key, its file or its variable"
+            )
         self.base_url = base_url.rstrip("/")
+        self._origin = _origin(self.base_url)
         self._api_key = api_key or None
         self.timeout_s = timeout_s
-        handlers: list[Any] = [_NoRedirect()]
-        if parsed.scheme == "https":
-            handlers.append(urllib.request.HTTPSHandler(context=_ssl_context()))
-        self._opener = urllib.request.build_opener(*handlers)
+        # decided now, as before: a bad --ca-file is an error of the client's creation
+        self._ssl = _ssl_context() if parsed.scheme == "https" else None
+        self._budget = _Budget()
+        self._client: httpx.Client | None = None
+        self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         auth = ", api_key=<set>" if self._api_key else ""
         return f"HttpClient({self.base_url!r}{auth})"
+
+    def __enter__(self) -> HttpClient:  # noqa: PYI034 - not subclassed
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Closes the kept-alive connections; the client can still be used after."""
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
 
     @property
     def has_api_key(self) -> bool:
@@ -230,7 +273,7 @@ class HttpClient:
         """Send one request; return (status, text) for 2xx, raise HttpError/ConnectError
         otherwise. ``body`` is JSON-encoded unless it is bytes."""
         url = self.url(path)
-        if urllib.parse.urlsplit(url).netloc != urllib.parse.urlsplit(self.base_url).netloc:
+        if _origin(url) != self._origin:
             # an absolute URL of another origin (a server's own link): no credentials for it
             raise ConnectError(url, "not the server's own address; not requested")
         headers = {"Accept": accept, "User-Agent": "speedmatrix", "Accept-Encoding": "identity"}
@@ -245,9 +288,8 @@ class HttpClient:
         timeout = self.timeout_s if timeout_s is None else timeout_s
         try:
             for attempt in range(MAX_429_RETRIES + 1):
-                req = urllib.request.Request(url, data=data, headers=headers, method=method)
                 try:
-                    return self._send(req, method, url, timeout)
+                    return self._send(method, url, data, headers, timeout)
                 except HttpError as exc:
                     wait = exc.retry_after_s if exc.status == 429 else None
                     if wait is None or wait > MAX_RETRY_AFTER_S or attempt == MAX_429_RETRIES:
@@ -258,43 +300,55 @@ class HttpClient:
             exc.args = tuple(redact_known(list(exc.args), self._secrets))
             raise
 
-    def _send(self, req: urllib.request.Request, method: str, url: str, timeout: float):
-        deadline = time.monotonic() + timeout
+    def _httpx_client(self) -> httpx.Client:
+        with self._lock:
+            if self._client is None:
+                import httpx
+
+                self._client = httpx.Client(
+                    transport=_transport(self.base_url, self._ssl, self._budget),
+                    follow_redirects=False,
+                    trust_env=False,  # proxies: the transport's, from the environment
+                )
+            return self._client
+
+    def _send(
+        self, method: str, url: str, data: bytes | None, headers: dict[str, str], timeout: float
+    ) -> tuple[int, str]:
+        client = self._httpx_client()
+        budget = self._budget
+        budget.start(timeout)
         try:
-            with self._opener.open(req, timeout=timeout) as resp:
-                return resp.status, _read_body(resp, url, deadline, timeout)
-        except RedirectError:
-            raise
-        except urllib.error.HTTPError as exc:
+            req = client.build_request(method, url, content=data, headers=headers, timeout=timeout)
+            try:
+                resp = client.send(req, stream=True)
+            except _transport_errors() as exc:
+                raise _connect_error(exc, url, timeout, budget, in_body=False) from None
+            try:
+                return self._answer(resp, method, url, timeout)
+            finally:
+                resp.close()
+        finally:
+            budget.stop()
+
+    def _answer(self, resp: httpx.Response, method: str, url: str, timeout: float):
+        _check_headers(resp, url)
+        status = resp.status_code
+        if 200 <= status < 300:
+            return status, _read_body(resp, url, self._budget, timeout)
+        if status in (301, 302, 303, 307, 308):
+            raise RedirectError(method, url, status, resp.headers.get("Location", ""))
+        try:
+            text = _read_body(resp, url, self._budget, timeout, limit=64 << 10)
+        except ConnectError:
             text = ""
-            if exc.fp is not None:
-                try:
-                    text = _read_body(exc, url, deadline, timeout, limit=64 << 10)
-                except (ConnectError, OSError, http.client.HTTPException):
-                    text = ""
-            if exc.code in (401, 403):
-                raise AuthError(method, url, exc.code, text, self.has_api_key) from None
-            err = HttpError(method, url, exc.code, text)
-            err.retry_after_s = _retry_after_s(
-                exc.headers.get("Retry-After") if exc.headers else None
-            )
-            if exc.code == 429 and err.retry_after_s is not None:
-                err.args = (f"{err.args[0]} (Retry-After {err.retry_after_s:g} s)",)
-            raise err from None
-        except urllib.error.URLError as exc:
-            raise ConnectError(url, _reason(exc.reason)) from None
-        except TimeoutError:
-            raise ConnectError(url, f"no answer within {timeout:g} s") from None
-        except http.client.RemoteDisconnected:
-            raise ConnectError(url, "the server closed the connection without answering") from None
-        except http.client.LineTooLong:
-            raise ConnectError(url, "the answer has a header line over 64 KiB") from None
-        except http.client.BadStatusLine:
-            raise ConnectError(url, "the answer is not HTTP") from None
-        except http.client.HTTPException as exc:
-            raise ConnectError(url, f"a broken HTTP answer ({str(exc)[:120]})") from None
-        except (ConnectionError, OSError) as exc:
-            raise ConnectError(url, _reason(exc)) from None
+        if status in (401, 403):
+            raise AuthError(method, url, status, text, self.has_api_key)
+        err = HttpError(method, url, status, text)
+        err.retry_after_s = _retry_after_s(resp.headers.get("Retry-After"))
+        if status == 429 and err.retry_after_s is not None:
+            err.args = (f"{err.args[0]} (Retry-After {err.retry_after_s:g} s)",)
+        raise err
 
     def get_text(self, path: str, **kw: Any) -> str:
         return self.request("GET", path, accept="text/plain, */*", **kw)[1]
@@ -319,40 +373,316 @@ class HttpClient:
             raise err from None
 
 
+def _origin(url: str) -> tuple[str, str, int | None]:
+    """(scheme, host, port) with the scheme's default port filled in: what must match for a
+    request to carry the client's credentials."""
+    p = urllib.parse.urlsplit(url)
+    try:
+        port = p.port
+    except ValueError:
+        port = -1  # a port that is not a number matches nothing
+    if port is None:
+        port = {"http": 80, "https": 443}.get(p.scheme)
+    return p.scheme.lower(), (p.hostname or "").lower(), port
+
+
+# ---- the transport: httpx's client over httpcore, with a byte count and a deadline ---------
+class _Budget(threading.local):
+    """The request under way on this thread: its deadline (``time.monotonic()``), the bytes
+    of its answer read so far and their first few (to tell "not HTTP" from "no answer")."""
+
+    deadline: float | None = None
+    received: int = 0
+    head: bytes = b""
+
+    def start(self, timeout_s: float) -> None:
+        self.deadline = time.monotonic() + timeout_s
+        self.received = 0
+        self.head = b""
+
+    def stop(self) -> None:
+        self.deadline = None
+
+
+class _DeadlineStream:
+    """An httpcore network stream whose reads never outlast the request's deadline (each gets
+    at most the time left) and are counted."""
+
+    def __init__(self, inner: Any, budget: _Budget) -> None:
+        self._inner = inner
+        self._budget = budget
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        budget = self._budget
+        if budget.deadline is not None:
+            left = budget.deadline - time.monotonic()
+            if left <= 0:
+                import httpcore
+
+                raise httpcore.ReadTimeout("the request's time is up")
+            timeout = left if timeout is None else min(timeout, left)
+        data = self._inner.read(max_bytes, timeout)
+        if len(budget.head) < 8:
+            budget.head += data[: 8 - len(budget.head)]
+        budget.received += len(data)
+        return data
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._inner.write(buffer, timeout)
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
+    ) -> _DeadlineStream:
+        return _DeadlineStream(
+            self._inner.start_tls(ssl_context, server_hostname, timeout), self._budget
+        )
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
+
+
+class _DeadlineBackend:
+    """httpcore's own socket backend, its streams wrapped in _DeadlineStream."""
+
+    def __init__(self, budget: _Budget) -> None:
+        import httpcore
+
+        self._inner = httpcore.SyncBackend()
+        self._budget = budget
+
+    def connect_tcp(self, *args: Any, **kw: Any) -> _DeadlineStream:
+        return _DeadlineStream(self._inner.connect_tcp(*args, **kw), self._budget)
+
+    def connect_unix_socket(self, *args: Any, **kw: Any) -> _DeadlineStream:
+        return _DeadlineStream(self._inner.connect_unix_socket(*args, **kw), self._budget)
+
+    def sleep(self, seconds: float) -> None:
+        self._inner.sleep(seconds)
+
+
+def _proxy(base_url: str) -> Any:
+    """The environment's proxy for ``base_url`` as the standard library reads it (urllib's
+    ``getproxies``/``proxy_bypass``: ``http_proxy``, ``https_proxy``, ``no_proxy``), or None."""
+    import httpcore
+
+    p = urllib.parse.urlsplit(base_url)
+    proxy = urllib.request.getproxies().get(p.scheme)
+    if not proxy or urllib.request.proxy_bypass(p.hostname or ""):
+        return None
+    q = urllib.parse.urlsplit(proxy if "://" in proxy else "http://" + proxy)
+    if q.scheme not in ("http", "https") or not q.hostname:
+        raise ConnectError(base_url, f"the {p.scheme}_proxy {redact(proxy)!r} is not http(s)")
+    auth = None
+    if q.username is not None:
+        user, pw = urllib.parse.unquote(q.username), urllib.parse.unquote(q.password or "")
+        auth = (user, pw)
+    host = f"[{q.hostname}]" if ":" in q.hostname else q.hostname
+    url = f"{q.scheme}://{host}" + (f":{q.port}" if q.port else "")
+    return httpcore.Proxy(url, auth=auth)
+
+
+def _transport(base_url: str, ssl_context: ssl.SSLContext | None, budget: _Budget) -> Any:
+    return _transport_class()(base_url, ssl_context, budget)
+
+
+@functools.cache
+def _transport_class() -> type:
+    """httpx's transport interface over an httpcore pool of our own (httpx's HTTPTransport
+    does not take a network backend). httpcore's exceptions pass through unchanged;
+    ``_connect_error`` reads them."""
+    import httpcore
+    import httpx
+
+    class _Body(httpx.SyncByteStream):
+        def __init__(self, stream: Any) -> None:
+            self._stream = stream
+
+        def __iter__(self) -> Iterator[bytes]:
+            yield from self._stream
+
+        def close(self) -> None:
+            if hasattr(self._stream, "close"):
+                self._stream.close()
+
+    class _Transport(httpx.BaseTransport):
+        def __init__(self, base_url: str, ssl_context: ssl.SSLContext | None, budget: _Budget):
+            self._pool = httpcore.ConnectionPool(
+                ssl_context=ssl_context,
+                proxy=_proxy(base_url),
+                max_connections=8,
+                max_keepalive_connections=2,
+                keepalive_expiry=KEEPALIVE_S,
+                network_backend=_DeadlineBackend(budget),  # type: ignore[arg-type]
+            )
+
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            req = httpcore.Request(
+                method=request.method,
+                url=httpcore.URL(
+                    scheme=request.url.raw_scheme,
+                    host=request.url.raw_host,
+                    port=request.url.port,
+                    target=request.url.raw_path,
+                ),
+                headers=request.headers.raw,
+                content=request.stream,
+                extensions=request.extensions,
+            )
+            resp = self._pool.handle_request(req)
+            return httpx.Response(
+                status_code=resp.status,
+                headers=resp.headers,
+                stream=_Body(resp.stream),
+                extensions=resp.extensions,
+            )
+
+        def close(self) -> None:
+            self._pool.close()
+
+    return _Transport
+
+
+def _check_headers(resp: httpx.Response, url: str) -> None:
+    """http.client's limits, which h11 (100 KiB in all) does not set: 100 headers, 64 KiB a
+    line."""
+    raw = resp.headers.raw
+    if len(raw) > MAX_HEADERS:
+        raise ConnectError(
+            url, f"a broken HTTP answer (more than {MAX_HEADERS} headers: {len(raw)})"
+        )
+    if any(len(k) + len(v) + 2 > MAX_HEADER_LINE_BYTES for k, v in raw):
+        raise ConnectError(url, "the answer has a header line over 64 KiB")
+
+
 def _read_body(
-    resp: Any, url: str, deadline: float, timeout: float, limit: int = MAX_BODY_BYTES
+    resp: httpx.Response, url: str, budget: _Budget, timeout: float, limit: int = MAX_BODY_BYTES
 ) -> str:
     """The body as text, at most ``limit`` bytes (decompressed, when the server compressed it
-    although asked not to) and within ``deadline``; otherwise a ConnectError."""
-    encoding = (resp.headers.get("Content-Encoding") or "").strip().lower() if resp.headers else ""
+    although asked not to) and within the request's deadline; otherwise a ConnectError.
+
+    Read raw (``iter_raw``) and inflated here with the output of each step capped at what the
+    limit leaves: httpx's own decoders inflate a whole chunk at once, so 64 KiB of a gzip bomb
+    would become 64 MiB in memory before any check."""
+    encoding = (resp.headers.get("Content-Encoding") or "").strip().lower()
     inflate = None
     if encoding in ("gzip", "x-gzip", "deflate"):
         inflate = zlib.decompressobj(47 if encoding != "deflate" else 15 + 32)
     elif encoding not in ("", "identity"):
         raise ConnectError(url, f"the answer is encoded as {encoding!r}, which is not supported")
-    length = resp.headers.get("Content-Length") if resp.headers else None
+    length = resp.headers.get("Content-Length")
     if length and length.strip().isdigit() and int(length) > limit and inflate is None:
         raise ConnectError(url, f"the answer is {int(length):,} bytes, over the {limit:,} read")
-    # read1: whatever one recv brings, so a trickle cannot hold a 64 KiB read past the deadline
-    read = getattr(resp, "read1", None) or resp.read
     parts: list[bytes] = []
     size = 0
-    while True:
-        if time.monotonic() > deadline:
-            raise ConnectError(url, f"the answer did not end within {timeout:g} s")
-        chunk = read(_CHUNK)
-        if not chunk:
-            break
+    try:
+        for raw in resp.iter_raw():
+            for chunk in [raw] if inflate is None else _inflated(inflate, raw, url, encoding):
+                size += len(chunk)
+                if size > limit:
+                    raise ConnectError(url, f"the answer is over {limit:,} bytes; not read further")
+                parts.append(chunk)
+            if budget.deadline is not None and time.monotonic() > budget.deadline:
+                raise ConnectError(url, f"the answer did not end within {timeout:g} s")
         if inflate is not None:
-            try:
-                chunk = inflate.decompress(chunk, limit + 1 - size)
-            except zlib.error:
-                raise ConnectError(url, f"the answer's {encoding} body is corrupt") from None
-        size += len(chunk)
-        if size > limit:
-            raise ConnectError(url, f"the answer is over {limit:,} bytes; not read further")
-        parts.append(chunk)
+            parts.append(inflate.flush())  # what zlib still holds: at most its 32 KiB window
+            if size + len(parts[-1]) > limit:
+                raise ConnectError(url, f"the answer is over {limit:,} bytes; not read further")
+    except _transport_errors() as exc:
+        raise _connect_error(exc, url, timeout, budget, in_body=True) from None
     return b"".join(parts).decode("utf-8", "replace")
+
+
+def _inflated(inflate: Any, data: bytes, url: str, encoding: str) -> Iterator[bytes]:
+    """``data`` inflated in pieces of at most ``_INFLATE_STEP`` bytes (zlib keeps the input
+    it has not used yet), so that one compressed chunk never becomes one huge buffer."""
+    while data:
+        try:
+            out = inflate.decompress(data, _INFLATE_STEP)
+        except zlib.error:
+            raise ConnectError(url, f"the answer's {encoding} body is corrupt") from None
+        data = inflate.unconsumed_tail
+        if not out:
+            return
+        yield out
+
+
+@functools.cache
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """What a request can raise besides our own errors: httpx's and httpcore's exceptions
+    (h11's arrive as httpcore's RemoteProtocolError) and the network's OSErrors."""
+    import httpcore
+    import httpx
+
+    return (
+        httpx.HTTPError,
+        httpx.StreamError,
+        httpcore.TimeoutException,
+        httpcore.NetworkError,
+        httpcore.ProtocolError,
+        httpcore.ProxyError,
+        httpcore.UnsupportedProtocol,
+        OSError,
+    )
+
+
+def _connect_error(
+    exc: BaseException, url: str, timeout: float, budget: _Budget, in_body: bool
+) -> SpeedmatrixError:
+    """The one-line error for an exception of httpx or httpcore (h11's come wrapped in
+    httpcore's RemoteProtocolError), by kind; the network's own (refused, DNS, TLS) by the
+    OSError at the root of the chain."""
+    if isinstance(exc, SpeedmatrixError):
+        return exc
+    name = type(exc).__name__  # httpx and httpcore name their kinds alike
+    text = str(exc)
+    if name in ("ReadTimeout", "TimeoutException") or (name == "WriteTimeout" and in_body):
+        if in_body:
+            return ConnectError(url, f"the answer did not end within {timeout:g} s")
+        return ConnectError(url, f"no answer within {timeout:g} s")
+    if name in ("ConnectTimeout", "WriteTimeout", "PoolTimeout"):
+        return ConnectError(url, "timed out")
+    if name == "RemoteProtocolError":
+        if "Receive buffer too long" in text:
+            return ConnectError(
+                url, "the answer's headers are over 100 KiB (64 KiB a line, 100 KiB in all)"
+            )
+        if in_body:
+            return ConnectError(url, f"the answer broke off ({text[:120]})")
+        if budget.received == 0:
+            return ConnectError(url, "the server closed the connection without answering")
+        if not budget.head.startswith(b"HTTP/"[: len(budget.head)]) or "status line" in text:
+            return ConnectError(url, "the answer is not HTTP")
+        if "disconnected" in text:
+            return ConnectError(url, "the server closed the connection in the answer's headers")
+        return ConnectError(url, f"a broken HTTP answer ({text[:120]})")
+    if name == "ProxyError":
+        return ConnectError(url, f"the proxy refused ({text[:120]})")
+    root = _root_cause(exc)
+    if in_body and name in ("ReadError", "NetworkError"):
+        return ConnectError(url, f"the answer broke off ({_reason(root) if root else text[:120]})")
+    if root is not None:
+        return ConnectError(url, _reason(root))
+    if name in ("ReadError", "WriteError", "NetworkError", "ConnectError"):
+        return ConnectError(url, text[:120] or name)
+    return ConnectError(url, f"a broken HTTP answer ({text[:120] or name})")
+
+
+def _root_cause(exc: BaseException) -> OSError | None:
+    """The OSError (socket, DNS, TLS) that httpcore and httpx wrapped, if any."""
+    seen = 0
+    cur: BaseException | None = exc
+    while cur is not None and seen < 10:
+        if isinstance(cur, OSError):
+            return cur
+        cur = cur.__cause__ or cur.__context__
+        seen += 1
+    return None
 
 
 def _reason(reason: object) -> str:
@@ -366,6 +696,8 @@ def _reason(reason: object) -> str:
         return f"TLS: {reason.verify_message or reason} (--ca-file FILE or --insecure)"
     if isinstance(reason, ssl.SSLError):
         return f"TLS: {reason.reason or reason}"
+    if isinstance(reason, (ConnectionResetError, BrokenPipeError)):
+        return "the server reset the connection"
     if isinstance(reason, OSError) and reason.strerror:
         return reason.strerror.lower() if reason.strerror else str(reason)
     return str(reason)

@@ -404,36 +404,63 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     for kv in a.set:
         args += ["--set", kv]
-    # --watch-stdin: the engine exits when this process's end of its stdin pipe closes, so a
-    # SIGKILL here cannot leave it running with the port; SIGTERM/SIGHUP/SIGINT stop it below.
+    # --watch-stdin: the engine exits when this process's end of its stdin pipe closes, so
+    # no death of this process (SIGKILL included) can leave it running with the port.
     args.append("--watch-stdin")
-    stops = _signals_as_interrupt()
+    return _serve(args, _engine_env(a.api_key))
+
+
+#: the signals that stop `speedmatrix sim` (a user's Ctrl-C, `timeout`, `docker stop`,
+#: systemd, CI cancellation, a closed terminal)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _serve(args: list[str], env: dict[str, str] | None) -> int:
+    """Runs the engine in the foreground until it ends or a stop signal comes; returns 0 when
+    a signal stopped it cleanly (a service's normal end), else its own status.
+
+    The stop signals do not raise here: their handler records the first one and sends the
+    engine SIGTERM (or, when it comes before the engine's Popen has returned, the code below
+    does right after), then the blocking wait simply returns when the engine has exited. An
+    exception raised by the handler could land anywhere (inside Popen, between two lines) and
+    turn a clean stop into an "interrupted" exit; this way there is one outcome. A second
+    signal takes the engine down at once (SIGKILL) and exits 128 + its number.
+    """
+    state: dict[str, Any] = {"proc": None, "signal": None, "termed": False}
+
+    def stop(signum: int, frame: object) -> None:
+        proc = state["proc"]
+        if state["signal"] is not None:
+            if proc is not None:
+                with contextlib.suppress(OSError):
+                    proc.kill()
+            os.write(2, b"speedmatrix sim: second signal; exiting now\n")
+            os._exit(128 + signum)
+        state["signal"] = signum
+        if proc is not None and not state["termed"]:
+            state["termed"] = True
+            with contextlib.suppress(OSError):
+                proc.send_signal(signal.SIGTERM)
+
+    old: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        old = {sig: signal.signal(sig, stop) for sig in STOP_SIGNALS}
     try:
-        proc = subprocess.Popen(args, stdin=subprocess.PIPE, env=_engine_env(a.api_key))
-        try:
-            return proc.wait()
-        except KeyboardInterrupt:
+        proc = subprocess.Popen(args, stdin=subprocess.PIPE, env=env)
+        state["proc"] = proc
+        if state["signal"] is not None and not state["termed"]:
+            # the signal came while Popen was starting the engine
+            state["termed"] = True
             proc.send_signal(signal.SIGTERM)
-            try:
-                return proc.wait(5) or 0
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                return proc.wait()
+        code = proc.wait()  # PEP 475: a handled signal does not interrupt it
     finally:
-        for sig, old in stops.items():
-            signal.signal(sig, old)
-
-
-def _signals_as_interrupt() -> dict:
-    """SIGTERM and SIGHUP raise KeyboardInterrupt as SIGINT does (main thread only); returns
-    the handlers replaced. Under `speedmatrix sim` the CLI has installed its own already."""
-    old: dict = {}
-    if threading.current_thread() is not threading.main_thread():
-        return old
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        if signal.getsignal(sig) in (signal.SIG_DFL, None):
-            old[sig] = signal.signal(sig, signal.default_int_handler)
-    return old
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+    if state["signal"] is None:
+        return 128 - code if code < 0 else code  # the engine ended by itself (or was killed)
+    # stopped by us: its own SIGTERM handler exits 0; killed by our SIGTERM before it had
+    # installed that handler (a signal during its start-up) is a clean stop as well
+    return 0 if code in (0, -signal.SIGTERM) else (128 - code if code < 0 else code)
 
 
 if __name__ == "__main__":

@@ -240,3 +240,168 @@ def test_a_429_with_a_short_retry_after_is_waited_for_and_a_long_one_is_not():
 def test_a_url_of_another_scheme_is_a_speedmatrix_error():
     with pytest.raises(SpeedmatrixError, match="not an http"):
         smhttp.HttpClient("ftp://example.com/models")
+
+
+def _peak_bytes(fn) -> int:
+    """Peak Python allocation while ``fn`` runs (bytes objects included)."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        fn()
+    finally:
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    return peak
+
+
+def test_a_gzip_bomb_and_an_endless_body_stay_within_the_cap_in_memory():
+    # Inflated step by step with the output capped: a decoder that inflates a whole chunk
+    # (httpx's own) would hold ~64 MiB from one 64 KiB chunk of this bomb.
+    bomb = gzip.compress(b" " * (64 << 20))
+    cap = smhttp.MAX_BODY_BYTES
+
+    def expect_over(server):
+        def run():
+            with pytest.raises(smhttp.ConnectError, match="over"):
+                _client(server, timeout_s=20).get_json("/v1/models")
+
+        return run
+
+    answer = _answer("200 OK", bomb, {"Content-Encoding": "gzip"})
+    with RawServer(lambda c, r: c.sendall(answer)) as server:
+        assert _peak_bytes(expect_over(server)) < cap + (8 << 20)
+    with RawServer(_endless) as server:
+        assert _peak_bytes(expect_over(server)) < cap + (8 << 20)
+
+
+def test_headers_that_trickle_are_bounded_by_the_timeout_in_total():
+    def trickle(conn, req):
+        try:
+            for byte in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 1000:
+                conn.sendall(bytes([byte]))
+                time.sleep(0.05)
+        except OSError:
+            pass
+
+    with RawServer(trickle) as server:
+        t0 = time.monotonic()
+        with pytest.raises(smhttp.ConnectError, match="no answer within") as info:
+            _client(server, timeout_s=0.5).get_json("/v1/models")
+    _one_line(info.value)
+    assert time.monotonic() - t0 < 3  # each read got only the time left, not 0.5 s afresh
+
+
+@pytest.mark.parametrize(
+    "payload, needle",
+    [
+        (b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * (80 << 10) + b"\r\n\r\n{}", "64 KiB"),
+        (b"HTTP/1.1 200 OK\r\nContent-Type: appl", "in the answer's headers"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{}", "broke off"),
+        (b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: 5\r\n\r\nabcde", "corrupt"),
+        (b"HTTP/1.1 200 OK\r\nContent-Encoding: br\r\nContent-Length: 2\r\n\r\n{}", "'br'"),
+    ],
+    ids=["80KiB-line", "cut-in-headers", "cut-in-body", "corrupt-gzip", "brotli"],
+)
+def test_broken_http_answers_are_one_line_connect_errors(payload, needle):
+    with (
+        RawServer(lambda c, r: c.sendall(payload)) as server,
+        pytest.raises(smhttp.ConnectError) as info,
+    ):
+        _client(server).get_json("/v1/models")
+    assert needle in _one_line(info.value)
+
+
+@pytest.mark.parametrize("other", ["https://127.0.0.1:{port}/x", "http://127.0.0.1:1/x"])
+def test_an_absolute_url_of_another_scheme_or_port_gets_no_request(other):
+    with RawServer(lambda c, r: c.sendall(_answer("200 OK", b"{}"))) as server:
+        with pytest.raises(smhttp.ConnectError, match="not the server's own address") as info:
+            _client(server).get_json(other.format(port=server.port))
+        assert _client(server).get_json(f"{server.url}/x") == {}  # its own origin: asked
+    _one_line(info.value)
+    assert len(server.requests) == 1
+
+
+def test_connections_are_kept_alive_between_requests_and_closed_by_close():
+    connections: list[int] = []
+
+    def keep_alive(conn, req):
+        connections.append(1)
+        body = b'{"ok": true}'
+        head = f"HTTP/1.1 200 OK\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+        data = req
+        while True:
+            conn.sendall(head + body)
+            data = data[data.index(b"\r\n\r\n") + 4 :]
+            while b"\r\n\r\n" not in data:
+                part = conn.recv(65536)
+                if not part:
+                    return
+                data += part
+
+    with RawServer(keep_alive) as server, _client(server) as client:
+        for _ in range(3):
+            assert client.get_json("/v1/models") == {"ok": True}
+        assert len(connections) == 1 and len(server.requests) == 1  # one connection
+        client.close()
+        assert client.get_json("/v1/models") == {"ok": True}  # usable after close
+        assert len(connections) == 2
+
+
+def test_the_http_library_is_imported_on_the_first_request_only():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, speedmatrix.cli, speedmatrix.http, speedmatrix.adapters; "
+        "print(sorted(m for m in ('httpx', 'httpcore', 'h11') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"  # `speedmatrix --help` does not pay for it
+
+
+def test_the_environments_proxy_is_used_and_no_proxy_bypasses_it(monkeypatch):
+    # as urllib did before httpx (and libcurl does for the cells): http_proxy, no_proxy
+    for var in ("http_proxy", "HTTP_PROXY", "no_proxy", "NO_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(var, raising=False)
+    with (
+        RawServer(lambda c, r: c.sendall(_answer("200 OK", b'{"via": "proxy"}'))) as proxy,
+        RawServer(lambda c, r: c.sendall(_answer("200 OK", b'{"via": "direct"}'))) as server,
+    ):
+        monkeypatch.setenv("http_proxy", proxy.url)
+        assert _client(server).get_json("/v1/models") == {"via": "proxy"}
+        assert proxy.requests[0].startswith(f"GET {server.url}/v1/models HTTP/1.1".encode())
+        monkeypatch.setenv("no_proxy", "127.0.0.1")
+        assert _client(server).get_json("/v1/models") == {"via": "direct"}
+        monkeypatch.setenv("http_proxy", "socks5://127.0.0.1:1")
+        with pytest.raises(smhttp.ConnectError, match="not http") as info:
+            smhttp.HttpClient("http://llm.invalid:8000").get_json("/v1/models")
+        _one_line(info.value)
+
+
+def test_a_connection_reset_before_or_during_the_answer_is_one_line():
+    import struct
+
+    def reset_after(data):
+        def handler(conn, req):
+            conn.sendall(data)
+            time.sleep(0.05)
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+        return handler  # closing with linger 0 sends RST
+
+    cases = [
+        (b"", "reset the connection"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n{", "broke off"),
+    ]
+    for data, needle in cases:
+        with RawServer(reset_after(data)) as server, pytest.raises(smhttp.ConnectError) as info:
+            _client(server).get_json("/v1/models")
+        assert needle in _one_line(info.value), str(info.value)
+
+
+@pytest.mark.parametrize("key", ["sk-caf\u00e9", "sk-a\nInjected: 1", "sk-a b", "sk-\x00"])
+def test_an_api_key_a_header_cannot_carry_is_one_line_without_the_key(key):
+    with pytest.raises(SpeedmatrixError, match="cannot carry") as info:
+        smhttp.HttpClient("http://127.0.0.1:1", api_key=key)
+    assert key not in str(info.value) and "\n" not in str(info.value)

@@ -34,6 +34,13 @@ def test_discovery_uses_the_ca_file_and_insecure(server):  # noqa: F811
     assert "sm_running" in _get(server)
 
 
+def test_discovery_reads_ssl_cert_file_as_the_standard_library_does(server, monkeypatch):  # noqa: F811
+    # The standard library's default context (OpenSSL's default paths, which SSL_CERT_FILE
+    # overrides), as with urllib before httpx: not httpx's own certifi bundle.
+    monkeypatch.setenv("SSL_CERT_FILE", str(server.cert))
+    assert "sm_running" in _get(server)
+
+
 def _spec():
     fake = types.SimpleNamespace(
         _endpoint=lambda: "https://127.0.0.1:1/v1/completions",
