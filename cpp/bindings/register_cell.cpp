@@ -199,6 +199,8 @@ void register_cell(py::module_& m) {
       .def_readwrite("stall_min_s", &CellSpec::stall_min_s)
       .def_readwrite("unreachable_after_s", &CellSpec::unreachable_after_s)
       .def_readwrite("stall_gap_factor", &CellSpec::stall_gap_factor)
+      .def_readwrite("stall_pause_cap_s", &CellSpec::stall_pause_cap_s,
+                     "a silence every stream shares is spared this long (0: cut it)")
       .def_readwrite("precision", &CellSpec::precision)
       .def_readwrite("min_duration_s", &CellSpec::min_duration_s)
       .def_readwrite("precision_check_s", &CellSpec::precision_check_s)

@@ -202,6 +202,7 @@ CellResult CellRunner::run() {
   plan.plateau_settle_ns = seconds_to_ns(spec.plateau_settle_s);
   plan.stall_min_ns = spec.http.record_events ? seconds_to_ns(spec.stall_min_s) : 0;
   plan.stall_gap_factor = spec.stall_gap_factor;
+  plan.stall_pause_cap_ns = seconds_to_ns(spec.stall_pause_cap_s);
   plan.backoff.give_up_ns = seconds_to_ns(spec.unreachable_after_s);
   plan.min_duration_ns = seconds_to_ns(spec.min_duration_s);
   plan.check_interval_ns = std::max<ns_t>(seconds_to_ns(spec.precision_check_s), 100'000'000);

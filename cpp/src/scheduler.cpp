@@ -131,6 +131,22 @@ bool is_stalled(ns_t silent_ns, double median_gap_ms, ns_t stall_min_ns, double 
   return static_cast<double>(silent_ns) > limit_ns;
 }
 
+std::vector<bool> stalled_streams(const std::vector<ns_t>& silent_ns, std::size_t in_flight,
+                                  double median_gap_ms, ns_t stall_min_ns, double gap_factor,
+                                  ns_t pause_cap_ns) {
+  std::vector<bool> out(silent_ns.size());
+  bool any_alive = false;
+  ns_t longest_ns = 0;
+  for (std::size_t i = 0; i < silent_ns.size(); ++i) {
+    out[i] = is_stalled(silent_ns[i], median_gap_ms, stall_min_ns, gap_factor);
+    any_alive = any_alive || !out[i];
+    longest_ns = std::max(longest_ns, silent_ns[i]);
+  }
+  if (!any_alive && in_flight > 1 && longest_ns <= pause_cap_ns)
+    out.assign(silent_ns.size(), false);
+  return out;
+}
+
 ns_t steady_window_open(const std::vector<ns_t>& first_token_ns, ns_t ramp_start_ns, ns_t now_ns,
                         ns_t settle_ns, ns_t cap_ns, bool* capped) {
   if (capped) *capped = false;
@@ -296,19 +312,31 @@ ScheduleTimes run_closed_loop(const ClosedLoopPlan& plan, Transport& transport, 
     if (stalls_on && now >= next_tick) {
       scan_events();
       const double median_ms = gaps.median_ms();
+      std::vector<std::size_t> streaming;  // slots whose request has had a token
+      std::vector<ns_t> silent_ns;
+      std::size_t in_flight = 0;
       for (std::size_t k = 0; k < n; ++k) {
         const std::int32_t id = slot_request[k];
+        if (id >= 0) ++in_flight;
         if (id < 0 || static_cast<std::size_t>(id) >= last_token.size()) continue;
         const ns_t last = last_token[static_cast<std::size_t>(id)];
-        if (last == kNever ||
-            !is_stalled(now - last, median_ms, plan.stall_min_ns, plan.stall_gap_factor))
-          continue;
+        if (last == kNever) continue;
+        streaming.push_back(k);
+        silent_ns.push_back(now - last);
+      }
+      const std::vector<bool> cut =
+          stalled_streams(silent_ns, in_flight, median_ms, plan.stall_min_ns, plan.stall_gap_factor,
+                          plan.stall_pause_cap_ns);
+      for (std::size_t s = 0; s < streaming.size(); ++s) {
+        if (!cut[s]) continue;
+        const std::size_t k = streaming[s];
+        const std::int32_t id = slot_request[k];
         loop.cancel(id);
         RequestRecord& rec = records.requests[static_cast<std::size_t>(id)];
         rec.outcome = Outcome::kError;
         rec.error_kind = kStallKind;
         rec.error_message =
-            "no token for " + std::to_string((now - last) / 1'000'000) + " ms (stall limit: max(" +
+            "no token for " + std::to_string(silent_ns[s] / 1'000'000) + " ms (stall limit: max(" +
             std::to_string(plan.stall_min_ns / 1'000'000) + " ms, " +
             std::to_string(plan.stall_gap_factor) + " x median gap " +
             (std::isnan(median_ms) ? std::string("n/a") : std::to_string(median_ms)) + " ms))";

@@ -38,6 +38,7 @@ class CellSpec:
     plateau_settle_s: float
     stall_min_s: float  # stall rule: no token for max(stall_min_s, factor x median gap)
     stall_gap_factor: float
+    stall_pause_cap_s: float  # a silence every stream shares is spared this long
     # connections failing in a row for this long (and >= 5 of them) end the cell
     # ("unreachable", stop_reason); <= 0: never
     unreachable_after_s: float

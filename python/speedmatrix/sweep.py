@@ -402,7 +402,7 @@ class Sweep:
         and the ramp are bounded by the expected time to prefill the first wave (N x C at
         the measured prompt rate) four times over, the warm-up at 30-600 s, the ramp at
         30 s to the matrix's ramp_cap_s; the stall rule and the precision stop as the
-        matrix says."""
+        matrix says, a silence shared by every stream spared up to four prefills' time."""
         m = self.matrix
         expected_s = n * context / self._prompt_rate()
         spec.warmup_timeout_s = min(600.0, max(30.0, 4 * expected_s + 10))
@@ -411,6 +411,12 @@ class Sweep:
         spec.ramp_cap_s = min(float(m.ramp_cap_s), max(30.0, 4 * expected_s))
         spec.stall_min_s = float(m.stall_min_s)
         spec.stall_gap_factor = float(m.stall_gap_factor)
+        # A silence all streams share is the server's pause, e.g. a refill's prefill that
+        # blocks decode on an engine without chunked prefill or prefix cache: spared for up
+        # to four uncached prefills of one prompt before the stall rule cuts it.
+        spec.stall_pause_cap_s = min(
+            spec.ramp_cap_s, max(float(m.stall_min_s), 4 * context / self._prompt_rate())
+        )
         spec.precision = float(m.precision)
         spec.min_duration_s = min(float(m.min_duration_s), float(spec.duration_s))
 

@@ -341,6 +341,29 @@ TEST(StallRule, Table) {
     EXPECT_EQ(is_stalled(r.silent, r.median_ms, r.min, r.factor), r.stalled) << r.silent;
 }
 
+TEST(StallRule, ASilenceEveryStreamSharesIsTheServersPauseNotAStall) {
+  const ns_t lim = 2'000 * kMs, cap = 10'000 * kMs;
+  struct Row {
+    std::vector<ns_t> silent;
+    std::size_t in_flight;
+    std::vector<bool> cut;
+  } rows[] = {
+      {{3'000 * kMs, 10 * kMs, 20 * kMs}, 3, {true, false, false}},  // the others still stream
+      {{3'000 * kMs, 2'500 * kMs, 20 * kMs}, 3, {true, true, false}},
+      {{3'000 * kMs, 2'500 * kMs, 4'000 * kMs}, 3, {false, false, false}},  // all wait
+      {{3'000 * kMs}, 2, {false}},  // the other request is in its prefill: the server's pause
+      {{3'000 * kMs}, 1, {true}},   // alone (N = 1): its silence is its own
+      {{11'000 * kMs, 2'500 * kMs}, 2, {true, true}},  // past the cap: a hung server
+      {{}, 0, {}},
+  };
+  for (const Row& r : rows)
+    EXPECT_EQ(stalled_streams(r.silent, r.in_flight, 10, lim, 25, cap), r.cut)
+        << r.silent.size() << " streaming of " << r.in_flight;
+  // no cap (0): a shared silence is cut like any other
+  EXPECT_EQ(stalled_streams({3'000 * kMs, 2'500 * kMs}, 2, 10, lim, 25, 0),
+            (std::vector<bool>{true, true}));
+}
+
 TEST_F(Fixture, SteadyWindowOpensWhenEverySlotStreams) {
   plan.bodies = {"b"};
   plan.concurrency = 4;

@@ -475,3 +475,35 @@ def test_verdict_of_steady_windows(steady, capped, stall, ttft_ms, flags, status
         assert cell["stalls"] == 1 and cell["errors"] == {"stall": 1}
         assert cell["error_slot_s"] == pytest.approx(1.0, abs=0.02)  # silent 2.0 -> 3.0 s
         assert cell["tbt_ms"] == pytest.approx(10.0)  # good streams only
+
+
+@pytest.mark.e2e
+def test_a_pause_every_stream_shares_is_the_servers_not_a_stall():
+    # An engine without chunked prefill or prefix cache: each refill's 1,000-token prefill
+    # (1.5 ms a token: 1.5 s) blocks the other stream's decode for longer than the 1 s
+    # stall limit. That pause is the server's rate, not a stalled stream: with the pause
+    # cap (what a sweep sets) nothing is cut and the tokens of the pause count; without
+    # it (cap 0) the waiting stream would be cut as a stall, again and again.
+    profile = {
+        "prefix_cache": False,
+        "chunk_tokens": 1_000_000,
+        "prefill_per_token_us": 1500.0,
+        "context_length": 4096,
+        "kv_tokens": 65536,
+    }
+    model = {"model": "sim-batch"}
+    bodies = [
+        json.dumps({**json.loads(b), **model}).encode() for b in _seed_bodies(2, 1000, 40, 500)
+    ]
+    stalls = {}
+    with Sim("test-batch", overrides=profile) as sim:
+        for cap_s in (0.0, 8.0):
+            spec = _spec(sim.url + "/v1/completions", 2, 5.0, b"", stall_min_s=1.0)
+            spec.bodies = bodies
+            spec.stall_pause_cap_s = cap_s
+            res = _core.CellRunner(spec).run()
+            assert not res.fatal_error
+            stalls[cap_s] = res.stalls
+            assert sim.wait_idle(timeout_s=10)
+    assert stalls[0.0] >= 1, stalls  # the old rule cut the waiting stream
+    assert stalls[8.0] == 0, stalls

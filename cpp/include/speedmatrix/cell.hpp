@@ -66,6 +66,10 @@ struct CellSpec {
   // cancelled as error "stall" and its slot refilled. stall_min_s <= 0: off.
   double stall_min_s = 2;
   double stall_gap_factor = 25;
+  // A silence every streaming request shares (the server paused them all: a refill's
+  // prefill that blocks decode) is spared up to this long before the stall rule cuts it
+  // (scheduler.hpp, stalled_streams). 0: a shared silence is cut like any other.
+  double stall_pause_cap_s = 0;
 
   // Failed connections (connect / connect_timeout) in a row for this long (and
   // at least 5 of them) end the cell: stopped_by "unreachable" with the reason

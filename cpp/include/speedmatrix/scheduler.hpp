@@ -142,7 +142,8 @@ struct ClosedLoopPlan {
   // stall_min_ns <= 0: off.
   ns_t stall_min_ns = 0;
   double stall_gap_factor = 25;
-  ns_t tick_ns = 100'000'000;  // how often stalls and the ramp are checked
+  ns_t stall_pause_cap_ns = 0;  // a silence every stream shares is spared this long
+  ns_t tick_ns = 100'000'000;   // how often stalls and the ramp are checked
 
   // Early end: once the window has lasted min_duration_ns, every
   // check_interval_ns should_end(t0, now) is asked (without I/O; cell.cpp
@@ -182,6 +183,20 @@ struct ScheduleTimes {
 // The stall rule, pure: whether a stream whose last token came `silent_ns`
 // ago has stalled, given the cell's running median gap (NaN: none yet).
 bool is_stalled(ns_t silent_ns, double median_gap_ms, ns_t stall_min_ns, double gap_factor);
+
+// Which of a cell's streaming requests to cut as stalls, pure. `silent_ns[i]`: how long
+// streaming request i (one that has had its first token) has gone without a token;
+// `in_flight`: the cell's requests in flight, streaming or not yet. A request is cut when
+// it is_stalled and the server is evidently still working for others: another streaming
+// request is not stalled, or it is the only request in flight. A silence that every
+// streaming request shares while others are in flight is the server's own pause (a
+// refill's prefill that blocks decode, a batch waiting on memory), which the figures must
+// count: nothing is cut while the longest silence is at most `pause_cap_ns`. Beyond it (a
+// server that hung, or streams that stalled one by one until none was left) every
+// stalled stream is cut.
+std::vector<bool> stalled_streams(const std::vector<ns_t>& silent_ns, std::size_t in_flight,
+                                  double median_gap_ms, ns_t stall_min_ns, double gap_factor,
+                                  ns_t pause_cap_ns);
 
 // The window-opening rule, pure. `first_token_ns`: per slot, the first token
 // time of its first streamed request (kNever: not yet). Returns t0 or kNever
