@@ -32,6 +32,9 @@ import sys
 import threading
 from pathlib import Path
 
+from speedmatrix.cliargs import UsageError, csv_list, positive_int
+from speedmatrix.cliargs import port as port_arg
+
 # numpy's BLAS threads spin after each call; on a machine shared with the
 # server under test they would steal its cores. Set before numpy is imported.
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -51,22 +54,11 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 FD_MARGIN = 64
 
 
-class UsageError(Exception):
-    """A flag or argument is wrong; the message is one line."""
-
-
 class _Parser(argparse.ArgumentParser):
     # argparse prints the whole usage block on error; a user wants one line
     # that says what is wrong.
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(message)
-
-
-def _csv(text: str) -> list[str]:
-    items = [t.strip() for t in text.split(",") if t.strip()]
-    if not items:
-        raise UsageError(f"empty list {text!r}")
-    return items
 
 
 class _Formatter(argparse.HelpFormatter):
@@ -374,7 +366,7 @@ start here:
         "  speedmatrix sim --profile fixed --fault-http500 0.05 --seed 1\n",
         formatter_class=_Formatter,
     )
-    sim.add_argument("--port", type=_port, default=8000, help="port to listen on")
+    sim.add_argument("--port", type=port_arg, default=8000, help="port to listen on")
     sim.add_argument("--host", default="127.0.0.1", help="address to listen on")
     sim.add_argument(
         "--profile",
@@ -497,16 +489,16 @@ def _matrix_from_args(args: argparse.Namespace):
         else:
             m = Matrix()
         if args.contexts:
-            m.contexts = parse_contexts(",".join(_csv(args.contexts)))
+            m.contexts = parse_contexts(",".join(csv_list(args.contexts)))
         if args.prefill_contexts:
             if args.prefill_contexts.strip().lower() == "none":
                 m.prefill_contexts = []  # a preset's or a file's prefill cells dropped
             else:
                 m.prefill_contexts = parse_contexts(
-                    ",".join(_csv(args.prefill_contexts)), prefill=True
+                    ",".join(csv_list(args.prefill_contexts)), prefill=True
                 )
         if args.concurrency:
-            m.concurrency = [_positive_int(c, "--concurrency") for c in _csv(args.concurrency)]
+            m.concurrency = [positive_int(c, "--concurrency") for c in csv_list(args.concurrency)]
         if args.duration:
             m.duration_s = parse_duration(args.duration)
         if args.precision:
@@ -541,26 +533,6 @@ def _matrix_from_args(args: argparse.Namespace):
     return m
 
 
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"{value} is not a port number (0..65535)")
-    return value
-
-
-def _positive_int(text: str, flag: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise UsageError(f"{flag}: {text!r} is not an integer") from None
-    if value <= 0:
-        raise UsageError(f"{flag}: {value} is not a positive integer")
-    return value
-
-
 def _overrides(args: argparse.Namespace) -> dict:
     from speedmatrix.units import parse_tokens
 
@@ -573,7 +545,7 @@ def _overrides(args: argparse.Namespace) -> dict:
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
     if args.max_running is not None:
-        out["max_running"] = _positive_int(str(args.max_running), "--max-running")
+        out["max_running"] = positive_int(str(args.max_running), "--max-running")
     # Engine facts go to discovery, which records them with source "given".
     for key, value in (
         ("engine", args.engine),

@@ -7,28 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
-
-def _usage(message: str) -> Exception:
-    from speedmatrix.cli import UsageError
-
-    return UsageError(message)
-
-
-def _csv(text: str) -> list[str]:
-    items = [t.strip() for t in text.split(",") if t.strip()]
-    if not items:
-        raise _usage(f"empty list {text!r}")
-    return items
-
-
-def _positive_int(text: str, flag: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise _usage(f"{flag}: {text!r} is not an integer") from None
-    if value <= 0:
-        raise _usage(f"{flag}: {value} is not a positive integer")
-    return value
+from speedmatrix.cliargs import UsageError, csv_list, positive_int
 
 
 def add_open_loop_flags(p: argparse.ArgumentParser) -> None:
@@ -99,20 +78,20 @@ def apply_open_loop_flags(m, args: argparse.Namespace) -> None:
 
     if getattr(args, "request_rate", None):
         rates = []
-        for item in _csv(args.request_rate):
+        for item in csv_list(args.request_rate):
             try:
                 rates.append(float(item))
             except ValueError:
-                raise _usage(f"--request-rate: {item!r} is not a number") from None
+                raise UsageError(f"--request-rate: {item!r} is not a number") from None
         m.request_rates = rates
     if getattr(args, "arrival", None):
         try:
             parse_arrival(args.arrival)
         except ValueError as exc:
-            raise _usage(f"--arrival: {exc}") from None
+            raise UsageError(f"--arrival: {exc}") from None
         m.arrival = args.arrival.strip().lower()
     if getattr(args, "max_concurrency", None):
-        m.max_concurrency = _positive_int(args.max_concurrency, "--max-concurrency")
+        m.max_concurrency = positive_int(args.max_concurrency, "--max-concurrency")
     if getattr(args, "drain_timeout", None):
         m.drain_timeout_s = parse_duration(args.drain_timeout)
     if getattr(args, "percentiles", None):
@@ -160,7 +139,7 @@ def add_capacity_parser(sub, formatter_class=argparse.HelpFormatter) -> None:
 
 def cmd_capacity(args: argparse.Namespace) -> int:
     if not (args.dir / "run.json").is_file():
-        raise _usage(f"{args.dir} holds no run.json")
+        raise UsageError(f"{args.dir} holds no run.json")
     from speedmatrix import slo
     from speedmatrix.results import load
 
@@ -168,7 +147,7 @@ def cmd_capacity(args: argparse.Namespace) -> int:
         targets = slo.parse_slo(args.slo)
         share = slo.parse_attainment(args.attainment)
     except ValueError as exc:
-        raise _usage(str(exc)) from None
+        raise UsageError(str(exc)) from None
     run = load(args.dir, strict=False)
     caps = run.capacity(targets, share)
     if args.json:

@@ -1,4 +1,4 @@
-"""A small JSON-over-HTTP client for the cold path: discovery, tokenize, calibration.
+"""The JSON-over-HTTP client for the cold path: discovery, tokenize, calibration.
 
 Built on httpx (its httpcore/h11 HTTP/1.1 engine), imported on the first request so that
 ``speedmatrix --help`` does not pay for it. Errors say what went wrong in one line. It is
@@ -26,6 +26,10 @@ Verification uses the standard library's default context (the system's CAs, and
 ``SSL_CERT_FILE``/``SSL_CERT_DIR`` as OpenSSL reads them), as libcurl in the core does, not
 httpx's own certifi bundle. Proxies come from the environment (``http_proxy``,
 ``https_proxy``, ``no_proxy``) as the standard library reads them, as before.
+
+Over 500 lines: the bounds httpx does not give (one deadline for the whole request, inflating
+under a cap, header-line and header-count limits, proxies and TLS as the standard library
+reads them) are kept here beside the client they guard, each with the test that holds it.
 """
 
 from __future__ import annotations

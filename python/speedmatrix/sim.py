@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from speedmatrix.cliargs import port as port_arg
 from speedmatrix.errors import SpeedmatrixError
 
 _PROFILES = Path(__file__).resolve().parent / "profiles"
@@ -311,17 +312,6 @@ class Sim:
         return False
 
 
-def _port(text: str) -> int:
-    """A TCP port from the command line (argparse type): 0 (pick one) to 65535."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"{value} is not a port number (0..65535)")
-    return value
-
-
 def add_engine_flags(ap: argparse.ArgumentParser) -> None:
     """The flags `speedmatrix sim` passes through to the binary: pacing, stamps, faults.
     Shared by this module's parser and the `sim` subcommand of speedmatrix.cli."""
@@ -369,7 +359,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="seed-h200",
         help=f"one of {', '.join(list_profiles())} or a .json path",
     )
-    ap.add_argument("--port", type=_port, default=8000)
+    ap.add_argument("--port", type=port_arg, default=8000)
     ap.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     ap.add_argument("--flavour", choices=["sglang", "vllm"], default=None)
     add_engine_flags(ap)
