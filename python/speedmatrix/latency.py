@@ -15,8 +15,10 @@ Per request (window requests only, ``phase == 1``):
   and ``queue_ms = sent − scheduled`` (time at the client's gate plus send lateness).
 
 Which requests count: in an open-loop cell, every window arrival that completed OK (the
-drain lets them finish after ``t0 + D``); in a closed-loop cell, the requests sent in
-``[t0, t1]`` that completed OK by ``t1`` (the ones cancelled at the window's end have no
+drain lets them finish after ``t0 + D``); in a closed-loop cell, the requests that finished
+OK inside ``[t0, t1]``, whenever they were sent: the steady-state window opens only once
+every slot streams, so the first wave was sent before it, and with long outputs few
+requests are sent inside it at all (the ones cancelled at the window's end have no
 end-to-end latency).
 
 Each distribution gives n, mean with a 95% t-interval, and the asked percentiles (linear
@@ -188,8 +190,8 @@ def per_request(requests: dict, events: dict | None = None) -> dict[str, np.ndar
 
 def counted_mask(requests: dict, t0_ns: int, t1_ns: int, open_loop: bool) -> np.ndarray:
     """The window requests whose latencies count (see the module's rule), all outcomes:
-    open loop, every arrival scheduled in [t0, t1); closed loop, every request sent in
-    [t0, t1] that did not end cancelled."""
+    open loop, every arrival scheduled in [t0, t1); closed loop, every request sent by t1
+    that ended inside [t0, t1] (a failure: at t0 or later) and was not cancelled."""
     phase = _col(requests, "phase")
     outcome = _col(requests, "outcome")
     if open_loop:
@@ -199,9 +201,10 @@ def counted_mask(requests: dict, t0_ns: int, t1_ns: int, open_loop: bool) -> np.
     done = _col(requests, "done_ns")
     return (
         (phase == 1)
-        & (sent >= t0_ns)
+        & (sent >= 0)
         & (sent <= t1_ns)
         & (outcome != OUTCOME_CANCELLED)
+        & (done >= t0_ns)
         & ((done <= t1_ns) | (outcome == OUTCOME_ERROR))
     )
 

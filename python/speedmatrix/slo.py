@@ -12,10 +12,12 @@ OK and each of its figures is within its target:
 
 Per cell (the requests :func:`speedmatrix.latency.counted_mask` counts; failed, and in open
 loop unfinished, requests count and miss; in closed loop a request cut at the window's end
-after its first token is judged on TTFT, its TPOT so far and its stalls so far, and on E2E
-only when its elapsed time already exceeds the target, else left out): ``attainment`` =
-meeting / counted, ``goodput_req_s`` = completed requests meeting the SLO / D,
-``goodput_tok_s`` = output tokens of the requests meeting it / D, and
+after its first token, whenever it was sent (the first wave included: with long outputs
+it is most of what a window holds), is judged on TTFT, its TPOT so far and its stalls so
+far, and on E2E only when its elapsed time already exceeds the target, else left out):
+``attainment`` = meeting / counted, ``goodput_req_s`` = completed requests meeting the
+SLO / D, ``goodput_tok_s`` = output tokens of the requests meeting it / D (closed loop:
+only their tokens that arrived inside the window, as total tok/s counts them), and
 ``failed_most``: the target most requests missed (``"error"`` when failures outnumber every
 target's misses).
 
@@ -142,7 +144,7 @@ def evaluate(
         cut = (
             (np.asarray(requests["phase"]) == 1)
             & (outcome == latency.OUTCOME_CANCELLED)
-            & (sent >= t0_ns)
+            & (sent >= 0)
             & (sent <= t1_ns)
             & (first >= 0)
             & (first <= t1_ns)
@@ -169,6 +171,8 @@ def evaluate(
     n_met = int(met.sum())
     d_s = (t1_ns - t0_ns) / 1e9
     out_tok = np.asarray(requests["output_tokens"]).astype(float)
+    if not open_loop and events is not None:
+        out_tok = _window_tokens(len(out_tok), events, t0_ns, t1_ns)
     worst = max(missed.items(), key=lambda kv: kv[1]) if missed else ("", 0)
     return {
         "slo": dict(slo),
@@ -180,6 +184,16 @@ def evaluate(
         "missed": missed,
         "failed_most": worst[0] if worst[1] > 0 else None,
     }
+
+
+def _window_tokens(n: int, events: dict, t0_ns: int, t1_ns: int) -> np.ndarray:
+    """Per request, the tokens of its events that arrived in [t0, t1] (the window's tokens,
+    as the cell's total tok/s counts them)."""
+    t = np.asarray(events["t_ns"]).astype(np.int64)
+    inside = (t >= t0_ns) & (t <= t1_ns)
+    req = np.asarray(events["request"]).astype(np.int64)[inside]
+    tok = np.asarray(events["tokens"]).astype(float)[inside]
+    return np.bincount(req, weights=tok, minlength=n)[:n]
 
 
 _METHOD = "linear interpolation of attainment between the last passing and first failing loads"

@@ -443,3 +443,32 @@ def test_closed_loop_requests_cut_at_the_window_end_are_judged_on_what_they_show
     assert r["counted"] == 2 and r["met"] == 0  # the two sent at 0 ran 1000 ms > 950
     r = slo.evaluate(req, ev, T0, T0 + S, {"e2e": 5000.0})
     assert r["counted"] == 0 and math.isnan(r["attainment"])
+
+
+def test_closed_loop_counts_the_first_wave_sent_before_the_steady_window():
+    # The steady-state window opens once every slot streams, so the first wave was sent
+    # before t0. Its requests that finish inside the window count (E2E from their send);
+    # cut ones are judged on what they showed; goodput tok/s counts only tokens that
+    # arrived inside the window (as total tok/s does).
+    rows = [
+        # sent in the ramp, finished inside: 10 tokens, 4 of them before t0
+        {
+            "sent": -400,
+            "first": -300,
+            "done": 500,
+            "out": 10,
+            "chunks": [-300, -200, -100, -50] + [100 * k for k in range(1, 7)],
+        },
+        # sent in the ramp, cut at t1: judged on TTFT and its pace so far
+        {"sent": -400, "first": -350, "done": 1000, "out": 5, "outcome": 2},
+        # finished before the window opened: not the cell's steady state
+        {"sent": -900, "first": -800, "done": -10, "out": 3},
+    ]
+    req, ev = make_records(rows)
+    d = latency.cell_latency(req, ev, T0, T0 + S)
+    assert d["e2e_ms"]["n"] == 1 and d["e2e_ms"]["mean"] == pytest.approx(900)
+    r = slo.evaluate(req, ev, T0, T0 + S, {"ttft": 200.0})
+    assert r["counted"] == 2 and r["met"] == 2
+    assert r["goodput_req_s"] == pytest.approx(1.0)  # one completed in the 1 s window
+    cut_inside = sum(1 for t in ev["t_ns"][ev["request"] == 1] if T0 <= t <= T0 + S)
+    assert r["goodput_tok_s"] == pytest.approx(6 + cut_inside)  # the window's tokens only
