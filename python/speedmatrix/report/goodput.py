@@ -226,8 +226,10 @@ def goodput_section(run: Run, s: SloSettings) -> Section:
     req = run.load_matrix("slo_goodput_req_s", numeric=True)
     tok = run.load_matrix("slo_goodput_tok_s", numeric=True)
     att = run.load_matrix("slo_attainment", numeric=True)
+    # a --search run measures only the loads it needs: its grid is sparse by design
+    search = bool(((run.meta.get("run") or {}).get("matrix") or {}).get("search"))
     rows, classes, statuses, kinds = [], [], [], []
-    below_any = flagged_any = False
+    below_any = flagged_any = skipped = False
     for i, ctx in enumerate(grid.contexts):
         label = grid.labels[i]
         row: list[Any] = [label]
@@ -235,8 +237,13 @@ def goodput_section(run: Run, s: SloSettings) -> Section:
         for x in grid.loads:
             cells = grid.groups.get((ctx, x), [])
             st = _status(cells)
-            statuses.append(st)
             c = _cell_class(st)
+            if st is None and search:
+                skipped = True
+                row.append([fmt.DASH])
+                cls.append(c)
+                continue
+            statuses.append(st)
             if st not in ("valid", "queued"):
                 if st == "error":
                     kinds.append(tables.error_kind(cells))
@@ -244,7 +251,7 @@ def goodput_section(run: Run, s: SloSettings) -> Section:
                 cls.append(c)
                 continue
             a = att.loc[label, x]
-            lines = [_rate(req.loc[label, x]), f"{fmt.tok_s(tok.loc[label, x])} tok/s"]
+            lines = _goodput_lines(req.loc[label, x], tok.loc[label, x], grid.rate)
             if st == "queued":
                 lines.append("Requests queued")
             if fmt.missing(a):
@@ -270,8 +277,9 @@ def goodput_section(run: Run, s: SloSettings) -> Section:
         classes.append(cls)
     cols = ["Context"] + [f"{x:g}" if grid.rate else str(x) for x in grid.loads]
     what = "request rates (req/s)" if grid.rate else "simultaneous requests"
+    first = "goodput req/s · goodput output tok/s" if grid.rate else "goodput output tok/s · req/s"
     caption = (
-        f"goodput req/s · goodput output tok/s · share of requests meeting SLO {s.text} · "
+        f"{first} · share of requests meeting SLO {s.text} · "
         f"rows are context length, columns are {what}"
     )
     text = [
@@ -291,6 +299,8 @@ def goodput_section(run: Run, s: SloSettings) -> Section:
             "requests met the SLO; the target missed most is named (error: failed requests)."
         )
     text += tables.status_notes(run, statuses, kinds, flagged_any)
+    if skipped:
+        text.append(f"{fmt.DASH}: a load the search (--search) did not need to measure.")
     items = [
         ("SLO", s.text + ("" if s.source == "run" else " (asked of this report; not the run's)")),
         ("Target attainment", _share(s.attainment)),
@@ -304,6 +314,14 @@ def goodput_section(run: Run, s: SloSettings) -> Section:
         anchor="goodput",
         css="matrix",
     )
+
+
+def _goodput_lines(req_s: Any, tok_s: Any, rate: bool) -> list[str]:
+    """A grid cell's two goodput lines, the headline first: req/s for a request-rate run
+    (requests complete in its window), output tok/s for a closed-loop one (whose long
+    requests mostly run past the window: few complete in it, their tokens count)."""
+    r, t = _rate(req_s), fmt.tok_s(tok_s)
+    return [r, f"{t} tok/s"] if rate else [t, f"{r} req/s"]
 
 
 def _failed_most(cells: list[dict]) -> str | None:
