@@ -236,6 +236,8 @@ def describe(
             name = f"prefill {c.label}"
         else:
             name = f"decode {c.label} × {c.concurrency}"
+            if _open_loop(c):  # an open-loop cell's load is its rate (concurrency: the gate)
+                name = f"decode {c.label} @ {c.rate_per_s:g} req/s"
         if matrix.repetitions > 1:
             name += f" (rep {c.repetition + 1})"
         if c.status is None:

@@ -280,3 +280,110 @@ def test_a_search_run_reports_its_measured_points_and_its_answer(tmp_path):
     _, rows = _table(_section(md, "Capacity at SLO"))
     assert rows[0][1] == goodput.load_text(found["passing"], False)
     assert f"(--search: {found['cells']} cells, converged)" in rows[0][5]
+
+
+def _open_cell(rate, kept_up, status="valid", e2e=(200.0, 210.0), sched=(250.0, 400.0)):
+    cid = f"decode-c512-q{rate:g}-r0"
+    cell = {
+        "id": cid,
+        "phase": "decode",
+        "context": 512,
+        "label": "512",
+        "concurrency": 4,
+        "repetition": 0,
+        "status": status,
+        "rate_per_s": rate,
+        "flags": [] if kept_up else ["behind"],
+    }
+    if status == "over_capacity":  # as the sweep writes one: figures null, nothing counted
+        cell.update({k: None for k in ("total_tok_s", "per_request_tok_s", "prompt_tok_s")})
+        cell.update({"ttft_ms": None, "tbt_ms": None, "avg_active": None, "completed": 0})
+        cell.update({"output_tokens": 0, "measured_s": 0.0, "errors": {}, "reason": "KV"})
+        return cell
+    cell.update(
+        {
+            "total_tok_s": 100.0 * rate,
+            "per_request_tok_s": 50.0,
+            "prompt_tok_s": None,
+            "tbt_ms": 20.0,
+            "avg_active": 2.0,
+            "completed": int(10 * rate),
+            "output_tokens": int(160 * rate),
+            "measured_s": 10.0,
+            "ttft_ms": 12.0,
+            "errors": {},
+            "open_loop": {
+                "rate_per_s": rate,
+                "arrivals": int(10 * rate),
+                "achieved_rate_per_s": rate if kept_up else rate / 2,
+                "completed": int(10 * rate),
+                "failed": 0,
+                "cancelled": 0 if kept_up else 3,
+                "in_flight_max": 4,
+                "kept_up": kept_up,
+                "reason": "" if kept_up else "an arrival was unfinished at the drain bound",
+            },
+            "latency": {
+                "e2e_ms": {"n": 10, "median": e2e[0], "p50": e2e[0]},
+                "e2e_sched_ms": {"n": 10, "median": sched[0], "p50": sched[0]},
+                "ttft_ms": {"n": 10, "median": 12.0, "p50": 12.0},
+                "ttft_sched_ms": {"n": 10, "median": 60.0, "p50": 60.0},
+            },
+        }
+    )
+    return cell
+
+
+def test_open_loop_table_from_the_cells_without_a_tail_percentile():
+    from speedmatrix.results import Run
+
+    doc = {
+        "schema": "speedmatrix.run/1",
+        "meta": {
+            "run": {
+                "matrix": {
+                    "contexts": [512, 2048],
+                    "request_rates": [2.0, 8.0],
+                    "percentiles": [50.0],  # no tail: the p99 column is left out
+                    "arrival": "gamma:0.5",
+                }
+            }
+        },
+        "cells": [
+            _open_cell(2.0, True),
+            _open_cell(8.0, False),
+            {**_open_cell(2.0, True, "over_capacity"), "context": 2048, "label": "2K"},
+        ],
+    }
+    md, _, _ = render_report(Run(doc), charts=False)
+    sec = _section(md, "Open loop")
+    head, rows = _table(sec)
+    assert "E2E p99: from schedule / from send" not in head and len(head) == 11
+    assert all(len(r) == 11 for r in rows)
+    assert rows[0][1:4] == ["2 req/s", "Valid", "2.00 req/s"]
+    assert rows[1][6] == "3" and rows[1][-1] == "no"  # unfinished at the drain bound
+    assert rows[1][9] == "250 ms / 200 ms"
+    assert rows[2][2] == "Over capacity"
+    assert sec.count("could not keep up at") == 1
+    assert "- **Arrivals:** gamma:0.5 arrivals" in sec
+    # the decode grid goes by rate, not by the gate's concurrency
+    head, drows = _table(_section(md, "Sustained decode"))
+    assert head == ["Context", "2", "8"] and drows[1][1] == "Over capacity"
+    assert "## Goodput at SLO" not in md  # no SLO recorded: no goodput views
+
+
+def test_a_run_whose_every_cell_is_over_capacity_still_reports_its_slo_views():
+    from speedmatrix.results import Run
+
+    cells = [_open_cell(r, True, "over_capacity") for r in (2.0, 8.0)]
+    doc = {
+        "schema": "speedmatrix.run/1",
+        "meta": {"run": {"matrix": {"request_rates": [2.0, 8.0], "slo": {"ttft": 500.0}}}},
+        "cells": cells,
+    }
+    md, _, svgs = render_report(Run(doc))
+    _, rows = _table(_section(md, "Goodput at SLO"))
+    assert rows == [["512", "Over capacity", "Over capacity"]]
+    _, caps = _table(_section(md, "Capacity at SLO"))
+    assert caps[0][1:4] == [fmt.DASH, "2 req/s", "below 2 req/s"]  # over capacity fails
+    assert "capacity_vs_load" in svgs

@@ -190,6 +190,15 @@ def load_grid(run: Run) -> LoadGrid:
     return LoadGrid(rate, contexts, [labels[c] for c in contexts], loads, groups)
 
 
+def _numbers(run: Run, figure: str) -> Any:
+    """`Run.load_matrix` of ``figure`` as numbers; all NaN when no cell has the figure (every
+    cell over capacity, say), in the same layout."""
+    try:
+        return run.load_matrix(figure, numeric=True)
+    except KeyError:
+        return run.load_matrix("context", numeric=True) * np.nan
+
+
 def _status(cells: list[dict]) -> str | None:
     from speedmatrix.results import combined_status
 
@@ -223,9 +232,9 @@ def goodput_section(run: Run, s: SloSettings) -> Section:
     grid = load_grid(run)
     if not grid.groups:
         return Section("Goodput at SLO", text=["No decode cell was measured."], anchor="goodput")
-    req = run.load_matrix("slo_goodput_req_s", numeric=True)
-    tok = run.load_matrix("slo_goodput_tok_s", numeric=True)
-    att = run.load_matrix("slo_attainment", numeric=True)
+    req = _numbers(run, "slo_goodput_req_s")
+    tok = _numbers(run, "slo_goodput_tok_s")
+    att = _numbers(run, "slo_attainment")
     # a --search run measures only the loads it needs: its grid is sparse by design
     search = bool(((run.meta.get("run") or {}).get("matrix") or {}).get("search"))
     rows, classes, statuses, kinds = [], [], [], []
@@ -432,12 +441,27 @@ def open_loop_section(run: Run) -> Section | None:
     if not cells:
         return None
     tail = _tail(run)
+    cols = [
+        "Context",
+        "Rate asked",
+        "Status",
+        "Achieved",
+        "Arrivals",
+        "Completed",
+        "Failed or unfinished",
+        "In flight (max)",
+        "TTFT median: from schedule / from send",
+        "E2E median: from schedule / from send",
+    ]
+    if tail:
+        cols.append(f"E2E {tail}: from schedule / from send")
+    cols.append("Kept up")
     rows, behind = [], []
     for c in cells:
         rate = load_text(c["rate_per_s"], True)
         st = c.get("status")
         if st in ("over_capacity",) or fmt.missing(c.get("open_loop_arrivals")):
-            rows.append([c["label"], rate, fmt.status_text(st)] + [fmt.DASH] * (9 if tail else 7))
+            rows.append([c["label"], rate, fmt.status_text(st)] + [fmt.DASH] * (len(cols) - 3))
             continue
 
         def pair(name: str, stat: str, c: dict = c) -> str:
@@ -468,21 +492,6 @@ def open_loop_section(run: Run) -> Section | None:
                 + (f": {reason}." if not fmt.missing(reason) else ".")
             )
         rows.append(row)
-    cols = [
-        "Context",
-        "Rate asked",
-        "Status",
-        "Achieved",
-        "Arrivals",
-        "Completed",
-        "Failed or unfinished",
-        "In flight (max)",
-        "TTFT median: from schedule / from send",
-        "E2E median: from schedule / from send",
-    ]
-    if tail:
-        cols.append(f"E2E {tail}: from schedule / from send")
-    cols.append("Kept up")
     arrival = ((run.meta.get("run") or {}).get("matrix") or {}).get("arrival")
     gate = ((run.meta.get("run") or {}).get("matrix") or {}).get("max_concurrency")
     how = []
@@ -578,8 +587,8 @@ def rate_decode_section(run: Run) -> Section:
         return Section(
             "Sustained decode", text=["No decode cell was measured."], anchor="sustained-decode"
         )
-    tot = run.load_matrix("total_tok_s", numeric=True)
-    ttft = run.load_matrix("ttft_ms", numeric=True)
+    tot = _numbers(run, "total_tok_s")
+    ttft = _numbers(run, "ttft_ms")
     rows, classes, statuses, kinds, flagged = [], [], [], [], False
     for i, ctx in enumerate(grid.contexts):
         label = grid.labels[i]
@@ -632,7 +641,7 @@ def rate_summary_section(run: Run) -> Section:
     if not grid.groups:
         items.append(("Peak throughput", "No decode cell was measured."))
         return Section("Summary", items=items, anchor="summary")
-    tot = run.load_matrix("total_tok_s", numeric=True)
+    tot = _numbers(run, "total_tok_s")
     vals = tot.to_numpy(float)
     if not vals.size or not np.isfinite(vals).any():
         items.append(("Peak throughput", "No decode cell was measured."))
