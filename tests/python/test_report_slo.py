@@ -83,7 +83,9 @@ def _check_grid(run, md: str, share: float) -> int:
             a = att.loc[label, x]
             if np.isnan(a):
                 want = status.loc[label, x]
-                if isinstance(want, str):  # the cell's status text
+                if want in ("Valid", "Requests queued"):  # measured, but nothing judged
+                    assert "no requests judged" in lines, cell
+                elif isinstance(want, str):  # the cell's status text
                     assert lines[0] == want, (label, x, cell)
                 else:  # no cell at this load
                     assert lines[0] in (fmt.DASH, "Not measured"), (label, x, cell)
@@ -387,3 +389,22 @@ def test_a_run_whose_every_cell_is_over_capacity_still_reports_its_slo_views():
     _, caps = _table(_section(md, "Capacity at SLO"))
     assert caps[0][1:4] == [fmt.DASH, "2 req/s", "below 2 req/s"]  # over capacity fails
     assert "capacity_vs_load" in svgs
+
+
+def test_a_cell_with_nothing_judged_says_so_and_why(base_dir, tmp_path):
+    base = load(base_dir)
+    run = _with_recorded_slo(base_dir, tmp_path / "nj", {"tpot": _tbt_split(base)}, 0.9)
+    md, _, _ = render_report(run, charts=False)
+    assert "No requests judged" not in md and "no requests judged" not in md
+    # a closed-loop cell whose window judged nothing (as evaluate leaves it: attainment null)
+    doc = read_run(run.path)
+    cell = next(c for c in doc["cells"] if c["phase"] == "decode" and c["status"] == "valid")
+    cell["slo"].update({"counted": 0, "met": 0, "attainment": None})
+    cell["slo"].update({"goodput_req_s": 0.0, "goodput_tok_s": 0.0})
+    write_run(run.path, doc, secrets=synthetic.SECRETS)
+    run = load(run.path)
+    md, _, _ = render_report(run, charts=False)
+    _check_grid(run, md, 0.9)
+    note = "No requests judged (1 measured cell): a closed-loop cell judges"
+    assert note in _section(md, "Goodput at SLO") and note in _section(md, "Capacity at SLO")
+    assert _section(md, "Goodput at SLO").count("no requests judged") == 1

@@ -28,6 +28,15 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: marks a grid cell whose attainment is below the target share
 BELOW_MARK = "▼"
+#: why a measured cell can have no attainment (docs/metrics.md, "SLOs"): said under the grid
+#: and the capacity answer whenever such a cell is there
+UNJUDGED_NOTE = (
+    "No requests judged ({n}): a closed-loop cell judges the requests sent inside its window, "
+    "and a steady-state window opens after its N requests were sent; when none of them "
+    "finishes and is replaced before the window ends (long outputs), nothing is judged and "
+    "the cell is left out of the capacity answer. A request-rate run (--request-rate) or "
+    "a shorter --max-output judges every cell."
+)
 
 
 @dataclass
@@ -239,6 +248,7 @@ def goodput_section(run: Run, s: SloSettings) -> Section:
     search = bool(((run.meta.get("run") or {}).get("matrix") or {}).get("search"))
     rows, classes, statuses, kinds = [], [], [], []
     below_any = flagged_any = skipped = False
+    unjudged = 0
     for i, ctx in enumerate(grid.contexts):
         label = grid.labels[i]
         row: list[Any] = [label]
@@ -264,6 +274,7 @@ def goodput_section(run: Run, s: SloSettings) -> Section:
             if st == "queued":
                 lines.append("Requests queued")
             if fmt.missing(a):
+                unjudged += 1
                 lines.append("no requests judged")
             else:
                 lines.append(f"{_share(a)} met")
@@ -310,6 +321,8 @@ def goodput_section(run: Run, s: SloSettings) -> Section:
     text += tables.status_notes(run, statuses, kinds, flagged_any)
     if skipped:
         text.append(f"{fmt.DASH}: a load the search (--search) did not need to measure.")
+    if unjudged:
+        text.append(UNJUDGED_NOTE.format(n=fmt.plural(unjudged, "measured cell")))
     items = [
         ("SLO", s.text + ("" if s.source == "run" else " (asked of this report; not the run's)")),
         ("Target attainment", _share(s.attainment)),
@@ -402,10 +415,20 @@ def capacity_section(run: Run, s: SloSettings) -> Section:
         ),
         classes=[["txt", "", "", "", "wrap", "wrap"] for _ in rows],
     )
+    text = [] if rows else ["No decode cell with records was measured."]
+    unjudged = sum(
+        1
+        for c in run.doc.get("cells") or []
+        if c.get("phase") == "decode"
+        and c.get("status") in ("valid", "queued")
+        and fmt.missing((c.get("slo") or {}).get("attainment"))
+    )
+    if unjudged:
+        text.append(UNJUDGED_NOTE.format(n=fmt.plural(unjudged, "measured cell")))
     return Section(
         "Capacity at SLO",
         table=tbl if rows else None,
-        text=[] if rows else ["No decode cell with records was measured."],
+        text=text,
         anchor="capacity-at-slo",
         charts=["capacity_vs_load"] if rows else [],
     )
