@@ -60,15 +60,13 @@ def recorded_slo(run: Run) -> tuple[dict[str, float], float]:
     """The run's own SLO targets (ms) and attainment share, from ``meta.run.matrix``
     (``{}`` when the run was measured without ``--slo``)."""
     m = (run.meta.get("run") or {}).get("matrix") or {}
-    targets = m.get("slo") or {}
-    share = m.get("attainment")
+    raw = m.get("slo")
+    targets = {str(k): float(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
     try:
-        share = float(share) if share is not None else 0.95
+        share = float(m["attainment"]) if m.get("attainment") is not None else 0.95
     except (TypeError, ValueError):
         share = 0.95
-    return ({str(k): float(v) for k, v in targets.items()} if isinstance(targets, dict) else {}), (
-        share
-    )
+    return targets, share
 
 
 def settings(
