@@ -408,3 +408,8 @@ def test_a_cell_with_nothing_judged_says_so_and_why(base_dir, tmp_path):
     note = "No requests judged (1 measured cell): a closed-loop cell judges"
     assert note in _section(md, "Goodput at SLO") and note in _section(md, "Capacity at SLO")
     assert _section(md, "Goodput at SLO").count("no requests judged") == 1
+
+
+def test_a_run_without_prefill_cells_draws_no_empty_prefill_chart(base_dir):
+    _, _, svgs = render_report(load(base_dir))
+    assert "prefill_vs_context" not in svgs and "decode_heatmap" in svgs

@@ -583,7 +583,8 @@ def all_figures(run: Run, slo: Any = None) -> dict[str, Figure]:
         figs["total_vs_concurrency"] = total_vs_concurrency(run)
         figs["per_request_vs_concurrency"] = per_request_vs_concurrency(run)
         figs["ttft_vs_context"] = ttft_vs_context(run)
-    figs["prefill_vs_context"] = prefill_vs_context(run)
+    if run.prefill()["prompt_tok_s"].notna().any():  # else the section says none was measured
+        figs["prefill_vs_context"] = prefill_vs_context(run)
     if slo is not None:
         caps = goodput.capacities(run, slo)
         if caps:
