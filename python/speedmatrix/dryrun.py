@@ -6,9 +6,12 @@ and returns the text a user reads before committing a GPU for an hour: every cel
 order, the ones that will not run and why, how prompts will be made exact, and an estimated
 duration from :func:`estimate_s`.
 
-``estimate_s`` is the same model the live ETA uses: a cell's time is its warm-up (the new
-prompt tokens it must prefill at the prefill rate), its window, and a fixed overhead per
-cell (idle wait, cancellation, the cool-down before a cold prefill).
+``estimate_s`` is the same model the live ETA uses. A decode cell's time is its warm-up (the
+new prompt tokens it must prefill at the prefill rate, and the server admitting each new prompt),
+its ramp (the server admitting the window's N requests, one after another, before they all
+stream), its window, and a fixed overhead per cell (idle wait, cancellation, the cool-down before
+a cold prefill). Prompts that share a prefix (``shared_prefix``) prefill only their own part once
+the prefix is cached. An open-loop cell has no warm-up and no ramp: its time is its window.
 """
 
 from __future__ import annotations
@@ -23,24 +26,64 @@ ASSUMED_PREFILL_TOK_S = 10_000.0
 #: seconds each cell spends outside its warm-up and window: the idle check before it,
 #: cancelling the window's requests and waiting for the server to drain after it
 CELL_OVERHEAD_S = 0.6
+#: prompt tokens per second a server reads when it admits a request, cached or not (matching
+#: the prefix cache, scheduling), one request after another: the N requests of a window reach
+#: steady state only after N × C / this. SGLang on the seed report's H200 admits ~207K tok/s
+#: (the seed-h200 profile's fitted front-end cost, 4.84 µs per prompt token), which makes a
+#: 123K × 8 window's ramp ~5 s; docs/PERFORMANCE.md has the seed matrix's estimate and run.
+ASSUMED_ADMIT_TOK_S = 200_000.0
 
 
-def _prompt_tokens_to_prefill(
+def unique_prompt_tokens(context: int, shared_prefix: int) -> int:
+    """Tokens of a prompt that are its own once another prompt of its cell is cached: all of
+    them (``shared_prefix`` 0), all but the shared prefix (> 0), or the last ``|shared_prefix|``
+    (< 0, "all but the last N shared")."""
+    if shared_prefix > 0:
+        return max(0, context - min(shared_prefix, context))
+    if shared_prefix < 0:
+        return min(-shared_prefix, context)
+    return context
+
+
+def _open_loop(c: Any) -> bool:
+    return getattr(c, "rate_per_s", None) is not None
+
+
+def _new_prompts(
     cells: list[Any], sent: dict[tuple[int, int], int] | None = None
-) -> dict[str, int]:
-    """New prompt tokens each decode cell's warm-up prefills: the decode cells of one context
-    share their prompts (``Sweep._prompts``), so a cell prefills only the prompts no earlier
-    cell of that context and repetition sent. ``sent``: (context, repetition) -> prompts
-    already sent (by the cells a run has finished)."""
+) -> dict[str, tuple[int, bool]]:
+    """New prompts each closed-loop decode cell's warm-up sends, and whether the first of
+    them is the first prompt of its context and repetition (nothing of it cached yet): the
+    decode cells of one context share their prompts (``Sweep._prompts``), so a cell sends only
+    the prompts no earlier cell of that context and repetition sent. ``sent``: (context,
+    repetition) -> prompts already sent (by the cells a run has finished)."""
     sent = dict(sent or {})
-    out: dict[str, int] = {}
+    out: dict[str, tuple[int, bool]] = {}
     for c in cells:
-        if c.phase != "decode" or c.status is not None:
+        if c.phase != "decode" or c.status is not None or _open_loop(c):
             continue
         key = (c.context, c.repetition)
         prev = sent.get(key, 0)
-        out[c.id] = max(0, c.concurrency - prev) * c.context
+        out[c.id] = (max(0, c.concurrency - prev), prev == 0)
         sent[key] = max(prev, c.concurrency)
+    return out
+
+
+def _prompt_tokens_to_prefill(
+    cells: list[Any], sent: dict[tuple[int, int], int] | None = None, shared_prefix: int = 0
+) -> dict[str, int]:
+    """New prompt tokens each decode cell's warm-up prefills (see :func:`_new_prompts`): the
+    first prompt of a context in full, each further new prompt its own part
+    (:func:`unique_prompt_tokens`)."""
+    out: dict[str, int] = {}
+    by_id = {c.id: c for c in cells}
+    for cid, (n, first) in _new_prompts(cells, sent).items():
+        ctx = by_id[cid].context
+        if n == 0:
+            out[cid] = 0
+            continue
+        own = unique_prompt_tokens(ctx, shared_prefix)
+        out[cid] = (ctx if first else own) + (n - 1) * own
     return out
 
 
@@ -65,16 +108,26 @@ def estimate_cells_s(
     own); ``sent``: prompts already sent per (context, repetition), see
     :func:`_prompt_tokens_to_prefill`. Cells already run are simply left out of ``cells``."""
     rate = float(prefill_tok_s or ASSUMED_PREFILL_TOK_S)
-    new_tokens = _prompt_tokens_to_prefill(cells, sent)
+    shared = int(getattr(matrix, "shared_prefix", 0) or 0)
+    new_tokens = _prompt_tokens_to_prefill(cells, sent, shared)
+    new_prompts = _new_prompts(cells, sent)
     times = []
     for c in cells:
         t = 0.0
         if c.status is None and c.phase == "prefill":
             if not (from_warmup and c.id in from_warmup):
                 t = c.context / rate + float(matrix.prefill_cooldown_s) + CELL_OVERHEAD_S
+        elif c.status is None and _open_loop(c):
+            t = cell_duration_s(c, matrix) + CELL_OVERHEAD_S
         elif c.status is None:
-            warm = new_tokens.get(c.id, c.concurrency * c.context) / rate if matrix.warmup else 0
-            t = warm + cell_duration_s(c, matrix) + CELL_OVERHEAD_S
+            admit_s = c.context / ASSUMED_ADMIT_TOK_S  # per request, cached or not
+            prefill_s = new_tokens.get(c.id, c.concurrency * c.context) / rate
+            n_new = new_prompts.get(c.id, (c.concurrency, True))[0]
+            # with a warm-up the new prompts are prefilled (and admitted) before the window's
+            # requests are sent; without one the window's ramp pays their prefill
+            warm = prefill_s + n_new * admit_s if matrix.warmup else 0.0
+            ramp = c.concurrency * admit_s + (0.0 if matrix.warmup else prefill_s)
+            t = warm + ramp + cell_duration_s(c, matrix) + CELL_OVERHEAD_S
         times.append(t)
     return times
 
@@ -183,6 +236,8 @@ def describe(
             name = f"prefill {c.label}"
         else:
             name = f"decode {c.label} × {c.concurrency}"
+            if _open_loop(c):  # an open-loop cell's load is its rate (concurrency: the gate)
+                name = f"decode {c.label} @ {c.rate_per_s:g} req/s"
         if matrix.repetitions > 1:
             name += f" (rep {c.repetition + 1})"
         if c.status is None:
@@ -208,7 +263,8 @@ def describe(
         f"Estimated duration: {_duration(est)} "
         f"(windows "
         f"{_duration(sum(cell_duration_s(c, matrix) for c in runnable if c.phase == 'decode'))}; "
-        f"warm-ups and prefill at an assumed {ASSUMED_PREFILL_TOK_S:,.0f} prompt tok/s; "
+        f"warm-ups and prefill at an assumed {ASSUMED_PREFILL_TOK_S:,.0f} prompt tok/s, "
+        f"ramps at {ASSUMED_ADMIT_TOK_S:,.0f} prompt tok/s admitted; "
         "the live ETA corrects it from the first measured prefill)"
     )
     warnings = list(target.warnings) + list(planned.warnings)

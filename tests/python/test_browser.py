@@ -152,6 +152,10 @@ async def _inspect(url, screenshot: str | None = None):
                     "over": await page.eval("document.querySelectorAll('td.over').length"),
                     "title": await page.eval("document.title"),
                     "flagged": await page.eval("document.querySelectorAll('td.flagged').length"),
+                    "below": await page.eval("document.querySelectorAll('td.below').length"),
+                    "charts": await page.eval(
+                        "[...document.querySelectorAll('figure.chart')].map(f => f.id)"
+                    ),
                 }
                 if screenshot:
                     info["screenshots"] = await _screenshots(page, screenshot)
@@ -236,6 +240,28 @@ def test_report_html_in_headless_chromium():
     }
     assert info["flagged"] == len(flagged) > 0
     assert info["title"].startswith("Speed test matrix")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
+def test_slo_report_html_in_headless_chromium(tmp_path):
+    """A report judged against an SLO (the goodput grid, the capacity table and chart) renders
+    with no console error, its below-target cells marked in the page."""
+    from speedmatrix.report import write_report
+    from speedmatrix.results import load
+
+    d = tmp_path / "slo"
+    synthetic.build_run(
+        d, contexts=(8192, 32768), concurrency=(1, 4, 16, 64), prefill_contexts=(), duration_s=2.0
+    )
+    tbt = sorted(c["tbt_ms"] for c in load(d).doc["cells"] if c.get("tbt_ms"))
+    write_report(d, slo=f"tpot={(tbt[0] + tbt[-1]) / 2:.3f}ms", attainment="90%")
+    info, events = asyncio.run(_inspect((d / "report.html").resolve().as_uri(), "report-slo"))
+    assert _problems(events) == []
+    assert all(u.startswith(("file:", "data:", "about:")) for u in _requests(events))
+    assert {"Goodput at SLO", "Capacity at SLO"} <= set(info["h2"])
+    md = (d / "report.md").read_text()
+    assert info["below"] == md.count("▼ below") > 0
+    assert "chart-capacity_vs_load" in info["charts"]
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")

@@ -1,13 +1,20 @@
 """README's demo command works: `speedmatrix demo` starts the built-in engine
 with the seed-h200 profile, measures the seed's whole matrix and writes the run
 and its report. (A 2 s window here instead of the default 5 s, to save time: windows
-open at steady state, so it still reads the seed's figures.)"""
+open at steady state, so it still reads the seed's figures.)
+
+The same run checks `--dry-run` on the seed matrix (issue 15): against the same engine
+profile and matrix, the dry run sends no generation request and its estimate is within
+25% of the demo's measured run time (one demo run serves both checks)."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+import time
+from datetime import datetime
 
 import pytest
 from seed import reproducible, seed_cells
@@ -16,8 +23,28 @@ from seed import reproducible, seed_cells
 pytestmark = pytest.mark.e2e
 
 
+def _dry_run_of_the_demo() -> tuple[float, str]:
+    """The dry run's estimate (s) and text for the demo's matrix against a seed-h200 engine,
+    asserting that it sent the engine no generation request."""
+    from speedmatrix import demo, dryrun
+    from speedmatrix.sim import Sim
+
+    with Sim(demo.DEMO_PROFILE) as sim:
+        text = dryrun.describe(sim.url, demo.demo_matrix(2.0))
+        state = sim.state()
+    # the engine's own counters: nothing submitted, no prompt or output token processed
+    assert state["requests_submitted"] == 0, state
+    assert state["prompt_tokens_total"] == 0 and state["tokens_sent"] == 0, state
+    m = re.search(r"Estimated duration: (?:(\d+)h)?(?:(\d+)m)?(\d+)s", text)
+    assert m, text
+    h, mnt, sec = (int(g or 0) for g in m.groups())
+    return float(h * 3600 + mnt * 60 + sec), text
+
+
 def test_demo_writes_the_seed_matrix_and_its_report(tmp_path):
+    est_s, dry_text = _dry_run_of_the_demo()
     out = tmp_path / "demo"
+    started = time.monotonic()
     res = subprocess.run(
         [
             sys.executable,
@@ -35,6 +62,7 @@ def test_demo_writes_the_seed_matrix_and_its_report(tmp_path):
         timeout=600,
         check=False,
     )
+    wall_s = time.monotonic() - started
     assert res.returncode == 0, res.stderr[-2000:]
     for name in ("run.json", "report.md", "report.html"):
         assert (out / name).is_file()
@@ -75,3 +103,14 @@ def test_demo_writes_the_seed_matrix_and_its_report(tmp_path):
     assert "Sustained decode" in md and "All measurements" in md
     # no cell needed the ramp cap: the report carries no long-ramp caveat
     assert "Long ramp" not in md
+    # --dry-run on the seed matrix: its estimate within 25% of the run it describes (the
+    # sweep's own start and finish; the demo adds the engine's start and the report)
+    run_meta = doc["meta"]["run"]
+    real_s = (
+        datetime.fromisoformat(run_meta["finished_at"])
+        - datetime.fromisoformat(run_meta["started_at"])
+    ).total_seconds()
+    figures = f"dry-run estimate {est_s:.0f} s, run {real_s:.0f} s (demo wall {wall_s:.0f} s)"
+    print(figures)
+    assert "decode 123K × 8" in dry_text and dry_text.count("over capacity") == 11
+    assert abs(est_s - real_s) <= 0.25 * real_s, figures

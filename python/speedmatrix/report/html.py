@@ -15,6 +15,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from speedmatrix.report.formatting import FLAG_MARK
+from speedmatrix.report.goodput import BELOW_MARK
 from speedmatrix.report.markdown import CHART_TITLES
 from speedmatrix.report.tables import Report, Section, Table
 
@@ -113,6 +114,8 @@ def _kind(k: int, line: str) -> str:
         return "v"
     if line == "Requests queued":
         return "q"
+    if str(line).startswith(BELOW_MARK):
+        return "b"
     return "f" if str(line).startswith(FLAG_MARK) else "t"
 
 
@@ -126,7 +129,7 @@ _NUMERIC = re.compile(r"^[-+—]?[\d.,]*\d?[\d.,–\-]*(K|×|%| ms| s| GB| token
 
 
 def section_view(s: Section, charts: dict[str, str]) -> SimpleNamespace:
-    css = {"Sustained decode": "matrix", "Prefill": "prefill"}.get(s.title, "data")
+    css = s.css or {"Sustained decode": "matrix", "Prefill": "prefill"}.get(s.title, "data")
     return SimpleNamespace(
         title=s.title,
         anchor=s.anchor or _slug(s.title),

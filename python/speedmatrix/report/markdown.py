@@ -14,6 +14,7 @@ CHART_TITLES = {
     "throughput_over_time": "Throughput across one cell's window",
     "ratio_heatmap": "Total tok/s, B / A, by context and concurrency",
     "total_overlay": "Total tok/s versus simultaneous requests, both runs",
+    "capacity_vs_load": "SLO attainment versus load per context, with the capacity estimate",
 }
 
 

@@ -487,6 +487,78 @@ def throughput_over_time(run: Run, cell_id: str, bin_s: float = 1.0) -> Figure:
     return fig
 
 
+def capacity_vs_load(
+    run: Run,
+    caps: dict[int, dict],
+    slo_text: str,
+    attainment: float,
+) -> Figure:
+    """SLO attainment versus load per context (``caps``: `Run.capacity`'s answer), the target
+    attainment as a dashed line and each context's interpolated estimate marked where its
+    line crosses it (a vertical tick for "at least"/"below" answers has no estimate)."""
+    with plt.rc_context(_STYLE):
+        fig, ax = _new(7.0, 4.0)
+        pts = {ctx: cap.get("points") or [] for ctx, cap in caps.items()}
+        if not any(pts.values()):
+            _empty(ax, "no decode cell judged against the SLO")
+            return fig
+        rate = any(cap.get("by") == "rate" for cap in caps.values())
+        colors = matplotlib.colormaps["viridis"](np.linspace(0, 0.9, max(1, len(caps))))
+        xs_all: list[float] = []
+        estimated = False
+        for k, (ctx, cap) in enumerate(caps.items()):
+            p = np.array(pts[ctx], float).reshape(-1, 2)
+            if not len(p):
+                continue
+            xs_all += p[:, 0].tolist()
+            label = str(cap.get("label") or fmt.context_label(ctx))
+            # straight in load, as the estimate interpolates, whatever the axis scale: the
+            # estimate's mark then sits on the line
+            dense = np.concatenate(
+                [np.linspace(a, b, 24) for a, b in zip(p[:-1, 0], p[1:, 0])] or [p[:, 0]]
+            )
+            ax.plot(dense, np.interp(dense, p[:, 0], p[:, 1]) * 100, color=colors[k], label=label)
+            ax.plot(p[:, 0], p[:, 1] * 100, marker="o", ms=4, ls="", color=colors[k])
+            est = cap.get("estimate")
+            if est is not None:
+                estimated = True
+                ax.plot(
+                    [est], [attainment * 100], marker="X", ms=9, color=colors[k],
+                    markeredgecolor="black", markeredgewidth=0.6, ls="", zorder=4,
+                )  # fmt: skip
+                ax.annotate(
+                    f"{est:.3g}",
+                    (est, attainment * 100),
+                    textcoords="offset points",
+                    xytext=(4, -12),
+                    fontsize=7.5,
+                    color=colors[k],
+                )
+        ax.axhline(attainment * 100, color="#c0392b", ls="--", lw=1)
+        xs = sorted(set(xs_all))
+        if xs and min(xs) > 0 and max(xs) / min(xs) >= 4:
+            ax.set_xscale("log", base=2)
+        ax.set_xticks(xs, [f"{x:g}" for x in xs])
+        ax.minorticks_off()
+        ax.set_ylim(-3, 103)
+        ax.set_xlabel("request rate (req/s)" if rate else "simultaneous requests")
+        ax.set_ylabel("requests meeting the SLO (%)")
+        _title(ax, run, f"SLO attainment versus load: {slo_text}")
+        handles, _ = ax.get_legend_handles_labels()
+        handles.append(
+            Line2D([], [], color="#c0392b", ls="--", lw=1, label=f"target {attainment:.0%}")
+        )
+        if estimated:
+            handles.append(
+                Line2D(
+                    [], [], marker="X", ls="", color="0.4", markeredgecolor="black",
+                    label="capacity estimate",
+                )
+            )  # fmt: skip
+        ax.legend(handles=handles, title="context", fontsize=7.5, loc="best")
+    return fig
+
+
 def representative_cell(run: Run) -> str | None:
     """A decode cell worth showing in detail: the measured one with the highest throughput."""
     c = run.cells
@@ -499,15 +571,24 @@ def representative_cell(run: Run) -> str | None:
     return str(d.sort_values("total_tok_s", ascending=False)["id"].iloc[0])
 
 
-def all_figures(run: Run) -> dict[str, Figure]:
-    """The report's charts, by name."""
-    figs = {
-        "decode_heatmap": decode_heatmap(run),
-        "total_vs_concurrency": total_vs_concurrency(run),
-        "per_request_vs_concurrency": per_request_vs_concurrency(run),
-        "ttft_vs_context": ttft_vs_context(run),
-        "prefill_vs_context": prefill_vs_context(run),
-    }
+def all_figures(run: Run, slo: Any = None) -> dict[str, Figure]:
+    """The report's charts, by name; ``slo`` (`speedmatrix.report.goodput.SloSettings`) adds
+    the attainment-versus-load chart. A request-rate run has no concurrency axis: its
+    concurrency charts are left out (its grid is in the report's tables)."""
+    from speedmatrix.report import goodput
+
+    figs: dict[str, Figure] = {}
+    if not goodput.by_rate(run):
+        figs["decode_heatmap"] = decode_heatmap(run)
+        figs["total_vs_concurrency"] = total_vs_concurrency(run)
+        figs["per_request_vs_concurrency"] = per_request_vs_concurrency(run)
+        figs["ttft_vs_context"] = ttft_vs_context(run)
+    if run.prefill()["prompt_tok_s"].notna().any():  # else the section says none was measured
+        figs["prefill_vs_context"] = prefill_vs_context(run)
+    if slo is not None:
+        caps = goodput.capacities(run, slo)
+        if caps:
+            figs["capacity_vs_load"] = capacity_vs_load(run, caps, slo.text, slo.attainment)
     cid = representative_cell(run)
     if cid:
         figs["tbt_distribution"] = tbt_distribution(run, cid)

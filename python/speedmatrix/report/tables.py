@@ -107,6 +107,7 @@ class Section:
     code: str | None = None
     anchor: str = ""
     charts: list[str] = field(default_factory=list)  # names of charts shown in this section
+    css: str = ""  # the table's style ("matrix" for a grid of stacked cells); "" = by title
 
 
 @dataclass
@@ -326,7 +327,7 @@ def prefill_section(run: Run) -> Section:
     return Section("Prefill", table=tbl, text=text, anchor="prefill", charts=["prefill_vs_context"])
 
 
-def _error_kind(cells: list[dict]) -> str:
+def error_kind(cells: list[dict]) -> str:
     """Why a cell is `error`: ``not_run`` (the server stopped answering before it),
     ``failed`` (it ran and too many of its requests failed) or ``unmeasured`` (it could not
     be measured at all: no prompts, no window, no output)."""
@@ -357,13 +358,13 @@ def cell_flags(cells: list[dict]) -> list[str]:
 def decode_cells(run: Run) -> dict[tuple[int, int], list[dict]]:
     """The decode cells of each (context, concurrency), repetitions together."""
     out: dict[tuple[int, int], list[dict]] = {}
-    for c in _ordered_cells(run):
+    for c in ordered_cells(run):
         if c.get("phase") == "decode":
             out.setdefault((int(c["context"]), int(c["concurrency"])), []).append(c)
     return out
 
 
-def _cell_lines(
+def cell_lines(
     status: str | None,
     total: Any,
     ttft: Any,
@@ -410,6 +411,10 @@ def status_notes(run: Run, statuses: list[Any], kinds: list[str], flagged: bool)
 
 
 def decode_section(run: Run) -> Section:
+    from speedmatrix.report import goodput
+
+    if goodput.by_rate(run):
+        return goodput.rate_decode_section(run)
     tot = run.table("total_tok_s")
     ttft = run.table("ttft_ms")
     err = run.table("errors_total", all_cells=True) if "errors_total" in run.cells else None
@@ -425,11 +430,11 @@ def decode_section(run: Run) -> Section:
             e = err.iat[i, j] if err is not None else None
             cells = groups.get((int(md["contexts"][i]), int(n)), [])
             flags = cell_flags(cells)
-            kind = _error_kind(cells) if s == "error" else ""
+            kind = error_kind(cells) if s == "error" else ""
             if kind:
                 kinds.append(kind)
             flagged = flagged or bool(flags and s in ("valid", "queued"))
-            row.append(_cell_lines(s, tot.iat[i, j], ttft.iat[i, j], e, flags, kind or "failed"))
+            row.append(cell_lines(s, tot.iat[i, j], ttft.iat[i, j], e, flags, kind or "failed"))
             c = {
                 "over_capacity": "over",
                 "queued": "queued",
@@ -467,14 +472,14 @@ def _all_row(c: dict) -> list[str]:
         return [
             fmt.phase_text(phase),
             c["label"],
-            fmt.count(c["concurrency"]),
+            _load(c),
             fmt.status_text(status),
         ] + [fmt.DASH] * 8
     if phase == "prefill":
         return [
             fmt.phase_text(phase),
             c["label"],
-            fmt.count(c["concurrency"]),
+            _load(c),
             fmt.status_text(status),
             fmt.tok_s(c.get("prompt_tok_s")),
             fmt.DASH,
@@ -488,7 +493,7 @@ def _all_row(c: dict) -> list[str]:
     return [
         fmt.phase_text(phase),
         c["label"],
-        fmt.count(c["concurrency"]),
+        _load(c),
         fmt.status_text(status),
         fmt.tok_s(c.get("total_tok_s")),
         fmt.tok_s(c.get("per_request_tok_s")),
@@ -501,21 +506,40 @@ def _all_row(c: dict) -> list[str]:
     ]
 
 
-def _ordered_cells(run: Run) -> list[dict]:
+def _load(c: dict) -> str:
+    """A cell's load as the tables show it: requests at once, or the request rate of an
+    open-loop cell (whose concurrency is only its gate)."""
+    rate: Any = c.get("rate_per_s")
+    if not fmt.missing(rate):
+        return f"{float(rate):g} req/s"
+    return fmt.count(c.get("concurrency"))
+
+
+def _load_header(run: Run) -> str:
+    from speedmatrix.report.goodput import by_rate
+
+    return "Load (requests at once or req/s)" if by_rate(run) else "Requests at once"
+
+
+def ordered_cells(run: Run) -> list[dict]:
     df = run.cells
     if df.empty:
         return []
     order = {"prefill": 0, "decode": 1}
     df = df.assign(_p=df["phase"].map(order).fillna(2))
-    df = df.sort_values(["_p", "context", "concurrency", "repetition"], kind="stable")
+    keys = ["_p", "context", "concurrency", "repetition"]
+    if "rate_per_s" in df:  # an open-loop run: its cells by rate (concurrency is the gate)
+        keys.insert(3, "rate_per_s")
+    df = df.sort_values(keys, kind="stable")
     return [r.to_dict() for _, r in df.iterrows()]
 
 
 def all_section(run: Run) -> Section:
-    cells = _ordered_cells(run)
+    cells = ordered_cells(run)
     rows = [_all_row(c) for c in cells]
     classes = [["txt", "txt", "", "txt"] + [""] * 8 for _ in rows]
     cols = list(fmt.ALL_COLUMNS)
+    cols[2] = _load_header(run)
     reps = [c.get("repetition") for c in cells]
     # repeated cells: say which
     if any(r is not None and not fmt.missing(r) and int(r) > 0 for r in reps):
@@ -535,13 +559,13 @@ def all_section(run: Run) -> Section:
 
 def ci_section(run: Run) -> Section:
     rows = []
-    for c in _ordered_cells(run):
+    for c in ordered_cells(run):
         if c["phase"] != "decode" or c["status"] in ("over_capacity", "error"):
             continue  # no figures are reported for these
         rows.append(
             [
                 c["label"],
-                fmt.count(c["concurrency"]),
+                _load(c),
                 fmt.status_text(c["status"]),
                 fmt.tok_s(c.get("total_tok_s")),
                 fmt.ci(c.get("total_tok_s_lo"), c.get("total_tok_s_hi"), fmt.tok_s),
@@ -564,7 +588,7 @@ def ci_section(run: Run) -> Section:
         )
     cols = [
         "Context",
-        "Requests at once",
+        _load_header(run),
         "Status",
         "Total tok/s",
         "95% CI",
@@ -606,7 +630,7 @@ def ci_section(run: Run) -> Section:
 def flags_section(run: Run) -> Section:
     rows = []
     seen: list[str] = []
-    for c in _ordered_cells(run):
+    for c in ordered_cells(run):
         flags = c.get("flags")
         flags = list(flags) if isinstance(flags, (list, tuple, np.ndarray)) else []
         pt = {k: c.get(f"prompt_tokens_{k}") for k in ("asked", "reported_min", "reported_max")}
@@ -633,7 +657,7 @@ def flags_section(run: Run) -> Section:
             [
                 fmt.phase_text(c["phase"]),
                 c["label"],
-                fmt.count(c["concurrency"]),
+                _load(c),
                 fmt.status_text(c["status"]),
                 ", ".join(FLAG_SHORT.get(f, f) for f in flags) or fmt.DASH,
                 prompt if "prompt_mismatch" in flags else fmt.DASH,
@@ -641,7 +665,7 @@ def flags_section(run: Run) -> Section:
             ]
         )
     tbl = Table(
-        ["Phase", "Context", "Requests at once", "Status", "Flags", "Prompt tokens", "Reason"],
+        ["Phase", "Context", _load_header(run), "Status", "Flags", "Prompt tokens", "Reason"],
         rows,
         caption="Cells that are flagged or not valid, and why.",
         note=" ".join(FLAG_TEXT.get(f, f) for f in seen),
@@ -652,7 +676,7 @@ def flags_section(run: Run) -> Section:
 
 def server_section(run: Run) -> Section:
     rows = []
-    for c in _ordered_cells(run):
+    for c in ordered_cells(run):
         if c["phase"] != "decode" or c["status"] == "over_capacity":
             continue
         srv = [
@@ -663,7 +687,7 @@ def server_section(run: Run) -> Section:
         rows.append(
             [
                 c["label"],
-                fmt.count(c["concurrency"]),
+                _load(c),
                 fmt.status_text(c["status"]),
                 fmt.one(c.get("avg_active")),
                 fmt.one(srv[0]),
@@ -676,7 +700,7 @@ def server_section(run: Run) -> Section:
     tbl = Table(
         [
             "Context",
-            "Requests at once",
+            _load_header(run),
             "Status",
             "Average active (client)",
             "Running (server, mean)",
@@ -826,7 +850,7 @@ def _error_kinds(c: dict) -> str:
 
 def errors_section(run: Run) -> Section | None:
     rows = []
-    for c in _ordered_cells(run):
+    for c in ordered_cells(run):
         errs = c.get("errors")
         if not isinstance(errs, dict) or not errs:
             continue
@@ -834,7 +858,7 @@ def errors_section(run: Run) -> Section | None:
             [
                 fmt.phase_text(c["phase"]),
                 c["label"],
-                fmt.count(c["concurrency"]),
+                _load(c),
                 fmt.status_text(c["status"]),
                 fmt.count(sum(errs.values())),
                 _error_kinds(c),
@@ -845,7 +869,7 @@ def errors_section(run: Run) -> Section | None:
     return Section(
         "Errors",
         table=Table(
-            ["Phase", "Context", "Requests at once", "Status", "Failed requests", "By kind"],
+            ["Phase", "Context", _load_header(run), "Status", "Failed requests", "By kind"],
             rows,
             caption="Failed requests by kind, with an example "
             "of the server's message where one was "
@@ -855,15 +879,25 @@ def errors_section(run: Run) -> Section | None:
     )
 
 
+def _missing(run: Run) -> list[tuple[str, int, str]]:
+    """(phase, context, load text) of the matrix's cells the run never reached."""
+    from speedmatrix.report import goodput
+
+    if not goodput.by_rate(run):
+        return [(p, c, fmt.count(n)) for p, c, n in run.missing_cells()]
+    pre = [(p, c, fmt.count(n)) for p, c, n in run.missing_cells() if p == "prefill"]
+    return pre + [("decode", c, f"{r:g} req/s") for c, r in goodput.missing_rate_cells(run)]
+
+
 def missing_section(run: Run) -> Section | None:
-    miss = run.missing_cells()
+    miss = _missing(run)
     if not miss:
         return None
-    rows = [[fmt.phase_text(p), fmt.context_label(c), fmt.count(n)] for p, c, n in miss]
+    rows = [[fmt.phase_text(p), fmt.context_label(c), n] for p, c, n in miss]
     return Section(
         "Not measured",
         table=Table(
-            ["Phase", "Context", "Requests at once"],
+            ["Phase", "Context", _load_header(run)],
             rows,
             caption="Cells of the matrix this run never reached.",
         ),
@@ -924,7 +958,7 @@ def summary(run: Run) -> dict[str, Any]:
                 "first_queued": min(queued) if queued else None,
             }
         )
-    for c in _ordered_cells(run):
+    for c in ordered_cells(run):
         flags = c.get("flags")
         flags = list(flags) if isinstance(flags, (list, tuple, np.ndarray)) else []
         if flags and c.get("status") in ("valid", "queued"):
@@ -955,7 +989,7 @@ def summary_section(run: Run) -> Section:
     if singles:
         text = ", ".join(f"{fmt.tok_s(v)} at {lab}" for lab, v in singles)
         items.append(("Single-stream speed", f"{text} (tok/s of one request alone)"))
-    n_cells = int(sum(1 for c in _ordered_cells(run) if c.get("status") in ("valid", "queued")))
+    n_cells = int(sum(1 for c in ordered_cells(run) if c.get("status") in ("valid", "queued")))
     if s["n_flagged"]:
         why = ", ".join(
             f"{FLAG_SHORT.get(f, f)} ({n})"
@@ -1006,11 +1040,17 @@ def summary_section(run: Run) -> Section:
     return Section("Summary", items=items, table=tbl if rows else None, anchor="summary")
 
 
-def build(run: Run) -> Report:
+def build(run: Run, slo: Any = None) -> Report:
+    """The report of ``run``; ``slo`` (`speedmatrix.report.goodput.SloSettings`, None for a
+    run without an SLO) adds the goodput grid and the capacity answer."""
+    from speedmatrix.report import goodput
+
     title, subtitle, engine_line, matrix_line = header_lines(run)
+    if goodput.by_rate(run):
+        matrix_line = goodput.rate_matrix_line(run)
     notes = []
     if run.interrupted:
-        n_miss = len(run.missing_cells())
+        n_miss = len(_missing(run))
         notes.append(
             "This run was interrupted"
             + (f": {fmt.plural(n_miss, 'cell')} of the matrix not measured." if n_miss else ".")
@@ -1018,14 +1058,26 @@ def build(run: Run) -> Report:
     warns = warnings_section(run)
     if warns is not None:
         notes.append(f"The run recorded {fmt.plural(len(warns.text), 'warning')}: see Warnings.")
+    summ = summary_section(run)
+    if goodput.by_rate(run):
+        summ = goodput.rate_summary_section(run)
+    if slo is not None:
+        summ.items = (summ.items or []) + goodput.summary_items(run, slo)
+    load_views = []
+    if slo is not None:
+        load_views += [goodput.goodput_section(run, slo), goodput.capacity_section(run, slo)]
+    ol = goodput.open_loop_section(run)
+    if ol is not None:
+        load_views.append(ol)
     sections = [
-        summary_section(run),
+        summ,
         hardware_section(run),
         engine_section(run),
         run_section(run),
         launch_section(run),
         prefill_section(run),
         decode_section(run),
+        *load_views,
         all_section(run),
         ci_section(run),
         flags_section(run),

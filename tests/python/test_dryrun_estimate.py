@@ -1,0 +1,73 @@
+"""The dry run's (and live ETA's) time model, `dryrun.estimate_cells_s`, on hand-made cells:
+warm-up prefill of the new prompts (a shared prefix counted once), the ramp of admitting the
+window's N prompts, the window, a fixed overhead; open-loop cells have only their window.
+The end-to-end check against a real run is in test_demo.py (the seed matrix)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from speedmatrix import dryrun
+from speedmatrix.matrix import Matrix
+
+PRE = dryrun.ASSUMED_PREFILL_TOK_S
+ADMIT = dryrun.ASSUMED_ADMIT_TOK_S
+OVER = dryrun.CELL_OVERHEAD_S
+
+
+def cell(context, n, phase="decode", rate=None, rep=0):
+    return SimpleNamespace(
+        id=f"{phase}-c{context}-n{n}-r{rep}" + (f"-q{rate}" if rate else ""),
+        phase=phase,
+        context=context,
+        concurrency=n,
+        repetition=rep,
+        status=None,
+        duration_s=None,
+        rate_per_s=rate,
+    )
+
+
+@pytest.mark.parametrize(
+    "context, shared, own",
+    [(8192, 0, 8192), (8192, -512, 512), (8192, 1000, 7192), (100, -512, 100), (100, 500, 0)],
+)
+def test_unique_prompt_tokens(context, shared, own):
+    assert dryrun.unique_prompt_tokens(context, shared) == own
+
+
+def test_shared_prefix_is_prefilled_once_and_every_request_is_admitted():
+    m = Matrix(contexts=[8192], concurrency=[1, 4], duration_s=2.0, prefill_contexts=[])
+    m.shared_prefix = -512
+    cells = [cell(8192, 1), cell(8192, 4)]
+    t1, t4 = dryrun.estimate_cells_s(cells, m)
+    admit = 8192 / ADMIT
+    # N = 1: the context's first prompt in full, admitted in the warm-up and in the window
+    assert t1 == pytest.approx(8192 / PRE + admit + 1 * admit + 2.0 + OVER)
+    # N = 4: three new prompts, each only its own 512-token tail; four admitted in the ramp
+    assert t4 == pytest.approx(3 * 512 / PRE + 3 * admit + 4 * admit + 2.0 + OVER)
+    # without the shared prefix the three new prompts are prefilled whole
+    m.shared_prefix = 0
+    assert dryrun.estimate_cells_s(cells, m)[1] == pytest.approx(
+        3 * 8192 / PRE + 3 * admit + 4 * admit + 2.0 + OVER
+    )
+
+
+def test_prompts_already_sent_and_no_warmup():
+    m = Matrix(contexts=[4096], concurrency=[4], duration_s=3.0, prefill_contexts=[])
+    c = cell(4096, 4)
+    admit = 4096 / ADMIT
+    # a resumed run that already sent these four prompts: only the ramp and the window
+    (t,) = dryrun.estimate_cells_s([c], m, sent={(4096, 0): 4})
+    assert t == pytest.approx(4 * admit + 3.0 + OVER)
+    # no warm-up: the window's ramp pays the prefill
+    m.warmup = False
+    (t,) = dryrun.estimate_cells_s([c], m, prefill_tok_s=5000.0)
+    assert t == pytest.approx(4 * 4096 / 5000.0 + 4 * admit + 3.0 + OVER)
+
+
+def test_open_loop_cells_have_only_their_window():
+    m = Matrix(contexts=[4096], concurrency=[1], duration_s=5.0, prefill_contexts=[])
+    (t,) = dryrun.estimate_cells_s([cell(4096, 8, rate=2.0)], m)
+    assert t == pytest.approx(5.0 + OVER)
