@@ -405,7 +405,7 @@ def test_a_cell_with_nothing_judged_says_so_and_why(base_dir, tmp_path):
     run = load(run.path)
     md, _, _ = render_report(run, charts=False)
     _check_grid(run, md, 0.9)
-    note = "No requests judged (1 measured cell): a closed-loop cell judges"
+    note = "No requests judged (1 measured cell): no request of the cell completed inside"
     assert note in _section(md, "Goodput at SLO") and note in _section(md, "Capacity at SLO")
     assert _section(md, "Goodput at SLO").count("no requests judged") == 1
 

@@ -31,11 +31,11 @@ BELOW_MARK = "▼"
 #: why a measured cell can have no attainment (docs/metrics.md, "SLOs"): said under the grid
 #: and the capacity answer whenever such a cell is there
 UNJUDGED_NOTE = (
-    "No requests judged ({n}): a closed-loop cell judges the requests sent inside its window, "
-    "and a steady-state window opens after its N requests were sent; when none of them "
-    "finishes and is replaced before the window ends (long outputs), nothing is judged and "
-    "the cell is left out of the capacity answer. A request-rate run (--request-rate) or "
-    "a shorter --max-output judges every cell."
+    "No requests judged ({n}): no request of the cell completed inside its window, and none "
+    "cut at its end could be decided (with an E2E target, a cut request is decided only once "
+    "its elapsed time exceeds the target); the cell is left out of the capacity answer. A "
+    "longer --duration, a shorter --max-output or a request-rate run (--request-rate) judges "
+    "more."
 )
 
 
