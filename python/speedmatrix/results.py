@@ -133,7 +133,8 @@ class Run:
 
     @property
     def matrix_definition(self) -> dict:
-        """Contexts, concurrency levels and prefill contexts, in tokens: from the plan the
+        """Contexts, concurrency levels, request rates (a request-rate run; else empty) and
+        prefill contexts, in tokens: from the plan the
         sweep resolved against the server (meta.run.plan: "max" as a token count, saved
         before the first cell, so an interrupted run keeps its whole matrix), else from the
         matrix definition (keywords it cannot resolve are dropped), always with the cells'
@@ -166,7 +167,20 @@ class Run:
         contexts = sorted(set(contexts) | {c["context"] for c in dec})
         conc = sorted(set(conc) | {c["concurrency"] for c in dec})
         pcs = sorted(set(pcs) | {c["context"] for c in pre})
-        return {"contexts": contexts, "concurrency": conc, "prefill_contexts": pcs}
+        rates: set[float] = set()
+        for r in m.get("request_rates") or []:
+            try:
+                rates.add(float(r))
+            except (TypeError, ValueError):
+                continue
+        rates |= {float(c["rate_per_s"]) for c in dec if c.get("rate_per_s") is not None}
+        return {
+            "contexts": contexts,
+            "concurrency": conc,
+            "request_rates": sorted(rates),
+            "prefill_contexts": pcs,
+            "search": bool(m.get("search")),
+        }
 
     # ---- frames ---------------------------------------------------------------------------
     @cached_property
@@ -377,8 +391,8 @@ class Run:
     def table(
         self, figure: str = "total_tok_s", aggregate: str = "median", all_cells: bool = False
     ) -> pd.DataFrame:
-        """A decode figure as a numeric (float) context × concurrency table: rows = context
-        label in context order, columns = concurrency. Only valid and queued cells give a
+        """A decode figure as a numeric (float) context × load table: rows = context label in
+        context order, columns = concurrency (request rate in a request-rate run). Only valid and queued cells give a
         number; over-capacity, error and unreached cells are NaN (see :meth:`status_table`
         for the same layout with their status text). Plots and styles directly:
         ``run.table("total_tok_s").style.background_gradient()``."""
@@ -417,7 +431,8 @@ class Run:
         aggregate: str = "median",
         all_cells: bool = False,
     ) -> pd.DataFrame:
-        """Decode cells pivoted: rows = context label (context order), columns = concurrency.
+        """Decode cells pivoted: rows = context label (context order), columns = the load
+        (:meth:`_load_axis`: concurrency, or request rate in a request-rate run).
 
         As in the report's matrix, only valid and queued cells give numbers: a cell
         whose (combined) status is over capacity or error holds its status text
@@ -431,13 +446,14 @@ class Run:
         figure = FIGURE_ALIASES.get(figure, figure)
         dec = self._decode()
         md = self.matrix_definition
-        contexts, conc = md["contexts"], md["concurrency"]
+        contexts = md["contexts"]
+        _, conc, axis = self._load_axis()
         if figure not in dec.columns and not dec.empty:
             raise KeyError(f"no figure {figure!r} in the cells (have: {sorted(dec.columns)})")
         labels = self._labels(dec, contexts)
         out = pd.DataFrame(
             index=pd.Index([labels[c] for c in contexts], name="context"),
-            columns=pd.Index(conc, name="concurrency"),
+            columns=pd.Index(conc, name=axis),
             dtype=float if numeric else object,
         )
         groups = self._groups(dec)
@@ -498,24 +514,37 @@ class Run:
         have = dict(zip(dec["context"], dec["label"])) if len(dec) else {}
         return {c: have.get(c) or _context_label(c) for c in contexts}
 
-    def _groups(self, dec: pd.DataFrame) -> dict[tuple[int, int], pd.DataFrame]:
-        if dec.empty:
+    def _load_axis(self) -> tuple[str, list, str]:
+        """The matrix's load axis: (cell column, the loads in matrix order, axis name):
+        request rates for a request-rate run (open loop), else concurrency."""
+        md = self.matrix_definition
+        rates = md.get("request_rates") or []
+        if rates:
+            return "rate_per_s", [float(r) for r in rates], "request_rate"
+        return "concurrency", list(md["concurrency"]), "concurrency"
+
+    def _groups(self, dec: pd.DataFrame) -> dict[tuple[int, Any], pd.DataFrame]:
+        key, _, _ = self._load_axis()
+        if dec.empty or key not in dec:
             return {}
-        return {(int(k[0]), int(k[1])): g for k, g in dec.groupby(["context", "concurrency"])}
+        load = float if key == "rate_per_s" else int
+        dec = dec[dec[key].notna()]
+        return {(int(k[0]), load(k[1])): g for k, g in dec.groupby(["context", key])}
 
     def statuses(self) -> pd.DataFrame:
         """The status of each decode cell in the matrix layout (``None`` = not measured)."""
         dec = self._decode()
         md = self.matrix_definition
+        _, loads, axis = self._load_axis()
         labels = self._labels(dec, md["contexts"])
         out = pd.DataFrame(
             index=pd.Index([labels[c] for c in md["contexts"]], name="context"),
-            columns=pd.Index(md["concurrency"], name="concurrency"),
+            columns=pd.Index(loads, name=axis),
             dtype=object,
         )
         groups = self._groups(dec)
         for i, c in enumerate(md["contexts"]):
-            for j, n in enumerate(md["concurrency"]):
+            for j, n in enumerate(loads):
                 sub = groups.get((c, n))
                 out.iat[i, j] = None if sub is None else combined_status(sub["status"].tolist())
         return out
@@ -576,12 +605,22 @@ class Run:
 
         return slo_mod.run_capacity(self.doc.get("cells") or [], records, targets, share)
 
-    def missing_cells(self) -> list[tuple[str, int, int]]:
-        """(phase, context, concurrency) of the matrix that have no cell (interrupted runs)."""
+    def missing_cells(self) -> list[tuple[str, int, Any]]:
+        """(phase, context, load) of the matrix that have no cell (interrupted runs); the load
+        is the concurrency, or the request rate in a request-rate run (prefill: 1). A search
+        run's decode cells are never missing: it measures only the loads it needs."""
         md = self.matrix_definition
-        have = {(c["phase"], c["context"], c["concurrency"]) for c in self.doc.get("cells") or []}
-        want = [("prefill", c, 1) for c in md["prefill_contexts"]]
-        want += [("decode", c, n) for c in md["contexts"] for n in md["concurrency"]]
+        key, loads, _ = self._load_axis()
+
+        def load(c: dict) -> Any:
+            if c["phase"] == "decode" and key == "rate_per_s":
+                return None if c.get(key) is None else float(c[key])
+            return c["concurrency"]
+
+        have = {(c["phase"], c["context"], load(c)) for c in self.doc.get("cells") or []}
+        want: list[tuple[str, int, Any]] = [("prefill", c, 1) for c in md["prefill_contexts"]]
+        if not md["search"]:  # a search measures only the loads it needs
+            want += [("decode", c, n) for c in md["contexts"] for n in loads]
         return [w for w in want if w not in have]
 
     def __repr__(self) -> str:

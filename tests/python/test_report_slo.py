@@ -374,6 +374,28 @@ def test_open_loop_table_from_the_cells_without_a_tail_percentile():
     assert "## Goodput at SLO" not in md  # no SLO recorded: no goodput views
 
 
+def test_a_request_rate_runs_tables_go_by_rate_in_the_api_too():
+    # Run.table / status_table / statuses / missing_cells place a rate run's cells by their
+    # rate (the gate's concurrency is the same 4 for every rate and used to collapse them)
+    from speedmatrix.results import Run
+
+    doc = {
+        "schema": "speedmatrix.run/1",
+        "meta": {"run": {"matrix": {"contexts": [512, 2048], "request_rates": [2.0, 8.0]}}},
+        "cells": [_open_cell(2.0, True), _open_cell(8.0, False)],
+    }
+    run = Run(doc)
+    t = run.table("total_tok_s")
+    assert t.columns.name == "request_rate" and list(t.columns) == [2.0, 8.0]
+    assert t.loc["512"].tolist() == [200.0, 800.0]
+    assert run.status_table("total_tok_s").loc["2K"].tolist() == ["Not measured"] * 2
+    assert run.statuses().loc["512"].tolist() == ["valid", "valid"]
+    assert run.missing_cells() == [("decode", 2048, 2.0), ("decode", 2048, 8.0)]
+    md, _, _ = render_report(run, charts=False)
+    _, rows = _table(_section(md, "Not measured"))
+    assert [r[1:] for r in rows] == [["2K", "2 req/s"], ["2K", "8 req/s"]]
+
+
 def test_a_run_whose_every_cell_is_over_capacity_still_reports_its_slo_views():
     from speedmatrix.results import Run
 

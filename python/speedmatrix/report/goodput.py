@@ -746,25 +746,3 @@ def rate_summary_section(run: Run) -> Section:
         classes=[["txt", "", "txt", "txt", "txt"] for _ in rows],
     )
     return Section("Summary", items=items, table=tbl if rows else None, anchor="summary")
-
-
-def missing_rate_cells(run: Run) -> list[tuple[int, float]]:
-    """(context, rate) of a request-rate run's matrix that have no cell (an interrupted run),
-    from ``meta.run.matrix`` (`Run.missing_cells` knows only concurrencies)."""
-    m = (run.meta.get("run") or {}).get("matrix") or {}
-    plan = (run.meta.get("run") or {}).get("plan") or {}
-    contexts = []
-    for c in plan.get("contexts") or m.get("contexts") or []:
-        try:
-            contexts.append(int(c))
-        except (TypeError, ValueError):
-            continue
-    rates = [float(r) for r in m.get("request_rates") or []]
-    if m.get("search"):
-        return []  # a search measures only the loads it needs
-    have = {
-        (int(c["context"]), float(c["rate_per_s"]))
-        for c in run.doc.get("cells") or []
-        if c.get("phase") == "decode" and c.get("rate_per_s") is not None
-    }
-    return [(c, r) for c in contexts for r in rates if (c, r) not in have]

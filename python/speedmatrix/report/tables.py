@@ -881,12 +881,11 @@ def errors_section(run: Run) -> Section | None:
 
 def _missing(run: Run) -> list[tuple[str, int, str]]:
     """(phase, context, load text) of the matrix's cells the run never reached."""
-    from speedmatrix.report import goodput
-
-    if not goodput.by_rate(run):
-        return [(p, c, fmt.count(n)) for p, c, n in run.missing_cells()]
-    pre = [(p, c, fmt.count(n)) for p, c, n in run.missing_cells() if p == "prefill"]
-    return pre + [("decode", c, f"{r:g} req/s") for c, r in goodput.missing_rate_cells(run)]
+    by_rate = bool(run.matrix_definition["request_rates"])
+    return [
+        (p, c, f"{n:g} req/s" if by_rate and p == "decode" else fmt.count(n))
+        for p, c, n in run.missing_cells()
+    ]
 
 
 def missing_section(run: Run) -> Section | None:
