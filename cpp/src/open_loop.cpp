@@ -145,6 +145,7 @@ ScheduleTimes run_open_loop(const OpenLoopPlan& plan, Pacer& pacer, Transport& t
                   records, progress, times, feed)) {
     loop.cancel_all();
     times.stopped = true;
+    times.stopped_by = StopReason::kStop;
     times.end_ns = clock.now();
     return times;
   }
@@ -180,6 +181,7 @@ ScheduleTimes run_open_loop(const OpenLoopPlan& plan, Pacer& pacer, Transport& t
   for (;;) {
     if (stopped()) {
       times.stopped = true;
+      times.stopped_by = StopReason::kStop;
       break;
     }
     const ns_t now = clock.now();

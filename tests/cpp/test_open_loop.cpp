@@ -306,6 +306,7 @@ TEST_F(OpenLoopTest, WarmupRunsFirstAndStopEndsEarly) {
   EXPECT_EQ(t.warmup_start_ns, kStart);
   EXPECT_EQ(t.window_start_ns, kStart + 200 * kMs);
   EXPECT_TRUE(t.stopped);
+  EXPECT_EQ(t.stopped_by, StopReason::kStop);  // says why, as the closed loop does
   const auto w = window();
   ASSERT_EQ(w.size(), 6u);  // 0..500 ms: the one at 500 ms sets the stop as it is sent
   for (const RequestRecord* r : w) EXPECT_EQ(r->outcome, Outcome::kCancelled);
