@@ -47,10 +47,12 @@ Interval order_median_interval(std::vector<double> v) {
 // Quantile q of the multiset in which each sorted value appears `weight`
 // times, interpolating linearly between neighbours (so unit weights give the
 // same figure as percentile()). REQUIRES: sorted by value, weights > 0.
-double sorted_weighted_quantile(const std::vector<std::pair<double, std::int64_t>>& vw,
-                                std::size_t begin, std::size_t end, double q) {
+// `value(x)` and `weight(x)` read an element (PrecisionScan keeps its own element type).
+template <class V, class Value, class Weight>
+double sorted_weighted_quantile_of(const V& vw, std::size_t begin, std::size_t end, double q,
+                                   Value value, Weight weight) {
   std::int64_t total = 0;
-  for (std::size_t i = begin; i < end; ++i) total += vw[i].second;
+  for (std::size_t i = begin; i < end; ++i) total += weight(vw[i]);
   if (total <= 0) return kNaN;
   q = std::clamp(q, 0.0, 1.0);
   const double pos = q * static_cast<double>(total - 1);
@@ -60,13 +62,20 @@ double sorted_weighted_quantile(const std::vector<std::pair<double, std::int64_t
   std::size_t i = begin;
   std::int64_t cum = 0;
   auto value_at = [&](std::int64_t r) {
-    while (i < end && cum + vw[i].second <= r) cum += vw[i++].second;
-    return vw[std::min(i, end - 1)].first;
+    while (i < end && cum + weight(vw[i]) <= r) cum += weight(vw[i++]);
+    return value(vw[std::min(i, end - 1)]);
   };
   const double lo = value_at(lo_rank);
   if (frac == 0) return lo;
   const double hi = value_at(lo_rank + 1);
   return lo + frac * (hi - lo);
+}
+
+double sorted_weighted_quantile(const std::vector<std::pair<double, std::int64_t>>& vw,
+                                std::size_t begin, std::size_t end, double q) {
+  return sorted_weighted_quantile_of(
+      vw, begin, end, q, [](const auto& x) { return x.first; },
+      [](const auto& x) { return x.second; });
 }
 
 // Median of each group of values sharing a key; `kv` is sorted in place by
@@ -229,14 +238,116 @@ std::vector<Arrival> token_arrivals(const RecordView& r, int phase) {
   return out;
 }
 
-CellFigures summarize_cell(const RecordView& r, ns_t t0, ns_t t1, double bin_s, ns_t steady_from_ns,
-                           ns_t ttft_from_ns) {
+namespace {
+
+CellFigures empty_figures() {
   CellFigures f;
   f.tbt_ms = f.per_request_tok_s = f.ttft_ms = f.ttft_first_wave_ms = kNaN;
   f.decode_tok_s_per_request = f.precision = kNaN;
   f.ttft_p90_ms = f.ttft_p99_ms = f.tbt_p90_ms = f.tbt_p99_ms = kNaN;
   f.total_tok_s_ci = f.tbt_ms_ci = f.per_request_tok_s_ci = f.ttft_ms_ci = {kNaN, kNaN};
   f.decode_tok_s_per_request_ci = {kNaN, kNaN};
+  return f;
+}
+
+}  // namespace
+
+PrecisionScan::PrecisionScan(const RecordView& r, ns_t t0, ns_t t1, double bin_s)
+    : r_(r), t0_(t0), t1_(t1) {
+  // the bins exactly as summarize_cell makes them
+  if (!(bin_s > 0)) bin_s = 1.0;
+  bin_ns_ = std::max<ns_t>(1'000'000, std::llround(bin_s * 1e9));
+  n_bins_ = t1 > t0 ? std::max<std::int64_t>(1, (t1 - t0) / bin_ns_) : 1;
+  bin_tokens_.assign(static_cast<std::size_t>(n_bins_), 0);
+  open_.resize(r.sent_ns.size());
+}
+
+void PrecisionScan::add(std::int32_t request, ns_t t_ns, std::int32_t tokens) {
+  // token_arrivals' filter: a window request's events with tokens
+  if (request < 0 || static_cast<std::size_t>(request) >= open_.size() || tokens <= 0) return;
+  const auto q = static_cast<std::size_t>(request);
+  if (q >= r_.phase.size() || r_.phase[q] != static_cast<std::uint8_t>(Phase::kWindow)) return;
+  Open& o = open_[q];
+  if (o.cur == t_ns) {  // the same socket read: one arrival
+    o.tokens += tokens;
+    return;
+  }
+  if (o.cur != kNever && t_ns < o.cur) ordered_ = false;
+  close_arrival(q);
+  o.prev = o.cur;
+  o.cur = t_ns;
+  o.tokens = tokens;
+}
+
+void PrecisionScan::close_arrival(std::size_t q) {
+  const Open& o = open_[q];
+  if (o.cur == kNever) return;
+  const ns_t t = o.cur;
+  if (t1_ <= t0_ || t < t0_ || t > t1_) return;  // summarize_cell's in_window
+  const std::int64_t bin = std::min<std::int64_t>(n_bins_ - 1, (t - t0_) / bin_ns_);
+  output_tokens_ += o.tokens;
+  bin_tokens_[static_cast<std::size_t>(bin)] += o.tokens;
+  if (q < r_.outcome.size() && r_.outcome[q] == static_cast<std::uint8_t>(Outcome::kError)) return;
+  if (o.prev == kNever) return;
+  // the same arithmetic as token_arrivals: ns as double, to ms, spread over the tokens
+  double gap = static_cast<double>(t - o.prev);
+  gap = gap * 1e-6 / static_cast<double>(o.tokens);
+  gaps_.push_back({gap, static_cast<std::int32_t>(o.tokens), static_cast<std::int32_t>(bin)});
+}
+
+CellFigures PrecisionScan::finish() {
+  CellFigures f = empty_figures();
+  if (t1_ <= t0_) return f;
+  for (std::size_t q = 0; q < open_.size(); ++q) close_arrival(q);
+  const ns_t span_ns = t1_ - t0_;
+  const double d_s = static_cast<double>(span_ns) * 1e-9;
+  f.measured_s = d_s;
+  f.output_tokens = output_tokens_;
+  f.total_tok_s = static_cast<double>(output_tokens_) / d_s;
+  f.bin_tok_s.resize(static_cast<std::size_t>(n_bins_));
+  for (std::int64_t k = 0; k < n_bins_; ++k) {
+    const ns_t w = k < n_bins_ - 1 ? bin_ns_ : span_ns - (n_bins_ - 1) * bin_ns_;
+    f.bin_tok_s[static_cast<std::size_t>(k)] =
+        static_cast<double>(bin_tokens_[static_cast<std::size_t>(k)]) /
+        (static_cast<double>(w) * 1e-9);
+  }
+  // per-bin weighted medians (group_medians), then the overall one
+  std::sort(gaps_.begin(), gaps_.end(), [](const Gap& a, const Gap& b) {
+    return a.bin != b.bin ? a.bin < b.bin : a.ms < b.ms;
+  });
+  std::vector<double> medians;
+  std::vector<std::pair<double, std::int64_t>> group;
+  for (std::size_t i = 0; i < gaps_.size();) {
+    std::size_t j = i;
+    group.clear();
+    while (j < gaps_.size() && gaps_[j].bin == gaps_[i].bin) {
+      group.emplace_back(gaps_[j].ms, gaps_[j].tokens);
+      ++j;
+    }
+    medians.push_back(sorted_weighted_quantile(group, 0, group.size(), 0.5));
+    i = j;
+  }
+  f.tbt_ms_ci = mean_interval_autocorrelated(medians);
+  if (!gaps_.empty()) {
+    std::sort(gaps_.begin(), gaps_.end(), [](const Gap& a, const Gap& b) { return a.ms < b.ms; });
+    f.tbt_ms = sorted_weighted_quantile_of(
+        gaps_, 0, gaps_.size(), 0.5, [](const Gap& g) { return g.ms; },
+        [](const Gap& g) { return static_cast<std::int64_t>(g.tokens); });
+    f.per_request_tok_s = 1000.0 / f.tbt_ms;
+  }
+  std::vector<Gap>().swap(gaps_);
+  if (!std::isnan(f.tbt_ms_ci.lo)) {
+    f.per_request_tok_s_ci = {1000.0 / f.tbt_ms_ci.hi,
+                              f.tbt_ms_ci.lo > 0 ? 1000.0 / f.tbt_ms_ci.lo : kInf};
+  }
+  f.total_tok_s_ci = mean_interval_autocorrelated(f.bin_tok_s);
+  f.precision = precision_of(f);
+  return f;
+}
+
+CellFigures summarize_cell(const RecordView& r, ns_t t0, ns_t t1, double bin_s, ns_t steady_from_ns,
+                           ns_t ttft_from_ns) {
+  CellFigures f = empty_figures();
   if (t1 <= t0) return f;
   const ns_t span_ns = t1 - t0;
   const double d_s = static_cast<double>(span_ns) * 1e-9;
