@@ -47,12 +47,10 @@ Interval order_median_interval(std::vector<double> v) {
 // Quantile q of the multiset in which each sorted value appears `weight`
 // times, interpolating linearly between neighbours (so unit weights give the
 // same figure as percentile()). REQUIRES: sorted by value, weights > 0.
-// `value(x)` and `weight(x)` read an element (PrecisionScan keeps its own element type).
-template <class V, class Value, class Weight>
-double sorted_weighted_quantile_of(const V& vw, std::size_t begin, std::size_t end, double q,
-                                   Value value, Weight weight) {
+double sorted_weighted_quantile(const std::vector<std::pair<double, std::int64_t>>& vw,
+                                std::size_t begin, std::size_t end, double q) {
   std::int64_t total = 0;
-  for (std::size_t i = begin; i < end; ++i) total += weight(vw[i]);
+  for (std::size_t i = begin; i < end; ++i) total += vw[i].second;
   if (total <= 0) return kNaN;
   q = std::clamp(q, 0.0, 1.0);
   const double pos = q * static_cast<double>(total - 1);
@@ -62,20 +60,13 @@ double sorted_weighted_quantile_of(const V& vw, std::size_t begin, std::size_t e
   std::size_t i = begin;
   std::int64_t cum = 0;
   auto value_at = [&](std::int64_t r) {
-    while (i < end && cum + weight(vw[i]) <= r) cum += weight(vw[i++]);
-    return value(vw[std::min(i, end - 1)]);
+    while (i < end && cum + vw[i].second <= r) cum += vw[i++].second;
+    return vw[std::min(i, end - 1)].first;
   };
   const double lo = value_at(lo_rank);
   if (frac == 0) return lo;
   const double hi = value_at(lo_rank + 1);
   return lo + frac * (hi - lo);
-}
-
-double sorted_weighted_quantile(const std::vector<std::pair<double, std::int64_t>>& vw,
-                                std::size_t begin, std::size_t end, double q) {
-  return sorted_weighted_quantile_of(
-      vw, begin, end, q, [](const auto& x) { return x.first; },
-      [](const auto& x) { return x.second; });
 }
 
 // Median of each group of values sharing a key; `kv` is sorted in place by
@@ -259,6 +250,7 @@ PrecisionScan::PrecisionScan(const RecordView& r, ns_t t0, ns_t t1, double bin_s
   bin_ns_ = std::max<ns_t>(1'000'000, std::llround(bin_s * 1e9));
   n_bins_ = t1 > t0 ? std::max<std::int64_t>(1, (t1 - t0) / bin_ns_) : 1;
   bin_tokens_.assign(static_cast<std::size_t>(n_bins_), 0);
+  bin_gaps_.resize(static_cast<std::size_t>(n_bins_));
   open_.resize(r.sent_ns.size());
 }
 
@@ -292,7 +284,7 @@ void PrecisionScan::close_arrival(std::size_t q) {
   // the same arithmetic as token_arrivals: ns as double, to ms, spread over the tokens
   double gap = static_cast<double>(t - o.prev);
   gap = gap * 1e-6 / static_cast<double>(o.tokens);
-  gaps_.push_back({gap, static_cast<std::int32_t>(o.tokens), static_cast<std::int32_t>(bin)});
+  bin_gaps_[static_cast<std::size_t>(bin)].emplace_back(gap, o.tokens);
 }
 
 CellFigures PrecisionScan::finish() {
@@ -311,31 +303,54 @@ CellFigures PrecisionScan::finish() {
         static_cast<double>(bin_tokens_[static_cast<std::size_t>(k)]) /
         (static_cast<double>(w) * 1e-9);
   }
-  // per-bin weighted medians (group_medians), then the overall one
-  std::sort(gaps_.begin(), gaps_.end(), [](const Gap& a, const Gap& b) {
-    return a.bin != b.bin ? a.bin < b.bin : a.ms < b.ms;
-  });
+  // per-bin weighted medians (group_medians: non-empty bins, in order)
   std::vector<double> medians;
-  std::vector<std::pair<double, std::int64_t>> group;
-  for (std::size_t i = 0; i < gaps_.size();) {
-    std::size_t j = i;
-    group.clear();
-    while (j < gaps_.size() && gaps_[j].bin == gaps_[i].bin) {
-      group.emplace_back(gaps_[j].ms, gaps_[j].tokens);
-      ++j;
-    }
-    medians.push_back(sorted_weighted_quantile(group, 0, group.size(), 0.5));
-    i = j;
+  std::int64_t total = 0;
+  for (auto& g : bin_gaps_) {
+    if (g.empty()) continue;
+    std::sort(g.begin(), g.end());
+    medians.push_back(sorted_weighted_quantile(g, 0, g.size(), 0.5));
+    for (const auto& x : g) total += x.second;
   }
   f.tbt_ms_ci = mean_interval_autocorrelated(medians);
-  if (!gaps_.empty()) {
-    std::sort(gaps_.begin(), gaps_.end(), [](const Gap& a, const Gap& b) { return a.ms < b.ms; });
-    f.tbt_ms = sorted_weighted_quantile_of(
-        gaps_, 0, gaps_.size(), 0.5, [](const Gap& g) { return g.ms; },
-        [](const Gap& g) { return static_cast<std::int64_t>(g.tokens); });
+  if (total > 0) {
+    // The overall weighted median of the sorted bins merged, read as sorted_weighted_quantile
+    // reads one sorted list (the value at a rank does not depend on how ties are ordered).
+    struct Cur {
+      double v;
+      std::size_t bin, i;
+    };
+    auto later = [](const Cur& a, const Cur& b) { return a.v > b.v; };
+    std::vector<Cur> heap;
+    for (std::size_t b = 0; b < bin_gaps_.size(); ++b)
+      if (!bin_gaps_[b].empty()) heap.push_back({bin_gaps_[b][0].first, b, 0});
+    std::make_heap(heap.begin(), heap.end(), later);
+    const double pos = 0.5 * static_cast<double>(total - 1);
+    const auto lo_rank = static_cast<std::int64_t>(std::floor(pos));
+    const double frac = pos - static_cast<double>(lo_rank);
+    std::int64_t cum = 0;
+    double last = kNaN;
+    auto value_at = [&](std::int64_t r) {
+      while (!heap.empty()) {
+        const Cur c = heap.front();
+        const std::int64_t w = bin_gaps_[c.bin][c.i].second;
+        if (cum + w > r) return c.v;
+        cum += w;
+        last = c.v;
+        std::pop_heap(heap.begin(), heap.end(), later);
+        heap.pop_back();
+        if (c.i + 1 < bin_gaps_[c.bin].size()) {
+          heap.push_back({bin_gaps_[c.bin][c.i + 1].first, c.bin, c.i + 1});
+          std::push_heap(heap.begin(), heap.end(), later);
+        }
+      }
+      return last;  // past the end: the largest value
+    };
+    const double lo = value_at(lo_rank);
+    f.tbt_ms = frac == 0 ? lo : lo + frac * (value_at(lo_rank + 1) - lo);
     f.per_request_tok_s = 1000.0 / f.tbt_ms;
   }
-  std::vector<Gap>().swap(gaps_);
+  std::vector<std::vector<std::pair<double, std::int64_t>>>().swap(bin_gaps_);
   if (!std::isnan(f.tbt_ms_ci.lo)) {
     f.per_request_tok_s_ci = {1000.0 / f.tbt_ms_ci.hi,
                               f.tbt_ms_ci.lo > 0 ? 1000.0 / f.tbt_ms_ci.lo : kInf};

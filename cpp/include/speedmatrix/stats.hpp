@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "speedmatrix/clock.hpp"
@@ -130,18 +131,15 @@ class PrecisionScan {
     ns_t cur = kNever;   // the arrival being merged (events with this t_ns)
     std::int64_t tokens = 0;
   };
-  struct Gap {
-    double ms;  // per token
-    std::int32_t tokens;
-    std::int32_t bin;
-  };
   const RecordView& r_;
   ns_t t0_, t1_, bin_ns_ = 0;
   std::int64_t n_bins_ = 1;
   bool ordered_ = true;
   std::vector<Open> open_;
   std::vector<std::int64_t> bin_tokens_;
-  std::vector<Gap> gaps_;
+  // per bin: (gap ms per token, tokens) of its arrivals; sorted per bin at finish(), and the
+  // overall median read by merging the bins (no second copy)
+  std::vector<std::vector<std::pair<double, std::int64_t>>> bin_gaps_;
   std::int64_t output_tokens_ = 0;
 };
 
