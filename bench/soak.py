@@ -2,6 +2,7 @@
 engine, watching the client's memory and descriptors and accounting for every token.
 
     PYTHONPATH=python python3 bench/soak.py [--streams 1024] [--duration 600] [--max-tokens 2000]
+        [--smaps] [--json FILE]
 
 One cell (closed loop: each stream sends its next request when one ends, so connections
 and requests turn over all the time) runs on a worker thread while this thread samples, once

@@ -14,6 +14,7 @@ import tempfile
 import numpy as np
 import pytest
 from speedmatrix._native import _core
+from speedmatrix.records import Records
 from speedmatrix.sim import Sim
 
 BODY = b'{"model":"sim-test","prompt":"a b c","max_tokens":60,"stream":true}'
@@ -131,6 +132,8 @@ def test_a_spill_directory_that_cannot_be_used_keeps_the_events_in_memory(tmp_pa
         ).run()
     assert res.fatal_error == ""
     assert "kept in memory" in res.events_note and str(missing) in res.events_note
+    # kept with the cell's records (saved beside the arrays)
+    assert Records.from_result(res).stamps()["events_note"] == res.events_note
     _counts, tokens = _per_request(res)
     assert list(tokens) == list(res.requests["output_tokens"])
     assert int(tokens.sum()) == 12 * 60
