@@ -118,7 +118,8 @@ CellFigures summarize_cell(const RecordView& r, ns_t t0, ns_t t1, double bin_s =
 // otherwise ordered() turns false and the caller must use summarize_cell.
 class PrecisionScan {
  public:
-  // `r`: the per-request columns (its event spans are not read); kept by reference.
+  // `r`: the per-request columns (its event spans are not read); its arrays must outlive
+  // the scan.
   PrecisionScan(const RecordView& r, ns_t t0, ns_t t1, double bin_s = 1.0);
   void add(std::int32_t request, ns_t t_ns, std::int32_t tokens);
   bool ordered() const noexcept { return ordered_; }
@@ -131,7 +132,7 @@ class PrecisionScan {
     ns_t cur = kNever;   // the arrival being merged (events with this t_ns)
     std::int64_t tokens = 0;
   };
-  const RecordView& r_;
+  RecordView r_;  // views: the arrays must outlive the scan
   ns_t t0_, t1_, bin_ns_ = 0;
   std::int64_t n_bins_ = 1;
   bool ordered_ = true;
