@@ -28,6 +28,7 @@ struct PyCellResult {
   double backoff_s = 0;
   std::string stop_reason;
   std::string fatal_error;
+  std::string events_note;  // why the token events were held in memory, else ""
   py::dict requests, events, metrics;
 };
 
@@ -36,6 +37,16 @@ template <class T>
 py::array_t<T> adopt(std::vector<T>&& v) {
   auto* heap = new std::vector<T>(std::move(v));
   py::capsule owner(heap, [](void* p) { delete static_cast<std::vector<T>*>(p); });
+  return py::array_t<T>({static_cast<py::ssize_t>(heap->size())},
+                        {static_cast<py::ssize_t>(sizeof(T))}, heap->data(), owner);
+}
+
+// Hands a plain event column to numpy without copying: the array owns it (a vector, or a
+// mapping of a spill file that is unmapped when the array goes).
+template <class T>
+py::array_t<T> adopt(PlainColumn<T>&& c) {
+  auto* heap = new PlainColumn<T>(std::move(c));
+  py::capsule owner(heap, [](void* p) { delete static_cast<PlainColumn<T>*>(p); });
   return py::array_t<T>({static_cast<py::ssize_t>(heap->size())},
                         {static_cast<py::ssize_t>(sizeof(T))}, heap->data(), owner);
 }
@@ -104,11 +115,13 @@ PyCellResult to_python(CellResult&& r) {
       q, [](const RequestRecord& x) -> const std::string& { return x.error_message; });
   d["retries"] = request_column<std::int32_t>(q, [](const RequestRecord& x) { return x.retries; });
 
-  EventColumns& e = r.events;
+  // A cell that spilled its events gets arrays over the spill files (records.hpp).
+  EventColumns::Plain e = r.events.take_plain();
+  out.events_note = r.events.note();
   out.events["request"] = adopt(std::move(e.request));
-  out.events["t_ns"] = adopt(e.t_ns.to_vector());
-  out.events["tokens"] = adopt(e.tokens.to_vector());
-  out.events["server_ns"] = adopt(e.server_ns.to_vector());
+  out.events["t_ns"] = adopt(std::move(e.t_ns));
+  out.events["tokens"] = adopt(std::move(e.tokens));
+  out.events["server_ns"] = adopt(std::move(e.server_ns));
 
   MetricSamples& ms = r.metrics;
   py::list names;
@@ -229,6 +242,8 @@ void register_cell(py::module_& m) {
       .def_readwrite("metrics_interval_s", &CellSpec::metrics_interval_s)
       .def_readwrite("metric_names", &CellSpec::metric_names)
       .def_readwrite("metric_reduce", &CellSpec::metric_reduce)
+      .def_readwrite("spill_events", &CellSpec::spill_events)
+      .def_readwrite("spill_dir", &CellSpec::spill_dir)
       .def("__repr__", [](const CellSpec& s) {
         return "<CellSpec url=" + s.http.url + " concurrency=" + std::to_string(s.concurrency) +
                " bodies=" + std::to_string(s.bodies.size()) +
@@ -255,6 +270,7 @@ void register_cell(py::module_& m) {
       .def_readonly("loop_lag_max_ms", &PyCellResult::loop_lag_max_ms)
       .def_readonly("stopped", &PyCellResult::stopped)
       .def_readonly("fatal_error", &PyCellResult::fatal_error)
+      .def_readonly("events_note", &PyCellResult::events_note)
       .def_readonly("requests", &PyCellResult::requests)
       .def_readonly("events", &PyCellResult::events)
       .def_readonly("metrics", &PyCellResult::metrics)

@@ -208,6 +208,7 @@ CellResult CellRunner::run() {
   plan.check_interval_ns = std::max<ns_t>(seconds_to_ns(spec.precision_check_s), 100'000'000);
 
   CellRecords records;
+  records.events.configure_spill(spec.spill_events, spec.spill_dir);
   records.events.reserve(1u << 16);
   if (spec.precision > 0) {
     // The figures so far, by the same function the final figures come from
@@ -233,13 +234,21 @@ CellResult CellRunner::run() {
       v.outcome = outcome;
       v.phase = phase;
       v.prompt_tokens = prompt;
-      v.ev_request = records.events.request;
-      // The compact columns (records.hpp) unpacked: O(events), as summarize_cell is anyway.
-      const std::vector<ns_t> ev_t_ns = records.events.t_ns.to_vector();
-      const std::vector<std::int32_t> ev_tokens = records.events.tokens.to_vector();
-      v.ev_t_ns = ev_t_ns;
-      v.ev_tokens = ev_tokens;
-      const CellFigures f = summarize_cell(v, t0, now);
+      // One pass over the events, spilled ones read back in blocks (records.hpp): no copy
+      // of the columns; the same figures as summarize_cell (stats.hpp PrecisionScan).
+      PrecisionScan scan(v, t0, now);
+      records.events.for_each(0, records.events.size(),
+                              [&scan](std::size_t, std::int32_t q, ns_t t, std::int32_t tokens) {
+                                scan.add(q, t, tokens);
+                              });
+      CellFigures f = scan.finish();
+      if (!scan.ordered()) {  // never from the transport; exact all the same
+        const EventColumns::Plain p = records.events.plain_copy();
+        v.ev_request = {p.request.data(), p.request.size()};
+        v.ev_t_ns = {p.t_ns.data(), p.t_ns.size()};
+        v.ev_tokens = {p.tokens.data(), p.tokens.size()};
+        f = summarize_cell(v, t0, now);
+      }
       return precision_stop(f, target, static_cast<double>(now - t0) / 1e9, min_s);
     };
   }

@@ -610,11 +610,8 @@ bool Transfer::on_event(const SseEvent& ev) {
       if (c.first_token && r.first_token_ns == kNever) r.first_token_ns = last_read_ns;
       if (c.tokens > 0) {
         if (self->opt.record_events) {
-          EventColumns& e = self->records.events;
-          e.request.push_back(id);
-          e.t_ns.push_back(last_read_ns);
-          e.tokens.push_back(c.tokens);
-          e.server_ns.push_back(self->opt.server_stamps ? c.server_ns : kNever);
+          self->records.events.push(id, last_read_ns, c.tokens,
+                                    self->opt.server_stamps ? c.server_ns : kNever);
         }
         if (self->progress && r.phase == Phase::kWindow) {
           self->progress->tokens.fetch_add(c.tokens, std::memory_order_relaxed);

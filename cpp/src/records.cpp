@@ -1,7 +1,15 @@
 #include "speedmatrix/records.hpp"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
+#include <stdexcept>
 
 namespace speedmatrix {
 
@@ -75,16 +83,324 @@ std::vector<ns_t> StampColumn::to_vector() const {
   return dense_ ? values_ : std::vector<ns_t>(n_, kNever);
 }
 
+void NsColumn::clear() noexcept {
+  blocks_.clear();
+  offsets_.clear();
+}
+
+void CountColumn::clear() noexcept {
+  small_.clear();
+  large_.clear();
+}
+
+void StampColumn::clear() noexcept {
+  n_ = 0;
+  dense_ = false;
+  values_.clear();
+}
+
+template <class T>
+PlainColumn<T>& PlainColumn<T>::operator=(PlainColumn&& o) noexcept {
+  if (this != &o) {
+    release();
+    owned_ = std::move(o.owned_);
+    map_ = o.map_;
+    map_bytes_ = o.map_bytes_;
+    n_ = o.n_;
+    o.map_ = nullptr;
+    o.map_bytes_ = o.n_ = 0;
+  }
+  return *this;
+}
+
+template <class T>
+void PlainColumn<T>::release() noexcept {
+  if (map_) ::munmap(map_, map_bytes_);
+  map_ = nullptr;
+  map_bytes_ = n_ = 0;
+}
+
+template class PlainColumn<std::int32_t>;
+template class PlainColumn<ns_t>;
+
+namespace {
+
+// Bytes per value of each spill file: request, t_ns, tokens, server_ns.
+constexpr std::size_t kWidth[4] = {sizeof(std::int32_t), sizeof(ns_t), sizeof(std::int32_t),
+                                   sizeof(ns_t)};
+
+// An unlinked file in `dir`: nothing is left behind whatever way the process ends.
+int open_spill_file(const std::string& dir, int* err) {
+#ifdef O_TMPFILE
+  int fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd >= 0) return fd;
+#endif
+  // O_TMPFILE unsupported by the filesystem (or the kernel): a named file, unlinked at once.
+  std::string path = dir + "/speedmatrix-events-XXXXXX";
+  fd = ::mkostemp(path.data(), O_CLOEXEC);
+  if (fd < 0) {
+    *err = errno;
+    return -1;
+  }
+  ::unlink(path.c_str());
+  return fd;
+}
+
+int pwrite_all(int fd, const void* buf, std::size_t bytes, off_t off) {
+  const char* p = static_cast<const char*>(buf);
+  while (bytes > 0) {
+    const ssize_t w = ::pwrite(fd, p, bytes, off);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    if (w == 0) return ENOSPC;
+    p += w;
+    bytes -= static_cast<std::size_t>(w);
+    off += w;
+  }
+  return 0;
+}
+
+void pread_all(int fd, void* buf, std::size_t bytes, off_t off) {
+  char* p = static_cast<char*>(buf);
+  while (bytes > 0) {
+    const ssize_t r = ::pread(fd, p, bytes, off);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0)
+      throw std::runtime_error(std::string("reading spilled token events: ") +
+                               (r < 0 ? std::strerror(errno) : "file shorter than written"));
+    p += r;
+    bytes -= static_cast<std::size_t>(r);
+    off += r;
+  }
+}
+
+}  // namespace
+
+EventColumns::EventColumns(EventColumns&& o) noexcept { *this = std::move(o); }
+
+EventColumns& EventColumns::operator=(EventColumns&& o) noexcept {
+  if (this != &o) {
+    close_files();
+    threshold_ = o.threshold_;
+    dir_ = std::move(o.dir_);
+    spilled_ = o.spilled_;
+    disabled_ = o.disabled_;
+    note_ = std::move(o.note_);
+    for (int c = 0; c < 4; ++c) {
+      fd_[c] = o.fd_[c];
+      o.fd_[c] = -1;
+    }
+    request_ = std::move(o.request_);
+    t_ns_ = std::move(o.t_ns_);
+    tokens_ = std::move(o.tokens_);
+    server_ns_ = std::move(o.server_ns_);
+    o.spilled_ = 0;
+    o.request_.clear();
+    o.t_ns_.clear();
+    o.tokens_.clear();
+    o.server_ns_.clear();
+  }
+  return *this;
+}
+
+EventColumns::~EventColumns() { close_files(); }
+
+void EventColumns::close_files() noexcept {
+  for (int& fd : fd_) {
+    if (fd >= 0) ::close(fd);
+    fd = -1;
+  }
+}
+
+void EventColumns::configure_spill(std::size_t threshold, std::string dir) {
+  threshold_ = threshold;
+  dir_ = std::move(dir);
+}
+
 void EventColumns::reserve(std::size_t n) {
-  request.reserve(n);
-  t_ns.reserve(n);
-  tokens.reserve(n);
-  server_ns.reserve(n);
+  if (threshold_ > 0) n = std::min(n, threshold_);
+  request_.reserve(n);
+  t_ns_.reserve(n);
+  tokens_.reserve(n);
+  server_ns_.reserve(n);
+}
+
+void EventColumns::push(std::int32_t request, ns_t t_ns, std::int32_t tokens, ns_t server_ns) {
+  request_.push_back(request);
+  t_ns_.push_back(t_ns);
+  tokens_.push_back(tokens);
+  server_ns_.push_back(server_ns);
+  if (threshold_ > 0 && !disabled_ && t_ns_.size() >= threshold_) spill();
+}
+
+void EventColumns::fail(const std::string& what, int err) {
+  disabled_ = true;
+  const std::string dir = dir_.empty() ? "the temporary directory" : dir_;
+  note_ = "token events kept in memory: " + what + " in " + dir + " failed (" + std::strerror(err) +
+          ")";
+  if (spilled_ == 0) close_files();  // else the files hold events [0, spilled_)
+}
+
+bool EventColumns::spill() {
+  const std::size_t n = t_ns_.size();
+  if (n == 0 || disabled_) return !disabled_;
+  if (fd_[0] < 0) {
+    std::string dir = dir_;
+    if (dir.empty()) {
+      const char* env = std::getenv("TMPDIR");
+      dir = env && *env ? env : "/tmp";
+    }
+    for (int c = 0; c < 4; ++c) {
+      int err = 0;
+      fd_[c] = open_spill_file(dir, &err);
+      if (fd_[c] < 0) {
+        if (dir_.empty()) dir_ = dir;
+        fail("creating a spill file", err);
+        return false;
+      }
+    }
+  }
+  struct Out {
+    std::int32_t request[kReadBlock];
+    ns_t t_ns[kReadBlock];
+    std::int32_t tokens[kReadBlock];
+    ns_t server_ns[kReadBlock];
+  };
+  auto out = std::make_unique<Out>();
+  const void* cols[4] = {out->request, out->t_ns, out->tokens, out->server_ns};
+  for (std::size_t from = 0; from < n; from += kReadBlock) {
+    const std::size_t m = std::min(kReadBlock, n - from);
+    for (std::size_t k = 0; k < m; ++k) {
+      out->request[k] = request_[from + k];
+      out->t_ns[k] = t_ns_[from + k];
+      out->tokens[k] = tokens_[from + k];
+      out->server_ns[k] = server_ns_[from + k];
+    }
+    for (int c = 0; c < 4; ++c) {
+      // Written past spilled_ only: a failure leaves the committed events intact.
+      const auto off = static_cast<off_t>((spilled_ + from) * kWidth[c]);
+      if (int err = pwrite_all(fd_[c], cols[c], m * kWidth[c], off)) {
+        fail("writing the spill file", err);
+        return false;
+      }
+    }
+  }
+  spilled_ += n;
+  request_.clear();
+  t_ns_.clear();
+  tokens_.clear();
+  server_ns_.clear();
+  return true;
+}
+
+void EventColumns::read_spilled(std::size_t from, std::size_t n, Block& b) const {
+  pread_all(fd_[0], b.request, n * kWidth[0], static_cast<off_t>(from * kWidth[0]));
+  pread_all(fd_[1], b.t_ns, n * kWidth[1], static_cast<off_t>(from * kWidth[1]));
+  pread_all(fd_[2], b.tokens, n * kWidth[2], static_cast<off_t>(from * kWidth[2]));
+}
+
+std::int32_t EventColumns::request(std::size_t i) const {
+  if (i >= spilled_) return request_[i - spilled_];
+  std::int32_t v;
+  pread_all(fd_[0], &v, sizeof v, static_cast<off_t>(i * sizeof v));
+  return v;
+}
+
+ns_t EventColumns::t_ns(std::size_t i) const {
+  if (i >= spilled_) return t_ns_[i - spilled_];
+  ns_t v;
+  pread_all(fd_[1], &v, sizeof v, static_cast<off_t>(i * sizeof v));
+  return v;
+}
+
+std::int32_t EventColumns::tokens(std::size_t i) const {
+  if (i >= spilled_) return tokens_[i - spilled_];
+  std::int32_t v;
+  pread_all(fd_[2], &v, sizeof v, static_cast<off_t>(i * sizeof v));
+  return v;
+}
+
+ns_t EventColumns::server_ns(std::size_t i) const {
+  if (i >= spilled_) return server_ns_[i - spilled_];
+  ns_t v;
+  pread_all(fd_[3], &v, sizeof v, static_cast<off_t>(i * sizeof v));
+  return v;
 }
 
 std::size_t EventColumns::memory_bytes() const noexcept {
-  return request.capacity() * sizeof(std::int32_t) + t_ns.memory_bytes() + tokens.memory_bytes() +
-         server_ns.memory_bytes();
+  return request_.capacity() * sizeof(std::int32_t) + t_ns_.memory_bytes() +
+         tokens_.memory_bytes() + server_ns_.memory_bytes();
+}
+
+EventColumns::Plain EventColumns::plain_copy() const {
+  const std::size_t n = size();
+  std::vector<std::int32_t> req(n), tok(n);
+  std::vector<ns_t> t(n), srv(n);
+  for_each(0, n, [&](std::size_t i, std::int32_t q, ns_t at, std::int32_t k) {
+    req[i] = q;
+    t[i] = at;
+    tok[i] = k;
+  });
+  if (spilled_ > 0) pread_all(fd_[3], srv.data(), spilled_ * kWidth[3], 0);
+  for (std::size_t i = spilled_; i < n; ++i) srv[i] = server_ns_[i - spilled_];
+  Plain p;
+  p.request = PlainColumn<std::int32_t>(std::move(req));
+  p.t_ns = PlainColumn<ns_t>(std::move(t));
+  p.tokens = PlainColumn<std::int32_t>(std::move(tok));
+  p.server_ns = PlainColumn<ns_t>(std::move(srv));
+  return p;
+}
+
+EventColumns::Plain EventColumns::take_plain() {
+  Plain p;
+  const std::size_t n = size();
+  bool done = false;
+  if (spilled_ > 0 && !disabled_ && spill()) {
+    // Everything is in the files now: map them (private, so numpy may even write; pages
+    // come from the page cache, not anonymous memory, until written).
+    void* maps[4] = {nullptr, nullptr, nullptr, nullptr};
+    bool ok = true;
+    for (int c = 0; c < 4 && ok; ++c) {
+      maps[c] = ::mmap(nullptr, n * kWidth[c], PROT_READ | PROT_WRITE, MAP_PRIVATE, fd_[c], 0);
+      if (maps[c] == MAP_FAILED) {
+        maps[c] = nullptr;
+        const int err = errno;
+        ok = false;
+        note_ = std::string("token events read back into memory: mapping the spill file failed (") +
+                std::strerror(err) + ")";
+      }
+    }
+    if (ok) {
+      p.request = PlainColumn<std::int32_t>(maps[0], n * kWidth[0], n);
+      p.t_ns = PlainColumn<ns_t>(maps[1], n * kWidth[1], n);
+      p.tokens = PlainColumn<std::int32_t>(maps[2], n * kWidth[2], n);
+      p.server_ns = PlainColumn<ns_t>(maps[3], n * kWidth[3], n);
+      done = true;
+    } else {
+      for (int c = 0; c < 4; ++c)
+        if (maps[c]) ::munmap(maps[c], n * kWidth[c]);
+    }
+  }
+  if (!done && spilled_ > 0) {
+    // A spill failed (or the mapping did): read the files back once, then the tail.
+    p = plain_copy();
+    done = true;
+  }
+  if (!done) {
+    p.request = PlainColumn<std::int32_t>(std::move(request_));
+    p.t_ns = PlainColumn<ns_t>(t_ns_.to_vector());
+    p.tokens = PlainColumn<std::int32_t>(tokens_.to_vector());
+    p.server_ns = PlainColumn<ns_t>(server_ns_.to_vector());
+  }
+  close_files();  // a mapping keeps its file; the unlinked files vanish with the last one
+  spilled_ = 0;
+  request_ = {};
+  t_ns_.clear();
+  tokens_.clear();
+  server_ns_.clear();
+  return p;
 }
 
 }  // namespace speedmatrix

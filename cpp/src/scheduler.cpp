@@ -226,13 +226,13 @@ ScheduleTimes run_closed_loop(const ClosedLoopPlan& plan, Transport& transport, 
       // the live figure counts window tokens only: the ramp's are dropped (a
       // t0 in the past keeps the tokens that arrived since)
       std::int64_t since = 0;
-      const std::size_t m = std::min(records.events.request.size(), records.events.t_ns.size());
-      for (std::size_t e = 0; e < m; ++e) {
-        const auto q = static_cast<std::size_t>(records.events.request[e]);
-        if (records.events.t_ns[e] >= t0 && q < records.requests.size() &&
-            records.requests[q].phase == Phase::kWindow)
-          since += records.events.tokens[e];
-      }
+      records.events.for_each(0, records.events.size(),
+                              [&](std::size_t, std::int32_t req, ns_t t, std::int32_t tokens) {
+                                const auto q = static_cast<std::size_t>(req);
+                                if (t >= t0 && q < records.requests.size() &&
+                                    records.requests[q].phase == Phase::kWindow)
+                                  since += tokens;
+                              });
       progress->tokens.store(since, std::memory_order_relaxed);
       progress->window_start_ns.store(t0, std::memory_order_relaxed);
     }
@@ -255,17 +255,18 @@ ScheduleTimes run_closed_loop(const ClosedLoopPlan& plan, Transport& transport, 
   std::size_t events_seen = 0;
   GapHistogram gaps;
   auto scan_events = [&] {
-    const std::size_t m = std::min(records.events.request.size(), records.events.t_ns.size());
+    const std::size_t m = records.events.size();
     if (last_token.size() < records.requests.size())
       last_token.resize(records.requests.size(), kNever);
-    for (; events_seen < m; ++events_seen) {
-      const auto q = static_cast<std::size_t>(records.events.request[events_seen]);
-      if (q >= records.requests.size() || records.requests[q].phase != Phase::kWindow) continue;
-      const ns_t t = records.events.t_ns[events_seen];
-      if (last_token[q] != kNever && t > last_token[q])
-        gaps.add(t - last_token[q], records.events.tokens[events_seen]);
-      last_token[q] = std::max(last_token[q] == kNever ? t : last_token[q], t);
-    }
+    // Events already spilled to disk (records.hpp) are read back in blocks: a tick's worth.
+    records.events.for_each(
+        events_seen, m, [&](std::size_t, std::int32_t req, ns_t t, std::int32_t tokens) {
+          const auto q = static_cast<std::size_t>(req);
+          if (q >= records.requests.size() || records.requests[q].phase != Phase::kWindow) return;
+          if (last_token[q] != kNever && t > last_token[q]) gaps.add(t - last_token[q], tokens);
+          last_token[q] = std::max(last_token[q] == kNever ? t : last_token[q], t);
+        });
+    events_seen = m;
   };
   ns_t next_tick = ramp_start + plan.tick_ns;
 

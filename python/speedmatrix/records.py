@@ -39,6 +39,7 @@ STAMPS = (
     "client_cpu_s",
     "loop_lag_max_ms",
     "fatal_error",
+    "events_note",
 )
 
 
@@ -81,6 +82,8 @@ class Records:
     client_cpu_s: float = 0.0
     loop_lag_max_ms: float = 0.0
     fatal_error: str = ""
+    #: why the token events were held in memory instead of spilled to disk ("" = as planned)
+    events_note: str = ""
     #: stamps not in the records file (runs saved before they were) taken from the
     #: stored cell; `fatal_error` is then unknown ("")
     stamps_from_cell: bool = False
@@ -108,6 +111,7 @@ class Records:
             client_cpu_s=float(res.client_cpu_s),
             loop_lag_max_ms=float(res.loop_lag_max_ms),
             fatal_error=str(res.fatal_error or ""),
+            events_note=str(getattr(res, "events_note", "") or ""),
         )
 
     @classmethod
@@ -160,6 +164,7 @@ class Records:
             client_cpu_s=num("client_cpu_s", 0.0, float),
             loop_lag_max_ms=num("loop_lag_max_ms", 0.0, float),
             fatal_error=str(stamps.get("fatal_error") or ""),
+            events_note=str(stamps.get("events_note") or ""),
             stamps_from_cell=from_cell,
         )
 

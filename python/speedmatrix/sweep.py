@@ -453,6 +453,9 @@ class Sweep:
         self.progress.live.runner = None
         if "error" in box:
             raise box["error"]
+        note = getattr(box["result"], "events_note", "")
+        if note:  # the spill directory was unusable: the cell is whole, its memory was not bounded
+            self._warn([note])
         return box["result"], interrupted
 
     def _wait_idle(self) -> tuple[bool, float]:

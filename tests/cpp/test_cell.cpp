@@ -83,9 +83,9 @@ TEST_F(CellTest, WarmupThenClosedLoopWindowThenCancellation) {
   // The live count is of the window's tokens: the ramp's are dropped when it opens.
   std::int64_t window_tokens = 0;
   for (std::size_t e = 0; e < res.events.size(); ++e) {
-    if (res.requests[static_cast<std::size_t>(res.events.request[e])].phase == Phase::kWindow &&
-        res.events.t_ns[e] >= res.window_start_ns)
-      window_tokens += res.events.tokens[e];
+    if (res.requests[static_cast<std::size_t>(res.events.request(e))].phase == Phase::kWindow &&
+        res.events.t_ns(e) >= res.window_start_ns)
+      window_tokens += res.events.tokens(e);
   }
   EXPECT_EQ(runner.progress().tokens.load(), window_tokens);
   // Steady state: the window opened when the last of the 4 slots streamed.

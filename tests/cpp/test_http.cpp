@@ -96,24 +96,24 @@ TEST_F(HttpTest, StreamsTokensStampedAtTheirArrival) {
   }
   ASSERT_EQ(sent.size(), 6u);
   for (std::size_t i = 0; i < ev.size(); ++i) {
-    EXPECT_EQ(ev.request[i], id);
-    EXPECT_EQ(ev.tokens[i], 1);
-    EXPECT_EQ(ev.server_ns[i], sent[i]);  // the engine's stamp is passed through
-    const ns_t delay = ev.t_ns[i] - sent[i];
+    EXPECT_EQ(ev.request(i), id);
+    EXPECT_EQ(ev.tokens(i), 1);
+    EXPECT_EQ(ev.server_ns(i), sent[i]);  // the engine's stamp is passed through
+    const ns_t delay = ev.t_ns(i) - sent[i];
     EXPECT_GE(delay, 0);
     EXPECT_LT(delay, 30 * kMs) << "event "
                                << i;  // loopback: well under a ms unless the box is busy
     if (i) {
-      const ns_t gap = ev.t_ns[i] - ev.t_ns[i - 1];
+      const ns_t gap = ev.t_ns(i) - ev.t_ns(i - 1);
       EXPECT_GT(gap, 25 * kMs);
       EXPECT_LT(gap, 90 * kMs);
     }
   }
   EXPECT_LE(r.sent_ns, r.first_byte_ns);
   EXPECT_LE(r.first_byte_ns, r.first_token_ns);
-  EXPECT_EQ(r.first_token_ns, ev.t_ns[0]);
+  EXPECT_EQ(r.first_token_ns, ev.t_ns(0));
   EXPECT_GE(r.first_token_ns - r.sent_ns, 20 * kMs);  // ttft_ms
-  EXPECT_GE(r.done_ns, ev.t_ns[5]);
+  EXPECT_GE(r.done_ns, ev.t_ns(5));
 }
 
 TEST_F(HttpTest, StampsAreDroppedUnlessAsked) {
@@ -123,7 +123,7 @@ TEST_F(HttpTest, StampsAreDroppedUnlessAsked) {
   e.add("{}");
   e.wait_finished(1);
   ASSERT_EQ(e.records.events.size(), 2u);
-  EXPECT_EQ(e.records.events.server_ns[0], kNever);
+  EXPECT_EQ(e.records.events.server_ns(0), kNever);
 }
 
 TEST_F(HttpTest, EventsOfOneSocketReadShareOneStamp) {
@@ -135,15 +135,15 @@ TEST_F(HttpTest, EventsOfOneSocketReadShareOneStamp) {
   EXPECT_EQ(r.output_tokens, 4);
   const EventColumns& ev = e.records.events;
   ASSERT_EQ(ev.size(), 4u);
-  for (std::size_t i = 1; i < ev.size(); ++i) EXPECT_EQ(ev.t_ns[i], ev.t_ns[0]) << "event " << i;
-  EXPECT_EQ(r.first_token_ns, ev.t_ns[0]);
+  for (std::size_t i = 1; i < ev.size(); ++i) EXPECT_EQ(ev.t_ns(i), ev.t_ns(0)) << "event " << i;
+  EXPECT_EQ(r.first_token_ns, ev.t_ns(0));
 }
 
 TEST_F(HttpTest, StreamWithoutChunkedEncodingEndsAtClose) {
   Engine e(options("/unchunked?n=3&itl_ms=5"));
   EXPECT_EQ(stream_ok(e).output_tokens, 3);
   ASSERT_EQ(e.records.events.size(), 3u);
-  EXPECT_GT(e.records.events.t_ns[2], e.records.events.t_ns[0]);
+  EXPECT_GT(e.records.events.t_ns(2), e.records.events.t_ns(0));
 }
 
 TEST_F(HttpTest, MalformedChunkFramingIsItsOwnKind) {

@@ -67,10 +67,7 @@ class FakeTransport final : public Transport {
       const ns_t stop_at = stall_at.count(id) ? stall_at[id] : ends[id];
       while (it->second <= clock.t && it->second < stop_at) {
         if (rec.first_token_ns == kNever) rec.first_token_ns = it->second;
-        records.events.request.push_back(id);
-        records.events.t_ns.push_back(it->second);
-        records.events.tokens.push_back(1);
-        records.events.server_ns.push_back(-1);
+        records.events.push(id, it->second, 1, -1);
         it->second += itl;
       }
       it = it->second >= stop_at ? next_token.erase(it) : std::next(it);
@@ -433,7 +430,21 @@ TEST_F(Fixture, AWaveOfFailuresDoesNotWaitForTheRampCap) {
   EXPECT_EQ(t.window_end_ns, start + 301 * kMs);
 }
 
-TEST_F(Fixture, StalledStreamIsCancelledCountedAndItsSlotRefilled) {
+struct StallCase : Fixture {
+  void check();
+};
+
+TEST_F(StallCase, StalledStreamIsCancelledCountedAndItsSlotRefilled) { check(); }
+
+// The stall rule reads the events incrementally; spilled to disk (records.hpp), a tick's new
+// events are read back from the files: the same cut at the same time.
+TEST_F(StallCase, TheStallRuleReadsSpilledEvents) {
+  records.events.configure_spill(7);
+  check();
+  EXPECT_GT(records.events.spilled(), 500u);
+}
+
+void StallCase::check() {
   plan.bodies = {"b"};
   plan.concurrency = 2;
   plan.duration_ns = 5'000 * kMs;

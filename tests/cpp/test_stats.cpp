@@ -2,6 +2,7 @@
 // definitions"), plus percentile helpers, confidence intervals and drift.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -511,6 +512,91 @@ TEST(Percentile, WeightedIsPercentileOfExpandedValues) {
   const std::vector<std::int64_t> zeros = {0, 0, 0, 0};
   EXPECT_TRUE(std::isnan(weighted_percentile(u, zeros, 0.5)));
   EXPECT_TRUE(std::isnan(weighted_percentile({}, {}, 0.5)));
+}
+
+// The cell's precision check reads the events once, in record order (PrecisionScan), instead
+// of unpacking them for summarize_cell: on synthetic cells (two phases, failed streams,
+// events outside the window, one read split over several events, multi-token chunks, bad
+// request indices, empty chunks, partial last bins, empty windows) every figure it gives
+// and the stop decision are exactly summarize_cell's.
+TEST(PrecisionScan, SameFiguresAndStopAsSummarizeCell) {
+  auto same = [](double a, double b) { return (std::isnan(a) && std::isnan(b)) || a == b; };
+  std::mt19937_64 rng(11);
+  int stops = 0, checks = 0;
+  for (int cell = 0; cell < 300; ++cell) {
+    SCOPED_TRACE(cell);
+    Records r;
+    struct Ev {
+      ns_t t;
+      int req, tokens;
+    };
+    std::vector<Ev> evs;
+    const int n_req = 1 + static_cast<int>(rng() % 40);
+    const ns_t itl = static_cast<ns_t>(5 + rng() % 40) * kMs;
+    for (int q = 0; q < n_req; ++q) {
+      const Phase ph = rng() % 6 == 0 ? Phase::kWarmup : Phase::kWindow;
+      const Outcome o = rng() % 9 == 0 ? Outcome::kError : Outcome::kOk;
+      const ns_t sent = static_cast<ns_t>(rng() % (8 * kS));
+      ns_t t = sent + static_cast<ns_t>(rng() % (300 * kMs));
+      const int n_ev = static_cast<int>(rng() % 400);
+      r.add_request(ph, sent, t, t + n_ev * itl, o);
+      for (int k = 0; k < n_ev; ++k) {
+        const std::uint64_t x = rng() % 100;
+        const int tokens = x == 0 ? 0 : x < 10 ? 2 + static_cast<int>(rng() % 5) : 1;
+        evs.push_back({t, q, tokens});
+        if (x >= 10 && x < 20) continue;  // the next event of this read: the same t
+        t += itl / 2 + static_cast<ns_t>(rng() % static_cast<std::uint64_t>(itl));
+      }
+    }
+    if (cell % 10 == 0) evs.push_back({3 * kS, n_req + 5, 1});  // an index outside
+    // Record order: by time across requests (ties in any order), as the transport writes.
+    std::shuffle(evs.begin(), evs.end(), rng);
+    std::stable_sort(evs.begin(), evs.end(), [](const Ev& a, const Ev& b) { return a.t < b.t; });
+    for (const Ev& e : evs) r.add_event(e.req, e.t, e.tokens);
+    const RecordView v = r.view();
+    const ns_t t0 = static_cast<ns_t>(rng() % (2 * kS));
+    const ns_t t1 = cell % 25 == 0 ? t0 : t0 + static_cast<ns_t>(rng() % (12 * kS));
+    const double bin_s = cell % 3 == 0 ? 0.25 : 1.0;
+    const CellFigures want = summarize_cell(v, t0, t1, bin_s);
+    PrecisionScan scan(v, t0, t1, bin_s);
+    for (const Ev& e : evs) scan.add(e.req, e.t, e.tokens);
+    ASSERT_TRUE(scan.ordered());
+    const CellFigures got = scan.finish();
+    EXPECT_EQ(got.measured_s, want.measured_s);
+    EXPECT_EQ(got.output_tokens, want.output_tokens);
+    EXPECT_EQ(got.total_tok_s, want.total_tok_s);
+    EXPECT_EQ(got.bin_tok_s, want.bin_tok_s);
+    EXPECT_TRUE(same(got.tbt_ms, want.tbt_ms)) << got.tbt_ms << " " << want.tbt_ms;
+    EXPECT_TRUE(same(got.per_request_tok_s, want.per_request_tok_s));
+    for (auto [g, w] : {std::pair{got.total_tok_s_ci, want.total_tok_s_ci},
+                        std::pair{got.tbt_ms_ci, want.tbt_ms_ci},
+                        std::pair{got.per_request_tok_s_ci, want.per_request_tok_s_ci}}) {
+      EXPECT_TRUE(same(g.lo, w.lo)) << g.lo << " " << w.lo;
+      EXPECT_TRUE(same(g.hi, w.hi)) << g.hi << " " << w.hi;
+    }
+    EXPECT_TRUE(same(got.precision, want.precision)) << got.precision << " " << want.precision;
+    const double elapsed = static_cast<double>(t1 - t0) / 1e9;
+    for (double target : {0.01, 0.02, 0.05, 0.1, 0.2, 0.5}) {
+      const bool stop = precision_stop(want, target, elapsed, 1.0);
+      EXPECT_EQ(precision_stop(got, target, elapsed, 1.0), stop) << target;
+      stops += stop;
+      ++checks;
+    }
+  }
+  // the table holds both decisions
+  EXPECT_GT(stops, 50);
+  EXPECT_LT(stops, checks - 50);
+}
+
+TEST(PrecisionScan, ARequestWhoseEventsGoBackInTimeIsFlagged) {
+  Records r;
+  r.add_request(Phase::kWindow, 0, 10 * kMs, kNever, Outcome::kPending);
+  PrecisionScan scan(r.view(), 0, kS);
+  scan.add(0, 20 * kMs, 1);
+  scan.add(0, 30 * kMs, 1);
+  EXPECT_TRUE(scan.ordered());
+  scan.add(0, 25 * kMs, 1);
+  EXPECT_FALSE(scan.ordered());
 }
 
 }  // namespace

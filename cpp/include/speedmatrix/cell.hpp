@@ -94,6 +94,13 @@ struct CellSpec {
   // every rank) or "max" (a fraction of each rank's own pool, e.g. KV usage).
   // Missing entries are "sum".
   std::vector<std::string> metric_reduce;
+
+  // Token events beyond this many are spilled to unlinked files in spill_dir ("" = $TMPDIR,
+  // else /tmp) so memory does not grow with the window (records.hpp EventColumns); 0 = keep
+  // all in memory. If the files cannot be written, the events stay in memory and
+  // CellResult::events.note() says so.
+  std::size_t spill_events = EventColumns::kDefaultSpillThreshold;
+  std::string spill_dir;
 };
 
 struct CellResult {

@@ -2,7 +2,9 @@
 // they cross into Python as numpy arrays without per-row objects.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -72,6 +74,7 @@ class NsColumn {
   void reserve(std::size_t n) { offsets_.reserve(n); }
   std::vector<ns_t> to_vector() const;
   std::size_t memory_bytes() const noexcept;
+  void clear() noexcept;  // keeps the capacity
 
  private:
   struct Block {
@@ -92,6 +95,7 @@ class CountColumn {
   void reserve(std::size_t n) { small_.reserve(n); }
   std::vector<std::int32_t> to_vector() const;
   std::size_t memory_bytes() const noexcept;
+  void clear() noexcept;  // keeps the capacity
 
  private:
   static constexpr std::uint16_t kEscape = 0xFFFF;
@@ -109,6 +113,7 @@ class StampColumn {
   void reserve(std::size_t) {}
   std::vector<ns_t> to_vector() const;
   std::size_t memory_bytes() const noexcept { return values_.capacity() * sizeof(ns_t); }
+  void clear() noexcept;  // keeps the capacity
 
  private:
   std::size_t n_ = 0;
@@ -116,19 +121,137 @@ class StampColumn {
   std::vector<ns_t> values_;  // empty while every value is kNever
 };
 
-// Every event that carried tokens, in arrival order. Held for the whole window, so kept
-// compact: 10 bytes an event without server stamps (docs/RELIABILITY.md), against 24 as
-// plain columns; the Python side gets the plain columns (to_vector) once the cell ends.
-struct EventColumns {
-  std::vector<std::int32_t> request;  // index into the cell's request list
-  NsColumn t_ns;                      // arrival (one clock read per socket read)
-  CountColumn tokens;                 // tokens the event carried (>= 1)
-  StampColumn server_ns;              // server's send stamp when it gave one, else -1
-  void reserve(std::size_t n);
-  std::size_t size() const noexcept { return t_ns.size(); }
-  // Bytes held (capacities, not sizes): what a long window costs.
-  std::size_t memory_bytes() const noexcept;
+// A plain column handed over at the end of a cell: either owned memory or a private
+// (copy-on-write) mapping of a spill file, unmapped when this is destroyed. Move-only.
+template <class T>
+class PlainColumn {
+ public:
+  PlainColumn() = default;
+  explicit PlainColumn(std::vector<T> v) : owned_(std::move(v)) {}
+  // Takes over a mapping of `n` values at `addr` (`bytes` long, for munmap).
+  PlainColumn(void* addr, std::size_t bytes, std::size_t n)
+      : map_(addr), map_bytes_(bytes), n_(n) {}
+  PlainColumn(PlainColumn&& o) noexcept { *this = std::move(o); }
+  PlainColumn& operator=(PlainColumn&& o) noexcept;
+  PlainColumn(const PlainColumn&) = delete;
+  PlainColumn& operator=(const PlainColumn&) = delete;
+  ~PlainColumn() { release(); }
+  T* data() noexcept { return map_ ? static_cast<T*>(map_) : owned_.data(); }
+  const T* data() const noexcept { return map_ ? static_cast<const T*>(map_) : owned_.data(); }
+  std::size_t size() const noexcept { return map_ ? n_ : owned_.size(); }
+  bool mapped() const noexcept { return map_ != nullptr; }
+  std::vector<T> to_vector() const { return std::vector<T>(data(), data() + size()); }
+
+ private:
+  void release() noexcept;
+  std::vector<T> owned_;
+  void* map_ = nullptr;
+  std::size_t map_bytes_ = 0, n_ = 0;
 };
+
+// Every event that carried tokens, in arrival order, for the whole cell. Memory does not
+// grow with the window: the newest events (the tail) are held compactly (10 bytes an event
+// without server stamps, docs/RELIABILITY.md); once the tail holds spill_threshold events it
+// is appended, as plain columns (int32 request, int64 t_ns, int32 tokens, int64 server_ns:
+// 24 bytes an event), to four unlinked temporary files (O_TMPFILE in the spill directory,
+// else mkstemp + unlink) and dropped from memory. Every index stays readable: the tail from
+// memory, older events from the files (pread; for_each reads them in blocks). When a spill
+// file cannot be created or written (full disk, read-only directory) the events stay in
+// memory from then on and note() says so once; no event is lost.
+// At the end of the cell take_plain() hands over the plain columns: mappings of the files
+// when the cell spilled (no anonymous memory for them), else vectors.
+// Not thread-safe: one thread writes and reads (the transport's, between polls).
+class EventColumns {
+ public:
+  static constexpr std::size_t kDefaultSpillThreshold = std::size_t{1} << 18;  // 2.5 MB of tail
+
+  EventColumns() = default;
+  EventColumns(EventColumns&& o) noexcept;
+  EventColumns& operator=(EventColumns&& o) noexcept;
+  EventColumns(const EventColumns&) = delete;
+  EventColumns& operator=(const EventColumns&) = delete;
+  ~EventColumns();
+
+  // threshold 0 = never spill; dir "" = $TMPDIR, else /tmp. Call before the first push.
+  void configure_spill(std::size_t threshold, std::string dir = "");
+
+  void push(std::int32_t request, ns_t t_ns, std::int32_t tokens, ns_t server_ns);
+  std::size_t size() const noexcept { return spilled_ + t_ns_.size(); }
+  void reserve(std::size_t n);
+
+  // Random access to any event; an index below spilled() costs a pread per call.
+  std::int32_t request(std::size_t i) const;
+  ns_t t_ns(std::size_t i) const;
+  std::int32_t tokens(std::size_t i) const;
+  ns_t server_ns(std::size_t i) const;
+
+  // Calls f(i, request, t_ns, tokens) for i in [from, to), in order; spilled events are
+  // read in blocks of kReadBlock.
+  template <class F>
+  void for_each(std::size_t from, std::size_t to, F&& f) const;
+
+  std::size_t spilled() const noexcept { return spilled_; }
+  // One line when the events could not be spilled (and are held in memory), else "".
+  const std::string& note() const noexcept { return note_; }
+  // Bytes held in memory (capacities, not sizes): what a long window costs.
+  std::size_t memory_bytes() const noexcept;
+
+  struct Plain {
+    PlainColumn<std::int32_t> request;
+    PlainColumn<ns_t> t_ns;
+    PlainColumn<std::int32_t> tokens;
+    PlainColumn<ns_t> server_ns;
+  };
+  // The whole columns, once the cell has ended; leaves this empty. A cell that spilled gets
+  // mappings of the files (its last tail is spilled first); if that fails, the columns are
+  // read back into memory once and note() says why.
+  Plain take_plain();
+  // A copy of the whole columns in memory (24 bytes an event); leaves this as it was.
+  Plain plain_copy() const;
+
+  static constexpr std::size_t kReadBlock = 8192;
+
+ private:
+  struct Block {
+    std::int32_t request[kReadBlock];
+    ns_t t_ns[kReadBlock];
+    std::int32_t tokens[kReadBlock];
+  };
+  void read_spilled(std::size_t from, std::size_t n, Block& b) const;
+  bool spill();  // the tail to the files; false (and note_) on failure
+  void fail(const std::string& what, int err);
+  void close_files() noexcept;
+
+  std::size_t threshold_ = kDefaultSpillThreshold;
+  std::string dir_;
+  std::size_t spilled_ = 0;  // events [0, spilled_) are in the files
+  bool disabled_ = false;    // a spill failed: keep everything in memory
+  std::string note_;
+  int fd_[4] = {-1, -1, -1, -1};  // request, t_ns, tokens, server_ns
+  // the tail: events [spilled_, size())
+  std::vector<std::int32_t> request_;
+  NsColumn t_ns_;
+  CountColumn tokens_;
+  StampColumn server_ns_;
+};
+
+template <class F>
+void EventColumns::for_each(std::size_t from, std::size_t to, F&& f) const {
+  to = std::min(to, size());
+  if (from < spilled_) {
+    auto b = std::make_unique<Block>();
+    while (from < std::min(to, spilled_)) {
+      const std::size_t n = std::min({kReadBlock, spilled_ - from, to - from});
+      read_spilled(from, n, *b);
+      for (std::size_t k = 0; k < n; ++k) f(from + k, b->request[k], b->t_ns[k], b->tokens[k]);
+      from += n;
+    }
+  }
+  for (; from < to; ++from) {
+    const std::size_t k = from - spilled_;
+    f(from, request_[k], t_ns_[k], tokens_[k]);
+  }
+}
 
 // /metrics samples taken during the cell: values[i * names.size() + j] is
 // metric names[j] (summed over labels) at t_ns[i]; NaN when absent.

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "speedmatrix/clock.hpp"
@@ -105,6 +106,43 @@ struct CellFigures {
 // token that arrived in the window counts for total_tok_s.
 CellFigures summarize_cell(const RecordView& r, ns_t t0, ns_t t1, double bin_s = 1.0,
                            ns_t steady_from_ns = kNever, ns_t ttft_from_ns = kNever);
+
+// The figures the precision stop reads (measured_s, output_tokens, total_tok_s, bin_tok_s,
+// tbt_ms and both intervals, precision), from the events visited once, in record order, so
+// a cell's check needs no copy of its event columns (they may be spilled to disk,
+// records.hpp). For those fields it equals summarize_cell(r, t0, t1, bin_s) when r has no
+// usage scaling (output_tokens / token_source empty), as the cell's check calls it; the
+// other fields are left as summarize_cell's empty figure (NaN). Costs O(requests + bins)
+// plus 16 bytes per window arrival until finish() (the exact medians need every gap).
+// REQUIRES: each request's events come in non-decreasing t_ns (the transport's order);
+// otherwise ordered() turns false and the caller must use summarize_cell.
+class PrecisionScan {
+ public:
+  // `r`: the per-request columns (its event spans are not read); its arrays must outlive
+  // the scan.
+  PrecisionScan(const RecordView& r, ns_t t0, ns_t t1, double bin_s = 1.0);
+  void add(std::int32_t request, ns_t t_ns, std::int32_t tokens);
+  bool ordered() const noexcept { return ordered_; }
+  CellFigures finish();
+
+ private:
+  void close_arrival(std::size_t q);
+  struct Open {
+    ns_t prev = kNever;  // the request's previous arrival
+    ns_t cur = kNever;   // the arrival being merged (events with this t_ns)
+    std::int64_t tokens = 0;
+  };
+  RecordView r_;  // views: the arrays must outlive the scan
+  ns_t t0_, t1_, bin_ns_ = 0;
+  std::int64_t n_bins_ = 1;
+  bool ordered_ = true;
+  std::vector<Open> open_;
+  std::vector<std::int64_t> bin_tokens_;
+  // per bin: (gap ms per token, tokens) of its arrivals; sorted per bin at finish(), and the
+  // overall median read by merging the bins (no second copy)
+  std::vector<std::vector<std::pair<double, std::int64_t>>> bin_gaps_;
+  std::int64_t output_tokens_ = 0;
+};
 
 // The precision a cell's figures reached: max over total_tok_s and tbt_ms of
 // (CI half-width / value). NaN when either interval or value is missing.
