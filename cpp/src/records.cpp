@@ -176,6 +176,16 @@ void pread_all(int fd, void* buf, std::size_t bytes, off_t off) {
   }
 }
 
+// Event i of one column: from the in-memory tail when it has not been spilled, else one
+// pread from that column's spill file (plain values, sizeof(T) each).
+template <class T, class Tail>
+T value_at(const Tail& tail, int fd, std::size_t i, std::size_t spilled) {
+  if (i >= spilled) return tail[i - spilled];
+  T v;
+  pread_all(fd, &v, sizeof v, static_cast<off_t>(i * sizeof v));
+  return v;
+}
+
 }  // namespace
 
 EventColumns::EventColumns(EventColumns&& o) noexcept { *this = std::move(o); }
@@ -302,31 +312,17 @@ void EventColumns::read_spilled(std::size_t from, std::size_t n, Block& b) const
 }
 
 std::int32_t EventColumns::request(std::size_t i) const {
-  if (i >= spilled_) return request_[i - spilled_];
-  std::int32_t v;
-  pread_all(fd_[0], &v, sizeof v, static_cast<off_t>(i * sizeof v));
-  return v;
+  return value_at<std::int32_t>(request_, fd_[0], i, spilled_);
 }
 
-ns_t EventColumns::t_ns(std::size_t i) const {
-  if (i >= spilled_) return t_ns_[i - spilled_];
-  ns_t v;
-  pread_all(fd_[1], &v, sizeof v, static_cast<off_t>(i * sizeof v));
-  return v;
-}
+ns_t EventColumns::t_ns(std::size_t i) const { return value_at<ns_t>(t_ns_, fd_[1], i, spilled_); }
 
 std::int32_t EventColumns::tokens(std::size_t i) const {
-  if (i >= spilled_) return tokens_[i - spilled_];
-  std::int32_t v;
-  pread_all(fd_[2], &v, sizeof v, static_cast<off_t>(i * sizeof v));
-  return v;
+  return value_at<std::int32_t>(tokens_, fd_[2], i, spilled_);
 }
 
 ns_t EventColumns::server_ns(std::size_t i) const {
-  if (i >= spilled_) return server_ns_[i - spilled_];
-  ns_t v;
-  pread_all(fd_[3], &v, sizeof v, static_cast<off_t>(i * sizeof v));
-  return v;
+  return value_at<ns_t>(server_ns_, fd_[3], i, spilled_);
 }
 
 std::size_t EventColumns::memory_bytes() const noexcept {
