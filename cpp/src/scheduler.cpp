@@ -215,6 +215,14 @@ ScheduleTimes run_closed_loop(const ClosedLoopPlan& plan, Transport& transport, 
   times.ramp_start_ns = ramp_start;
   const bool steady = plan.steady_window && plan.max_requests <= 0;
   ns_t t0 = kNever;
+  // The slot time of an imposed wait [since, until) that lies inside the window
+  // [t0, window end]: a wait that began in the ramp (a first wave answered 429 before
+  // the window opened) counts from t0 only.
+  auto window_wait_ns = [&](ns_t since, ns_t until) -> ns_t {
+    if (t0 == kNever) return 0;
+    const ns_t from = std::max(since, t0);
+    return until > from ? until - from : 0;
+  };
   ns_t end_at = kNoDeadline;
   ns_t next_check = kNoDeadline;
   auto open_window = [&](ns_t at) {
@@ -353,7 +361,7 @@ ScheduleTimes run_closed_loop(const ClosedLoopPlan& plan, Transport& transport, 
     while (!refills.empty() && refills.top().due_ns <= now) {
       const Refill r = refills.top();
       refills.pop();
-      if (r.backoff) times.backoff_ns += r.due_ns - r.since_ns;
+      if (r.backoff) times.backoff_ns += window_wait_ns(r.since_ns, r.due_ns);
       if (may_start()) launch_slot(static_cast<std::size_t>(r.slot), r.due_ns);
     }
     if (loop.in_flight() == 0 && (refills.empty() || !may_start())) {  // request budget spent
@@ -394,7 +402,7 @@ ScheduleTimes run_closed_loop(const ClosedLoopPlan& plan, Transport& transport, 
       if (due > now) {
         refills.push({due, rec.slot, finished_at, imposed});
       } else {
-        if (imposed) times.backoff_ns += due - finished_at;
+        if (imposed) times.backoff_ns += window_wait_ns(finished_at, due);
         launch_slot(slot, finished_at);
       }
     }
@@ -419,8 +427,8 @@ ScheduleTimes run_closed_loop(const ClosedLoopPlan& plan, Transport& transport, 
   // Backoffs still waiting at the end count up to the window's end.
   for (; !refills.empty(); refills.pop()) {
     const Refill& r = refills.top();
-    if (r.backoff && r.since_ns < times.window_end_ns)
-      times.backoff_ns += std::min(r.due_ns, times.window_end_ns) - r.since_ns;
+    if (r.backoff)
+      times.backoff_ns += window_wait_ns(r.since_ns, std::min(r.due_ns, times.window_end_ns));
   }
   for (std::int32_t id : slot_request) {
     if (id >= 0) loop.cancel(id);

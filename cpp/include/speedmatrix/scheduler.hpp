@@ -174,7 +174,7 @@ struct ScheduleTimes {
   std::int32_t warmup_retried = 0;  // warm-up requests sent a second time
   double stall_median_gap_ms = 0;   // the running median gap at the end (NaN if none)
   // Slot waits the BackoffPolicy imposed (429 / Retry-After, failed connections)
-  // and the slot time they took, up to the window's end. Closed loop only.
+  // and the slot time they took inside the window [t0, its end]. Closed loop only.
   std::int64_t backoffs = 0;
   ns_t backoff_ns = 0;
   std::string stop_reason;  // kUnreachable: the one-line why
