@@ -170,7 +170,9 @@ def test_an_interrupted_run_keeps_its_whole_matrix(tmp_path):
     assert load(out).matrix_definition == {
         "contexts": [256, 7168],
         "concurrency": [1, 64],
+        "request_rates": [],
         "prefill_contexts": [8128],
+        "search": False,
     }
 
 
