@@ -408,7 +408,10 @@ ChunkResult OpenAIStreamDecoder::decode(std::string_view data) {
   summary_.chunk_tokens += r.tokens;
   summary_.output_tokens =
       final_usage_completion_ >= 0 ? final_usage_completion_ : summary_.chunk_tokens;
-  if (c.has_text && !seen_text_) {
+  // The first token: the first chunk with text, or, when a server withholds the text of a
+  // generated token (llama.cpp holds back an incomplete UTF-8 sequence; with max_tokens 1
+  // it never comes), the first chunk whose usage says a token was generated.
+  if (!seen_text_ && (c.has_text || (c.has_usage && c.completion_tokens > 0))) {
     seen_text_ = true;
     r.first_token = true;
   }
