@@ -418,6 +418,23 @@ TEST(Decoder, FirstTokenOnlyOnceAndNotForRoleChunk) {
   EXPECT_FALSE(dec.decode_copy(R"({"choices":[{"delta":{"content":"y"}}]})").first_token);
 }
 
+TEST(Decoder, AWithheldTokenTextIsFirstTokenedByTheUsageThatCountsIt) {
+  // llama.cpp with max_tokens 1 and a token that is an incomplete UTF-8 sequence: an
+  // empty-text chunk, then the finish with usage. The token exists: the usage marks it.
+  OpenAIStreamDecoder dec(ApiKind::kCompletions);
+  EXPECT_FALSE(dec.decode_copy(R"({"choices":[{"text":""}]})").first_token);
+  EXPECT_TRUE(
+      dec.decode_copy(
+             R"({"choices":[{"text":"","finish_reason":"length"}],"usage":{"prompt_tokens":9,"completion_tokens":1}})")
+          .first_token);
+  EXPECT_EQ(dec.summary().output_tokens, 1);
+  // a usage report of no token marks nothing
+  OpenAIStreamDecoder none(ApiKind::kChat);
+  EXPECT_FALSE(
+      none.decode_copy(R"({"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":0}})")
+          .first_token);
+}
+
 TEST(Decoder, ResetAndMoveKeepItUsable) {
   OpenAIStreamDecoder a(ApiKind::kCompletions);
   a.decode_copy(R"({"choices":[{"text":"x","finish_reason":"stop"}]})");
