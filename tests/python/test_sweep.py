@@ -101,7 +101,9 @@ def test_fixed_engine_prefill_from_warmup(fixed_run):
     warm = int(np.flatnonzero(req["phase"] == 0)[0])  # the N=1 warm-up request
     engine_ms = (ev["server_ns"][ev["request"] == warm][0] - req["sent_ns"][warm]) / 1e6
     assert p["ttft_ms"] == pytest.approx(engine_ms, abs=3.0)
-    assert p["ttft_ms"] == pytest.approx(50.0, abs=10.0)
+    # One request against the engine's 50 ms setting: the engine can wake late on busy
+    # cores (63.5 ms seen here once) but never early; the bound above is the exactness test.
+    assert 45.0 <= p["ttft_ms"] <= 75.0
     assert p["prompt_tok_s"] == pytest.approx(256 / p["ttft_ms"] * 1000, rel=1e-9)
 
 
@@ -228,6 +230,14 @@ def test_prefill_rate_matches_the_engine(tmp_path):
     assert "measured_in" not in cells["prefill-c4096-r0"]
 
 
+def _assert_cold_prefill(p):
+    """A cold 2048-token prefill at 100 us/token reads 10K tok/s less the request's fixed
+    costs; a prefix-cache hit on even 5% of the prompt reads above 10.5K. The upper bound
+    is the test; the lower one only allows a loaded machine's scheduling delay (CI read
+    9.25K: 17 ms over a 205 ms prefill), which the exactness test above bounds at 5%."""
+    assert 8_000.0 < p["prompt_tok_s"] < 10_500.0, p
+
+
 def test_prefill_is_cold_when_concurrency_is_given_in_descending_order(tmp_path):
     """With --concurrency 4,2,1 the N=1 cell runs last, after the N=4 and N=2 cells sent
     prompts of the same context: its warm-up must still be a prompt the server has never
@@ -247,7 +257,7 @@ def test_prefill_is_cold_when_concurrency_is_given_in_descending_order(tmp_path)
     assert code == 0
     p = cells["prefill-c2048-r0"]
     assert p["measured_in"] == "decode-c2048-n1-r0"
-    assert p["prompt_tok_s"] == pytest.approx(10_000.0, rel=0.05), p
+    _assert_cold_prefill(p)
     assert cells["decode-c2048-n1-r0"]["status"] == "valid"
 
 
@@ -271,7 +281,7 @@ def test_prefill_from_a_first_cell_leaves_the_shared_prefix_cached_for_the_next(
     assert code == 0
     p = cells["prefill-c2048-r0"]
     assert p["measured_in"] == "decode-c2048-n1-r0"
-    assert p["prompt_tok_s"] == pytest.approx(10_000.0, rel=0.05), p
+    _assert_cold_prefill(p)
     n2 = cells["decode-c2048-n2-r0"]
     warmup_ms = (n2["t0_ns"] - n2["warmup_start_ns"]) / 1e6
     # cached prefix: two 64-token tails at 100 us/token (~13 ms), not 2048 + 64 tokens (~211 ms)
