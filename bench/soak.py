@@ -9,8 +9,9 @@ and requests turn over all the time) runs on a worker thread while this thread s
 a second, the process's RSS (/proc/self/status) and open descriptors (/proc/self/fd). It
 prints:
   RSS after the first minute (or the first sixth of a shorter run) and at the end, and the
-  growth between them (target: under 5 %; the window's token records are spilled to disk
-  past CellSpec.spill_events, so they hold a bounded tail, docs/RELIABILITY.md);
+  growth between them (target: under 5 %; the window's token events and finished request
+  records are spilled to disk past CellSpec.spill_events / spill_requests, so they hold a
+  bounded tail, docs/RELIABILITY.md), and glibc's heap: bytes in use, free but held, mmapped;
   descriptors before, at the peak, and after the cell (target: back to the start: no leak);
   tokens counted by the client vs tokens the engine says it sent (GET /sim/state): the
   difference is tokens written to sockets the client had already closed at the window's end,
@@ -22,6 +23,7 @@ the latest figures.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import resource
@@ -72,6 +74,28 @@ def smaps() -> dict[str, float]:
     return out
 
 
+class _Mallinfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+            "uordblks", "fordblks", "keepcost",
+        )
+    ]
+
+
+def heap_mb() -> tuple[float, float, float]:
+    """glibc's view over every arena: (bytes in use, free but held, mmapped chunks) in MB.
+    Growth in use is live allocations; growth free-but-held is fragmentation."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallinfo2.restype = _Mallinfo2
+        m = libc.mallinfo2()
+    except (OSError, AttributeError):
+        return (float("nan"),) * 3
+    return m.uordblks / 2**20, m.fordblks / 2**20, m.hblkhd / 2**20
+
+
 def fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
@@ -113,9 +137,11 @@ def main() -> int:
         maps_settled: dict[str, float] = {}
         maps_end: dict[str, float] = {}
         split: list[tuple[float, float]] = []
+        heap: list[tuple[float, float, float]] = []
         while worker.is_alive():
             samples.append((time.monotonic() - t0, rss_mb(), fds()))
             split.append(rss_split_mb())
+            heap.append(heap_mb())
             if a.smaps:
                 if not maps_settled and samples[-1][0] >= settle_s:
                     maps_settled = smaps()
@@ -146,7 +172,13 @@ def main() -> int:
             round(x, 1) for x in split[len(samples) - len(after_first)]
         ),
         "rss_anon_file_mb_end": tuple(round(x, 1) for x in split[-1]),
+        "heap_used_free_mmap_mb_after_settle": tuple(
+            round(x, 1) for x in heap[len(samples) - len(after_first)]
+        ),
+        "heap_used_free_mmap_mb_end": tuple(round(x, 1) for x in heap[-1]),
         "events_note": res.events_note or "(spilled as planned)",
+        "requests_spilled": res.requests_spilled,
+        "requests_note": res.requests_note or "(spilled as planned)",
         "loop_lag_max_ms": round(res.loop_lag_max_ms, 1),
         "client_cpu_s": round(res.client_cpu_s, 1),
         "load_start_end": f"{load0:.2f} / {os.getloadavg()[0]:.2f}",

@@ -28,7 +28,9 @@ struct PyCellResult {
   double backoff_s = 0;
   std::string stop_reason;
   std::string fatal_error;
-  std::string events_note;  // why the token events were held in memory, else ""
+  std::string events_note;           // why the token events were held in memory, else ""
+  std::string requests_note;         // why the request records were held in memory, else ""
+  std::size_t requests_spilled = 0;  // request records that went to the spill files
   py::dict requests, events, metrics;
 };
 
@@ -51,19 +53,65 @@ py::array_t<T> adopt(PlainColumn<T>&& c) {
                         {static_cast<py::ssize_t>(sizeof(T))}, heap->data(), owner);
 }
 
-template <class T, class F>
-py::array_t<T> request_column(const std::vector<RequestRecord>& rs, F get) {
-  py::array_t<T> a(static_cast<py::ssize_t>(rs.size()));
-  T* p = a.mutable_data();
-  for (std::size_t i = 0; i < rs.size(); ++i) p[i] = static_cast<T>(get(rs[i]));
-  return a;
-}
-
-template <class F>
-py::list string_column(const std::vector<RequestRecord>& rs, F get) {
-  py::list l(rs.size());
-  for (std::size_t i = 0; i < rs.size(); ++i) l[i] = to_str(get(rs[i]));
-  return l;
+// The request records as columns, in one pass (spilled records are read back in blocks).
+void request_columns(const RequestLog& q, py::dict& d) {
+  const std::size_t n = q.size();
+  const auto len = static_cast<py::ssize_t>(n);
+  py::array_t<std::int32_t> slot(len), body(len), http_status(len), retries(len);
+  py::array_t<std::uint8_t> phase(len), token_source(len), outcome(len);
+  py::array_t<std::int64_t> scheduled(len), sent(len), first_byte(len), first_token(len), done(len),
+      prompt(len), output(len);
+  py::list finish(n), kind(n), message(n);
+  auto* p_slot = slot.mutable_data();
+  auto* p_body = body.mutable_data();
+  auto* p_status = http_status.mutable_data();
+  auto* p_retries = retries.mutable_data();
+  auto* p_phase = phase.mutable_data();
+  auto* p_source = token_source.mutable_data();
+  auto* p_outcome = outcome.mutable_data();
+  auto* p_scheduled = scheduled.mutable_data();
+  auto* p_sent = sent.mutable_data();
+  auto* p_first_byte = first_byte.mutable_data();
+  auto* p_first_token = first_token.mutable_data();
+  auto* p_done = done.mutable_data();
+  auto* p_prompt = prompt.mutable_data();
+  auto* p_output = output.mutable_data();
+  q.for_each(0, n, [&](std::size_t i, const RequestRecord& x) {
+    p_slot[i] = x.slot;
+    p_body[i] = x.body;
+    p_status[i] = x.http_status;
+    p_retries[i] = x.retries;
+    p_phase[i] = static_cast<std::uint8_t>(x.phase);
+    p_source[i] = static_cast<std::uint8_t>(x.token_source);
+    p_outcome[i] = static_cast<std::uint8_t>(x.outcome);
+    p_scheduled[i] = x.scheduled_ns;
+    p_sent[i] = x.sent_ns;
+    p_first_byte[i] = x.first_byte_ns;
+    p_first_token[i] = x.first_token_ns;
+    p_done[i] = x.done_ns;
+    p_prompt[i] = x.prompt_tokens;
+    p_output[i] = x.output_tokens;
+    finish[i] = to_str(x.finish_reason);
+    kind[i] = to_str(x.error_kind);
+    message[i] = to_str(x.error_message);
+  });
+  d["slot"] = slot;
+  d["body"] = body;
+  d["phase"] = phase;
+  d["scheduled_ns"] = scheduled;
+  d["sent_ns"] = sent;
+  d["first_byte_ns"] = first_byte;
+  d["first_token_ns"] = first_token;
+  d["done_ns"] = done;
+  d["http_status"] = http_status;
+  d["prompt_tokens"] = prompt;
+  d["output_tokens"] = output;
+  d["token_source"] = token_source;
+  d["outcome"] = outcome;
+  d["finish_reason"] = finish;
+  d["error_kind"] = kind;
+  d["error_message"] = message;
+  d["retries"] = retries;
 }
 
 PyCellResult to_python(CellResult&& r) {
@@ -85,35 +133,9 @@ PyCellResult to_python(CellResult&& r) {
   out.stopped = r.stopped;
   out.fatal_error = r.fatal_error;
 
-  const auto& q = r.requests;
-  py::dict& d = out.requests;
-  d["slot"] = request_column<std::int32_t>(q, [](const RequestRecord& x) { return x.slot; });
-  d["body"] = request_column<std::int32_t>(q, [](const RequestRecord& x) { return x.body; });
-  d["phase"] = request_column<std::uint8_t>(q, [](const RequestRecord& x) { return x.phase; });
-  d["scheduled_ns"] =
-      request_column<std::int64_t>(q, [](const RequestRecord& x) { return x.scheduled_ns; });
-  d["sent_ns"] = request_column<std::int64_t>(q, [](const RequestRecord& x) { return x.sent_ns; });
-  d["first_byte_ns"] =
-      request_column<std::int64_t>(q, [](const RequestRecord& x) { return x.first_byte_ns; });
-  d["first_token_ns"] =
-      request_column<std::int64_t>(q, [](const RequestRecord& x) { return x.first_token_ns; });
-  d["done_ns"] = request_column<std::int64_t>(q, [](const RequestRecord& x) { return x.done_ns; });
-  d["http_status"] =
-      request_column<std::int32_t>(q, [](const RequestRecord& x) { return x.http_status; });
-  d["prompt_tokens"] =
-      request_column<std::int64_t>(q, [](const RequestRecord& x) { return x.prompt_tokens; });
-  d["output_tokens"] =
-      request_column<std::int64_t>(q, [](const RequestRecord& x) { return x.output_tokens; });
-  d["token_source"] =
-      request_column<std::uint8_t>(q, [](const RequestRecord& x) { return x.token_source; });
-  d["outcome"] = request_column<std::uint8_t>(q, [](const RequestRecord& x) { return x.outcome; });
-  d["finish_reason"] = string_column(
-      q, [](const RequestRecord& x) -> const std::string& { return x.finish_reason; });
-  d["error_kind"] =
-      string_column(q, [](const RequestRecord& x) -> const std::string& { return x.error_kind; });
-  d["error_message"] = string_column(
-      q, [](const RequestRecord& x) -> const std::string& { return x.error_message; });
-  d["retries"] = request_column<std::int32_t>(q, [](const RequestRecord& x) { return x.retries; });
+  request_columns(r.requests, out.requests);
+  out.requests_note = r.requests.note();
+  out.requests_spilled = r.requests.spilled();
 
   // A cell that spilled its events gets arrays over the spill files (records.hpp).
   EventColumns::Plain e = r.events.take_plain();
@@ -243,6 +265,7 @@ void register_cell(py::module_& m) {
       .def_readwrite("metric_names", &CellSpec::metric_names)
       .def_readwrite("metric_reduce", &CellSpec::metric_reduce)
       .def_readwrite("spill_events", &CellSpec::spill_events)
+      .def_readwrite("spill_requests", &CellSpec::spill_requests)
       .def_readwrite("spill_dir", &CellSpec::spill_dir)
       .def("__repr__", [](const CellSpec& s) {
         return "<CellSpec url=" + s.http.url + " concurrency=" + std::to_string(s.concurrency) +
@@ -271,6 +294,8 @@ void register_cell(py::module_& m) {
       .def_readonly("stopped", &PyCellResult::stopped)
       .def_readonly("fatal_error", &PyCellResult::fatal_error)
       .def_readonly("events_note", &PyCellResult::events_note)
+      .def_readonly("requests_note", &PyCellResult::requests_note)
+      .def_readonly("requests_spilled", &PyCellResult::requests_spilled)
       .def_readonly("requests", &PyCellResult::requests)
       .def_readonly("events", &PyCellResult::events)
       .def_readonly("metrics", &PyCellResult::metrics)

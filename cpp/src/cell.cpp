@@ -209,6 +209,7 @@ CellResult CellRunner::run() {
 
   CellRecords records;
   records.events.configure_spill(spec.spill_events, spec.spill_dir);
+  records.requests.configure_spill(spec.spill_requests, spec.spill_dir);
   records.events.reserve(1u << 16);
   if (spec.precision > 0) {
     // The figures so far, by the same function the final figures come from
@@ -219,14 +220,13 @@ CellResult CellRunner::run() {
       std::vector<ns_t> sent(n), first(n), done(n);
       std::vector<std::uint8_t> outcome(n), phase(n);
       std::vector<std::int64_t> prompt(n, -1);
-      for (std::size_t i = 0; i < n; ++i) {
-        const RequestRecord& q = records.requests[i];
+      records.requests.for_each(0, n, [&](std::size_t i, const RequestRecord& q) {
         sent[i] = q.sent_ns;
         first[i] = q.first_token_ns;
         done[i] = q.done_ns;
         outcome[i] = static_cast<std::uint8_t>(q.outcome);
         phase[i] = static_cast<std::uint8_t>(q.phase);
-      }
+      });
       RecordView v;
       v.sent_ns = sent;
       v.first_token_ns = first;

@@ -185,6 +185,7 @@ ScheduleTimes run_open_loop(const OpenLoopPlan& plan, Pacer& pacer, Transport& t
       break;
     }
     const ns_t now = clock.now();
+    records.requests.spill_finished(now - kRequestSpillLag_ns);
     // Every arrival already due goes out now, in order: a late loop sends a
     // burst rather than skipping any (the schedule is the user population).
     while (next_due != kNever && next_due <= now) {

@@ -130,13 +130,13 @@ constexpr std::size_t kWidth[4] = {sizeof(std::int32_t), sizeof(ns_t), sizeof(st
                                    sizeof(ns_t)};
 
 // An unlinked file in `dir`: nothing is left behind whatever way the process ends.
-int open_spill_file(const std::string& dir, int* err) {
+int open_spill_file(const std::string& dir, int* err, const char* name = "events") {
 #ifdef O_TMPFILE
   int fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
   if (fd >= 0) return fd;
 #endif
   // O_TMPFILE unsupported by the filesystem (or the kernel): a named file, unlinked at once.
-  std::string path = dir + "/speedmatrix-events-XXXXXX";
+  std::string path = dir + "/speedmatrix-" + name + "-XXXXXX";
   fd = ::mkostemp(path.data(), O_CLOEXEC);
   if (fd < 0) {
     *err = errno;
@@ -162,13 +162,13 @@ int pwrite_all(int fd, const void* buf, std::size_t bytes, off_t off) {
   return 0;
 }
 
-void pread_all(int fd, void* buf, std::size_t bytes, off_t off) {
+void pread_all(int fd, void* buf, std::size_t bytes, off_t off, const char* what = "token events") {
   char* p = static_cast<char*>(buf);
   while (bytes > 0) {
     const ssize_t r = ::pread(fd, p, bytes, off);
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0)
-      throw std::runtime_error(std::string("reading spilled token events: ") +
+      throw std::runtime_error(std::string("reading spilled ") + what + ": " +
                                (r < 0 ? std::strerror(errno) : "file shorter than written"));
     p += r;
     bytes -= static_cast<std::size_t>(r);
@@ -397,6 +397,184 @@ EventColumns::Plain EventColumns::take_plain() {
   tokens_.clear();
   server_ns_.clear();
   return p;
+}
+
+// ---- RequestLog ----
+
+static_assert(sizeof(RequestLog::Row) == 96, "the spill row is 96 bytes");
+
+RequestLog::RequestLog() = default;
+RequestLog::RequestLog(RequestLog&& o) noexcept { *this = std::move(o); }
+
+RequestLog& RequestLog::operator=(RequestLog&& o) noexcept {
+  if (this != &o) {
+    close_files();
+    threshold_ = o.threshold_;
+    next_try_ = o.next_try_;
+    dir_ = std::move(o.dir_);
+    spilled_ = o.spilled_;
+    text_bytes_ = o.text_bytes_;
+    disabled_ = o.disabled_;
+    note_ = std::move(o.note_);
+    for (int c = 0; c < 2; ++c) {
+      fd_[c] = o.fd_[c];
+      o.fd_[c] = -1;
+    }
+    tail_ = std::move(o.tail_);
+    cache_.clear();
+    o.spilled_ = 0;
+    o.text_bytes_ = 0;
+    o.tail_.clear();
+  }
+  return *this;
+}
+
+RequestLog::~RequestLog() { close_files(); }
+
+void RequestLog::close_files() noexcept {
+  for (int& fd : fd_) {
+    if (fd >= 0) ::close(fd);
+    fd = -1;
+  }
+}
+
+void RequestLog::configure_spill(std::size_t threshold, std::string dir) {
+  threshold_ = threshold;
+  next_try_ = threshold;
+  dir_ = std::move(dir);
+}
+
+RequestRecord& RequestLog::operator[](std::size_t i) {
+  if (i < spilled_)
+    throw std::logic_error("request record " + std::to_string(i) +
+                           " was spilled: it can be read, not changed");
+  return tail_[i - spilled_];
+}
+
+const RequestRecord& RequestLog::operator[](std::size_t i) const {
+  if (i >= spilled_) return tail_[i - spilled_];
+  read_spilled(i, 1, cache_);
+  return cache_[0];
+}
+
+std::size_t RequestLog::memory_bytes() const noexcept {
+  return (tail_.capacity() + cache_.capacity()) * sizeof(RequestRecord);
+}
+
+void RequestLog::fail(const std::string& what, int err) {
+  disabled_ = true;
+  const std::string dir = dir_.empty() ? "the temporary directory" : dir_;
+  note_ = "request records kept in memory: " + what + " in " + dir + " failed (" +
+          std::strerror(err) + ")";
+  if (spilled_ == 0) close_files();  // else the files hold records [0, spilled_)
+}
+
+void RequestLog::spill_finished(ns_t before_ns) {
+  if (threshold_ == 0 || disabled_ || tail_.size() < next_try_) return;
+  std::size_t k = 0;
+  while (k < tail_.size() && tail_[k].outcome != Outcome::kPending && tail_[k].done_ns != kNever &&
+         tail_[k].done_ns < before_ns)
+    ++k;
+  next_try_ = tail_.size() + std::max<std::size_t>(threshold_ / 4, 1);
+  if (k == 0) return;
+  if (fd_[0] < 0) {
+    std::string dir = dir_;
+    if (dir.empty()) {
+      const char* env = std::getenv("TMPDIR");
+      dir = env && *env ? env : "/tmp";
+    }
+    for (int c = 0; c < 2; ++c) {
+      int err = 0;
+      fd_[c] = open_spill_file(dir, &err, "requests");
+      if (fd_[c] < 0) {
+        if (dir_.empty()) dir_ = dir;
+        fail("creating a spill file", err);
+        return;
+      }
+    }
+  }
+  std::vector<Row> rows(k);
+  std::string text;
+  for (std::size_t i = 0; i < k; ++i) {
+    const RequestRecord& r = tail_[i];
+    Row& w = rows[i];
+    w = Row{};
+    w.scheduled_ns = r.scheduled_ns;
+    w.sent_ns = r.sent_ns;
+    w.first_byte_ns = r.first_byte_ns;
+    w.first_token_ns = r.first_token_ns;
+    w.done_ns = r.done_ns;
+    w.prompt_tokens = r.prompt_tokens;
+    w.output_tokens = r.output_tokens;
+    w.text_off = text_bytes_ + text.size();
+    w.slot = r.slot;
+    w.body = r.body;
+    w.http_status = r.http_status;
+    w.retries = r.retries;
+    w.finish_len = static_cast<std::uint32_t>(r.finish_reason.size());
+    w.kind_len = static_cast<std::uint32_t>(r.error_kind.size());
+    w.message_len = static_cast<std::uint32_t>(r.error_message.size());
+    w.phase = static_cast<std::uint8_t>(r.phase);
+    w.token_source = static_cast<std::uint8_t>(r.token_source);
+    w.outcome = static_cast<std::uint8_t>(r.outcome);
+    text += r.finish_reason;
+    text += r.error_kind;
+    text += r.error_message;
+  }
+  // Written past what is committed only: a failure leaves the spilled records intact.
+  if (int err = pwrite_all(fd_[0], rows.data(), k * sizeof(Row),
+                           static_cast<off_t>(spilled_ * sizeof(Row)))) {
+    fail("writing the spill file", err);
+    return;
+  }
+  if (int err = pwrite_all(fd_[1], text.data(), text.size(), static_cast<off_t>(text_bytes_))) {
+    fail("writing the spill file", err);
+    return;
+  }
+  spilled_ += k;
+  text_bytes_ += text.size();
+  tail_.erase(tail_.begin(), tail_.begin() + static_cast<std::ptrdiff_t>(k));
+  next_try_ = std::max(threshold_, tail_.size() + std::max<std::size_t>(threshold_ / 4, 1));
+}
+
+void RequestLog::read_spilled(std::size_t from, std::size_t n,
+                              std::vector<RequestRecord>& out) const {
+  out.resize(n);
+  if (n == 0) return;
+  std::vector<Row> rows(n);
+  pread_all(fd_[0], rows.data(), n * sizeof(Row), static_cast<off_t>(from * sizeof(Row)),
+            "request records");
+  const Row& last = rows.back();
+  const std::uint64_t begin = rows.front().text_off;
+  const std::uint64_t end =
+      last.text_off + std::uint64_t{last.finish_len} + last.kind_len + last.message_len;
+  std::string text(end - begin, '\0');
+  if (!text.empty())
+    pread_all(fd_[1], text.data(), text.size(), static_cast<off_t>(begin), "request records");
+  for (std::size_t k = 0; k < n; ++k) {
+    const Row& w = rows[k];
+    RequestRecord& r = out[k];
+    r.slot = w.slot;
+    r.body = w.body;
+    r.phase = static_cast<Phase>(w.phase);
+    r.scheduled_ns = w.scheduled_ns;
+    r.sent_ns = w.sent_ns;
+    r.first_byte_ns = w.first_byte_ns;
+    r.first_token_ns = w.first_token_ns;
+    r.done_ns = w.done_ns;
+    r.http_status = w.http_status;
+    r.prompt_tokens = w.prompt_tokens;
+    r.output_tokens = w.output_tokens;
+    r.token_source = static_cast<TokenSource>(w.token_source);
+    r.outcome = static_cast<Outcome>(w.outcome);
+    r.retries = w.retries;
+    std::size_t at = w.text_off - begin;
+    r.finish_reason.assign(text, at, w.finish_len);
+    at += w.finish_len;
+    r.error_kind.assign(text, at, w.kind_len);
+    at += w.kind_len;
+    r.error_message.assign(text, at, w.message_len);
+  }
 }
 
 }  // namespace speedmatrix

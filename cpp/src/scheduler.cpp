@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <functional>
 #include <queue>
+#include <unordered_map>
 #include <utility>
 
 #include "speedmatrix/cell.hpp"
@@ -238,7 +239,7 @@ ScheduleTimes run_closed_loop(const ClosedLoopPlan& plan, Transport& transport, 
                               [&](std::size_t, std::int32_t req, ns_t t, std::int32_t tokens) {
                                 const auto q = static_cast<std::size_t>(req);
                                 if (t >= t0 && q < records.requests.size() &&
-                                    records.requests[q].phase == Phase::kWindow)
+                                    std::as_const(records.requests)[q].phase == Phase::kWindow)
                                   since += tokens;
                               });
       progress->tokens.store(since, std::memory_order_relaxed);
@@ -259,22 +260,35 @@ ScheduleTimes run_closed_loop(const ClosedLoopPlan& plan, Transport& transport, 
   // Token events of window requests feed the stall rule: each request's last
   // token and the cell's running median gap.
   const bool stalls_on = plan.stall_min_ns > 0;
-  std::vector<ns_t> last_token;
+  // by request id, for the requests in flight at the last scan (so it does not grow with
+  // the window: finished ones are dropped once their events have been scanned)
+  std::unordered_map<std::int32_t, ns_t> last_token;
   std::size_t events_seen = 0;
   GapHistogram gaps;
   auto scan_events = [&] {
     const std::size_t m = records.events.size();
-    if (last_token.size() < records.requests.size())
-      last_token.resize(records.requests.size(), kNever);
     // Events already spilled to disk (records.hpp) are read back in blocks: a tick's worth.
-    records.events.for_each(
-        events_seen, m, [&](std::size_t, std::int32_t req, ns_t t, std::int32_t tokens) {
-          const auto q = static_cast<std::size_t>(req);
-          if (q >= records.requests.size() || records.requests[q].phase != Phase::kWindow) return;
-          if (last_token[q] != kNever && t > last_token[q]) gaps.add(t - last_token[q], tokens);
-          last_token[q] = std::max(last_token[q] == kNever ? t : last_token[q], t);
-        });
+    records.events.for_each(events_seen, m,
+                            [&](std::size_t, std::int32_t req, ns_t t, std::int32_t tokens) {
+                              const auto q = static_cast<std::size_t>(req);
+                              // const: an event of a request finished and spilled since the last
+                              // tick is read back
+                              if (q >= records.requests.size() ||
+                                  std::as_const(records.requests)[q].phase != Phase::kWindow)
+                                return;
+                              auto [it, fresh] = last_token.try_emplace(req, t);
+                              if (!fresh && t > it->second) {
+                                gaps.add(t - it->second, tokens);
+                                it->second = t;
+                              }
+                            });
     events_seen = m;
+    // Every event of a request no slot holds has now been seen: it gets no more.
+    std::erase_if(last_token, [&](const auto& e) {
+      const auto slot = static_cast<std::size_t>(
+          std::as_const(records.requests)[static_cast<std::size_t>(e.first)].slot);
+      return slot >= n || slot_request[slot] != e.first;
+    });
   };
   ns_t next_tick = ramp_start + plan.tick_ns;
 
@@ -287,6 +301,7 @@ ScheduleTimes run_closed_loop(const ClosedLoopPlan& plan, Transport& transport, 
       break;
     }
     ns_t now = clock.now();
+    records.requests.spill_finished(now - kRequestSpillLag_ns);
     if (t0 == kNever) {
       for (std::size_t k = 0; k < n; ++k) {
         if (slot_request[k] >= 0)
@@ -327,9 +342,9 @@ ScheduleTimes run_closed_loop(const ClosedLoopPlan& plan, Transport& transport, 
       for (std::size_t k = 0; k < n; ++k) {
         const std::int32_t id = slot_request[k];
         if (id >= 0) ++in_flight;
-        if (id < 0 || static_cast<std::size_t>(id) >= last_token.size()) continue;
-        const ns_t last = last_token[static_cast<std::size_t>(id)];
-        if (last == kNever) continue;
+        const auto seen = id >= 0 ? last_token.find(id) : last_token.end();
+        if (seen == last_token.end()) continue;
+        const ns_t last = seen->second;
         streaming.push_back(k);
         silent_ns.push_back(now - last);
       }

@@ -56,6 +56,11 @@ class CellSpec:
     metrics_interval_s: float
     metric_names: list[str]
     metric_reduce: list[str]  # per metric_names entry: "sum" (default) or "max"
+    # past these many in memory, token events / finished request records go to unlinked
+    # files in spill_dir ("" = $TMPDIR, else /tmp); 0 = all in memory
+    spill_events: int
+    spill_requests: int
+    spill_dir: str
     def __init__(self) -> None: ...
     @property
     def bodies(self) -> list[bytes]: ...
@@ -147,6 +152,12 @@ class CellResult:
     def stopped(self) -> bool: ...
     @property
     def fatal_error(self) -> str: ...
+    @property
+    def events_note(self) -> str: ...  # why the events stayed in memory ("" = as planned)
+    @property
+    def requests_note(self) -> str: ...  # why the request records stayed in memory
+    @property
+    def requests_spilled(self) -> int: ...  # request records that went to the spill files
     @property
     def requests(self) -> Requests: ...
     @property

@@ -453,9 +453,10 @@ class Sweep:
         self.progress.live.runner = None
         if "error" in box:
             raise box["error"]
-        note = getattr(box["result"], "events_note", "")
-        if note:  # the spill directory was unusable: the cell is whole, its memory was not bounded
-            self._warn([note])
+        res = box["result"]
+        notes = [getattr(res, k, "") for k in ("events_note", "requests_note")]
+        if any(notes):  # the spill directory was unusable: the cell is whole, its memory unbounded
+            self._warn([n for n in notes if n])
         return box["result"], interrupted
 
     def _wait_idle(self) -> tuple[bool, float]:

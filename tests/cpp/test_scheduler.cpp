@@ -6,7 +6,9 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
+#include <utility>
 
 #include "speedmatrix/cell.hpp"
 #include "speedmatrix/scheduler.hpp"
@@ -738,6 +740,53 @@ TEST(Pacer, PoissonHasTheAskedRateAndIsReproducible) {
   // 20k arrivals at 100/s take ~200 s (the sd of the sum is ~1.4 s).
   EXPECT_NEAR(static_cast<double>(last) / 1e9, 200.0, 6.0);
   EXPECT_EQ(PoissonPacer(10.0, 1, 5).due_ns(5), kNever);
+}
+
+// Request records spilled while the loop runs (records.hpp RequestLog, here past 16 in
+// memory) are the records of a loop that keeps them all: the loop reads and changes only
+// records in flight or finished within kRequestSpillLag_ns, which stay in memory.
+TEST(SpilledRequests, TheLoopMakesTheSameRecordsWhetherOrNotTheySpill) {
+  auto run_with = [](std::size_t threshold) {
+    FakeClock clock;
+    auto records = std::make_unique<CellRecords>();
+    records->requests.configure_spill(threshold);
+    FakeTransport transport{clock, *records};
+    transport.ttft = [](const RequestRecord&) { return 20 * kMs; };
+    transport.duration = [](const RequestRecord& r) { return (60 + 10 * (r.slot % 3)) * kMs; };
+    transport.outcome = [](const RequestRecord& r) {
+      return r.scheduled_ns % 7 == 0 ? Outcome::kError : Outcome::kOk;
+    };
+    std::atomic<bool> stop{false};
+    CellProgress progress;
+    ClosedLoopPlan plan;
+    plan.bodies = {"A", "B"};
+    plan.concurrency = 4;
+    plan.duration_ns = 20'000 * kMs;
+    plan.stall_min_ns = 2'000 * kMs;
+    const ScheduleTimes t = run_closed_loop(plan, transport, clock, *records, stop, &progress);
+    EXPECT_EQ(t.stopped_by, StopReason::kDuration);
+    return records;
+  };
+  const auto kept = run_with(0);
+  const auto spilled = run_with(16);
+  EXPECT_EQ(kept->requests.spilled(), 0u);
+  EXPECT_GT(spilled->requests.spilled(), 900u);  // ~1,100 requests, all but the last 2 s
+  ASSERT_EQ(kept->requests.size(), spilled->requests.size());
+  ASSERT_EQ(kept->events.size(), spilled->events.size());
+  std::size_t errors = 0;
+  spilled->requests.for_each(0, spilled->requests.size(),
+                             [&](std::size_t i, const RequestRecord& b) {
+                               const RequestRecord& a = std::as_const(kept->requests)[i];
+                               EXPECT_EQ(a.slot, b.slot) << i;
+                               EXPECT_EQ(a.body, b.body) << i;
+                               EXPECT_EQ(a.sent_ns, b.sent_ns) << i;
+                               EXPECT_EQ(a.first_token_ns, b.first_token_ns) << i;
+                               EXPECT_EQ(a.done_ns, b.done_ns) << i;
+                               EXPECT_EQ(a.outcome, b.outcome) << i;
+                               EXPECT_EQ(a.error_kind, b.error_kind) << i;
+                               errors += b.outcome == Outcome::kError;
+                             });
+  EXPECT_GT(errors, 0u);
 }
 
 }  // namespace

@@ -66,6 +66,9 @@ def test_spill_threshold_is_a_cell_spec_field_with_a_sane_default():
     assert spec.spill_dir == ""
     spec.spill_events = 7
     assert spec.spill_events == 7
+    assert 1_000 <= spec.spill_requests <= 100_000  # ~0.2-20 MB of request records
+    spec.spill_requests = 9
+    assert spec.spill_requests == 9
 
 
 @pytest.mark.e2e
@@ -137,3 +140,40 @@ def test_a_spill_directory_that_cannot_be_used_keeps_the_events_in_memory(tmp_pa
     _counts, tokens = _per_request(res)
     assert list(tokens) == list(res.requests["output_tokens"])
     assert int(tokens.sum()) == 12 * 60
+
+
+@pytest.mark.e2e
+def test_spilled_request_records_reach_python_whole():
+    """Past spill_requests in memory, records finished 2 s ago go to a spill file
+    (records.hpp RequestLog); the columns Python gets are every record, spilled or not."""
+    body = BODY.replace(b'"max_tokens":60', b'"max_tokens":8')
+    with Sim("test-fast") as sim:
+        spec = _spec(sim.url + "/v1/completions", spill_requests=16, max_requests=0)
+        spec.bodies = [body]
+        spec.duration_s = 4.0
+        res = _core.CellRunner(spec).run()
+        kept_spec = _spec(sim.url + "/v1/completions", spill_requests=0, max_requests=0)
+        kept_spec.bodies = [body]
+        kept_spec.duration_s = 4.0
+        kept = _core.CellRunner(kept_spec).run()
+    assert res.fatal_error == "" and res.requests_note == ""
+    n = len(res.requests["outcome"])
+    assert kept.requests_spilled == 0
+    assert res.requests_spilled > n // 4  # what finished before the last 2 s
+    for k, col in res.requests.items():
+        assert len(col) == n, k
+    out = np.asarray(res.requests["outcome"])
+    assert set(out.tolist()) <= {1, 2}  # ok, or cut at the window's end
+    ok = out == 1
+    assert list(np.asarray(res.requests["output_tokens"])[ok]) == [8] * int(ok.sum())
+    assert {res.requests["finish_reason"][i] for i in np.flatnonzero(ok)} == {"length"}
+    assert np.all(np.diff(np.asarray(res.requests["sent_ns"])) >= 0)  # send order
+    _counts, tokens = _per_request(res)
+    assert list(tokens) == list(res.requests["output_tokens"])
+    # the same figures as a cell that kept its records in memory, within the engine's jitter
+    def rate(r):
+        return _core.summarize_cell(
+            r.requests, r.events, int(r.window_start_ns), int(r.window_end_ns), 1.0, -1, -1
+        )["total_tok_s"]
+
+    assert rate(res) == pytest.approx(rate(kept), rel=0.1)

@@ -100,6 +100,9 @@ struct CellSpec {
   // all in memory. If the files cannot be written, the events stay in memory and
   // CellResult::events.note() says so.
   std::size_t spill_events = EventColumns::kDefaultSpillThreshold;
+  // Request records past this many in memory are spilled there too, once finished for 2 s
+  // (records.hpp RequestLog); 0 = all in memory.
+  std::size_t spill_requests = RequestLog::kDefaultSpillThreshold;
   std::string spill_dir;
 };
 
@@ -119,7 +122,7 @@ struct CellResult {
   std::int64_t backoffs = 0;
   double backoff_s = 0;
   std::int32_t warmup_retried = 0;
-  std::vector<RequestRecord> requests;  // warm-up first, then window, in send order
+  RequestLog requests;  // warm-up first, then window, in send order (some maybe spilled)
   EventColumns events;
   MetricSamples metrics;
   double client_cpu_s = 0;     // CPU time of the client thread during the cell

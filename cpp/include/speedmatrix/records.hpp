@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -61,6 +62,122 @@ struct RequestRecord {
   // request). Not a server failure; counted apart.
   std::int32_t retries = 0;
 };
+
+// A cell's request records in send order (request id = index). Memory does not grow with
+// the window: once the in-memory tail holds spill_threshold records, spill_finished() moves
+// its longest prefix of records that finished before a given time to two unlinked files
+// (fixed 96-byte rows, and the three strings of each row back to back) and drops them.
+// Records in flight always stay in memory.
+//   operator[] (mutable): the transport and the loops change only records in flight or just
+//     finished, which the loops' lag (they spill what finished seconds ago) keeps in memory;
+//     a spilled id throws std::logic_error, a bug and never a lost record.
+//   operator[] const: any id; a spilled one is read into a one-record cache, valid until the
+//     next read of a spilled id (read a field and let go).
+//   for_each: every record, spilled ones read in blocks; begin..end: as operator[] const.
+// When a spill file cannot be created or written, the records stay in memory from then on
+// and note() says so once; none is lost. Not thread-safe: the transport's thread only.
+class RequestLog {
+ public:
+  static constexpr std::size_t kDefaultSpillThreshold = 4096;  // ~0.8 MB of records
+
+  RequestLog();
+  RequestLog(RequestLog&& o) noexcept;
+  RequestLog& operator=(RequestLog&& o) noexcept;
+  RequestLog(const RequestLog&) = delete;
+  RequestLog& operator=(const RequestLog&) = delete;
+  ~RequestLog();
+
+  // threshold 0 = never spill; dir "" = $TMPDIR, else /tmp.
+  void configure_spill(std::size_t threshold, std::string dir = "");
+
+  void push_back(RequestRecord r) { tail_.push_back(std::move(r)); }
+  std::size_t size() const noexcept { return spilled_ + tail_.size(); }
+  bool empty() const noexcept { return size() == 0; }
+  RequestRecord& operator[](std::size_t i);
+  const RequestRecord& operator[](std::size_t i) const;
+  RequestRecord& back() { return (*this)[size() - 1]; }
+  const RequestRecord& back() const { return (*this)[size() - 1]; }
+
+  // When the tail has reached the threshold: spills its longest prefix of records whose
+  // outcome is final and whose done_ns is before `before_ns`. Cheap when there is nothing to
+  // do; a prefix held back by a long request is retried after threshold/4 more records.
+  void spill_finished(ns_t before_ns);
+
+  // Calls f(i, record) for i in [from, to), in order.
+  template <class F>
+  void for_each(std::size_t from, std::size_t to, F&& f) const;
+
+  std::size_t spilled() const noexcept { return spilled_; }
+  const std::string& note() const noexcept { return note_; }
+  std::size_t memory_bytes() const noexcept;  // records held (capacity), their strings aside
+
+  // Iteration over every record, as operator[] const reads them: a spilled record's
+  // reference lasts until the next one is read (for_each reads them in blocks).
+  class const_iterator {
+   public:
+    using value_type = RequestRecord;
+    using reference = const RequestRecord&;
+    using difference_type = std::ptrdiff_t;
+    const_iterator(const RequestLog* log, std::size_t i) : log_(log), i_(i) {}
+    const RequestRecord& operator*() const { return (*log_)[i_]; }
+    const_iterator& operator++() {
+      ++i_;
+      return *this;
+    }
+    bool operator==(const const_iterator& o) const { return i_ == o.i_; }
+    bool operator!=(const const_iterator& o) const { return i_ != o.i_; }
+
+   private:
+    const RequestLog* log_;
+    std::size_t i_;
+  };
+  const_iterator begin() const { return {this, 0}; }
+  const_iterator end() const { return {this, size()}; }
+
+  static constexpr std::size_t kReadBlock = 1024;
+
+  // One spilled record: fixed fields, and where its strings lie in the text file.
+  struct Row {
+    ns_t scheduled_ns, sent_ns, first_byte_ns, first_token_ns, done_ns;
+    std::int64_t prompt_tokens, output_tokens;
+    std::uint64_t text_off;  // finish_reason, error_kind, error_message, back to back
+    std::int32_t slot, body, http_status, retries;
+    std::uint32_t finish_len, kind_len, message_len;
+    std::uint8_t phase, token_source, outcome, pad;
+  };
+
+ private:
+  // Rows [from, from + n) with their strings, into `out` (resized to n).
+  void read_spilled(std::size_t from, std::size_t n, std::vector<RequestRecord>& out) const;
+  void fail(const std::string& what, int err);
+  void close_files() noexcept;
+
+  std::size_t threshold_ = kDefaultSpillThreshold;
+  std::size_t next_try_ = kDefaultSpillThreshold;  // tail size at which to look again
+  std::string dir_;
+  std::size_t spilled_ = 0;  // records [0, spilled_) are in the files
+  std::uint64_t text_bytes_ = 0;
+  bool disabled_ = false;
+  std::string note_;
+  int fd_[2] = {-1, -1};                      // rows, text
+  std::vector<RequestRecord> tail_;           // records [spilled_, size())
+  mutable std::vector<RequestRecord> cache_;  // the last spilled record read by operator[]
+};
+
+template <class F>
+void RequestLog::for_each(std::size_t from, std::size_t to, F&& f) const {
+  to = std::min(to, size());
+  if (from < spilled_) {
+    std::vector<RequestRecord> block;
+    while (from < std::min(to, spilled_)) {
+      const std::size_t n = std::min({kReadBlock, spilled_ - from, to - from});
+      read_spilled(from, n, block);
+      for (std::size_t k = 0; k < n; ++k) f(from + k, static_cast<const RequestRecord&>(block[k]));
+      from += n;
+    }
+  }
+  for (; from < to; ++from) f(from, static_cast<const RequestRecord&>(tail_[from - spilled_]));
+}
 
 // Arrival times of a cell's token events, kept compactly while the window runs: each is a
 // 4-byte offset from the base of its block; a new block (16 bytes) starts when an offset
