@@ -2,7 +2,7 @@
 engine, watching the client's memory and descriptors and accounting for every token.
 
     PYTHONPATH=python python3 bench/soak.py [--streams 1024] [--duration 600] [--max-tokens 2000]
-        [--smaps] [--json FILE]
+        [--spill-requests N] [--smaps] [--json FILE]
 
 One cell (closed loop: each stream sends its next request when one ends, so connections
 and requests turn over all the time) runs on a worker thread while this thread samples, once
@@ -106,6 +106,12 @@ def main() -> int:
     ap.add_argument("--duration", type=float, default=600, help="window, s")
     ap.add_argument("--max-tokens", type=int, default=2000, help="per request (20 ms each)")
     ap.add_argument("--profile", default="fixed")
+    ap.add_argument(
+        "--spill-requests",
+        type=int,
+        default=None,
+        help="CellSpec.spill_requests (0 = keep every request record in memory, as before)",
+    )
     ap.add_argument("--json", help="also write the figures to this file")
     ap.add_argument(
         "--smaps", action="store_true", help="name the mappings whose RSS grew after settling"
@@ -127,6 +133,8 @@ def main() -> int:
         spec.concurrency = a.streams
         spec.duration_s = a.duration
         spec.idle_timeout_s = 60
+        if a.spill_requests is not None:
+            spec.spill_requests = a.spill_requests
         runner = _core.CellRunner(spec)
         box: dict = {}
         worker = threading.Thread(target=lambda: box.update(res=runner.run()), daemon=True)

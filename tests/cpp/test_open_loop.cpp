@@ -222,6 +222,34 @@ TEST_F(OpenLoopTest, ASlowServerMakesRequestsPileUpInsteadOfDelayingSends) {
   for (const RequestRecord* r : w) EXPECT_EQ(r->sent_ns, r->scheduled_ns);
 }
 
+// Past 32 records in memory, those finished 2 s ago are spilled (records.hpp RequestLog)
+// while the loop runs; gated arrivals wait as pending records and are never spilled; every
+// record reads back as sent.
+TEST_F(OpenLoopTest, RequestRecordsSpillWhileTheLoopRunsAndReadBackWhole) {
+  records.requests.configure_spill(32);
+  plan.bodies = {"x", "y"};
+  plan.duration_ns = 20'000 * kMs;
+  plan.max_concurrency = 8;
+  ConstantPacer pacer(50);  // 1,000 arrivals, every 20 ms
+  transport.duration = [](const RequestRecord& r) { return (100 + 37 * (r.slot % 5)) * kMs; };
+  const ScheduleTimes t = run(pacer);
+  EXPECT_EQ(t.stopped_by, StopReason::kDuration);
+  ASSERT_EQ(records.requests.size(), 1000u);
+  EXPECT_GT(records.requests.spilled(), 800u);
+  std::size_t k = 0;
+  records.requests.for_each(0, 1000, [&](std::size_t i, const RequestRecord& r) {
+    EXPECT_EQ(r.slot, static_cast<std::int32_t>(i));
+    EXPECT_EQ(r.body, static_cast<std::int32_t>(i % 2));
+    EXPECT_EQ(r.scheduled_ns, kStart + static_cast<ns_t>(i) * 20 * kMs);
+    EXPECT_GE(r.sent_ns, r.scheduled_ns);  // the gate may hold it
+    EXPECT_EQ(r.done_ns, r.sent_ns + (100 + 37 * (r.slot % 5)) * kMs);
+    EXPECT_EQ(r.outcome, Outcome::kOk);
+    ++k;
+  });
+  EXPECT_EQ(k, 1000u);
+  EXPECT_EQ(progress.completed.load(), 1000);
+}
+
 TEST_F(OpenLoopTest, TheGateQueuesArrivalsAndKeepsTheirScheduledTimes) {
   plan.bodies = {"x"};
   plan.duration_ns = 1'000 * kMs;

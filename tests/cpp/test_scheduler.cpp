@@ -506,6 +506,38 @@ TEST_F(Fixture, ShouldEndIsAskedAfterTheMinimumAndEndsTheWindow) {
   EXPECT_EQ(transport.cancels, 2);
 }
 
+TEST_F(Fixture, ACostlyCheckIsAskedLessOften) {
+  // The check's cost grows with the window (it reads every event): here 100 ms per second
+  // of window. Spaced 4x its cost after it ends, it never takes more than a fifth of the time.
+  plan.bodies = {"b"};
+  plan.concurrency = 2;
+  plan.duration_ns = 60'000 * kMs;
+  plan.min_duration_ns = 1'000 * kMs;
+  plan.check_interval_ns = 1'000 * kMs;
+  transport.duration = [](const RequestRecord&) { return 300 * kMs; };
+  std::vector<ns_t> asked;
+  ns_t busy = 0;
+  plan.should_end = [&](ns_t t0, ns_t now) {
+    asked.push_back(now - t0);
+    const ns_t cost = (now - t0) / 10;
+    clock.t += cost;
+    busy += cost;
+    return false;
+  };
+  const ScheduleTimes t = run();
+  EXPECT_EQ(t.stopped_by, StopReason::kDuration);
+  ASSERT_GE(asked.size(), 5u);
+  EXPECT_EQ(asked[0], 1'000 * kMs);
+  EXPECT_EQ(asked[1], 2'000 * kMs);  // 100 ms cost: the interval still rules
+  for (std::size_t i = 1; i < asked.size(); ++i) {
+    const ns_t cost = asked[i - 1] / 10;
+    EXPECT_GE(asked[i] - asked[i - 1], std::max<ns_t>(1'000 * kMs, 5 * cost)) << i;
+  }
+  // a fifth of every whole cycle (a check and the wait after it); the last may be cut short
+  EXPECT_LE(busy - asked.back() / 10, (t.window_end_ns - t.window_start_ns) / 5);
+  EXPECT_LT(asked.size(), 20u);  // a check every second would be 59
+}
+
 TEST_F(Fixture, FailedWarmupRequestIsRetriedOnce) {
   plan.warmup_bodies = {"w0", "w1"};
   plan.warmup_retries = 1;

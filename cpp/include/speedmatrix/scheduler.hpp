@@ -153,6 +153,7 @@ struct ClosedLoopPlan {
   // Early end: once the window has lasted min_duration_ns, every
   // check_interval_ns should_end(t0, now) is asked (without I/O; cell.cpp
   // passes the precision stop on the figures so far); true ends the window now.
+  // A check that took c ns is followed by at least 4c ns without one.
   std::function<bool(ns_t t0, ns_t now)> should_end;
   ns_t min_duration_ns = 0;
   ns_t check_interval_ns = 1'000'000'000;
