@@ -78,8 +78,16 @@ class _Mallinfo2(ctypes.Structure):
     _fields_ = [
         (name, ctypes.c_size_t)
         for name in (
-            "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
-            "uordblks", "fordblks", "keepcost",
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",
+            "fordblks",
+            "keepcost",
         )
     ]
 
@@ -186,7 +194,8 @@ def main() -> int:
         "heap_used_free_mmap_mb_end": tuple(round(x, 1) for x in heap[-1]),
         "events_note": res.events_note or "(spilled as planned)",
         "requests_spilled": res.requests_spilled,
-        "requests_note": res.requests_note or "(spilled as planned)",
+        "requests_note": res.requests_note
+        or ("(all in memory: --spill-requests 0)" if a.spill_requests == 0 else "(as planned)"),
         "loop_lag_max_ms": round(res.loop_lag_max_ms, 1),
         "client_cpu_s": round(res.client_cpu_s, 1),
         "load_start_end": f"{load0:.2f} / {os.getloadavg()[0]:.2f}",
