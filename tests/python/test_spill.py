@@ -170,6 +170,7 @@ def test_spilled_request_records_reach_python_whole():
     assert np.all(np.diff(np.asarray(res.requests["sent_ns"])) >= 0)  # send order
     _counts, tokens = _per_request(res)
     assert list(tokens) == list(res.requests["output_tokens"])
+
     # the same figures as a cell that kept its records in memory, within the engine's jitter
     def rate(r):
         return _core.summarize_cell(
