@@ -130,7 +130,7 @@ constexpr std::size_t kWidth[4] = {sizeof(std::int32_t), sizeof(ns_t), sizeof(st
                                    sizeof(ns_t)};
 
 // An unlinked file in `dir`: nothing is left behind whatever way the process ends.
-int open_spill_file(const std::string& dir, int* err, const char* name = "events") {
+int open_spill_file(const std::string& dir, int* err, const char* name) {
 #ifdef O_TMPFILE
   int fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
   if (fd >= 0) return fd;
@@ -144,6 +144,31 @@ int open_spill_file(const std::string& dir, int* err, const char* name = "events
   }
   ::unlink(path.c_str());
   return fd;
+}
+
+// Opens one unlinked spill file per entry of `fds`, in `dir` ("" = $TMPDIR, else /tmp;
+// resolved in place, so a failure message can name it). 0, or the errno of the first file
+// that could not be made (those made before it stay open in `fds`).
+template <std::size_t N>
+int open_spill_files(std::string& dir, int (&fds)[N], const char* name) {
+  if (dir.empty()) {
+    const char* env = std::getenv("TMPDIR");
+    dir = env && *env ? env : "/tmp";
+  }
+  for (int& fd : fds) {
+    int err = 0;
+    fd = open_spill_file(dir, &err, name);
+    if (fd < 0) return err;
+  }
+  return 0;
+}
+
+template <std::size_t N>
+void close_spill_files(int (&fds)[N]) noexcept {
+  for (int& fd : fds) {
+    if (fd >= 0) ::close(fd);
+    fd = -1;
+  }
 }
 
 int pwrite_all(int fd, const void* buf, std::size_t bytes, off_t off) {
@@ -217,12 +242,7 @@ EventColumns& EventColumns::operator=(EventColumns&& o) noexcept {
 
 EventColumns::~EventColumns() { close_files(); }
 
-void EventColumns::close_files() noexcept {
-  for (int& fd : fd_) {
-    if (fd >= 0) ::close(fd);
-    fd = -1;
-  }
-}
+void EventColumns::close_files() noexcept { close_spill_files(fd_); }
 
 void EventColumns::configure_spill(std::size_t threshold, std::string dir) {
   threshold_ = threshold;
@@ -257,19 +277,9 @@ bool EventColumns::spill() {
   const std::size_t n = t_ns_.size();
   if (n == 0 || disabled_) return !disabled_;
   if (fd_[0] < 0) {
-    std::string dir = dir_;
-    if (dir.empty()) {
-      const char* env = std::getenv("TMPDIR");
-      dir = env && *env ? env : "/tmp";
-    }
-    for (int c = 0; c < 4; ++c) {
-      int err = 0;
-      fd_[c] = open_spill_file(dir, &err);
-      if (fd_[c] < 0) {
-        if (dir_.empty()) dir_ = dir;
-        fail("creating a spill file", err);
-        return false;
-      }
+    if (int err = open_spill_files(dir_, fd_, "events")) {
+      fail("creating a spill file", err);
+      return false;
     }
   }
   struct Out {
@@ -431,12 +441,7 @@ RequestLog& RequestLog::operator=(RequestLog&& o) noexcept {
 
 RequestLog::~RequestLog() { close_files(); }
 
-void RequestLog::close_files() noexcept {
-  for (int& fd : fd_) {
-    if (fd >= 0) ::close(fd);
-    fd = -1;
-  }
-}
+void RequestLog::close_files() noexcept { close_spill_files(fd_); }
 
 void RequestLog::configure_spill(std::size_t threshold, std::string dir) {
   threshold_ = threshold;
@@ -478,19 +483,9 @@ void RequestLog::spill_finished(ns_t before_ns) {
   next_try_ = tail_.size() + std::max<std::size_t>(threshold_ / 4, 1);
   if (k == 0) return;
   if (fd_[0] < 0) {
-    std::string dir = dir_;
-    if (dir.empty()) {
-      const char* env = std::getenv("TMPDIR");
-      dir = env && *env ? env : "/tmp";
-    }
-    for (int c = 0; c < 2; ++c) {
-      int err = 0;
-      fd_[c] = open_spill_file(dir, &err, "requests");
-      if (fd_[c] < 0) {
-        if (dir_.empty()) dir_ = dir;
-        fail("creating a spill file", err);
-        return;
-      }
+    if (int err = open_spill_files(dir_, fd_, "requests")) {
+      fail("creating a spill file", err);
+      return;
     }
   }
   std::vector<Row> rows(k);

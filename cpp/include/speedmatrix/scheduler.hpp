@@ -20,13 +20,13 @@ namespace speedmatrix {
 
 struct CellProgress;  // cell.hpp
 
-// The records a cell accumulates. Requests are appended in send order (the
-// scheduler creates them); the transport fills in what it observes.
 // The loops spill request records (RequestLog::spill_finished) that finished at least this
 // long ago: a just-finished record is still read (and a stalled one written) by the loop
 // that handles it, in the same iteration; two seconds is many iterations of slack.
 inline constexpr ns_t kRequestSpillLag_ns = 2'000'000'000;
 
+// The records a cell accumulates. Requests are appended in send order (the
+// scheduler creates them); the transport fills in what it observes.
 struct CellRecords {
   RequestLog requests;
   EventColumns events;
