@@ -672,23 +672,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def run_exit_status(doc: dict) -> int:
-    """The exit status of a finished (not interrupted) run, from its saved cells: 0 when
-    every runnable cell was measured (valid or queued), EXIT_PARTIAL when some failed or
-    were not run, or when a decode context could not be run at any concurrency (every
-    cell of it over capacity: the server cannot serve that context at all, so what was
-    asked was not measured), EXIT_FAILURE when none was measured. Over-capacity cells
-    beside measured ones of their context are the matrix's edge, not a failure."""
-    all_cells = doc.get("cells") or []
-    cells = [c for c in all_cells if c.get("status") != "over_capacity"]
-    measured = [c for c in cells if c.get("status") in ("valid", "queued") and not c.get("not_run")]
-    if not measured:
-        return EXIT_FAILURE
-    by_context: dict[object, list[str]] = {}
-    for c in all_cells:
-        if c.get("phase") == "decode" and c.get("context") is not None:
-            by_context.setdefault(c.get("context"), []).append(str(c.get("status")))
-    refused = [k for k, st in by_context.items() if all(s == "over_capacity" for s in st)]
-    return EXIT_OK if len(measured) == len(cells) and not refused else EXIT_PARTIAL
+    """The exit status of a finished run (`speedmatrix.verdict.exit_status`)."""
+    from speedmatrix.verdict import exit_status  # here: --help imports nothing heavy
+
+    return int(exit_status(doc))
 
 
 def prepare_out(out: Path, force: bool = False) -> Path | None:

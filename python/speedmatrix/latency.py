@@ -34,6 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from speedmatrix.verdict import openloop
+
 __all__ = [
     "DEFAULT_PERCENTILES",
     "OUTCOME_CANCELLED",
@@ -273,7 +275,7 @@ def open_loop_figures(
     rate_per_s: float,
     *,
     bin_s: float = 1.0,
-    growth_ratio: float = 1.5,
+    growth_ratio: float = openloop.GROWTH_RATIO,
 ) -> dict:
     """What an open-loop cell did against what was asked.
 
@@ -284,10 +286,9 @@ def open_loop_figures(
       sent: ``unsent``); ``completed_rate_per_s`` = completed / D;
     - ``in_flight``: requests in flight at t0, t0 + bin, ... (a list), and its max;
     - ``queue_p99_ms``: p99 of sent − scheduled (the client's gate and send lateness);
-    - ``kept_up`` and ``reason``: the server could not keep up when a window arrival was
-      still unfinished at the drain bound, or when the median latency from the scheduled
-      time of the last quarter of arrivals is more than ``growth_ratio`` times that of the
-      first quarter (a backlog that grows through the window).
+    - ``kept_up`` and ``reason``: the verdict's rule (`speedmatrix.verdict.openloop.kept_up`)
+      on these arrivals: none unfinished at the drain bound, and no latency from the
+      scheduled time that grew ``growth_ratio`` times from the first quarter to the last.
     """
     phase = _col(requests, "phase")
     sched = _col(requests, "scheduled_ns").astype(np.int64)
@@ -309,32 +310,8 @@ def open_loop_figures(
     unsent = int((wsent < 0).sum())
     series = _in_flight_series(wsent, wdone, t0_ns, t1_ns, bin_s)
     q = (wsent - ws)[wsent >= 0] / 1e6
-    kept_up, reason = True, ""
-    if cancelled:
-        kept_up = False
-        reason = f"{cancelled} of {n} arrivals were unfinished when the drain bound passed" + (
-            f" ({unsent} never sent)" if unsent else ""
-        )
-    else:
-        e2e_sched = np.where((wout == OUTCOME_OK) & (wdone >= 0), (wdone - ws) / 1e6, np.nan)
-        quarter = n // 4
-        if quarter >= 5:
-            first = (
-                np.nanmedian(e2e_sched[:quarter])
-                if np.isfinite(e2e_sched[:quarter]).any()
-                else math.nan
-            )
-            last = (
-                np.nanmedian(e2e_sched[-quarter:])
-                if np.isfinite(e2e_sched[-quarter:]).any()
-                else math.nan
-            )
-            if first > 0 and last > growth_ratio * first:
-                kept_up = False
-                reason = (
-                    f"latency from the scheduled time grew from a median {first / 1000:.3g} s "
-                    f"(first quarter of arrivals) to {last / 1000:.3g} s (last quarter)"
-                )
+    e2e_sched = np.where((wout == OUTCOME_OK) & (wdone >= 0), (wdone - ws) / 1e6, np.nan)
+    kept_up, reason = openloop.kept_up(e2e_sched, cancelled, unsent, growth_ratio)
     return {
         "rate_per_s": float(rate_per_s),
         "arrivals": n,

@@ -8,10 +8,12 @@ hold is kept from the stored cell: whether the server was idle before it
 prefill, the records path. Cells without records (over capacity, not run, prompts
 that could not be made) are kept as they are.
 
-A run saved before ``meta["verdict"]`` existed is judged with the default rules (its
-matrix's error threshold), the facts its cells and records show (``output_not_forced``
-flags, the metric names in the records), and the cell's own clock stamps: `notes`
-says so.
+A run saved before ``meta["verdict"]`` existed is read as today's by
+`speedmatrix.verdict.upgrade` (default rules, the facts its cells and records show) and
+its records without clock stamps take the cell's own: `notes` says so.
+
+This is the only way a saved run is judged again: the report reads the stored
+judgements (`speedmatrix.verdict.reported_flags`, ``cell["status"]``) and makes none.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from typing import Any
 
 from speedmatrix import runfile, verdict
 from speedmatrix.records import Records
-from speedmatrix.verdict import CellShape, EngineFacts, Rules
+from speedmatrix.verdict import CellShape, EngineFacts, Flag, Rules
+from speedmatrix.verdict.upgrade import facts_of, rules_of
 
 __all__ = ["Recomputed", "facts_of", "recompute_doc", "rules_of"]
 
@@ -38,55 +41,6 @@ class Recomputed:
     notes: list[str] = field(default_factory=list)
     #: ids of the cells whose stored form changed
     changed: list[str] = field(default_factory=list)
-
-
-def rules_of(doc: dict) -> tuple[Rules, str | None]:
-    """The rules a saved run was judged by, and a note when they had to be assumed."""
-    meta = doc.get("meta") or {}
-    saved = (meta.get("verdict") or {}).get("rules")
-    if saved:
-        return Rules.from_dict(saved), None
-    threshold = ((meta.get("run") or {}).get("matrix") or {}).get("error_threshold")
-    rules = Rules() if threshold is None else Rules(error_threshold=float(threshold))
-    return rules, "no rules saved in this run (saved before meta.verdict): default thresholds"
-
-
-def facts_of(doc: dict, run_dir: str | os.PathLike | None) -> tuple[EngineFacts, str | None]:
-    """The engine facts a saved run was judged with, and a note when they were inferred."""
-    meta = doc.get("meta") or {}
-    saved = (meta.get("verdict") or {}).get("facts")
-    if saved:
-        return EngineFacts.from_dict(saved), None
-    cells = doc.get("cells") or []
-    forced = not any("output_not_forced" in (c.get("flags") or []) for c in cells)
-    names: list[str] = []
-    for c in cells:
-        if c.get("records") and run_dir is not None:
-            try:
-                names = runfile.load_records(run_dir, c["records"])["metrics"]["names"]
-            except (OSError, ValueError, zipfile.BadZipFile):
-                continue
-            if names:
-                break
-    roles: dict[str, str | None] = {"running": None, "waiting": None, "kv_usage": None}
-    for n in names:
-        low = n.lower()
-        if "running" in low and roles["running"] is None:
-            roles["running"] = n
-        elif ("waiting" in low or "queue" in low) and roles["waiting"] is None:
-            roles["waiting"] = n
-        elif ("usage" in low or "kv" in low) and roles["kv_usage"] is None:
-            roles["kv_usage"] = n
-    facts = EngineFacts(
-        output_forced=forced,
-        metric_running=roles["running"],
-        metric_waiting=roles["waiting"],
-        metric_kv_usage=roles["kv_usage"],
-    )
-    return facts, (
-        "no engine facts saved in this run (saved before meta.verdict): output forced "
-        "unless a cell says otherwise, metric names from the records"
-    )
 
 
 def recompute_doc(
@@ -144,7 +98,7 @@ def recompute_doc(
 
 def _rejudge(cell: dict, records: Records, facts: EngineFacts, rules: Rules) -> dict:
     shape = CellShape.from_cell(cell)
-    idle = "busy_at_start" not in (cell.get("flags") or [])
+    idle = Flag.BUSY_AT_START not in (cell.get("flags") or [])
     if cell["phase"] == "decode":
         # the latency percentiles and SLO the cell was judged with, as it stored them
         new = verdict.decode_cell(

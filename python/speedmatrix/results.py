@@ -29,6 +29,7 @@ import pandas as pd
 from speedmatrix.records import Records
 from speedmatrix.runfile import load_records, read_run
 from speedmatrix.units import format_tokens
+from speedmatrix.verdict import combined_status
 
 STATUS_TEXT = {
     "over_capacity": "Over capacity",
@@ -646,22 +647,6 @@ def _safe_max(df: pd.DataFrame, col: str, fallback: str, n: int) -> float:
     if col in df and df[col].notna().any():
         return float(df[col].max())
     return float(df[fallback].max()) if n > 1 else np.nan
-
-
-def combined_status(statuses: list[str]) -> str:
-    """One status for repeated cells: over capacity wins, then all-error, then queued."""
-    s = [x for x in statuses if x]
-    if not s:
-        return "valid"
-    if "over_capacity" in s:
-        return "over_capacity"
-    if all(x == "error" for x in s):
-        return "error"
-    if "queued" in s:
-        return "queued"
-    if "error" in s:
-        return "error"
-    return "valid"
 
 
 def load(run_dir: str | os.PathLike, label: str | None = None, strict: bool = True) -> Run:

@@ -14,68 +14,14 @@ import numpy as np
 from speedmatrix.naming import display_model_name, precision_label
 from speedmatrix.redact import redact
 from speedmatrix.report import formatting as fmt
+from speedmatrix.verdict import Flag
 
 if TYPE_CHECKING:  # pragma: no cover
     from speedmatrix.results import Run
 
-FLAG_TEXT = {
-    "busy_at_start": "Busy at start: the server was not idle when the cell began.",
-    "drift": "Drift: throughput changed significantly across the window.",
-    "prompt_mismatch": "Prompt mismatch: the server counted a different prompt length than asked.",
-    "estimated_tokens": (
-        "Estimated tokens: output tokens were counted one per streamed chunk, not taken "
-        "from the server's usage, so they can read low where a chunk carries several tokens."
-    ),
-    "client_bound": "Client bound: the benchmark client was busy enough to limit the figures.",
-    "interrupted": "Interrupted: the run stopped during or after this cell.",
-    "server_running_mismatch": (
-        "Server running mismatch: the server ran more requests than the "
-        "cell sent (work left over from earlier cells)."
-    ),
-    "long_ramp": (
-        "Long ramp: the N requests did not all stream (nor settle at a plateau) before "
-        "the ramp cap, so the window opened before steady state and the figures may "
-        "read lower."
-    ),
-    "stalls": (
-        "Stalls: streams went silent mid-window and were cut and replaced (errors.stall); "
-        "the figures are those of the other streams."
-    ),
-    "ttft_unserved": (
-        "TTFT reads low: requests sent in the window were still waiting for their "
-        "first token when it ended, longer than the median TTFT, which counts only "
-        "the requests that got one (see the cell's ttft_unserved)."
-    ),
-    "output_not_forced": (
-        "Output not forced: the server cannot be told to ignore end-of-sequence, "
-        "so requests may end early and be replaced (more prefill in the window)."
-    ),
-    "rate_limited": (
-        "Rate limited: the server answered 429 Too Many Requests (errors.http_429); each "
-        "slot waited as it asked (Retry-After, at most 10 s) or backed off (backoffs, "
-        "backoff_s), so the figures are those of a throttled client, not the server's capacity."
-    ),
-    "behind": (
-        "Server could not keep up: at this request rate the backlog grew through the "
-        "window (latency from the scheduled time grew, or arrivals were unfinished at "
-        "the drain bound; see the cell's open_loop.reason)."
-    ),
-}
-FLAG_SHORT = {
-    "busy_at_start": "Busy at start",
-    "drift": "Drift",
-    "prompt_mismatch": "Prompt mismatch",
-    "estimated_tokens": "Estimated tokens",
-    "client_bound": "Client bound",
-    "interrupted": "Interrupted",
-    "server_running_mismatch": "Server running mismatch",
-    "long_ramp": "Long ramp",
-    "stalls": "Stalls",
-    "output_not_forced": "Output not forced",
-    "ttft_unserved": "TTFT reads low",
-    "behind": "Server could not keep up",
-    "rate_limited": "Rate limited",
-}
+# a flag's words are the verdict's (speedmatrix.verdict.names), written once
+FLAG_TEXT = {f.value: f.text for f in Flag}
+FLAG_SHORT = {f.value: f.short for f in Flag}
 CAPACITY_NAMES = {
     "kv_tokens": "KV cache capacity",
     "context_length": "Context length",

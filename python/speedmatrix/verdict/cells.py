@@ -1,0 +1,506 @@
+"""A cell's stored form: its figures, status and flags, from its records.
+
+`decode_cell` gathers the figures (`_core.summarize_cell`, `speedmatrix.slo.cell_figures`),
+the evidence the flag rules read (`speedmatrix.verdict.flags`) and the status rule's inputs
+(`speedmatrix.verdict.status`); `prefill_cell`, `unrun_cell` and `prompt_failure_cell`
+make the other kinds of cells.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from speedmatrix.records import Records
+from speedmatrix.verdict.flags import Evidence, flags_of
+from speedmatrix.verdict.names import Flag, Status
+from speedmatrix.verdict.rules import EngineFacts, Rules
+from speedmatrix.verdict.server import server_view
+from speedmatrix.verdict.status import decode_status, error_text
+from speedmatrix.verdict.window import (
+    ERROR,
+    OK,
+    client_queue_signal,
+    first_wave_settled,
+    first_wave_streamed,
+    tokens_estimated,
+    ttft_unserved,
+    usage_mismatches,
+    warmup_unfinished,
+)
+
+__all__ = [
+    "ERROR_EXAMPLE_CHARS",
+    "CellShape",
+    "base_cell",
+    "decode_cell",
+    "prefill_cell",
+    "prefill_rows",
+    "prompt_check",
+    "prompt_failure_cell",
+    "unrun_cell",
+]
+
+# An error message kept per error kind in a cell (`error_examples`) is cut to this
+# many characters: enough to say why, never a request body.
+ERROR_EXAMPLE_CHARS = 300
+
+
+class _Shape(Protocol):
+    @property
+    def id(self) -> str: ...
+    @property
+    def phase(self) -> str: ...
+    @property
+    def context(self) -> int: ...
+    @property
+    def label(self) -> str: ...
+    @property
+    def concurrency(self) -> int: ...
+    @property
+    def repetition(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class CellShape:
+    """What the plan said about a cell; `from_cell` reads it back from a stored cell."""
+
+    id: str
+    phase: str
+    context: int
+    label: str
+    concurrency: int
+    repetition: int = 0
+    #: a request-rate (open-loop) cell: its arrival rate and law
+    rate_per_s: float | None = None
+    arrival: str = "poisson"
+    prompts_file: str = ""
+
+    @classmethod
+    def from_cell(cls, cell: dict) -> CellShape:
+        return cls(
+            id=cell["id"],
+            phase=cell["phase"],
+            context=int(cell["context"]),
+            label=cell.get("label") or "",
+            concurrency=int(cell["concurrency"]),
+            repetition=int(cell.get("repetition", 0)),
+            rate_per_s=cell.get("rate_per_s"),
+            arrival=cell.get("arrival") or "poisson",
+            prompts_file=cell.get("prompts_file") or "",
+        )
+
+
+# ------------------------------------------------------------------------------ cells
+def base_cell(shape: _Shape) -> dict:
+    """The fields every stored cell has, figures empty."""
+    return {
+        "id": shape.id,
+        "phase": shape.phase,
+        "context": int(shape.context),
+        "label": shape.label,
+        "concurrency": int(shape.concurrency),
+        "repetition": int(shape.repetition),
+        "status": None,
+        "total_tok_s": None,
+        "per_request_tok_s": None,
+        "prompt_tok_s": None,
+        "ttft_ms": None,
+        "tbt_ms": None,
+        "avg_active": None,
+        "completed": 0,
+        "output_tokens": 0,
+        "measured_s": 0.0,
+        "errors": {},
+        **_open_loop_shape(shape),
+    }
+
+
+def _open_loop_shape(shape: _Shape) -> dict:
+    out: dict = {}
+    prompts_file = getattr(shape, "prompts_file", "")
+    if prompts_file:
+        out["prompts_file"] = prompts_file
+    rate = getattr(shape, "rate_per_s", None)
+    if rate is not None:
+        out.update(rate_per_s=float(rate), arrival=getattr(shape, "arrival", "poisson"))
+    return out
+
+
+def unrun_cell(shape: _Shape, status: str, reason: str | None) -> dict:
+    """A cell the plan will not run (over capacity, does not fit)."""
+    base = base_cell(shape)
+    base["status"] = status
+    if reason:
+        base["reason"] = reason
+    return base
+
+
+def prompt_failure_cell(shape: _Shape, kind: str, message: str) -> dict:
+    """An `error` cell whose prompts could not be made (nothing was sent)."""
+    message = message[:ERROR_EXAMPLE_CHARS]
+    base = base_cell(shape)
+    base.update(
+        {
+            "status": Status.ERROR.value,
+            "errors": {kind: 1},
+            "errors_total": 1,
+            "error_examples": {kind: message},
+            "flags": [],
+            "reason": f"prompts of {shape.context} tokens could not be made: {message}",
+        }
+    )
+    return base
+
+
+def prefill_cell(
+    shape: _Shape,
+    records: Records,
+    *,
+    idle: bool,
+    measured_in: str | None = None,
+) -> dict:
+    """A prefill cell: the median cold TTFT of its request(s).
+
+    Measured on its own (``measured_in`` None), the request is the window's one;
+    measured during the N=1 decode cell ``measured_in``'s warm-up, it is that cell's
+    first warm-up request."""
+    req = records.requests
+    rows = prefill_rows(records, measured_in is not None)
+    base = base_cell(shape)
+    errors: dict[str, int] = {}
+    ttfts = []
+    reported = []
+    for i in rows:
+        if req["outcome"][i] == ERROR:
+            kind = req["error_kind"][i] or "unknown"
+            errors[kind] = errors.get(kind, 0) + 1
+        elif req["first_token_ns"][i] > 0:
+            ttfts.append((req["first_token_ns"][i] - req["sent_ns"][i]) / 1e6)
+        if req["prompt_tokens"][i] >= 0:
+            reported.append(int(req["prompt_tokens"][i]))
+    ttft = float(np.median(ttfts)) if ttfts else None
+    base.update(
+        {
+            "status": Status.VALID.value if ttft is not None else Status.ERROR.value,
+            "prompt_tok_s": shape.context / (ttft / 1000.0) if ttft else None,
+            "ttft_ms": ttft,
+            "completed": len(ttfts),
+            "errors": errors,
+            "error_examples": _error_examples(req, rows),
+            "errors_total": sum(errors.values()),
+            "prompt_tokens": prompt_check(shape.context, reported),
+            "flags": [] if idle else [Flag.BUSY_AT_START.value],
+        }
+    )
+    if base["prompt_tokens"]["exact"] is False:
+        base["flags"].append(Flag.PROMPT_MISMATCH.value)
+    if measured_in:
+        base["measured_in"] = measured_in
+    if fatal := records.fatal_error:
+        base["reason"] = fatal
+    if ttft is None and not base.get("reason"):
+        base["reason"] = "no first token: " + error_text(errors, base["error_examples"])
+    return base
+
+
+def prefill_rows(records: Records, from_warmup: bool) -> np.ndarray:
+    """The request rows a prefill figure is taken from."""
+    phase = records.requests["phase"]
+    if from_warmup:
+        # the first warm-up prompt; when its first try failed or timed out and was
+        # sent again (warmup_retried), the try that answered
+        first = np.flatnonzero((phase == 0) & (records.requests["body"] == 0))
+        ok = first[records.requests["outcome"][first] == OK]
+        return ok[:1] if len(ok) else first[:1]
+    return np.flatnonzero(phase == 1)
+
+
+def decode_cell(
+    shape: _Shape,
+    records: Records,
+    facts: EngineFacts,
+    rules: Rules,
+    *,
+    idle: bool,
+    percentiles: tuple[float, ...] | list[float] | None = None,
+    slo_targets: dict[str, float] | None = None,
+) -> dict:
+    """A decode cell: figures of its window, its status and flags; with its latency
+    distributions (`percentiles`), SLO attainment and goodput (`slo_targets`, ms) and, for
+    a request-rate cell, what the open loop did (`speedmatrix.slo.cell_figures`)."""
+    base = base_cell(shape)
+    req = records.requests
+    t0, t1 = int(records.window_start_ns), int(records.window_end_ns)
+    window = req["phase"] == 1
+    errors = _error_counts(req, np.flatnonzero(window))
+    if t0 <= 0 or t1 <= t0:
+        return _never_started(base, records, errors, idle=idle, facts=facts)
+    rate = getattr(shape, "rate_per_s", None)
+    open_loop = rate is not None
+    # A steady-state window (DESIGN.md "Window") opens once the first wave streams:
+    # t0 is the settle point and TTFT counts from the ramp's start (the first wave and
+    # every refill). Runs saved before it (no ramp_start_ns) opened at the send. An
+    # open-loop cell has no first wave: its window is its arrivals'.
+    steady = not open_loop and int(records.ramp_start_ns) > 0
+    ramp = int(records.ramp_start_ns) if steady else t0
+    settle = t0 if (open_loop or steady) else first_wave_settled(req, shape.concurrency, t0, t1)
+    fig = _window_figures(base, shape, records, facts, errors, settle, ramp)
+    unserved, unserved_longer = ttft_unserved(req, ramp, t1, base["ttft_ms"])
+    base["ttft_unserved"] = unserved
+    base["flags"] = []
+    base.update(_distributions(records, t0, t1, rate, percentiles, slo_targets))
+    # every window request sent from the ramp's start: the first wave and its refills
+    sent_rows = window & (req["sent_ns"] >= ramp) & (req["sent_ns"] <= t1)
+    started = max(int(np.count_nonzero(sent_rows)), 1)
+    unserved_started = started
+    kept_up = None
+    if open_loop:
+        started = max(int(base["open_loop"]["arrivals"]), 1)  # failures count against them
+        kept_up = bool(base["open_loop"]["kept_up"])
+    else:
+        base["ramp_s"] = (settle - ramp) / 1e9 if steady else (settle - t0) / 1e9
+        base["first_wave_streamed"] = first_wave_streamed(req, shape.concurrency)
+    queued_client = client_queue_signal(req, settle, t1)
+    base["waiting_without_tokens"] = queued_client
+    below, above = usage_mismatches(req["token_source"][window])
+    if below or above:
+        base["usage_mismatch"] = {"below_chunks": below, "above_chunks": above}
+    unfinished = warmup_unfinished(req)
+    if unfinished:
+        base["warmup_unfinished"] = unfinished
+    server = base["server"] or {}
+    evidence = Evidence(
+        idle=idle,
+        output_forced=facts.output_forced,
+        drifting=bool(fig.get("drifting")),
+        prompt_exact=base["prompt_tokens"]["exact"],
+        tokens_estimated=tokens_estimated(req["token_source"][window], req["outcome"][window]),
+        # client CPU covers the whole cell, warm-up included
+        client_cpu_s=float(records.client_cpu_s),
+        cell_s=(int(records.end_ns) - int(records.warmup_start_ns)) / 1e9,
+        concurrency=int(shape.concurrency),
+        open_loop=open_loop,
+        running_mean=server.get("running_mean"),
+        started=unserved_started,
+        unserved_longer=unserved_longer,
+        stalls=base["stalls"],
+        http_429=errors.get("http_429", 0),
+        kept_up=kept_up,
+        steady=steady,
+        ramp_capped=bool(records.ramp_capped),
+        first_wave_streamed=int(base.get("first_wave_streamed", 0)),
+        ramp_ns=settle - t0,
+        window_ns=t1 - t0,
+        usage_below=below,
+        usage_above=above,
+        warmup_unfinished=unfinished,
+        coalesced_share=_finite(base.get("coalesced_share", fig.get("coalesced_share"))),
+    )
+    base["flags"] = flags_of(evidence, rules)
+    status, reason = decode_status(
+        rules,
+        errors=errors,
+        error_examples=base["error_examples"],
+        started=started,
+        output_tokens=base["output_tokens"],
+        server=base["server"],
+        queued_client=queued_client,
+        stopped_by=records.stopped_by,
+        stop_reason=records.stop_reason,
+    )
+    base["status"] = status.value
+    if reason:
+        base["reason"] = reason
+    return base
+
+
+def _never_started(
+    base: dict, records: Records, errors: dict[str, int], *, idle: bool, facts: EngineFacts
+) -> dict:
+    """A decode cell whose window never started: the warm-up's failures say why."""
+    req = records.requests
+    errors = errors or _error_counts(req, np.flatnonzero(req["phase"] == 0))
+    examples = _error_examples(req, np.flatnonzero(req["outcome"] == ERROR))
+    never = records.fatal_error or "the window never started (every warm-up request failed)" + (
+        f": {error_text(errors, examples)}" if errors else ""
+    )
+    base.update(
+        {
+            "status": Status.ERROR.value,
+            "errors": errors,
+            "error_examples": examples,
+            "errors_total": sum(errors.values()),
+            "reason": never,
+            "flags": flags_of(Evidence(idle=idle, output_forced=facts.output_forced), Rules()),
+        }
+    )
+    return base
+
+
+def _distributions(
+    records: Records,
+    t0: int,
+    t1: int,
+    rate: float | None,
+    percentiles: tuple[float, ...] | list[float] | None,
+    slo_targets: dict[str, float] | None,
+) -> dict:
+    """Latency distributions, SLO attainment and goodput, open-loop figures."""
+    # imported here: speedmatrix.latency imports speedmatrix.verdict.openloop, so an
+    # import at the top would be a circle through this package's __init__
+    from speedmatrix import latency, slo
+
+    pct = tuple(percentiles or latency.DEFAULT_PERCENTILES)
+    extra = slo.cell_figures(
+        records.requests,
+        records.events,
+        t0,
+        t1,
+        rate_per_s=rate,
+        percentiles=pct,
+        slo=slo_targets or None,
+    )
+    extra["latency"]["percentiles"] = [float(p) for p in pct]
+    return extra
+
+
+def _window_figures(
+    base: dict,
+    shape: _Shape,
+    records: Records,
+    facts: EngineFacts,
+    errors: dict[str, int],
+    settle: int,
+    ramp: int,
+) -> dict:
+    """Puts the window's figures (C++), the server's view and the prompt check in ``base``;
+    returns the C++ figures."""
+    from speedmatrix._native import _core
+
+    req, ev = records.requests, records.events
+    t0, t1 = int(records.window_start_ns), int(records.window_end_ns)
+    window = req["phase"] == 1
+    fig = _core.summarize_cell(req, ev, t0, t1, 1.0, settle, ramp)
+    server = server_view(records.metrics, facts, t0, t1, settle)
+    reported = [int(x) for x in req["prompt_tokens"][window] if x >= 0]
+    ptok = prompt_check(shape.context, reported)
+    if getattr(shape, "prompts_file", ""):
+        # a workload file's prompts have their own lengths: the server's counts are kept
+        # per request in the records, and the range here; nothing was asked to compare
+        ptok.update(asked=None, exact=None)
+    base.update(
+        {
+            "total_tok_s": _finite(fig["total_tok_s"]),
+            "per_request_tok_s": _finite(fig["per_request_tok_s"]),
+            "decode_tok_s_per_request": _finite(fig.get("decode_tok_s_per_request")),
+            "decode_requests": int(fig.get("decode_requests", 0)),
+            "ttft_ms": _finite(fig["ttft_ms"]),
+            "ttft_first_wave_ms": _finite(fig.get("ttft_first_wave_ms")),
+            "tbt_ms": _finite(fig["tbt_ms"]),
+            "avg_active": _finite(fig["avg_active"]),
+            "completed": int(fig["completed"]),
+            "output_tokens": int(fig["output_tokens"]),
+            "measured_s": _finite(fig["measured_s"]) or 0.0,
+            "started": int(fig["started"]),
+            "errors": errors,
+            "error_examples": _error_examples(
+                req, np.flatnonzero(window & (req["outcome"] == ERROR))
+            ),
+            "errors_total": sum(errors.values()),
+            # re-sent on a new connection after a kept-alive one died before any byte of
+            # the answer (a keep-alive close racing the request): counted apart, not errors
+            "retried": int(np.count_nonzero(req["retries"][window])) if "retries" in req else 0,
+            "t0_ns": t0,
+            "t1_ns": t1,
+            "ramp_start_ns": int(records.ramp_start_ns),
+            "ramp_capped": bool(records.ramp_capped),
+            "warmup_start_ns": int(records.warmup_start_ns),
+            "end_ns": int(records.end_ns),
+            "ci": {
+                k: _interval(fig.get(f"{k}_ci"))
+                for k in (
+                    "total_tok_s",
+                    "per_request_tok_s",
+                    "decode_tok_s_per_request",
+                    "ttft_ms",
+                    "tbt_ms",
+                )
+            },
+            # the larger relative half-width of the total tok/s and TBT intervals
+            "precision": _finite(fig.get("precision")),
+            "stopped_by": records.stopped_by or None,
+            "stalls": int(errors.get("stall", 0)),
+            # slot waits the core imposed after a 429 (errors.http_429) or a failed
+            # connection, and the slot time they took in the window (closed loop)
+            "backoffs": int(records.backoffs),
+            "backoff_s": _finite(float(records.backoff_s)) or 0.0,
+            # slot time the failed streams held silent in the window (a stall's wait)
+            "error_slot_s": _finite(fig.get("error_slot_s")),
+            "warmup_retried": int(records.warmup_retried),
+            "ttft_p90_ms": _finite(fig.get("ttft_p90_ms")),
+            "ttft_p99_ms": _finite(fig.get("ttft_p99_ms")),
+            "tbt_p90_ms": _finite(fig.get("tbt_p90_ms")),
+            "tbt_p99_ms": _finite(fig.get("tbt_p99_ms")),
+            "drift": _finite(fig.get("drift")),
+            "server": server,
+            "prompt_tokens": ptok,
+            "client": {"cpu_s": records.client_cpu_s, "loop_lag_max_ms": records.loop_lag_max_ms},
+        }
+    )
+    return dict(fig)
+
+
+def _finite(x: Any) -> float | None:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _interval(ci: Any) -> list[float | None] | None:
+    if not ci:
+        return None
+    lo, hi = _finite(ci[0]), _finite(ci[1])
+    return None if lo is None or hi is None else [lo, hi]
+
+
+def _error_counts(req: dict, rows) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for i in rows:
+        if req["outcome"][i] == ERROR:
+            kind = req["error_kind"][i] or "unknown"
+            out[kind] = out.get(kind, 0) + 1
+    return out
+
+
+def _error_examples(req: dict, rows) -> dict[str, str]:
+    """The first error message of each kind among `rows` (failed requests), cut to
+    ERROR_EXAMPLE_CHARS: what the transport or the server said, never a request body."""
+    out: dict[str, str] = {}
+    messages = req.get("error_message")
+    for i in rows:
+        if req["outcome"][i] != ERROR:
+            continue
+        kind = req["error_kind"][i] or "unknown"
+        if kind not in out:
+            text = str(messages[i]) if messages is not None else ""
+            out[kind] = text[:ERROR_EXAMPLE_CHARS]
+    return out
+
+
+def prompt_check(asked: int, reported: list[int]) -> dict:
+    """The prompt-token check: what was asked and the range the server reported."""
+    if not reported:
+        return {"asked": int(asked), "reported_min": None, "reported_max": None, "exact": None}
+    lo, hi = min(reported), max(reported)
+    return {
+        "asked": int(asked),
+        "reported_min": lo,
+        "reported_max": hi,
+        "exact": bool(lo == asked and hi == asked),
+    }

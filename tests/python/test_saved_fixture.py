@@ -1,0 +1,41 @@
+"""A run saved by the built-in engine before the verdict became a package
+(tests/data/saved_run: `speedmatrix run` on ``sim fixed``, contexts 256, N 1 and 4, 1 s
+windows, prefill 256 and 512) reads and recomputes to the same statuses, flags and
+figures: the fast-tier guard that a change to the verdict or the figures keeps saved runs
+as they were."""
+
+from __future__ import annotations
+
+import copy
+import shutil
+from pathlib import Path
+
+from speedmatrix import runfile
+from speedmatrix.recompute import recompute_doc
+from speedmatrix.results import load
+
+SAVED = Path(__file__).resolve().parents[1] / "data" / "saved_run"
+
+
+def test_recompute_reproduces_every_status_flag_and_figure():
+    doc = runfile.read_run(SAVED)
+    measured = [c for c in doc["cells"] if c.get("records")]
+    assert {c["phase"] for c in measured} == {"prefill", "decode"}
+    assert all(c["status"] == "valid" for c in measured)
+    assert all(c["total_tok_s"] for c in measured if c["phase"] == "decode")
+    out = recompute_doc(doc, SAVED)
+    assert out.notes == [] and out.changed == []
+    assert out.doc["cells"] == doc["cells"]
+    run = load(SAVED).recompute()
+    assert run.doc["cells"] == doc["cells"]
+
+
+def test_a_run_saved_before_the_verdict_meta_reads_the_same(tmp_path):
+    # An older run.json without meta.verdict: the rules and facts are inferred (and said).
+    shutil.copytree(SAVED / "records", tmp_path / "records")
+    doc = copy.deepcopy(runfile.read_run(SAVED))
+    del doc["meta"]["verdict"]
+    runfile.write_run(tmp_path, doc)
+    out = recompute_doc(runfile.read_run(tmp_path), tmp_path)
+    assert any("saved before meta.verdict" in n for n in out.notes)
+    assert out.doc["cells"] == runfile.read_run(SAVED)["cells"]
