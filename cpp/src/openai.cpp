@@ -301,6 +301,8 @@ OpenAIStreamDecoder::OpenAIStreamDecoder(OpenAIStreamDecoder&& o) noexcept
       impl_(std::exchange(o.impl_, nullptr)),
       last_usage_completion_(o.last_usage_completion_),
       final_usage_completion_(o.final_usage_completion_),
+      usage_max_(o.usage_max_),
+      counted_(o.counted_),
       seen_text_(o.seen_text_) {}
 
 OpenAIStreamDecoder& OpenAIStreamDecoder::operator=(OpenAIStreamDecoder&& o) noexcept {
@@ -311,6 +313,8 @@ OpenAIStreamDecoder& OpenAIStreamDecoder::operator=(OpenAIStreamDecoder&& o) noe
     impl_ = std::exchange(o.impl_, nullptr);
     last_usage_completion_ = o.last_usage_completion_;
     final_usage_completion_ = o.final_usage_completion_;
+    usage_max_ = o.usage_max_;
+    counted_ = o.counted_;
     seen_text_ = o.seen_text_;
   }
   return *this;
@@ -321,6 +325,8 @@ void OpenAIStreamDecoder::reset(ApiKind api) {
   summary_ = StreamSummary{};
   last_usage_completion_ = -1;
   final_usage_completion_ = -1;
+  usage_max_ = -1;
+  counted_ = TokenSource::kNone;
   seen_text_ = false;
   if (impl_ == nullptr) impl_ = new Impl;  // a moved-from decoder becomes usable again
 }
@@ -331,6 +337,30 @@ ChunkResult OpenAIStreamDecoder::decode_copy(std::string_view data) {
   if (buf.size() < data.size() + kSsePadding) buf.resize(data.size() + kSsePadding);
   std::memcpy(buf.data(), data.data(), data.size());
   return decode(std::string_view(buf.data(), data.size()));
+}
+
+void OpenAIStreamDecoder::judge_usage() {
+  summary_.source = counted_;
+  summary_.output_tokens =
+      final_usage_completion_ >= 0 ? final_usage_completion_ : summary_.chunk_tokens;
+  const std::int64_t reported = final_usage_completion_ >= 0 ? final_usage_completion_
+                                : counted_ == TokenSource::kUsageContinuous ? usage_max_
+                                                                            : -1;
+  if (reported < 0) return;
+  const std::int64_t text = summary_.text_chunks;
+  // What the stream itself proves: each text chunk carried a token, and with
+  // cumulative usage each chunk carried what its usage added (or the one token
+  // its text shows, where the usage added none).
+  const std::int64_t received =
+      counted_ == TokenSource::kUsageContinuous ? std::max(summary_.chunk_tokens, text) : text;
+  if (reported < received) {
+    // A usage below what was received cannot be right: count what was received.
+    summary_.source = TokenSource::kUsageBelowChunks;
+    summary_.output_tokens = received;
+  } else if (counted_ == TokenSource::kUsageFinal && reported > kUsageAboveFactor * text &&
+             reported - text > kUsageAboveSlack) {
+    summary_.source = TokenSource::kUsageAboveChunks;
+  }
 }
 
 ChunkResult OpenAIStreamDecoder::decode(std::string_view data) {
@@ -372,18 +402,21 @@ ChunkResult OpenAIStreamDecoder::decode(std::string_view data) {
   // Cumulative usage on a chunk with choices means continuous usage stats,
   // except on the closing chunk of a stream that had none so far: servers
   // such as llama.cpp and TGI put the final usage there.
-  const bool continuous = c.has_usage && c.n_choices > 0 &&
-                          (summary_.source == TokenSource::kUsageContinuous || !c.finished);
+  const bool continuous =
+      c.has_usage && c.n_choices > 0 && (counted_ == TokenSource::kUsageContinuous || !c.finished);
   std::int64_t tokens = 0;
   if (continuous) {
-    if (summary_.source != TokenSource::kUsageContinuous) {
+    if (counted_ != TokenSource::kUsageContinuous) {
       // Tokens counted per chunk before usage appeared are not counted twice.
       last_usage_completion_ = summary_.chunk_tokens;
-      summary_.source = TokenSource::kUsageContinuous;
+      counted_ = TokenSource::kUsageContinuous;
     }
     tokens = std::max<std::int64_t>(0, c.completion_tokens - last_usage_completion_);
-    last_usage_completion_ = std::max(last_usage_completion_, c.completion_tokens);
-  } else if (summary_.source == TokenSource::kUsageContinuous) {
+    // a chunk with text carries a token whatever a cumulative usage says
+    if (tokens == 0 && c.has_text) tokens = 1;
+    last_usage_completion_ += tokens;
+    usage_max_ = std::max(usage_max_, c.completion_tokens);
+  } else if (counted_ == TokenSource::kUsageContinuous) {
     if (c.has_usage) {  // final usage-only chunk: normally equal to the last
                         // cumulative count
       tokens = std::max<std::int64_t>(0, c.completion_tokens - last_usage_completion_);
@@ -395,19 +428,19 @@ ChunkResult OpenAIStreamDecoder::decode(std::string_view data) {
     }
   } else {
     tokens = c.has_text ? 1 : 0;
-    if (tokens > 0 && summary_.source == TokenSource::kNone) summary_.source = TokenSource::kChunks;
+    if (tokens > 0 && counted_ == TokenSource::kNone) counted_ = TokenSource::kChunks;
   }
   if (c.has_usage && !continuous) {
     final_usage_completion_ = c.completion_tokens;
-    if (summary_.source != TokenSource::kUsageContinuous &&
+    if (counted_ != TokenSource::kUsageContinuous &&
         (c.completion_tokens > 0 || summary_.chunk_tokens + tokens > 0)) {
-      summary_.source = TokenSource::kUsageFinal;
+      counted_ = TokenSource::kUsageFinal;
     }
   }
   r.tokens = static_cast<std::int32_t>(std::min<std::int64_t>(tokens, INT32_MAX));
   summary_.chunk_tokens += r.tokens;
-  summary_.output_tokens =
-      final_usage_completion_ >= 0 ? final_usage_completion_ : summary_.chunk_tokens;
+  if (c.has_text) ++summary_.text_chunks;
+  judge_usage();
   // The first token: the first chunk with text, or, when a server withholds the text of a
   // generated token (llama.cpp holds back an incomplete UTF-8 sequence; with max_tokens 1
   // it never comes), the first chunk whose usage says a token was generated.

@@ -104,7 +104,7 @@ std::vector<std::int32_t> usage_scaled_tokens(const RecordView& r, std::size_t n
   for (std::size_t e = 0; e < n_ev; ++e) {
     const auto q = static_cast<std::size_t>(r.ev_request[e]);
     if (q >= n_req || tokens[e] <= 0 || chunk_sum[q] <= 0) continue;
-    if (r.token_source[q] != static_cast<std::uint8_t>(TokenSource::kUsageFinal)) continue;
+    if (!scaled_to_usage(static_cast<TokenSource>(r.token_source[q]))) continue;
     const std::int64_t total = r.output_tokens[q];
     if (total <= 0 || total == chunk_sum[q]) continue;
     const double scale = static_cast<double>(total) / static_cast<double>(chunk_sum[q]);

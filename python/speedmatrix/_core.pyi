@@ -83,7 +83,9 @@ class Requests(TypedDict):
     http_status: npt.NDArray[np.int32]
     prompt_tokens: npt.NDArray[np.int64]  # -1 unknown
     output_tokens: npt.NDArray[np.int64]
-    token_source: npt.NDArray[np.uint8]  # 0 none, 1 chunks, 2 usage_final, 3 usage_continuous
+    # 0 none, 1 chunks, 2 usage_final, 3 usage_continuous, 4 usage below the text chunks
+    # (counted as received), 5 final usage far above them (kept): openai.hpp TokenSource
+    token_source: npt.NDArray[np.uint8]
     outcome: npt.NDArray[np.uint8]  # 0 pending, 1 ok, 2 cancelled, 3 error
     finish_reason: list[str]
     error_kind: list[str]

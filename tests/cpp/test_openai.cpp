@@ -382,13 +382,93 @@ TEST(Decoder, UsageAppearingMidStreamDoesNotDoubleCount) {
   EXPECT_EQ(dec.summary().output_tokens, 5);
 }
 
-TEST(Decoder, CumulativeUsageGoingBackwardsAddsNothing) {
+TEST(Decoder, CumulativeUsageGoingBackwardsCannotUncountText) {
+  // "b" and "c" each carried text, so each carried a token, whatever the usage said:
+  // a usage (4) below what was received (3 + 1 + 1) is not believed.
   OpenAIStreamDecoder dec;
   auto t = decode_all(dec, {R"({"choices":[{"text":"a"}],"usage":{"completion_tokens":3}})",
                             R"({"choices":[{"text":"b"}],"usage":{"completion_tokens":2}})",
                             R"({"choices":[{"text":"c"}],"usage":{"completion_tokens":4}})"});
-  EXPECT_EQ(t, (std::vector<int>{3, 0, 1}));
-  EXPECT_EQ(dec.summary().output_tokens, 4);
+  EXPECT_EQ(t, (std::vector<int>{3, 1, 1}));
+  EXPECT_EQ(dec.summary().output_tokens, 5);
+  EXPECT_EQ(dec.summary().source, TokenSource::kUsageBelowChunks);
+}
+
+// A stream of `chunks` text chunks (one token of text each), then a final usage-only chunk.
+OpenAIStreamDecoder stream_with_final_usage(int chunks, std::int64_t usage) {
+  OpenAIStreamDecoder dec;
+  for (int i = 0; i < chunks; ++i) dec.decode_copy(R"({"choices":[{"text":"x"}]})");
+  dec.decode_copy(R"({"choices":[],"usage":{"prompt_tokens":8,"completion_tokens":)" +
+                  std::to_string(usage) + "}}");
+  return dec;
+}
+
+struct UsageCase {
+  int chunks;
+  std::int64_t usage;
+  TokenSource source;
+  std::int64_t output_tokens;
+};
+
+class FinalUsageJudged : public ::testing::TestWithParam<UsageCase> {};
+
+TEST_P(FinalUsageJudged, AgainstTheChunksThatCarriedText) {
+  const UsageCase& c = GetParam();
+  OpenAIStreamDecoder dec = stream_with_final_usage(c.chunks, c.usage);
+  EXPECT_EQ(dec.summary().text_chunks, c.chunks);
+  EXPECT_EQ(dec.summary().source, c.source);
+  EXPECT_EQ(dec.summary().output_tokens, c.output_tokens);
+  // the per-chunk counts are kept as streamed: one per text chunk
+  EXPECT_EQ(dec.summary().chunk_tokens, c.chunks);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Usage, FinalUsageJudged,
+    ::testing::Values(
+        // the issue's server: usage 1 for 64 chunks cannot be right; 64 were received
+        UsageCase{64, 1, TokenSource::kUsageBelowChunks, 64},
+        UsageCase{64, 0, TokenSource::kUsageBelowChunks, 64},
+        UsageCase{64, 63, TokenSource::kUsageBelowChunks, 64},
+        UsageCase{64, 64, TokenSource::kUsageFinal, 64},
+        // several tokens a chunk are possible: believed up to 2x, or a few tokens more
+        UsageCase{64, 128, TokenSource::kUsageFinal, 128},
+        UsageCase{64, 129, TokenSource::kUsageAboveChunks, 129},
+        UsageCase{2, 10, TokenSource::kUsageFinal, 10},  // 8 above: a few tokens
+        UsageCase{2, 11, TokenSource::kUsageAboveChunks, 11},
+        UsageCase{0, 9, TokenSource::kUsageAboveChunks, 9}),
+    [](const ::testing::TestParamInfo<UsageCase>& info) {
+      return std::to_string(info.param.chunks) + "_chunks_usage_" +
+             std::to_string(info.param.usage);
+    });
+
+TEST(Decoder, ContinuousUsageStuckBelowTheTextIsCountedAsReceived) {
+  // cumulative usage that never moves past 1: every text chunk still carried a token
+  OpenAIStreamDecoder dec;
+  std::vector<std::string> payloads(
+      10, R"({"choices":[{"text":"x"}],"usage":{"completion_tokens":1}})");
+  payloads.emplace_back(R"({"choices":[],"usage":{"completion_tokens":1}})");
+  auto t = decode_all(dec, payloads);
+  EXPECT_EQ(t, (std::vector<int>{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0}));
+  EXPECT_EQ(dec.summary().output_tokens, 10);
+  EXPECT_EQ(dec.summary().source, TokenSource::kUsageBelowChunks);
+}
+
+TEST(Decoder, ContinuousUsageOfSeveralTokensAChunkIsExactAndNotFlagged) {
+  OpenAIStreamDecoder dec;
+  auto t = decode_all(dec, {R"({"choices":[{"text":"ab"}],"usage":{"completion_tokens":4}})",
+                            R"({"choices":[{"text":"cd"}],"usage":{"completion_tokens":8}})",
+                            R"({"choices":[],"usage":{"completion_tokens":8}})"});
+  EXPECT_EQ(t, (std::vector<int>{4, 4, 0}));
+  EXPECT_EQ(dec.summary().output_tokens, 8);
+  EXPECT_EQ(dec.summary().source, TokenSource::kUsageContinuous);
+}
+
+TEST(Decoder, ACutStreamIsNotJudgedBeforeItsUsage) {
+  // a request the window's end cut: no usage yet, counted per chunk as before
+  OpenAIStreamDecoder dec;
+  decode_all(dec, {R"({"choices":[{"text":"x"}]})", R"({"choices":[{"text":"y"}]})"});
+  EXPECT_EQ(dec.summary().source, TokenSource::kChunks);
+  EXPECT_EQ(dec.summary().output_tokens, 2);
 }
 
 TEST(Decoder, FinalUsageTotalWinsOverChunkCount) {

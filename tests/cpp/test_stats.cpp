@@ -317,6 +317,16 @@ TEST(SummarizeCell, ChunkCountsAreScaledToTheFinalUsageTotal) {
       static_cast<std::uint8_t>(TokenSource::kUsageContinuous)};
   v.token_source = exact;
   EXPECT_EQ(summarize_cell(v, 0, 1 * kS).output_tokens, 4);
+  // a usage far above the text chunks is believed (flagged by the verdict) ...
+  const std::vector<std::uint8_t> above = {
+      static_cast<std::uint8_t>(TokenSource::kUsageAboveChunks)};
+  v.token_source = above;
+  EXPECT_EQ(summarize_cell(v, 0, 1 * kS).output_tokens, 8);
+  // ... one below them is not: the chunks received are counted (openai.hpp)
+  const std::vector<std::uint8_t> below = {
+      static_cast<std::uint8_t>(TokenSource::kUsageBelowChunks)};
+  v.token_source = below;
+  EXPECT_EQ(summarize_cell(v, 0, 1 * kS).output_tokens, 4);
 }
 
 TEST(SummarizeCell, NoisyBinsWithApparentSlopeAreNotDrifting) {

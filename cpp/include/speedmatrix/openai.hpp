@@ -27,11 +27,27 @@ enum class ApiKind : std::uint8_t { kCompletions = 0, kChat = 1 };
 
 // How a request's output token count was obtained.
 enum class TokenSource : std::uint8_t {
-  kNone = 0,            // no tokens seen
-  kChunks = 1,          // one per non-empty chunk: an estimate
-  kUsageFinal = 2,      // per-chunk counts estimated, total from the final usage
-  kUsageContinuous = 3  // every chunk's count from cumulative usage: exact
+  kNone = 0,             // no tokens seen
+  kChunks = 1,           // one per non-empty chunk: an estimate
+  kUsageFinal = 2,       // per-chunk counts estimated, total from the final usage
+  kUsageContinuous = 3,  // every chunk's count from cumulative usage: exact
+  // The usage (final or cumulative) was below the chunks that carried text: it
+  // cannot be right, so the request is counted as received (each text chunk at
+  // least one token, more where cumulative usage said so).
+  kUsageBelowChunks = 4,
+  // A final usage more than kUsageAboveFactor times the chunks that carried
+  // text, and more than kUsageAboveSlack tokens above them: believed (chunks
+  // scaled to it, as kUsageFinal), but flagged.
+  kUsageAboveChunks = 5,
 };
+
+inline constexpr std::int64_t kUsageAboveFactor = 2;
+inline constexpr std::int64_t kUsageAboveSlack = 8;
+
+// Whether a request's per-chunk counts are scaled to its usage total (stats.cpp).
+constexpr bool scaled_to_usage(TokenSource s) {
+  return s == TokenSource::kUsageFinal || s == TokenSource::kUsageAboveChunks;
+}
 
 enum class ChunkKind : std::uint8_t {
   kData = 0,       // a normal chunk (may carry zero tokens, e.g. role-only)
@@ -52,6 +68,7 @@ struct ChunkResult {
 struct StreamSummary {
   std::int64_t output_tokens = 0;   // best count so far (usage when given)
   std::int64_t chunk_tokens = 0;    // sum of ChunkResult::tokens
+  std::int64_t text_chunks = 0;     // chunks with non-empty text (each at least one token)
   std::int64_t prompt_tokens = -1;  // usage.prompt_tokens, -1 if never given
   TokenSource source = TokenSource::kNone;
   std::string finish_reason;  // "" until given
@@ -76,6 +93,10 @@ class OpenAIStreamDecoder {
   void reset(ApiKind api);
 
  private:
+  // summary_.source and output_tokens from the counts so far (the usage judged
+  // against the chunks that carried text).
+  void judge_usage();
+
   struct Impl;  // simdjson parser state
   ApiKind api_;
   StreamSummary summary_;
@@ -84,6 +105,10 @@ class OpenAIStreamDecoder {
   // (continuous usage), -1 before the first one.
   std::int64_t last_usage_completion_ = -1;
   std::int64_t final_usage_completion_ = -1;  // total from a final usage, -1 if none
+  std::int64_t usage_max_ = -1;  // largest cumulative usage.completion_tokens, -1 if none
+  // How the chunks' tokens are counted (kNone .. kUsageContinuous); summary_.source
+  // adds the judgement of the usage against the text chunks.
+  TokenSource counted_ = TokenSource::kNone;
   bool seen_text_ = false;
 };
 
