@@ -21,16 +21,17 @@ from __future__ import annotations
 import copy
 import os
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from speedmatrix import runfile, verdict
+from speedmatrix import runfile, slo, verdict
 from speedmatrix.records import Records
 from speedmatrix.verdict import CellShape, EngineFacts, Flag, Rules
 from speedmatrix.verdict.upgrade import facts_of, rules_of
 
-__all__ = ["Recomputed", "facts_of", "recompute_doc", "rules_of"]
+__all__ = ["Recomputed", "facts_of", "recompute_doc", "rules_of", "slo_judged_doc"]
 
 
 @dataclass
@@ -120,3 +121,37 @@ def _rejudge(cell: dict, records: Records, facts: EngineFacts, rules: Rules) -> 
         if key in cell:
             new[key] = cell[key]
     return new
+
+
+def slo_judged_doc(
+    doc: dict, records_of: Callable[[dict], Records | None], targets: dict[str, float]
+) -> dict:
+    """``doc`` with every decode cell's ``slo`` (attainment, goodput) judged against
+    ``targets`` (ms) from its records: ``doc`` itself when its cells were judged against
+    them, else a copy whose decode cells are judged again (`speedmatrix.slo.evaluate`); a
+    cell without records (``records_of`` gives None) or without a window keeps no ``slo``.
+    What a report asked for another SLO shows."""
+    cells = doc.get("cells") or []
+    if all(
+        (c.get("slo") or {}).get("slo") == targets
+        for c in cells
+        if c.get("phase") == "decode" and c.get("records")
+    ):
+        return doc
+    out = copy.deepcopy(doc)
+    for c in out.get("cells") or []:
+        if c.get("phase") != "decode":
+            continue
+        c.pop("slo", None)
+        rec = records_of(c) if c.get("records") else None
+        if rec is None or c.get("t0_ns") is None or c.get("t1_ns") is None:
+            continue
+        c["slo"] = slo.evaluate(
+            rec.requests,
+            rec.events,
+            int(c["t0_ns"]),
+            int(c["t1_ns"]),
+            targets,
+            open_loop=c.get("rate_per_s") is not None,
+        )
+    return out

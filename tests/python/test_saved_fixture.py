@@ -39,3 +39,22 @@ def test_a_run_saved_before_the_verdict_meta_reads_the_same(tmp_path):
     out = recompute_doc(runfile.read_run(tmp_path), tmp_path)
     assert any("saved before meta.verdict" in n for n in out.notes)
     assert out.doc["cells"] == runfile.read_run(SAVED)["cells"]
+
+
+def test_a_report_asking_for_another_slo_rejudges_through_recompute():
+    from speedmatrix.recompute import slo_judged_doc
+    from speedmatrix.records import Records
+
+    doc = runfile.read_run(SAVED)
+    before = copy.deepcopy(doc)
+    targets = {"ttft": 10_000.0}
+
+    def records_of(cell):
+        return Records.from_saved(SAVED, cell)
+
+    judged = slo_judged_doc(doc, records_of, targets)
+    assert doc == before  # the saved run is not touched
+    decode = [c for c in judged["cells"] if c["phase"] == "decode"]
+    assert decode and all(c["slo"]["slo"] == targets for c in decode)
+    # judged against the targets it holds: the same document, nothing judged again
+    assert slo_judged_doc(judged, records_of, targets) is judged

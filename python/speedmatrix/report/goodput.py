@@ -14,12 +14,12 @@ by (context, load) and its wording of loads; split they would only import each o
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from speedmatrix.recompute import slo_judged_doc
 from speedmatrix.report import formatting as fmt
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -102,33 +102,12 @@ def settings(
 def judged(run: Run, targets: dict[str, float]) -> Run:
     """``run`` with every decode cell's ``slo`` figures for ``targets``: the run itself when
     its cells were judged against them, else a copy whose cells are re-judged from their
-    records (`speedmatrix.slo.evaluate`; a cell without records keeps no ``slo``)."""
-    from speedmatrix import slo as slo_mod
+    records by `speedmatrix.recompute.slo_judged_doc` (the one way a report re-judges)."""
     from speedmatrix.results import Run as RunClass
 
-    cells = run.doc.get("cells") or []
-    if all(
-        (c.get("slo") or {}).get("slo") == targets
-        for c in cells
-        if c.get("phase") == "decode" and c.get("records")
-    ):
+    doc = slo_judged_doc(run.doc, lambda c: run.records(c["id"]), targets)
+    if doc is run.doc:
         return run
-    doc = copy.deepcopy(run.doc)
-    for c in doc.get("cells") or []:
-        if c.get("phase") != "decode":
-            continue
-        c.pop("slo", None)
-        rec = run.records(c["id"]) if c.get("records") else None
-        if rec is None or c.get("t0_ns") is None or c.get("t1_ns") is None:
-            continue
-        c["slo"] = slo_mod.evaluate(
-            rec.requests,
-            rec.events,
-            int(c["t0_ns"]),
-            int(c["t1_ns"]),
-            targets,
-            open_loop=c.get("rate_per_s") is not None,
-        )
     out = RunClass(doc, run.path, label=run._label)
     out._records_cache = run._records_cache  # the same records: no second read
     return out

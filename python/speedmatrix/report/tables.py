@@ -14,7 +14,7 @@ import numpy as np
 from speedmatrix.naming import display_model_name, precision_label
 from speedmatrix.redact import redact
 from speedmatrix.report import formatting as fmt
-from speedmatrix.verdict import Flag
+from speedmatrix.verdict import Flag, reported_flags
 
 if TYPE_CHECKING:  # pragma: no cover
     from speedmatrix.results import Run
@@ -288,17 +288,8 @@ def error_kind(cells: list[dict]) -> str:
 
 
 def cell_flags(cells: list[dict]) -> list[str]:
-    """The flags of a matrix cell's reported repetitions (valid and queued), in first-seen
-    order."""
-    out: list[str] = []
-    for c in cells:
-        if c.get("status") not in ("valid", "queued"):
-            continue
-        flags = c.get("flags")
-        for f in list(flags) if isinstance(flags, (list, tuple, np.ndarray)) else []:
-            if f not in out:
-                out.append(str(f))
-    return out
+    """The flags of a matrix cell's reported repetitions (`speedmatrix.verdict.reported_flags`)."""
+    return reported_flags(cells)
 
 
 def decode_cells(run: Run) -> dict[tuple[int, int], list[dict]]:

@@ -8,13 +8,20 @@ make the other kinds of cells.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
 from speedmatrix.records import Records
+from speedmatrix.verdict.counts import (
+    ERROR_EXAMPLE_CHARS,
+    error_counts,
+    error_examples,
+    finite,
+    interval,
+    prompt_check,
+)
 from speedmatrix.verdict.flags import Evidence, flags_of
 from speedmatrix.verdict.names import Flag, Status
 from speedmatrix.verdict.rules import EngineFacts, Rules
@@ -43,10 +50,6 @@ __all__ = [
     "prompt_failure_cell",
     "unrun_cell",
 ]
-
-# An error message kept per error kind in a cell (`error_examples`) is cut to this
-# many characters: enough to say why, never a request body.
-ERROR_EXAMPLE_CHARS = 300
 
 
 class _Shape(Protocol):
@@ -190,7 +193,7 @@ def prefill_cell(
             "ttft_ms": ttft,
             "completed": len(ttfts),
             "errors": errors,
-            "error_examples": _error_examples(req, rows),
+            "error_examples": error_examples(req, rows),
             "errors_total": sum(errors.values()),
             "prompt_tokens": prompt_check(shape.context, reported),
             "flags": [] if idle else [Flag.BUSY_AT_START.value],
@@ -234,73 +237,30 @@ def decode_cell(
     a request-rate cell, what the open loop did (`speedmatrix.slo.cell_figures`)."""
     base = base_cell(shape)
     req = records.requests
-    t0, t1 = int(records.window_start_ns), int(records.window_end_ns)
-    window = req["phase"] == 1
-    errors = _error_counts(req, np.flatnonzero(window))
-    if t0 <= 0 or t1 <= t0:
+    errors = error_counts(req, np.flatnonzero(req["phase"] == 1))
+    w = _window(shape, records)
+    if w is None:
         return _never_started(base, records, errors, idle=idle, facts=facts)
-    rate = getattr(shape, "rate_per_s", None)
-    open_loop = rate is not None
-    # A steady-state window (DESIGN.md "Window") opens once the first wave streams:
-    # t0 is the settle point and TTFT counts from the ramp's start (the first wave and
-    # every refill). Runs saved before it (no ramp_start_ns) opened at the send. An
-    # open-loop cell has no first wave: its window is its arrivals'.
-    steady = not open_loop and int(records.ramp_start_ns) > 0
-    ramp = int(records.ramp_start_ns) if steady else t0
-    settle = t0 if (open_loop or steady) else first_wave_settled(req, shape.concurrency, t0, t1)
-    fig = _window_figures(base, shape, records, facts, errors, settle, ramp)
-    unserved, unserved_longer = ttft_unserved(req, ramp, t1, base["ttft_ms"])
+    fig = _window_figures(base, shape, records, facts, errors, w.settle, w.ramp)
+    unserved, unserved_longer = ttft_unserved(req, w.ramp, w.t1, base["ttft_ms"])
     base["ttft_unserved"] = unserved
     base["flags"] = []
-    base.update(_distributions(records, t0, t1, rate, percentiles, slo_targets))
-    # every window request sent from the ramp's start: the first wave and its refills
-    sent_rows = window & (req["sent_ns"] >= ramp) & (req["sent_ns"] <= t1)
-    started = max(int(np.count_nonzero(sent_rows)), 1)
-    unserved_started = started
-    kept_up = None
-    if open_loop:
-        started = max(int(base["open_loop"]["arrivals"]), 1)  # failures count against them
-        kept_up = bool(base["open_loop"]["kept_up"])
-    else:
-        base["ramp_s"] = (settle - ramp) / 1e9 if steady else (settle - t0) / 1e9
+    rate = getattr(shape, "rate_per_s", None)
+    base.update(_distributions(records, w.t0, w.t1, rate, percentiles, slo_targets))
+    if not w.open_loop:
+        # the send of the first N to the window's opening (a run saved before steady
+        # windows opened at the send: its ramp is the first wave's settling)
+        base["ramp_s"] = (w.settle - w.ramp) / 1e9
         base["first_wave_streamed"] = first_wave_streamed(req, shape.concurrency)
-    queued_client = client_queue_signal(req, settle, t1)
-    base["waiting_without_tokens"] = queued_client
-    below, above = usage_mismatches(req["token_source"][window])
-    if below or above:
-        base["usage_mismatch"] = {"below_chunks": below, "above_chunks": above}
-    unfinished = warmup_unfinished(req)
-    if unfinished:
-        base["warmup_unfinished"] = unfinished
-    server = base["server"] or {}
-    evidence = Evidence(
-        idle=idle,
-        output_forced=facts.output_forced,
-        drifting=bool(fig.get("drifting")),
-        prompt_exact=base["prompt_tokens"]["exact"],
-        tokens_estimated=tokens_estimated(req["token_source"][window], req["outcome"][window]),
-        # client CPU covers the whole cell, warm-up included
-        client_cpu_s=float(records.client_cpu_s),
-        cell_s=(int(records.end_ns) - int(records.warmup_start_ns)) / 1e9,
-        concurrency=int(shape.concurrency),
-        open_loop=open_loop,
-        running_mean=server.get("running_mean"),
-        started=unserved_started,
-        unserved_longer=unserved_longer,
-        stalls=base["stalls"],
-        http_429=errors.get("http_429", 0),
-        kept_up=kept_up,
-        steady=steady,
-        ramp_capped=bool(records.ramp_capped),
-        first_wave_streamed=int(base.get("first_wave_streamed", 0)),
-        ramp_ns=settle - t0,
-        window_ns=t1 - t0,
-        usage_below=below,
-        usage_above=above,
-        warmup_unfinished=unfinished,
-        coalesced_share=_finite(base.get("coalesced_share", fig.get("coalesced_share"))),
-    )
-    base["flags"] = flags_of(evidence, rules)
+    base["waiting_without_tokens"] = client_queue_signal(req, w.settle, w.t1)
+    e = _evidence(base, shape, records, facts, fig, w, idle=idle, unserved_longer=unserved_longer)
+    if e.usage_below or e.usage_above:
+        base["usage_mismatch"] = {"below_chunks": e.usage_below, "above_chunks": e.usage_above}
+    if e.warmup_unfinished:
+        base["warmup_unfinished"] = e.warmup_unfinished
+    base["flags"] = flags_of(e, rules)
+    # failures count against the requests sent from the ramp's start, or an open loop's arrivals
+    started = max(int(base["open_loop"]["arrivals"]), 1) if w.open_loop else e.started
     status, reason = decode_status(
         rules,
         errors=errors,
@@ -308,7 +268,7 @@ def decode_cell(
         started=started,
         output_tokens=base["output_tokens"],
         server=base["server"],
-        queued_client=queued_client,
+        queued_client=base["waiting_without_tokens"],
         stopped_by=records.stopped_by,
         stop_reason=records.stop_reason,
     )
@@ -318,13 +278,89 @@ def decode_cell(
     return base
 
 
+@dataclass(frozen=True)
+class _Window:
+    """A decode cell's window [t0, t1], the ramp's start and the first wave's settling."""
+
+    t0: int
+    t1: int
+    ramp: int
+    settle: int
+    steady: bool
+    open_loop: bool
+
+
+def _window(shape: _Shape, records: Records) -> _Window | None:
+    """The cell's window, None when it never started."""
+    t0, t1 = int(records.window_start_ns), int(records.window_end_ns)
+    if t0 <= 0 or t1 <= t0:
+        return None
+    open_loop = getattr(shape, "rate_per_s", None) is not None
+    # A steady-state window (DESIGN.md "Window") opens once the first wave streams:
+    # t0 is the settle point and TTFT counts from the ramp's start (the first wave and
+    # every refill). Runs saved before it (no ramp_start_ns) opened at the send. An
+    # open-loop cell has no first wave: its window is its arrivals'.
+    steady = not open_loop and int(records.ramp_start_ns) > 0
+    ramp = int(records.ramp_start_ns) if steady else t0
+    req = records.requests
+    settle = t0 if (open_loop or steady) else first_wave_settled(req, shape.concurrency, t0, t1)
+    return _Window(t0, t1, ramp, settle, steady, open_loop)
+
+
+def _evidence(
+    base: dict,
+    shape: _Shape,
+    records: Records,
+    facts: EngineFacts,
+    fig: dict,
+    w: _Window,
+    *,
+    idle: bool,
+    unserved_longer: int,
+) -> Evidence:
+    """What the flag rules read, from the cell's figures and its records."""
+    req = records.requests
+    window = req["phase"] == 1
+    # every window request sent from the ramp's start: the first wave and its refills
+    sent = window & (req["sent_ns"] >= w.ramp) & (req["sent_ns"] <= w.t1)
+    below, above = usage_mismatches(req["token_source"][window])
+    ol = base.get("open_loop") or {}
+    return Evidence(
+        idle=idle,
+        output_forced=facts.output_forced,
+        drifting=bool(fig.get("drifting")),
+        prompt_exact=base["prompt_tokens"]["exact"],
+        tokens_estimated=tokens_estimated(req["token_source"][window], req["outcome"][window]),
+        # client CPU covers the whole cell, warm-up included
+        client_cpu_s=float(records.client_cpu_s),
+        cell_s=(int(records.end_ns) - int(records.warmup_start_ns)) / 1e9,
+        concurrency=int(shape.concurrency),
+        open_loop=w.open_loop,
+        running_mean=(base["server"] or {}).get("running_mean"),
+        started=max(int(np.count_nonzero(sent)), 1),
+        unserved_longer=unserved_longer,
+        stalls=int(base["stalls"]),
+        http_429=int(base["errors"].get("http_429", 0)),
+        kept_up=bool(ol["kept_up"]) if w.open_loop else None,
+        steady=w.steady,
+        ramp_capped=bool(records.ramp_capped),
+        first_wave_streamed=int(base.get("first_wave_streamed", 0)),
+        ramp_ns=w.settle - w.t0,
+        window_ns=w.t1 - w.t0,
+        usage_below=below,
+        usage_above=above,
+        warmup_unfinished=warmup_unfinished(req),
+        coalesced_share=finite(base.get("coalesced_share", fig.get("coalesced_share"))),
+    )
+
+
 def _never_started(
     base: dict, records: Records, errors: dict[str, int], *, idle: bool, facts: EngineFacts
 ) -> dict:
     """A decode cell whose window never started: the warm-up's failures say why."""
     req = records.requests
-    errors = errors or _error_counts(req, np.flatnonzero(req["phase"] == 0))
-    examples = _error_examples(req, np.flatnonzero(req["outcome"] == ERROR))
+    errors = errors or error_counts(req, np.flatnonzero(req["phase"] == 0))
+    examples = error_examples(req, np.flatnonzero(req["outcome"] == ERROR))
     never = records.fatal_error or "the window never started (every warm-up request failed)" + (
         f": {error_text(errors, examples)}" if errors else ""
     )
@@ -394,20 +430,20 @@ def _window_figures(
         ptok.update(asked=None, exact=None)
     base.update(
         {
-            "total_tok_s": _finite(fig["total_tok_s"]),
-            "per_request_tok_s": _finite(fig["per_request_tok_s"]),
-            "decode_tok_s_per_request": _finite(fig.get("decode_tok_s_per_request")),
+            "total_tok_s": finite(fig["total_tok_s"]),
+            "per_request_tok_s": finite(fig["per_request_tok_s"]),
+            "decode_tok_s_per_request": finite(fig.get("decode_tok_s_per_request")),
             "decode_requests": int(fig.get("decode_requests", 0)),
-            "ttft_ms": _finite(fig["ttft_ms"]),
-            "ttft_first_wave_ms": _finite(fig.get("ttft_first_wave_ms")),
-            "tbt_ms": _finite(fig["tbt_ms"]),
-            "avg_active": _finite(fig["avg_active"]),
+            "ttft_ms": finite(fig["ttft_ms"]),
+            "ttft_first_wave_ms": finite(fig.get("ttft_first_wave_ms")),
+            "tbt_ms": finite(fig["tbt_ms"]),
+            "avg_active": finite(fig["avg_active"]),
             "completed": int(fig["completed"]),
             "output_tokens": int(fig["output_tokens"]),
-            "measured_s": _finite(fig["measured_s"]) or 0.0,
+            "measured_s": finite(fig["measured_s"]) or 0.0,
             "started": int(fig["started"]),
             "errors": errors,
-            "error_examples": _error_examples(
+            "error_examples": error_examples(
                 req, np.flatnonzero(window & (req["outcome"] == ERROR))
             ),
             "errors_total": sum(errors.values()),
@@ -421,7 +457,7 @@ def _window_figures(
             "warmup_start_ns": int(records.warmup_start_ns),
             "end_ns": int(records.end_ns),
             "ci": {
-                k: _interval(fig.get(f"{k}_ci"))
+                k: interval(fig.get(f"{k}_ci"))
                 for k in (
                     "total_tok_s",
                     "per_request_tok_s",
@@ -431,76 +467,24 @@ def _window_figures(
                 )
             },
             # the larger relative half-width of the total tok/s and TBT intervals
-            "precision": _finite(fig.get("precision")),
+            "precision": finite(fig.get("precision")),
             "stopped_by": records.stopped_by or None,
             "stalls": int(errors.get("stall", 0)),
             # slot waits the core imposed after a 429 (errors.http_429) or a failed
             # connection, and the slot time they took in the window (closed loop)
             "backoffs": int(records.backoffs),
-            "backoff_s": _finite(float(records.backoff_s)) or 0.0,
+            "backoff_s": finite(float(records.backoff_s)) or 0.0,
             # slot time the failed streams held silent in the window (a stall's wait)
-            "error_slot_s": _finite(fig.get("error_slot_s")),
+            "error_slot_s": finite(fig.get("error_slot_s")),
             "warmup_retried": int(records.warmup_retried),
-            "ttft_p90_ms": _finite(fig.get("ttft_p90_ms")),
-            "ttft_p99_ms": _finite(fig.get("ttft_p99_ms")),
-            "tbt_p90_ms": _finite(fig.get("tbt_p90_ms")),
-            "tbt_p99_ms": _finite(fig.get("tbt_p99_ms")),
-            "drift": _finite(fig.get("drift")),
+            "ttft_p90_ms": finite(fig.get("ttft_p90_ms")),
+            "ttft_p99_ms": finite(fig.get("ttft_p99_ms")),
+            "tbt_p90_ms": finite(fig.get("tbt_p90_ms")),
+            "tbt_p99_ms": finite(fig.get("tbt_p99_ms")),
+            "drift": finite(fig.get("drift")),
             "server": server,
             "prompt_tokens": ptok,
             "client": {"cpu_s": records.client_cpu_s, "loop_lag_max_ms": records.loop_lag_max_ms},
         }
     )
     return dict(fig)
-
-
-def _finite(x: Any) -> float | None:
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
-
-
-def _interval(ci: Any) -> list[float | None] | None:
-    if not ci:
-        return None
-    lo, hi = _finite(ci[0]), _finite(ci[1])
-    return None if lo is None or hi is None else [lo, hi]
-
-
-def _error_counts(req: dict, rows) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for i in rows:
-        if req["outcome"][i] == ERROR:
-            kind = req["error_kind"][i] or "unknown"
-            out[kind] = out.get(kind, 0) + 1
-    return out
-
-
-def _error_examples(req: dict, rows) -> dict[str, str]:
-    """The first error message of each kind among `rows` (failed requests), cut to
-    ERROR_EXAMPLE_CHARS: what the transport or the server said, never a request body."""
-    out: dict[str, str] = {}
-    messages = req.get("error_message")
-    for i in rows:
-        if req["outcome"][i] != ERROR:
-            continue
-        kind = req["error_kind"][i] or "unknown"
-        if kind not in out:
-            text = str(messages[i]) if messages is not None else ""
-            out[kind] = text[:ERROR_EXAMPLE_CHARS]
-    return out
-
-
-def prompt_check(asked: int, reported: list[int]) -> dict:
-    """The prompt-token check: what was asked and the range the server reported."""
-    if not reported:
-        return {"asked": int(asked), "reported_min": None, "reported_max": None, "exact": None}
-    lo, hi = min(reported), max(reported)
-    return {
-        "asked": int(asked),
-        "reported_min": lo,
-        "reported_max": hi,
-        "exact": bool(lo == asked and hi == asked),
-    }
