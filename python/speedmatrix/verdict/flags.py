@@ -9,7 +9,7 @@ flag, so saved runs recompute the same), a function here, and a line in `FLAG_RU
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from speedmatrix.verdict.names import Flag
 from speedmatrix.verdict.rules import Rules
@@ -61,8 +61,7 @@ class Evidence:
     warmup_unfinished: int = 0
     #: share of the window's token events that arrived in a read with another (None: not known)
     coalesced_share: float | None = None
-    #: room for rules that read engine-specific evidence (the server's preemptions ...)
-    extra: dict[str, float] = field(default_factory=dict)
+    # (an engine's own evidence, such as the preemptions a server reports, goes here too)
 
 
 def busy_at_start(e: Evidence, rules: Rules) -> bool:
