@@ -181,3 +181,24 @@ def test_a_usage_below_the_chunks_is_counted_as_received_and_flagged():
     assert cell["usage_mismatch"]["below_chunks"] >= int(done.sum())
     # total tok/s counts every text chunk: about 16 tokens per ~90 ms request
     assert cell["output_tokens"] >= CHUNKS * (int(done.sum()) - 1)
+
+
+@pytest.mark.parametrize(
+    ("idle", "prompt_tokens", "flags"),
+    [
+        (True, 100, []),
+        (False, 100, ["busy_at_start"]),
+        (True, 99, ["prompt_mismatch"]),
+        (False, 101, ["busy_at_start", "prompt_mismatch"]),
+    ],
+)
+def test_prefill_flags(idle, prompt_tokens, flags):
+    from speedmatrix.verdict import prefill_cell
+
+    records = _records()
+    records.requests["prompt_tokens"][:] = prompt_tokens
+    shape = CellShape(
+        id="prefill-c100-r0", phase="prefill", context=100, label="100", concurrency=1
+    )
+    cell = prefill_cell(shape, records, idle=idle)
+    assert cell["flags"] == flags and cell["status"] == "valid"

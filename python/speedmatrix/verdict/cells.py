@@ -23,7 +23,7 @@ from speedmatrix.verdict.counts import (
     prompt_check,
 )
 from speedmatrix.verdict.flags import Evidence, flags_of
-from speedmatrix.verdict.names import Flag, Status
+from speedmatrix.verdict.names import Status
 from speedmatrix.verdict.rules import EngineFacts, Rules
 from speedmatrix.verdict.server import server_view
 from speedmatrix.verdict.status import decode_status, error_text
@@ -196,11 +196,11 @@ def prefill_cell(
             "error_examples": error_examples(req, rows),
             "errors_total": sum(errors.values()),
             "prompt_tokens": prompt_check(shape.context, reported),
-            "flags": [] if idle else [Flag.BUSY_AT_START.value],
         }
     )
-    if base["prompt_tokens"]["exact"] is False:
-        base["flags"].append(Flag.PROMPT_MISMATCH.value)
+    # a prefill cell's flags: the rules that read what one cold request shows
+    evidence = Evidence(idle=idle, prompt_exact=base["prompt_tokens"]["exact"])
+    base["flags"] = flags_of(evidence, Rules())
     if measured_in:
         base["measured_in"] = measured_in
     if fatal := records.fatal_error:
