@@ -202,3 +202,28 @@ def test_prefill_flags(idle, prompt_tokens, flags):
     )
     cell = prefill_cell(shape, records, idle=idle)
     assert cell["flags"] == flags and cell["status"] == "valid"
+
+
+@pytest.mark.e2e
+def test_a_warmup_prompt_the_engine_always_refuses_flags_the_cell():
+    # the built-in engine answers the second warm-up prompt 500 on both tries; the window
+    # runs all the same, and the cell says its warm-up never finished
+    from speedmatrix._native import _core
+    from speedmatrix.sim import Sim
+
+    good = b'{"prompt":"hello","max_tokens":8,"stream":true}'
+    refused = b'{"prompt":"hello","max_tokens":8,"stream":true,"sm_fault":"http_500"}'
+    with Sim("test-fast") as sim:
+        spec = _core.CellSpec()
+        spec.url = sim.url + "/v1/completions"
+        spec.bodies = [good]
+        spec.warmup_bodies = [good, refused]
+        spec.concurrency = 1
+        spec.duration_s = 0.5
+        res = _core.CellRunner(spec).run()
+    records = Records.from_result(res)
+    assert res.warmup_retried == 1
+    shape = CellShape(id="decode-c4-n1-r0", phase="decode", context=4, label="4", concurrency=1)
+    cell = decode_cell(shape, records, EngineFacts(), Rules(), idle=True)
+    assert cell["status"] == "valid", cell.get("reason")
+    assert "warmup_unfinished" in cell["flags"] and cell["warmup_unfinished"] == 1
