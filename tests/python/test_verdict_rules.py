@@ -321,3 +321,12 @@ def test_statuses_and_flags_are_the_stored_strings():
     assert Status.VALID == "valid" and Flag.USAGE_MISMATCH == "usage_mismatch"
     for f in Flag:
         assert f.short and f.text.startswith(f.short.split()[0])
+
+
+def test_every_flag_rule_is_in_the_docs_flag_table():
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "metrics.md").read_text()
+    table = doc[doc.index("## Flags") :]
+    for flag, _rule in FLAG_RULES:
+        assert f"| `{flag.value}` |" in table, flag
