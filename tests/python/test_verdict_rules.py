@@ -19,6 +19,7 @@ from speedmatrix.verdict import (
     Status,
     combined_status,
     decode_status,
+    error_kind,
     exit_status,
     flags_of,
     kept_up,
@@ -330,3 +331,29 @@ def test_every_flag_rule_is_in_the_docs_flag_table():
     table = doc[doc.index("## Flags") :]
     for flag, _rule in FLAG_RULES:
         assert f"| `{flag.value}` |" in table, flag
+
+
+@pytest.mark.parametrize(
+    ("cells", "kind"),
+    [
+        ([{"not_run": True, "errors_total": 3, "measured_s": 2.0}], "not_run"),
+        ([{"not_run": float("nan"), "errors_total": 3, "measured_s": 2.0}], "failed"),
+        ([{"errors_total": 3, "measured_s": 0.0}], "unmeasured"),  # nothing ran
+        ([{"errors_total": 0, "measured_s": 2.0}], "unmeasured"),  # no output, no failure
+        ([{"errors_total": float("nan"), "measured_s": 2.0}], "unmeasured"),
+        (
+            [{"errors_total": None, "measured_s": None}, {"errors_total": 1, "measured_s": 1.5}],
+            "failed",
+        ),
+        ([], "unmeasured"),
+    ],
+)
+def test_why_a_cell_is_an_error(cells, kind):
+    assert error_kind(cells) == kind
+
+
+def test_why_a_cell_is_an_error_from_a_data_frame_row():
+    import pandas as pd
+
+    row = {"not_run": pd.NA, "errors_total": 2, "measured_s": 1.0}
+    assert error_kind([row]) == "failed"

@@ -15,6 +15,7 @@ from speedmatrix.naming import display_model_name, precision_label
 from speedmatrix.redact import redact
 from speedmatrix.report import formatting as fmt
 from speedmatrix.verdict import Flag, reported_flags
+from speedmatrix.verdict import error_kind as verdict_error_kind
 
 if TYPE_CHECKING:  # pragma: no cover
     from speedmatrix.results import Run
@@ -274,17 +275,8 @@ def prefill_section(run: Run) -> Section:
 
 
 def error_kind(cells: list[dict]) -> str:
-    """Why a cell is `error`: ``not_run`` (the server stopped answering before it),
-    ``failed`` (it ran and too many of its requests failed) or ``unmeasured`` (it could not
-    be measured at all: no prompts, no window, no output)."""
-    if any(not fmt.missing(c.get("not_run")) for c in cells):
-        return "not_run"
-    for c in cells:
-        errs = c.get("errors_total")
-        ran = not fmt.missing(c.get("measured_s")) and float(c.get("measured_s") or 0) > 0
-        if errs is not None and not fmt.missing(errs) and int(errs) > 0 and ran:
-            return "failed"
-    return "unmeasured"
+    """Why a cell is `error` (`speedmatrix.verdict.error_kind`)."""
+    return verdict_error_kind(cells)
 
 
 def cell_flags(cells: list[dict]) -> list[str]:

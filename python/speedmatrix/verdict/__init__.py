@@ -41,7 +41,13 @@ from speedmatrix.verdict.flags import FLAG_RULES, Evidence, flags_of
 from speedmatrix.verdict.names import REPORTED, Flag, Status
 from speedmatrix.verdict.openloop import kept_up
 from speedmatrix.verdict.rules import EngineFacts, Rules
-from speedmatrix.verdict.run import ExitStatus, combined_status, exit_status, reported_flags
+from speedmatrix.verdict.run import (
+    ExitStatus,
+    combined_status,
+    error_kind,
+    exit_status,
+    reported_flags,
+)
 from speedmatrix.verdict.server import held_waiting, server_view
 from speedmatrix.verdict.status import decode_status, error_text
 from speedmatrix.verdict.window import (
@@ -70,6 +76,7 @@ __all__ = [
     "combined_status",
     "decode_cell",
     "decode_status",
+    "error_kind",
     "error_text",
     "exit_status",
     "first_wave_settled",
