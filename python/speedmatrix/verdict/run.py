@@ -89,7 +89,7 @@ def error_kind(cells: Iterable[dict]) -> str:
     for c in cells:
         errs, measured = c.get("errors_total"), c.get("measured_s")
         ran = not _missing(measured) and float(measured or 0) > 0
-        if not _missing(errs) and int(errs) > 0 and ran:
+        if errs is not None and not _missing(errs) and int(errs) > 0 and ran:
             return "failed"
     return "unmeasured"
 
