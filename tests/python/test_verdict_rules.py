@@ -17,10 +17,13 @@ from speedmatrix.verdict import (
     Flag,
     Rules,
     Status,
+    client_queue_signal,
     combined_status,
     decode_status,
     error_kind,
     exit_status,
+    first_wave_settled,
+    first_wave_streamed,
     flags_of,
     kept_up,
     reported_flags,
@@ -357,3 +360,50 @@ def test_why_a_cell_is_an_error_from_a_data_frame_row():
 
     row = {"not_run": pd.NA, "errors_total": 2, "measured_s": 1.0}
     assert error_kind([row]) == "failed"
+
+
+# ---- the window's first wave and the client's view of queuing (times in ms) -------------
+MS = 1_000_000
+
+
+def _req(sent, first, done, phase=None):
+    n = len(sent)
+    return {
+        "phase": np.array(phase or [1] * n),
+        "sent_ns": np.array(sent, np.int64) * MS,
+        "first_token_ns": np.array([f * MS if f >= 0 else -1 for f in first], np.int64),
+        "done_ns": np.array([d * MS if d >= 0 else -1 for d in done], np.int64),
+    }
+
+
+@pytest.mark.parametrize(
+    ("first", "n", "settled_ms", "streamed"),
+    [
+        ([10, 30, 20], 3, 30, 3),  # the last first token of the wave
+        ([10, -1, 20], 3, 20, 2),  # one never streamed: the latest that did
+        ([-1, -1, -1], 3, 1000, 0),  # none: the window's end
+        ([10, 30, 20], 2, 30, 2),  # only the first N rows count
+        ([-5, 2, 3], 3, 5, 2),  # never before t0 (a first token before the window opened)
+    ],
+)
+def test_first_wave(first, n, settled_ms, streamed):
+    req = _req([0, 0, 0], first, [-1, -1, -1])
+    assert first_wave_settled(req, n, 5 * MS, 1000 * MS) == settled_ms * MS
+    assert first_wave_streamed(req, n) == streamed
+
+
+@pytest.mark.parametrize(
+    ("first", "done", "start", "mean"),
+    [
+        ([100, 100], [-1, -1], 100, 0.0),  # both streamed at once
+        ([100, 600], [-1, -1], 100, 0.5),  # one waited half the span
+        ([100, -1], [-1, -1], 100, 1.0),  # one never streamed
+        ([100, -1], [-1, 350], 100, 0.25),  # ... and ended (failed) at 350 ms
+        ([100, 600], [-1, -1], 600, 0.0),  # judged from 600 ms: no wait left
+    ],
+)
+def test_client_queue_signal(first, done, start, mean):
+    # two window requests sent at 100 ms, judged until 1100 ms
+    req = _req([100, 100], first, done)
+    assert client_queue_signal(req, start * MS, 1100 * MS) == pytest.approx(mean)
+    assert client_queue_signal(_req([], [], []), start * MS, 1100 * MS) == 0.0
