@@ -1,4 +1,5 @@
-"""The names of the verdict: a cell's `Status`, its `Flag`\\ s and what each flag means.
+"""The names of the verdict: a cell's status (`Status`), its flags (`Flag`) and what each
+flag means.
 
 Both enums are string-valued: a stored cell keeps the plain strings (``"valid"``,
 ``"drift"``), so run.json reads as before, and ``Status.VALID == "valid"``. The report
