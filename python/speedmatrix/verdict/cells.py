@@ -278,6 +278,10 @@ def decode_cell(
     return base
 
 
+#: the figures whose 95% confidence interval a decode cell carries (``ci``)
+CI_FIGURES = ("total_tok_s", "per_request_tok_s", "decode_tok_s_per_request", "ttft_ms", "tbt_ms")
+
+
 @dataclass(frozen=True)
 class _Window:
     """A decode cell's window [t0, t1], the ramp's start and the first wave's settling."""
@@ -456,16 +460,7 @@ def _window_figures(
             "ramp_capped": bool(records.ramp_capped),
             "warmup_start_ns": int(records.warmup_start_ns),
             "end_ns": int(records.end_ns),
-            "ci": {
-                k: interval(fig.get(f"{k}_ci"))
-                for k in (
-                    "total_tok_s",
-                    "per_request_tok_s",
-                    "decode_tok_s_per_request",
-                    "ttft_ms",
-                    "tbt_ms",
-                )
-            },
+            "ci": {k: interval(fig.get(f"{k}_ci")) for k in CI_FIGURES},
             # the larger relative half-width of the total tok/s and TBT intervals
             "precision": finite(fig.get("precision")),
             "stopped_by": records.stopped_by or None,
