@@ -32,7 +32,7 @@ import sys
 import threading
 from pathlib import Path
 
-from speedmatrix.cliargs import UsageError, csv_list, positive_int
+from speedmatrix.cliargs import UsageError, base_url, csv_list, positive_int
 from speedmatrix.cliargs import port as port_arg
 
 # numpy's BLAS threads spin after each call; on a machine shared with the
@@ -545,6 +545,55 @@ def _matrix_from_args(args: argparse.Namespace):
     return m
 
 
+#: the run flags that set a matrix field: (argparse attribute, field, the flag as typed)
+MATRIX_FLAGS = (
+    ("contexts", "contexts", "--contexts"),
+    ("concurrency", "concurrency", "--concurrency"),
+    ("prefill_contexts", "prefill_contexts", "--prefill-contexts"),
+    ("repetitions", "repetitions", "--repetitions"),
+    ("duration", "duration_s", "--duration"),
+    ("precision", "precision", "--precision"),
+    ("min_duration", "min_duration_s", "--min-duration"),
+    ("max_output", "max_output", "--max-output"),
+    ("shared_prefix", "shared_prefix", "--shared-prefix"),
+    ("extra_body", "extra", "--extra-body"),
+    ("api", "api", "--api"),
+    ("request_rate", "request_rates", "--request-rate"),
+    ("arrival", "arrival", "--arrival"),
+    ("max_concurrency", "max_concurrency", "--max-concurrency"),
+    ("drain_timeout", "drain_timeout_s", "--drain-timeout"),
+    ("prompts", "prompts_file", "--prompts"),
+    ("percentiles", "percentiles", "--percentiles"),
+    ("slo", "slo", "--slo"),
+    ("attainment", "attainment", "--attainment"),
+    ("search", "search", "--search"),
+)
+
+
+def matrix_sources(args: argparse.Namespace) -> dict[str, str]:
+    """Where each matrix field in force came from: ``default``, ``preset NAME`` (a field
+    the preset sets otherwise than the default), ``file NAME`` (a key of --matrix) or the
+    flag (``--precision``); the flag wins over the file, the file over the preset."""
+    from dataclasses import fields
+
+    from speedmatrix.matrix import Matrix, toml_fields
+
+    names = [f.name for f in fields(Matrix)]
+    out = dict.fromkeys(names, "default")
+    if args.matrix is not None:
+        for name in toml_fields(args.matrix):
+            out[name] = f"file {args.matrix.name}"
+    elif args.preset:
+        preset, plain = Matrix.preset(args.preset), Matrix()
+        for name in names:
+            if getattr(preset, name) != getattr(plain, name):
+                out[name] = f"preset {args.preset}"
+    for attr, name, flag in MATRIX_FLAGS:
+        if getattr(args, attr, None) not in (None, ""):
+            out[name] = flag
+    return out
+
+
 def _overrides(args: argparse.Namespace) -> dict:
     from speedmatrix.units import parse_tokens
 
@@ -602,14 +651,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
             raise UsageError("--url is required")
         from speedmatrix import dryrun
 
+        url = base_url(args.url)
+        matrix = _matrix_from_args(args)
         print(
             dryrun.describe(
-                args.url,
-                _matrix_from_args(args),
+                url,
+                matrix,
                 api_key=api_key,
                 model=args.model,
                 overrides=_overrides(args),
                 tokenizer=args.tokenizer,
+                sources=matrix_sources(args),
             )
         )
         return 0
@@ -627,8 +679,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return run_exit_status(runfile.read_run(args.resume, strict=False))
     if not args.url:
         raise UsageError("--url is required (or --resume DIR)")
-    if not args.url.lower().startswith(("http://", "https://")):
-        raise UsageError(f"--url must start with http:// or https://, not {args.url!r}")
+    url = base_url(args.url)
     if not args.out:
         raise UsageError("--out DIR is required")
     matrix = _matrix_from_args(args)
@@ -650,7 +701,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         "revision": args.revision,
     }
     run = sweep.Sweep(
-        args.url,
+        url,
         matrix,
         out=args.out,
         api_key=api_key,

@@ -22,6 +22,7 @@ Context entries are token counts or a keyword resolved against the server by
 from __future__ import annotations
 
 import copy
+import math
 import sys
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -47,6 +48,7 @@ __all__ = [
     "parse_arrival",
     "parse_contexts",
     "parse_precision",
+    "toml_fields",
 ]
 
 Context = int | str
@@ -55,6 +57,15 @@ API_KINDS = ("completions", "chat")
 PREFILL_MODES = ("warmup", "separate")
 DECODE_KEYWORDS = ("max",)
 PREFILL_KEYWORDS = ("max", "max-decode")
+#: upper bounds of the matrix's values: beyond them a value is a typo (a missing unit, an
+#: extra digit), not a setting; no model serves 100M tokens, no client holds 64K streams
+MAX_TOKENS = 100_000_000
+MAX_CONCURRENCY = 65_536
+MAX_REPETITIONS = 1_000
+#: a week: a window, timeout or drain longer than this is a typo
+MAX_DURATION_S = 7 * 86_400.0
+MAX_RATE_PER_S = 1e6
+MAX_GAP_FACTOR = 1e6
 
 
 @dataclass
@@ -182,19 +193,7 @@ class Matrix:
     def from_dict(cls, data: dict[str, Any]) -> Matrix:
         """From a mapping with this class's field names; ``duration``/``idle_timeout`` are
         accepted for ``duration_s``/``idle_timeout_s``. Unknown keys are an error."""
-        data = dict(data)
-        aliases = (
-            ("duration", "duration_s"),
-            ("idle_timeout", "idle_timeout_s"),
-            ("request_idle_timeout", "request_idle_timeout_s"),
-            ("min_duration", "min_duration_s"),
-            ("extra_body", "extra"),
-        )
-        for short, full in aliases:
-            if short in data:
-                if full in data:
-                    raise ValueError(f"{short}: given together with {full}")
-                data[full] = data.pop(short)
+        data = _resolve_aliases(data)
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
@@ -209,20 +208,9 @@ class Matrix:
     @classmethod
     def from_toml(cls, source: str | Path) -> Matrix:
         """From a TOML file path or TOML text. The keys may sit at top level or under
-        ``[matrix]``; ``[matrix.extra]`` / ``[extra]`` holds the extra request fields."""
-        if isinstance(source, Path) or (
-            isinstance(source, str) and "\n" not in source and "=" not in source
-        ):
-            text = Path(source).read_text(encoding="utf-8")
-        else:
-            text = source
-        try:
-            data = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            raise ValueError(f"matrix TOML does not parse: {exc}") from None
-        if "matrix" in data and isinstance(data["matrix"], dict):
-            data = data["matrix"]
-        return cls.from_dict(data)
+        ``[matrix]`` (then nothing may sit outside it); ``[matrix.extra]`` / ``[extra]``
+        holds the extra request fields."""
+        return cls.from_dict(_toml_table(source))
 
     # ---- output ---------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -285,10 +273,14 @@ class Matrix:
                 errors.append(f"concurrency: {n!r} is not a positive integer")
         if len(set(self.concurrency)) != len(self.concurrency):
             errors.append("concurrency: levels repeat")
-        if not _is_number(self.duration_s) or self.duration_s <= 0:
-            errors.append(f"duration_s: {self.duration_s!r} is not a positive number of seconds")
+        for n in self.concurrency:
+            if _is_positive_int(n) and n > MAX_CONCURRENCY:
+                errors.append(f"concurrency: {n} is above the most streams, {MAX_CONCURRENCY}")
+        _seconds(errors, "duration_s", self.duration_s, positive=True)
         if not _is_positive_int(self.max_output):
             errors.append(f"max_output: {self.max_output!r} is not a positive integer")
+        elif self.max_output > MAX_TOKENS:
+            errors.append(f"max_output: {self.max_output} is above {MAX_TOKENS:,} tokens")
         if self.api not in API_KINDS:
             errors.append(f"api: {self.api!r} is not one of {', '.join(API_KINDS)}")
         if not isinstance(self.extra, dict):
@@ -302,6 +294,8 @@ class Matrix:
                     errors.append(f"extra: {reserved!r} is set by speedmatrix and cannot be given")
         if not (isinstance(self.shared_prefix, int) and not isinstance(self.shared_prefix, bool)):
             errors.append(f"shared_prefix: {self.shared_prefix!r} is not an integer")
+        elif abs(self.shared_prefix) > MAX_TOKENS:
+            errors.append(f"shared_prefix: {self.shared_prefix} is beyond {MAX_TOKENS:,} tokens")
         elif self.shared_prefix < 0:
             # "all but the last |n| tokens": needs a unique tail of at least one token
             smallest = [
@@ -323,33 +317,25 @@ class Matrix:
                 )
         if not _is_positive_int(self.repetitions):
             errors.append(f"repetitions: {self.repetitions!r} is not a positive integer")
+        elif self.repetitions > MAX_REPETITIONS:
+            errors.append(f"repetitions: {self.repetitions} is above {MAX_REPETITIONS}")
         if not isinstance(self.warmup, bool):
             errors.append(f"warmup: {self.warmup!r} is not true or false")
-        if not _is_number(self.idle_timeout_s) or self.idle_timeout_s < 0:
-            errors.append(f"idle_timeout_s: {self.idle_timeout_s!r} is not a number of seconds")
+        _seconds(errors, "idle_timeout_s", self.idle_timeout_s, positive=False)
         if not _is_number(self.error_threshold) or not 0 <= self.error_threshold <= 1:
             errors.append(f"error_threshold: {self.error_threshold!r} is not a fraction in [0, 1]")
         if self.prefill_mode not in PREFILL_MODES:
             errors.append(
                 f"prefill_mode: {self.prefill_mode!r} is not one of {', '.join(PREFILL_MODES)}"
             )
-        if not _is_number(self.request_idle_timeout_s) or self.request_idle_timeout_s <= 0:
-            errors.append(
-                f"request_idle_timeout_s: {self.request_idle_timeout_s!r} is not a positive "
-                "number of seconds"
-            )
-        if not _is_number(self.prefill_cooldown_s) or self.prefill_cooldown_s < 0:
-            errors.append(
-                f"prefill_cooldown_s: {self.prefill_cooldown_s!r} is not a number of seconds"
-            )
+        _seconds(errors, "request_idle_timeout_s", self.request_idle_timeout_s, positive=True)
+        _seconds(errors, "prefill_cooldown_s", self.prefill_cooldown_s, positive=False)
         self._open_loop_problems(errors)
         if not _is_number(self.precision) or not 0 <= self.precision < 1:
             errors.append(
                 f"precision: {self.precision!r} is not a fraction in [0, 1) (write 2% or 0.02)"
             )
-        if not _is_number(self.min_duration_s) or self.min_duration_s <= 0:
-            errors.append(f"min_duration_s: {self.min_duration_s!r} is not a positive duration")
-        elif (
+        if _seconds(errors, "min_duration_s", self.min_duration_s, positive=True) and (
             _is_number(self.duration_s)
             and _is_number(self.precision)
             and self.precision > 0
@@ -359,19 +345,22 @@ class Matrix:
                 f"min_duration_s: {self.min_duration_s:g} s is longer than duration_s "
                 f"({self.duration_s:g} s), the window's cap"
             )
-        if not _is_number(self.stall_min_s) or self.stall_min_s < 0:
-            errors.append(f"stall_min_s: {self.stall_min_s!r} is not a number of seconds")
-        if not _is_number(self.stall_gap_factor) or self.stall_gap_factor <= 0:
-            errors.append(f"stall_gap_factor: {self.stall_gap_factor!r} is not a positive number")
-        if not _is_number(self.ramp_cap_s) or self.ramp_cap_s <= 0:
-            errors.append(f"ramp_cap_s: {self.ramp_cap_s!r} is not a positive duration")
+        _seconds(errors, "stall_min_s", self.stall_min_s, positive=False)
+        if not _is_number(self.stall_gap_factor) or not 0 < self.stall_gap_factor <= MAX_GAP_FACTOR:
+            errors.append(
+                f"stall_gap_factor: {self.stall_gap_factor!r} is not a number in "
+                f"(0, {MAX_GAP_FACTOR:g}]"
+            )
+        _seconds(errors, "ramp_cap_s", self.ramp_cap_s, positive=True)
         return errors
 
     def _open_loop_problems(self, errors: list[str]) -> None:
         seen: set[float] = set()
         for r in self.request_rates:
-            if not _is_number(r) or not (0 < r < float("inf")):
-                errors.append(f"request_rates: {r!r} is not a positive number of requests/s")
+            if not _is_number(r) or not (0 < r <= MAX_RATE_PER_S):
+                errors.append(
+                    f"request_rates: {r!r} is not a positive number of requests/s (at most {MAX_RATE_PER_S:g})"
+                )
             elif r in seen:
                 errors.append(f"request_rates: {r:g} is listed twice")
             else:
@@ -384,8 +373,12 @@ class Matrix:
             errors.append(f"max_concurrency: {self.max_concurrency!r} is not an integer")
         elif self.max_concurrency < 0:
             errors.append(f"max_concurrency: {self.max_concurrency} is negative (0 = no gate)")
-        if not _is_number(self.drain_timeout_s) or self.drain_timeout_s < 0:
-            errors.append(f"drain_timeout_s: {self.drain_timeout_s!r} is not a number of seconds")
+        elif self.max_concurrency > MAX_CONCURRENCY:
+            errors.append(
+                f"max_concurrency: {self.max_concurrency} is above the most streams, "
+                f"{MAX_CONCURRENCY}"
+            )
+        _seconds(errors, "drain_timeout_s", self.drain_timeout_s, positive=False)
         try:
             parse_percentiles(self.percentiles)
         except (ValueError, TypeError) as exc:
@@ -431,7 +424,77 @@ def parse_arrival(text: str) -> tuple[str, float]:
     raise ValueError(f"{text!r} is not poisson, constant or gamma:SHAPE")
 
 
+def toml_fields(source: str | Path) -> set[str]:
+    """The fields a matrix file sets (aliases as their field names): where a dry run says
+    a setting came from."""
+    return set(_resolve_aliases(_toml_table(source)))
+
+
 # ---- helpers ------------------------------------------------------------------------------
+_ALIASES = (
+    ("duration", "duration_s"),
+    ("idle_timeout", "idle_timeout_s"),
+    ("request_idle_timeout", "request_idle_timeout_s"),
+    ("min_duration", "min_duration_s"),
+    ("extra_body", "extra"),
+)
+
+
+def _resolve_aliases(data: dict[str, Any]) -> dict[str, Any]:
+    data = dict(data)
+    for short, full in _ALIASES:
+        if short in data:
+            if full in data:
+                raise ValueError(f"{short}: given together with {full}")
+            data[full] = data.pop(short)
+    return data
+
+
+def _toml_table(source: str | Path) -> dict[str, Any]:
+    """The matrix table of a TOML file path or TOML text."""
+    if isinstance(source, Path) or (
+        isinstance(source, str) and "\n" not in source and "=" not in source
+    ):
+        text = Path(source).read_text(encoding="utf-8")
+    else:
+        text = source
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"matrix TOML does not parse: {exc}") from None
+    if "matrix" not in data:
+        return data
+    if not isinstance(data["matrix"], dict):
+        raise ValueError("matrix: must be a table ([matrix])")  # noqa: TRY004 - a user's file
+    _misplaced(data)
+    return dict(data["matrix"])
+
+
+def _misplaced(doc: dict[str, Any]) -> None:
+    """A file with a ``[matrix]`` table holds nothing else: a key outside it would be read
+    by nobody. The usual cause is a key written after another table's header (``[slo]``):
+    TOML puts it in that table, so the message names the key and the table it landed in."""
+    known = {f.name for f in fields(Matrix)}
+    for key, value in doc.items():
+        if key == "matrix":
+            continue
+        if not isinstance(value, dict):
+            raise ValueError(  # noqa: TRY004 - a user's file: the CLI's one-line ValueError
+                f"{key}: outside [matrix], where it would be ignored; put it under [matrix]"
+            )
+        strays = [k for k in value if k in known]
+        if strays:
+            raise ValueError(
+                f"{strays[0]}: sits in the [{key}] table, not in [matrix], where it would be "
+                f"ignored (a key after a [table] header belongs to that table; write "
+                f"{key} = {{ ... }} inline, or move the key above the header)"
+            )
+        raise ValueError(
+            f"[{key}]: a table outside [matrix], where it would be ignored"
+            + (f"; write it as [matrix.{key}]" if key in known else "")
+        )
+
+
 def _null_paths(value: Any, path: str) -> list[str]:
     if value is None:
         return [path]
@@ -447,7 +510,19 @@ def _is_positive_int(value: Any) -> bool:
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """An int or a finite float: NaN and infinity are no setting (NaN passes every < test)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _seconds(errors: list[str], name: str, value: Any, *, positive: bool) -> bool:
+    """Checks a duration field (a finite number of seconds, > 0 or >= 0, at most
+    MAX_DURATION_S); appends one message and returns False when it is not one."""
+    low_ok = _is_number(value) and (value > 0 if positive else value >= 0)
+    if low_ok and value <= MAX_DURATION_S:
+        return True
+    what = "a positive number" if positive else "a number"
+    errors.append(f"{name}: {value!r} is not {what} of seconds (at most {MAX_DURATION_S:g})")
+    return False
 
 
 def _coerce_contexts(value: Any, keywords: tuple[str, ...]) -> list[Context]:
@@ -519,6 +594,8 @@ def _check_contexts(
                 )
         elif not _is_positive_int(value):
             errors.append(f"{name}: {value!r} is not a positive token count")
+        elif value > MAX_TOKENS:
+            errors.append(f"{name}: {value} is above {MAX_TOKENS:,} tokens")
         if value in seen:
             errors.append(f"{name}: {value!r} is listed twice")
         seen.add(value)
