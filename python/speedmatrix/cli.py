@@ -7,6 +7,7 @@
                     [--fault-drop P] [--fault-stall P] [--seed N]
     speedmatrix demo [--out DIR]
     speedmatrix report DIR
+    speedmatrix show DIR
     speedmatrix compare DIR_A DIR_B [--out DIR]
     speedmatrix capacity DIR --slo ttft=2s,tpot=50ms [--attainment 95%] [--json]
 
@@ -424,6 +425,17 @@ start here:
         metavar="SHARE",
         help="share of requests that must meet the SLO (default: the run's, else 95%%)",
     )
+
+    show = sub.add_parser(
+        "show",
+        help="print a saved run's grid in the terminal",
+        description="Print DIR's headline grid: total tok/s by context × concurrency (or "
+        "request rate), with the status of every cell that has no figure, as the report's "
+        "Sustained decode table.",
+        epilog="examples:\n  speedmatrix show out/h200\n",
+        formatter_class=_Formatter,
+    )
+    show.add_argument("dir", type=Path, help="folder of a saved run (holds run.json)")
 
     rec = sub.add_parser(
         "recompute",
@@ -881,6 +893,22 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_show(args: argparse.Namespace) -> int:
+    if not (args.dir / "run.json").is_file():
+        raise UsageError(f"{args.dir} holds no run.json")
+    from speedmatrix.errors import SpeedmatrixError
+    from speedmatrix.results import load
+    from speedmatrix.runfile import RunFileError
+    from speedmatrix.show import grid_text
+
+    try:
+        run = load(args.dir, strict=False)
+    except RunFileError as exc:  # not valid JSON, a missing field: one line, status 1
+        raise SpeedmatrixError(str(exc)) from None
+    print(grid_text(run, where=str(args.dir)), end="")
+    return 0
+
+
 def _cmd_recompute(args: argparse.Namespace) -> int:
     if not (args.dir / "run.json").is_file():
         raise UsageError(f"{args.dir} holds no run.json")
@@ -949,6 +977,7 @@ COMMANDS = {
     "compare": _cmd_compare,
     "capacity": _cmd_capacity,
     "recompute": _cmd_recompute,
+    "show": _cmd_show,
 }
 
 
