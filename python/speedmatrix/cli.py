@@ -712,6 +712,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         },
         "revision": args.revision,
     }
+    if args.preset and args.matrix is None:  # how the matrix differs from the preset's
+        from speedmatrix.matrix import preset_record
+
+        info["preset"] = preset_record(matrix, args.preset)
     run = sweep.Sweep(
         url,
         matrix,

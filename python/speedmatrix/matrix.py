@@ -45,9 +45,12 @@ __all__ = [
     "PRESETS",
     "Context",
     "Matrix",
+    "changes_text",
     "parse_arrival",
     "parse_contexts",
     "parse_precision",
+    "preset_changes",
+    "preset_record",
     "toml_fields",
 ]
 
@@ -422,6 +425,51 @@ def parse_arrival(text: str) -> tuple[str, float]:
             raise ValueError(f"{text!r}: the gamma shape must be a positive number")
         return "gamma", v
     raise ValueError(f"{text!r} is not poisson, constant or gamma:SHAPE")
+
+
+def preset_changes(matrix: Matrix, name: str) -> dict[str, dict[str, Any]]:
+    """Where ``matrix`` differs from the preset ``name``: ``{field: {"preset": value,
+    "run": value}}``, saved in run.json (``meta.run.preset``) so a run that started from a
+    preset says how it is not that preset's matrix (the demo's shared prompts)."""
+    base = Matrix.preset(name).to_dict()
+    return {k: {"preset": base[k], "run": v} for k, v in matrix.to_dict().items() if base[k] != v}
+
+
+def preset_record(matrix: Matrix, name: str) -> dict[str, Any]:
+    """run.json's ``meta.run.preset``: the preset's name, :func:`preset_changes` and
+    :func:`changes_text` ("" when the matrix is the preset's)."""
+    changes = preset_changes(matrix, name)
+    return {"name": name, "changes": changes, "text": changes_text(name, changes)}
+
+
+def changes_text(name: str, changes: dict[str, dict[str, Any]]) -> str:
+    """The changes of :func:`preset_changes` in words, one clause each; the shared prefix
+    says what it does to the prompts (the difference a reader must not miss)."""
+    parts = []
+    for key, change in changes.items():
+        was, now = change["preset"], change["run"]
+        if key == "shared_prefix" and isinstance(now, int):
+            what = (
+                f"the prompts of a cell share all but their last {-now} tokens"
+                if now < 0
+                else f"the prompts of a cell share their first {now} tokens"
+                if now > 0
+                else "every prompt is unique"
+            )
+            parts.append(f"{what} (the {name} preset's: {_shared_text(was)})")
+        else:
+            parts.append(f"{key} {_value_text(now)} (the {name} preset's: {_value_text(was)})")
+    return "; ".join(parts)
+
+
+def _shared_text(value: Any) -> str:
+    if value == 0:
+        return "every prompt unique"
+    return f"all but the last {-value} shared" if value < 0 else f"the first {value} shared"
+
+
+def _value_text(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def toml_fields(source: str | Path) -> set[str]:

@@ -248,3 +248,40 @@ def test_the_built_in_engine_refuses_a_negative_or_huge_cost(setting):
     key, _, value = setting.partition("=")
     with pytest.raises(SimError, match=f"{key} must be a number from 0"):
         Sim("fixed", overrides={key: float(value)})
+
+
+# ---------------------------------------------------------------- the demo is not the preset
+def test_the_demo_names_how_its_matrix_differs_from_the_seed_preset():
+    from speedmatrix import demo
+    from speedmatrix.matrix import preset_record
+
+    m = demo.demo_matrix(3.0)
+    rec = demo.preset_note(m)
+    assert rec["name"] == "seed"
+    assert rec["changes"] == {
+        "duration_s": {"preset": 30.0, "run": 3.0},
+        "shared_prefix": {"preset": 0, "run": -demo.DEMO_UNIQUE_TAIL},
+    }
+    assert "share all but their last 512 tokens" in rec["text"]
+    assert "every prompt unique" in rec["text"]
+    intro = "\n".join(demo.intro_lines(m))
+    assert rec["text"] in intro and "--preset seed shares nothing" in intro
+    # the preset itself: no change, nothing to say
+    assert preset_record(Matrix.preset("seed"), "seed") == {
+        "name": "seed",
+        "changes": {},
+        "text": "",
+    }
+
+
+def test_matrix_sources_say_default_preset_file_and_flag(tmp_path):
+    path = tmp_path / "m.toml"
+    path.write_text("[matrix]\nprecision = 0.02\nduration = 20\n")
+    parse = cli.build_parser().parse_args
+    src = cli.matrix_sources(parse(["run", "--matrix", str(path), "--duration", "10s"]))
+    assert src["precision"] == "file m.toml"
+    assert src["duration_s"] == "--duration"  # the flag wins over the file
+    assert src["contexts"] == "default"
+    src = cli.matrix_sources(parse(["run", "--preset", "seed", "--shared-prefix", "-512"]))
+    assert src["contexts"] == "preset seed" and src["warmup"] == "default"
+    assert src["shared_prefix"] == "--shared-prefix"
