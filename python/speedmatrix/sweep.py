@@ -41,15 +41,20 @@ import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from speedmatrix import runfile, verdict
 from speedmatrix.errors import SpeedmatrixError
+from speedmatrix.matrix import Matrix
 from speedmatrix.progress import Progress
 from speedmatrix.records import Records
 from speedmatrix.runmeta import plan_meta, run_meta, tokenizer_name, utc_now, verdict_meta
 from speedmatrix.verdict import EngineFacts, Rules
+
+if TYPE_CHECKING:
+    from speedmatrix.results import Run
 
 # After a cell with failed requests the server is asked whether it still answers:
 # this many tries, this far apart (a refused connection fails at once).
@@ -271,7 +276,7 @@ class Sweep:
             answers[str(context)] = found
             self._write()
 
-    def run_result(self):
+    def run_result(self) -> Run:
         from speedmatrix.results import load
 
         return load(self.out)
@@ -798,17 +803,58 @@ class Sweep:
         return s
 
 
-def run(url: str, matrix, out: str | os.PathLike | None = None, **kwargs):
+def run(
+    url: str,
+    matrix: Matrix,
+    out: str | os.PathLike[str] | None = None,
+    *,
+    api_key: str | None = None,
+    model: str | None = None,
+    overrides: dict[str, Any] | None = None,
+    info: dict[str, Any] | None = None,
+    progress: bool = True,
+    report: bool = True,
+    target: Any = None,
+    tokenizer: Any = None,
+) -> Run:
     """Measures `matrix` against the server at `url` and returns the saved run
-    (`speedmatrix.results.Run`). `out` defaults to a new temporary folder. Keyword
-    arguments are Sweep's: api_key, model, overrides, info, progress, report, target,
-    tokenizer (a local tokenizer: `callable(text) -> int | list`, an object with
-    `encode`, or a Hugging Face name/path loaded with `transformers`/`tokenizers`)."""
+    (`speedmatrix.results.Run`). `out` defaults to a new temporary folder.
+
+    `api_key`, `model` (the served name; default the server's only or first), `overrides`
+    (capacity and engine facts, as the CLI's --kv-capacity, --engine, ...), `info` (report
+    metadata: launch_command, hardware, revision), `progress` (the live view), `report`
+    (write report.md/html), `target` (a discovered Target: no discovery), `tokenizer` (a
+    local tokenizer: `callable(text) -> int | list`, an object with `encode`, or a Hugging
+    Face name/path loaded with `transformers`/`tokenizers`).
+
+    The URL (the CLI's rule: http:// or https://, HOST:PORT as http://) and the matrix are
+    checked before anything is sent or written: ValueError naming what is wrong."""
     import tempfile
 
+    from speedmatrix.cliargs import UsageError, base_url
+
+    if not isinstance(matrix, Matrix):
+        raise TypeError(f"matrix: a speedmatrix.Matrix, not {type(matrix).__name__}")
+    try:
+        url = base_url(url, flag="url")
+    except UsageError as exc:
+        raise ValueError(str(exc)) from None
+    matrix.validate()
     if out is None:
         out = tempfile.mkdtemp(prefix="speedmatrix-")
-    sweep = Sweep(url, matrix, out, **kwargs)
+    sweep = Sweep(
+        url,
+        matrix,
+        out,
+        api_key=api_key,
+        model=model,
+        overrides=overrides,
+        info=info,
+        progress=progress,
+        report=report,
+        target=target,
+        tokenizer=tokenizer,
+    )
     code = sweep.execute()
     if code == 130:
         raise KeyboardInterrupt
@@ -825,8 +871,6 @@ def resume(
 ) -> int:
     """Continues the interrupted run saved in `out`: cells already in run.json are kept
     (those left unrun when the server stopped answering are measured now)."""
-    from speedmatrix.matrix import Matrix
-
     out = Path(out)
     try:
         doc = runfile.read_run(out)
