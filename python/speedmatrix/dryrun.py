@@ -191,6 +191,40 @@ def _duration(seconds: float) -> str:
     return f"{m}m{s:02d}s" if m else f"{s}s"
 
 
+def _cell_rows(planned: Any, matrix: Matrix, from_warmup: set[str]) -> list[str]:
+    """The plan's table: every cell in run order, numbered when it will run, with the
+    status known before any request and why."""
+    rows: list[str] = []
+    rows.append(f"  {'#':>3}  {'cell':<26} {'status known now':<18} note")
+    k = 0
+    for c in planned:
+        if c.phase == "prefill":
+            name = f"prefill {c.label}"
+        else:
+            name = f"decode {c.label} × {c.concurrency}"
+            if _open_loop(c):  # an open-loop cell's load is its rate (concurrency: the gate)
+                name = f"decode {c.label} @ {c.rate_per_s:g} req/s"
+        if matrix.repetitions > 1:
+            name += f" (rep {c.repetition + 1})"
+        if c.status is None:
+            k += 1
+            num = str(k)
+            status = "queued (expected)" if c.expect_queued else "to run"
+            note = ""
+            if c.id in from_warmup:
+                status, note = "to run", "measured during the 1-request decode warm-up"
+                num = "-"
+                k -= 1
+            elif c.expect_queued:
+                note = f"above the server's running cap of {planned.max_running}"
+        else:
+            num = "-"
+            status = c.status.replace("_", " ")
+            note = c.reason or ""
+        rows.append(f"  {num:>3}  {name:<26} {status:<18} {note}".rstrip())
+    return rows
+
+
 def describe(
     url: str,
     matrix: Matrix,
@@ -241,33 +275,7 @@ def describe(
         f"{len(planned) - len(runnable)} will not run"
     )
     lines.append("")
-    lines.append(f"  {'#':>3}  {'cell':<26} {'status known now':<18} note")
-    k = 0
-    for c in planned:
-        if c.phase == "prefill":
-            name = f"prefill {c.label}"
-        else:
-            name = f"decode {c.label} × {c.concurrency}"
-            if _open_loop(c):  # an open-loop cell's load is its rate (concurrency: the gate)
-                name = f"decode {c.label} @ {c.rate_per_s:g} req/s"
-        if matrix.repetitions > 1:
-            name += f" (rep {c.repetition + 1})"
-        if c.status is None:
-            k += 1
-            num = str(k)
-            status = "queued (expected)" if c.expect_queued else "to run"
-            note = ""
-            if c.id in from_warmup:
-                status, note = "to run", "measured during the 1-request decode warm-up"
-                num = "-"
-                k -= 1
-            elif c.expect_queued:
-                note = f"above the server's running cap of {planned.max_running}"
-        else:
-            num = "-"
-            status = c.status.replace("_", " ")
-            note = c.reason or ""
-        lines.append(f"  {num:>3}  {name:<26} {status:<18} {note}".rstrip())
+    lines += _cell_rows(planned, matrix, from_warmup)
     lines.append("")
     lines.append(f"Prompts: {prompt_method(target, matrix.api, tokenizer)}")
     lines.append(_estimate_line(planned, runnable, matrix, from_warmup))

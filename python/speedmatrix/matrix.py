@@ -31,11 +31,19 @@ from typing import Any
 import tomli_w
 
 if sys.version_info >= (3, 11):
-    import tomllib
+    pass
 else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
+    pass
 
 from speedmatrix.latency import DEFAULT_PERCENTILES, parse_percentiles
+from speedmatrix.matrixfile import (
+    changes_text,
+    coerce_contexts,
+    coerce_float_list,
+    coerce_int_list,
+    read_table,
+    resolve_aliases,
+)
 from speedmatrix.slo import parse_attainment, parse_slo
 from speedmatrix.units import format_tokens, parse_duration, parse_token_list, parse_tokens
 
@@ -144,10 +152,10 @@ class Matrix:
     # ---- construction -------------------------------------------------------------------
     def __post_init__(self) -> None:
         # Accept the forms people type ("8k", "30s") without making validate() guess.
-        self.contexts = _coerce_contexts(self.contexts, DECODE_KEYWORDS)
-        self.prefill_contexts = _coerce_contexts(self.prefill_contexts, PREFILL_KEYWORDS)
+        self.contexts = coerce_contexts(self.contexts, DECODE_KEYWORDS)
+        self.prefill_contexts = coerce_contexts(self.prefill_contexts, PREFILL_KEYWORDS)
         if isinstance(self.concurrency, (str, int)) and not isinstance(self.concurrency, bool):
-            self.concurrency = _coerce_int_list(self.concurrency)
+            self.concurrency = coerce_int_list(self.concurrency)
         else:
             self.concurrency = list(self.concurrency)
         if isinstance(self.duration_s, str):
@@ -169,7 +177,7 @@ class Matrix:
         if isinstance(self.request_rates, (str, int, float)) and not isinstance(
             self.request_rates, bool
         ):
-            self.request_rates = _coerce_float_list(self.request_rates)
+            self.request_rates = coerce_float_list(self.request_rates)
         else:
             self.request_rates = list(self.request_rates or [])
         if isinstance(self.percentiles, str):
@@ -196,7 +204,7 @@ class Matrix:
     def from_dict(cls, data: dict[str, Any]) -> Matrix:
         """From a mapping with this class's field names; ``duration``/``idle_timeout`` are
         accepted for ``duration_s``/``idle_timeout_s``. Unknown keys are an error."""
-        data = _resolve_aliases(data)
+        data = resolve_aliases(data)
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
@@ -213,7 +221,7 @@ class Matrix:
         """From a TOML file path or TOML text. The keys may sit at top level or under
         ``[matrix]`` (then nothing may sit outside it); ``[matrix.extra]`` / ``[extra]``
         holds the extra request fields."""
-        return cls.from_dict(_toml_table(source))
+        return cls.from_dict(read_table(source, _field_names()))
 
     # ---- output ---------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -269,6 +277,35 @@ class Matrix:
         _check_contexts(
             errors, "prefill_contexts", self.prefill_contexts, PREFILL_KEYWORDS, allow_empty=True
         )
+        self._concurrency_problems(errors)
+        _seconds(errors, "duration_s", self.duration_s, positive=True)
+        if not _is_positive_int(self.max_output):
+            errors.append(f"max_output: {self.max_output!r} is not a positive integer")
+        elif self.max_output > MAX_TOKENS:
+            errors.append(f"max_output: {self.max_output} is above {MAX_TOKENS:,} tokens")
+        if self.api not in API_KINDS:
+            errors.append(f"api: {self.api!r} is not one of {', '.join(API_KINDS)}")
+        self._prompt_problems(errors)
+        if not _is_positive_int(self.repetitions):
+            errors.append(f"repetitions: {self.repetitions!r} is not a positive integer")
+        elif self.repetitions > MAX_REPETITIONS:
+            errors.append(f"repetitions: {self.repetitions} is above {MAX_REPETITIONS}")
+        if not isinstance(self.warmup, bool):
+            errors.append(f"warmup: {self.warmup!r} is not true or false")
+        _seconds(errors, "idle_timeout_s", self.idle_timeout_s, positive=False)
+        if not _is_number(self.error_threshold) or not 0 <= self.error_threshold <= 1:
+            errors.append(f"error_threshold: {self.error_threshold!r} is not a fraction in [0, 1]")
+        if self.prefill_mode not in PREFILL_MODES:
+            errors.append(
+                f"prefill_mode: {self.prefill_mode!r} is not one of {', '.join(PREFILL_MODES)}"
+            )
+        _seconds(errors, "request_idle_timeout_s", self.request_idle_timeout_s, positive=True)
+        _seconds(errors, "prefill_cooldown_s", self.prefill_cooldown_s, positive=False)
+        self._open_loop_problems(errors)
+        self._window_problems(errors)
+        return errors
+
+    def _concurrency_problems(self, errors: list[str]) -> None:
         if not self.concurrency:
             errors.append("concurrency: at least one level is needed")
         for n in self.concurrency:
@@ -279,13 +316,8 @@ class Matrix:
         for n in self.concurrency:
             if _is_positive_int(n) and n > MAX_CONCURRENCY:
                 errors.append(f"concurrency: {n} is above the most streams, {MAX_CONCURRENCY}")
-        _seconds(errors, "duration_s", self.duration_s, positive=True)
-        if not _is_positive_int(self.max_output):
-            errors.append(f"max_output: {self.max_output!r} is not a positive integer")
-        elif self.max_output > MAX_TOKENS:
-            errors.append(f"max_output: {self.max_output} is above {MAX_TOKENS:,} tokens")
-        if self.api not in API_KINDS:
-            errors.append(f"api: {self.api!r} is not one of {', '.join(API_KINDS)}")
+
+    def _prompt_problems(self, errors: list[str]) -> None:
         if not isinstance(self.extra, dict):
             errors.append("extra: must be a table of request fields")
         else:
@@ -318,22 +350,9 @@ class Matrix:
                     f"shared_prefix: {self.shared_prefix} tokens leaves no unique part in the "
                     f"{min(smallest)}-token context"
                 )
-        if not _is_positive_int(self.repetitions):
-            errors.append(f"repetitions: {self.repetitions!r} is not a positive integer")
-        elif self.repetitions > MAX_REPETITIONS:
-            errors.append(f"repetitions: {self.repetitions} is above {MAX_REPETITIONS}")
-        if not isinstance(self.warmup, bool):
-            errors.append(f"warmup: {self.warmup!r} is not true or false")
-        _seconds(errors, "idle_timeout_s", self.idle_timeout_s, positive=False)
-        if not _is_number(self.error_threshold) or not 0 <= self.error_threshold <= 1:
-            errors.append(f"error_threshold: {self.error_threshold!r} is not a fraction in [0, 1]")
-        if self.prefill_mode not in PREFILL_MODES:
-            errors.append(
-                f"prefill_mode: {self.prefill_mode!r} is not one of {', '.join(PREFILL_MODES)}"
-            )
-        _seconds(errors, "request_idle_timeout_s", self.request_idle_timeout_s, positive=True)
-        _seconds(errors, "prefill_cooldown_s", self.prefill_cooldown_s, positive=False)
-        self._open_loop_problems(errors)
+
+    def _window_problems(self, errors: list[str]) -> None:
+        """The window's rules: the precision stop, the stall rule, the ramp cap."""
         if not _is_number(self.precision) or not 0 <= self.precision < 1:
             errors.append(
                 f"precision: {self.precision!r} is not a fraction in [0, 1) (write 2% or 0.02)"
@@ -355,7 +374,6 @@ class Matrix:
                 f"(0, {MAX_GAP_FACTOR:g}]"
             )
         _seconds(errors, "ramp_cap_s", self.ramp_cap_s, positive=True)
-        return errors
 
     def _open_loop_problems(self, errors: list[str]) -> None:
         seen: set[float] = set()
@@ -442,105 +460,15 @@ def preset_record(matrix: Matrix, name: str) -> dict[str, Any]:
     return {"name": name, "changes": changes, "text": changes_text(name, changes)}
 
 
-def changes_text(name: str, changes: dict[str, dict[str, Any]]) -> str:
-    """The changes of :func:`preset_changes` in words, one clause each; the shared prefix
-    says what it does to the prompts (the difference a reader must not miss)."""
-    parts = []
-    for key, change in changes.items():
-        was, now = change["preset"], change["run"]
-        if key == "shared_prefix" and isinstance(now, int):
-            what = (
-                f"the prompts of a cell share all but their last {-now} tokens"
-                if now < 0
-                else f"the prompts of a cell share their first {now} tokens"
-                if now > 0
-                else "every prompt is unique"
-            )
-            parts.append(f"{what} (the {name} preset's: {_shared_text(was)})")
-        else:
-            parts.append(f"{key} {_value_text(now)} (the {name} preset's: {_value_text(was)})")
-    return "; ".join(parts)
-
-
-def _shared_text(value: Any) -> str:
-    if value == 0:
-        return "every prompt unique"
-    return f"all but the last {-value} shared" if value < 0 else f"the first {value} shared"
-
-
-def _value_text(value: Any) -> str:
-    return f"{value:g}" if isinstance(value, float) else str(value)
-
-
 def toml_fields(source: str | Path) -> set[str]:
     """The fields a matrix file sets (aliases as their field names): where a dry run says
     a setting came from."""
-    return set(_resolve_aliases(_toml_table(source)))
+    return set(resolve_aliases(read_table(source, _field_names())))
 
 
 # ---- helpers ------------------------------------------------------------------------------
-_ALIASES = (
-    ("duration", "duration_s"),
-    ("idle_timeout", "idle_timeout_s"),
-    ("request_idle_timeout", "request_idle_timeout_s"),
-    ("min_duration", "min_duration_s"),
-    ("extra_body", "extra"),
-)
-
-
-def _resolve_aliases(data: dict[str, Any]) -> dict[str, Any]:
-    data = dict(data)
-    for short, full in _ALIASES:
-        if short in data:
-            if full in data:
-                raise ValueError(f"{short}: given together with {full}")
-            data[full] = data.pop(short)
-    return data
-
-
-def _toml_table(source: str | Path) -> dict[str, Any]:
-    """The matrix table of a TOML file path or TOML text."""
-    if isinstance(source, Path) or (
-        isinstance(source, str) and "\n" not in source and "=" not in source
-    ):
-        text = Path(source).read_text(encoding="utf-8")
-    else:
-        text = source
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ValueError(f"matrix TOML does not parse: {exc}") from None
-    if "matrix" not in data:
-        return data
-    if not isinstance(data["matrix"], dict):
-        raise ValueError("matrix: must be a table ([matrix])")  # noqa: TRY004 - a user's file
-    _misplaced(data)
-    return dict(data["matrix"])
-
-
-def _misplaced(doc: dict[str, Any]) -> None:
-    """A file with a ``[matrix]`` table holds nothing else: a key outside it would be read
-    by nobody. The usual cause is a key written after another table's header (``[slo]``):
-    TOML puts it in that table, so the message names the key and the table it landed in."""
-    known = {f.name for f in fields(Matrix)}
-    for key, value in doc.items():
-        if key == "matrix":
-            continue
-        if not isinstance(value, dict):
-            raise ValueError(  # noqa: TRY004 - a user's file: the CLI's one-line ValueError
-                f"{key}: outside [matrix], where it would be ignored; put it under [matrix]"
-            )
-        strays = [k for k in value if k in known]
-        if strays:
-            raise ValueError(
-                f"{strays[0]}: sits in the [{key}] table, not in [matrix], where it would be "
-                f"ignored (a key after a [table] header belongs to that table; write "
-                f"{key} = {{ ... }} inline, or move the key above the header)"
-            )
-        raise ValueError(
-            f"[{key}]: a table outside [matrix], where it would be ignored"
-            + (f"; write it as [matrix.{key}]" if key in known else "")
-        )
+def _field_names() -> set[str]:
+    return {f.name for f in fields(Matrix)}
 
 
 def _null_paths(value: Any, path: str) -> list[str]:
@@ -571,60 +499,6 @@ def _seconds(errors: list[str], name: str, value: Any, *, positive: bool) -> boo
     what = "a positive number" if positive else "a number"
     errors.append(f"{name}: {value!r} is not {what} of seconds (at most {MAX_DURATION_S:g})")
     return False
-
-
-def _coerce_contexts(value: Any, keywords: tuple[str, ...]) -> list[Context]:
-    if value is None:
-        return []
-    if isinstance(value, (str, int)) and not isinstance(value, bool):
-        value = [value] if isinstance(value, int) else value
-    out: list[Context] = []
-    items = value.split(",") if isinstance(value, str) else list(value)
-    for item in items:
-        if isinstance(item, str):
-            text = item.strip()
-            if not text:
-                continue
-            if text.lower() in keywords:
-                out.append(text.lower())
-                continue
-            try:
-                out.append(parse_tokens(text))
-            except ValueError:
-                out.append(text)  # kept so validate() reports it with the field name
-        else:
-            out.append(item)
-    return out
-
-
-def _coerce_float_list(value: str | float) -> list[Any]:
-    if not isinstance(value, str):
-        return [value]
-    out: list[Any] = []
-    for item in value.split(","):
-        item = item.strip()
-        if not item:
-            continue
-        try:
-            out.append(float(item))
-        except ValueError:
-            out.append(item)  # kept so validate() reports it with the field name
-    return out
-
-
-def _coerce_int_list(value: str | int) -> list[Any]:
-    if isinstance(value, int):
-        return [value]
-    out: list[Any] = []
-    for item in value.split(","):
-        item = item.strip()
-        if not item:
-            continue
-        try:
-            out.append(int(item))
-        except ValueError:
-            out.append(item)
-    return out
 
 
 def _check_contexts(

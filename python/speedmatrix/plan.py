@@ -209,9 +209,33 @@ def plan(
     for spec, context in prefill_resolved:
         for r in range(matrix.repetitions):
             cells.append(_cell("prefill", spec, context, 1, r, PREFILL_OUTPUT, model, ctx_len, cap))
-    for spec, context in decode_resolved:
-        if matrix.search:
-            break  # the sweep plans each searched load with search_cell as it goes
+    if not matrix.search:  # the sweep plans each searched load with search_cell as it goes
+        cells += _decode_cells(matrix, decode_resolved, model, ctx_len, cap)
+    for cell in cells:
+        _shape(cell, matrix)
+    return Plan(
+        cells,
+        warnings=warnings,
+        contexts=[c for _s, c in decode_resolved if c],
+        prefill_contexts=[c for _s, c in prefill_resolved if c],
+        kv_tokens=kv,
+        context_length=ctx_len,
+        max_running=cap,
+        capacity_model=model.to_dict(),
+        model=model,
+    )
+
+
+def _decode_cells(
+    matrix: Matrix,
+    resolved: list[tuple[int | str, int]],
+    model: CapacityModel,
+    ctx_len: int | None,
+    cap: int | None,
+) -> list[PlannedCell]:
+    """The decode cells, context by context: × concurrency, or × rate (open loop)."""
+    out: list[PlannedCell] = []
+    for spec, context in resolved:
         if matrix.request_rates:
             # Open loop: contexts x rates. The gate (if any) bounds what the KV cache must
             # hold; without one the schedule decides and no cell is refused beforehand.
@@ -230,26 +254,14 @@ def plan(
                     )
                     cell.id = rate_cell_id(context or spec, rate, r)
                     cell.rate_per_s = float(rate)
-                    cells.append(cell)
+                    out.append(cell)
             continue
         for n in matrix.concurrency:
             for r in range(matrix.repetitions):
-                cells.append(
+                out.append(
                     _cell("decode", spec, context, n, r, matrix.max_output, model, ctx_len, cap)
                 )
-    for cell in cells:
-        _shape(cell, matrix)
-    return Plan(
-        cells,
-        warnings=warnings,
-        contexts=[c for _s, c in decode_resolved if c],
-        prefill_contexts=[c for _s, c in prefill_resolved if c],
-        kv_tokens=kv,
-        context_length=ctx_len,
-        max_running=cap,
-        capacity_model=model.to_dict(),
-        model=model,
-    )
+    return out
 
 
 #: a prefill cell's one cold request ends in this many seconds at most, or

@@ -8,6 +8,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from speedmatrix.cli.common import EXIT_FAILURE, EXIT_OK, EXIT_PARTIAL
 from speedmatrix.cli.run_flags import MATRIX_FLAGS, META_KEYS
@@ -149,7 +150,7 @@ def apply_meta(args: argparse.Namespace) -> None:
 
 
 def command(args: argparse.Namespace) -> int:
-    from speedmatrix import http, runfile, sweep
+    from speedmatrix import http
 
     apply_meta(args)
     api_key = api_key_of(args)
@@ -157,48 +158,55 @@ def command(args: argparse.Namespace) -> int:
         raise UsageError(f"--ca-file: no such file {args.ca_file}")
     http.configure_tls(ca_file=args.ca_file, insecure=args.insecure)
     if args.dry_run:
-        if args.resume is not None:
-            raise UsageError("--dry-run plans a new run; it does not take --resume")
-        if not args.url:
-            raise UsageError("--url is required")
-        from speedmatrix import dryrun
-
-        url = base_url(args.url)
-        matrix = matrix_from_args(args)
-        print(
-            dryrun.describe(
-                url,
-                matrix,
-                api_key=api_key,
-                model=args.model,
-                overrides=target_overrides(args),
-                tokenizer=args.tokenizer,
-                sources=matrix_sources(args),
-            )
-        )
-        return 0
+        return _dry_run(args, api_key)
     if args.resume is not None:
-        doc = runfile.read_run(args.resume)
-        conc = ((doc.get("meta") or {}).get("run") or {}).get("matrix", {}).get("concurrency")
-        ensure_descriptors(max(conc or [1]))
-        sweep.resume(
-            args.resume,
-            api_key=api_key,
-            progress=not args.quiet,
-            report=not args.no_report,
-            tokenizer=args.tokenizer,
-        )
-        return run_exit_status(runfile.read_run(args.resume, strict=False))
+        return _resume(args, api_key)
+    return _new_run(args, api_key)
+
+
+def _dry_run(args: argparse.Namespace, api_key: str | None) -> int:
+    if args.resume is not None:
+        raise UsageError("--dry-run plans a new run; it does not take --resume")
     if not args.url:
-        raise UsageError("--url is required (or --resume DIR)")
+        raise UsageError("--url is required")
+    from speedmatrix import dryrun
+
     url = base_url(args.url)
-    if not args.out:
-        raise UsageError("--out DIR is required")
     matrix = matrix_from_args(args)
-    ensure_descriptors(max(matrix.concurrency or [1]))
-    created = not args.out.exists()
-    prepare_out(args.out, force=args.force)
-    info = {
+    print(
+        dryrun.describe(
+            url,
+            matrix,
+            api_key=api_key,
+            model=args.model,
+            overrides=target_overrides(args),
+            tokenizer=args.tokenizer,
+            sources=matrix_sources(args),
+        )
+    )
+    return 0
+
+
+def _resume(args: argparse.Namespace, api_key: str | None) -> int:
+    from speedmatrix import runfile, sweep
+
+    doc = runfile.read_run(args.resume)
+    conc = ((doc.get("meta") or {}).get("run") or {}).get("matrix", {}).get("concurrency")
+    ensure_descriptors(max(conc or [1]))
+    sweep.resume(
+        args.resume,
+        api_key=api_key,
+        progress=not args.quiet,
+        report=not args.no_report,
+        tokenizer=args.tokenizer,
+    )
+    return run_exit_status(runfile.read_run(args.resume, strict=False))
+
+
+def _report_info(args: argparse.Namespace, matrix: Any) -> dict[str, Any]:
+    """What the report says about the setup (the metadata flags), and how the matrix
+    differs from the preset it started from."""
+    info: dict[str, Any] = {
         "launch_command": args.launch_command,
         "hardware": {
             k: v
@@ -212,10 +220,25 @@ def command(args: argparse.Namespace) -> int:
         },
         "revision": args.revision,
     }
-    if args.preset and args.matrix is None:  # how the matrix differs from the preset's
+    if args.preset and args.matrix is None:
         from speedmatrix.matrix import preset_record
 
         info["preset"] = preset_record(matrix, args.preset)
+    return info
+
+
+def _new_run(args: argparse.Namespace, api_key: str | None) -> int:
+    from speedmatrix import runfile, sweep
+
+    if not args.url:
+        raise UsageError("--url is required (or --resume DIR)")
+    url = base_url(args.url)
+    if not args.out:
+        raise UsageError("--out DIR is required")
+    matrix = matrix_from_args(args)
+    ensure_descriptors(max(matrix.concurrency or [1]))
+    created = not args.out.exists()
+    prepare_out(args.out, force=args.force)
     run = sweep.Sweep(
         url,
         matrix,
@@ -223,7 +246,7 @@ def command(args: argparse.Namespace) -> int:
         api_key=api_key,
         model=args.model,
         overrides=target_overrides(args),
-        info=info,
+        info=_report_info(args, matrix),
         progress=not args.quiet,
         report=not args.no_report,
         tokenizer=args.tokenizer,

@@ -112,7 +112,32 @@ def add_run_groups(p: argparse.ArgumentParser) -> dict[str, argparse._ArgumentGr
         ),
         "output": p.add_argument_group("output", "where the run goes and what is shown"),
     }
-    g = groups["target"]
+    _target_flags(groups["target"], d)
+    _matrix_flags(groups["matrix"], d)
+    _load_flags(groups["load"], d)
+    _capacity_flags(groups["capacity"])
+    _metadata_flags(groups["metadata"])
+    _output_flags(groups["output"])
+    return groups
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """The `run` command and its argument groups."""
+    run = sub.add_parser(
+        "run",
+        help="measure a server",
+        description="Measure a server: every cell of the matrix, saved to --out as run.json, "
+        "records, cells.csv and a report.",
+        epilog=RUN_EPILOG,
+        formatter_class=Formatter,
+    )
+    add_run_groups(run)
+    from speedmatrix.cli_load import add_open_loop_flags
+
+    add_open_loop_flags(run)
+
+
+def _target_flags(g: argparse._ArgumentGroup, d: dict[str, str]) -> None:
     g.add_argument("--url", help="base URL of the server, e.g. http://127.0.0.1:8000")
     g.add_argument(
         "--api-key",
@@ -145,7 +170,8 @@ def add_run_groups(p: argparse.ArgumentParser) -> dict[str, argparse._ArgumentGr
         "transformers or tokenizers package)",
     )
 
-    g = groups["matrix"]
+
+def _matrix_flags(g: argparse._ArgumentGroup, d: dict[str, str]) -> None:
     g.add_argument("--matrix", type=Path, help="matrix definition (TOML; see speedmatrix init)")
     g.add_argument("--preset", choices=["seed", "quick"], help="start from a preset matrix")
     g.add_argument(
@@ -168,7 +194,8 @@ def add_run_groups(p: argparse.ArgumentParser) -> dict[str, argparse._ArgumentGr
         help=f"repetitions of every cell (default: {d['repetitions']})",
     )
 
-    g = groups["load"]
+
+def _load_flags(g: argparse._ArgumentGroup, d: dict[str, str]) -> None:
     g.add_argument(
         "--duration",
         help="window per decode cell, e.g. 30s; with --precision, the longest window "
@@ -197,12 +224,14 @@ def add_run_groups(p: argparse.ArgumentParser) -> dict[str, argparse._ArgumentGr
         help="JSON object merged into every request body, e.g. '{\"top_k\": 1}'",
     )
 
-    g = groups["capacity"]
+
+def _capacity_flags(g: argparse._ArgumentGroup) -> None:
     g.add_argument("--kv-capacity", help="KV cache capacity in tokens, e.g. 1400000 or 1367k")
     g.add_argument("--context-length", help="server context length in tokens, e.g. 128k")
     g.add_argument("--max-running", type=int, help="most requests the server runs at once")
 
-    g = groups["metadata"]
+
+def _metadata_flags(g: argparse._ArgumentGroup) -> None:
     g.add_argument(
         "--launch-command",
         help="the server's launch command, for the report (secrets are redacted)",
@@ -240,7 +269,8 @@ def add_run_groups(p: argparse.ArgumentParser) -> dict[str, argparse._ArgumentGr
         + "); the flag wins over --meta",
     )
 
-    g = groups["output"]
+
+def _output_flags(g: argparse._ArgumentGroup) -> None:
     g.add_argument("--out", type=Path, help="output folder (run.json, records, report)")
     g.add_argument(
         "--resume",
@@ -262,20 +292,3 @@ def add_run_groups(p: argparse.ArgumentParser) -> dict[str, argparse._ArgumentGr
     )
     g.add_argument("--no-report", action="store_true", help="do not write report.md/html")
     g.add_argument("--quiet", action="store_true", help="no progress display")
-    return groups
-
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    """The `run` command and its argument groups."""
-    run = sub.add_parser(
-        "run",
-        help="measure a server",
-        description="Measure a server: every cell of the matrix, saved to --out as run.json, "
-        "records, cells.csv and a report.",
-        epilog=RUN_EPILOG,
-        formatter_class=Formatter,
-    )
-    add_run_groups(run)
-    from speedmatrix.cli_load import add_open_loop_flags
-
-    add_open_loop_flags(run)
