@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from speedmatrix.capacity import CapacityModel, model_for
@@ -115,6 +115,20 @@ class PlannedCell:
     #: the cell sends a workload file's requests (matrix.prompts_file) instead of
     #: synthetic prompts of `context` tokens
     prompts_file: str = ""
+    #: the rest of what the core and the verdict need to run and judge the cell, so
+    #: that the sweep never reads the matrix to measure one (_shape fills them in):
+    #: the endpoint, fields merged into every body, a request's silence limit, the stall
+    #: rule, the precision stop, the ramp cap, the percentiles and SLO targets judged
+    api: str = "completions"
+    extra: dict[str, Any] = field(default_factory=dict)
+    request_idle_timeout_s: float = 120.0
+    stall_min_s: float = 2.0
+    stall_gap_factor: float = 25.0
+    precision: float = 0.0
+    min_duration_s: float = 5.0
+    ramp_cap_s: float = 180.0
+    percentiles: list[float] = field(default_factory=list)
+    slo: dict[str, float] = field(default_factory=dict)
 
     @property
     def runnable(self) -> bool:
@@ -272,6 +286,16 @@ PREFILL_SLOWEST_TOK_S = 100.0
 
 def _shape(cell: PlannedCell, matrix: Matrix) -> None:
     """Fills in what the sweep needs to run the cell, so that it never reads the matrix."""
+    cell.api = matrix.api
+    cell.extra = dict(matrix.extra)
+    cell.request_idle_timeout_s = float(matrix.request_idle_timeout_s)
+    cell.stall_min_s = float(matrix.stall_min_s)
+    cell.stall_gap_factor = float(matrix.stall_gap_factor)
+    cell.precision = float(matrix.precision)
+    cell.min_duration_s = float(matrix.min_duration_s)
+    cell.ramp_cap_s = float(matrix.ramp_cap_s)
+    cell.percentiles = [float(p) for p in matrix.percentiles]
+    cell.slo = dict(matrix.slo)
     if cell.phase == "decode" and matrix.prompts_file:
         cell.prompts_file = str(matrix.prompts_file)
     cell.shared_prefix = matrix.shared_prefix_for(cell.context) if cell.context else 0
