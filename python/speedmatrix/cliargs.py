@@ -1,4 +1,4 @@
-"""Argument checks the command-line modules share (the cli/ package, cli_load.py and the built-in
+"""Argument checks the command-line modules share (the cli/ package and the built-in
 engine's own command line in sim.py): each bad value is one line that names the flag."""
 
 from __future__ import annotations

@@ -70,8 +70,6 @@ def matrix_from_args(args: argparse.Namespace):
             if not isinstance(extra, dict):
                 raise UsageError("--extra-body must be a JSON object")
             m.extra_body = extra
-        from speedmatrix.cli_load import apply_open_loop_flags
-
         apply_open_loop_flags(m, args)
         m.validate()
     except UsageError:
@@ -81,6 +79,46 @@ def matrix_from_args(args: argparse.Namespace):
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
     return m
+
+
+def apply_open_loop_flags(m, args: argparse.Namespace) -> None:
+    """The open-loop and SLO flags onto matrix ``m`` (ValueError names the flag)."""
+    from speedmatrix.latency import parse_percentiles
+    from speedmatrix.matrix import parse_arrival
+    from speedmatrix.slo import parse_attainment, parse_slo
+    from speedmatrix.units import parse_duration
+
+    if getattr(args, "request_rate", None):
+        rates = []
+        for item in csv_list(args.request_rate):
+            try:
+                rates.append(float(item))
+            except ValueError:
+                raise UsageError(f"--request-rate: {item!r} is not a number") from None
+        m.request_rates = rates
+    if getattr(args, "arrival", None):
+        try:
+            parse_arrival(args.arrival)
+        except ValueError as exc:
+            raise UsageError(f"--arrival: {exc}") from None
+        m.arrival = args.arrival.strip().lower()
+    if getattr(args, "max_concurrency", None):
+        m.max_concurrency = positive_int(args.max_concurrency, "--max-concurrency")
+    if getattr(args, "drain_timeout", None):
+        m.drain_timeout_s = parse_duration(args.drain_timeout)
+    if getattr(args, "percentiles", None):
+        m.percentiles = list(parse_percentiles(args.percentiles))
+    if getattr(args, "slo", None):
+        m.slo = parse_slo(args.slo)
+    if getattr(args, "attainment", None):
+        m.attainment = parse_attainment(args.attainment)
+    if getattr(args, "search", None):
+        m.search = args.search
+    if getattr(args, "prompts", None):
+        from speedmatrix.workload import load_prompts
+
+        load_prompts(args.prompts)  # a bad file is one line now, before any work
+        m.prompts_file = str(Path(args.prompts).resolve())
 
 
 def matrix_sources(args: argparse.Namespace) -> dict[str, str]:

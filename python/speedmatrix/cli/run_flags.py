@@ -1,5 +1,5 @@
 """The `run` command's parser: its argument groups (target, matrix, load, capacity,
-metadata, output; the open-loop and SLO groups come from cli_load), with the defaults the
+metadata, output; and the open-loop and SLO groups), with the defaults the
 help shows and the flags that set a matrix field."""
 
 from __future__ import annotations
@@ -132,8 +132,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         formatter_class=Formatter,
     )
     add_run_groups(run)
-    from speedmatrix.cli_load import add_open_loop_flags
-
     add_open_loop_flags(run)
 
 
@@ -292,3 +290,62 @@ def _output_flags(g: argparse._ArgumentGroup) -> None:
     )
     g.add_argument("--no-report", action="store_true", help="do not write report.md/html")
     g.add_argument("--quiet", action="store_true", help="no progress display")
+
+
+def add_open_loop_flags(p: argparse.ArgumentParser) -> None:
+    load = p.add_argument_group(
+        "load (open loop)",
+        "requests arrive on a schedule whatever the server does (docs/metrics.md)",
+    )
+    load.add_argument(
+        "--request-rate",
+        metavar="RATES",
+        help="arrival rates in requests/s, e.g. 0.5,1,2,4: the decode cells become contexts "
+        "x rates (instead of x concurrency)",
+    )
+    load.add_argument(
+        "--arrival",
+        metavar="KIND",
+        help="poisson (default), constant, or gamma:SHAPE (burstiness; 1 = Poisson, < 1 burstier)",
+    )
+    load.add_argument(
+        "--max-concurrency",
+        metavar="N",
+        help="at most N requests in flight; the others wait at the client (that wait counts "
+        "in latency from the scheduled time)",
+    )
+    load.add_argument(
+        "--drain-timeout",
+        metavar="DURATION",
+        help="how long the window's requests may take to finish after it (default 60s)",
+    )
+    load.add_argument(
+        "--prompts",
+        metavar="FILE",
+        help="send a workload file's requests instead of synthetic prompts: JSONL "
+        '({"prompt"|"messages", "max_tokens"}) or ShareGPT JSON; each keeps its own output '
+        "length, and the context is only the row's label",
+    )
+    slo = p.add_argument_group("SLO", "latency targets, attainment and goodput per cell")
+    slo.add_argument(
+        "--percentiles",
+        metavar="LIST",
+        help="latency percentiles to report (default 50,90,95,99,99.9)",
+    )
+    slo.add_argument(
+        "--slo",
+        metavar="TARGETS",
+        help="per-request targets, any of ttft, tpot, e2e, tbt: e.g. ttft=2s,tpot=50ms,e2e=60s",
+    )
+    slo.add_argument(
+        "--search",
+        choices=["concurrency", "rate"],
+        help="instead of the grid, find per context the largest concurrency (from the first "
+        "--concurrency) or rate (from the first --request-rate) meeting --slo: bracket and "
+        "bisect, at most 8 cells per context, until within 10%%",
+    )
+    slo.add_argument(
+        "--attainment",
+        metavar="SHARE",
+        help="share of requests that must meet the SLO for a load to pass (default 95%%)",
+    )
