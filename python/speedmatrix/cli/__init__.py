@@ -11,8 +11,10 @@
     speedmatrix compare DIR_A DIR_B [--out DIR]
     speedmatrix capacity DIR --slo ttft=2s,tpot=50ms [--attainment 95%] [--json]
 
-Over 500 lines: the parsers are the CLI's documentation (every option's help, groups,
-epilog examples) and stay in one place so a test can walk them all.
+One module per command, each with ``add_parser(sub)`` and ``command(args)`` (run, init,
+sim, demo, report, show, recompute, compare, capacity); ``run_flags`` holds run's argument
+groups, ``common`` the exit statuses and the parser classes, ``main`` the whole parser and
+``main()``. The names below are re-exported for tests and scripts.
 
 Exit status (docs/RELIABILITY.md): 0 every runnable cell measured; 3 some cells failed
 (status error) or were not run; 1 nothing was measured or the run could not start (a target
