@@ -253,7 +253,7 @@ def describe(
         + f" · model {target.model or '?'} · {matrix.api} API",
         "Capacity: "
         + ", ".join(
-            f"{name} {format_tokens(v) if isinstance(v, int) and name != 'max_running' else v}"
+            f"{name} {format_tokens(v) if isinstance(v, int) and name != 'max running' else v}"
             for name, v in (
                 ("KV cache", planned.kv_tokens),
                 ("context length", planned.context_length),

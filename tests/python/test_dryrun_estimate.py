@@ -121,3 +121,9 @@ def test_the_dry_run_lists_every_setting_with_its_source():
     assert rows["contexts"].endswith("--contexts") and "4K" in rows["contexts"]
     assert rows["precision"].endswith("file m.toml") and "0.02" in rows["precision"]
     assert rows["duration_s"].endswith("given")  # no source said: given in Python
+
+
+def test_the_dry_run_prints_max_running_as_a_count_not_tokens():
+    m = Matrix(contexts=[4096], concurrency=[1], prefill_contexts=[])
+    text = dryrun.describe("http://x", m, target=_target(max_running=65536))
+    assert "max running 65536" in text and "max running 64K" not in text
