@@ -147,33 +147,7 @@ class Sweep:
                 self.url, api_key=self.api_key, model=self.model, overrides=self.overrides
             )
         planned = plan(self.matrix, self.target)
-        self.facts = EngineFacts.of_target(self.target)
-        roles = {
-            "running": self.facts.metric_running,
-            "waiting": self.facts.metric_waiting,
-            "kv_usage": self.facts.metric_kv_usage,
-        }
-        self.progress.metric_roles = {k: v for k, v in roles.items() if v}
-        self.rules = Rules(error_threshold=float(self.matrix.error_threshold))
-        if not self.doc:
-            meta = run_meta(self.url, self.target, self.matrix, self.info, self.rules)
-            self.doc = {"schema": runfile.SCHEMA, "meta": meta, "cells": []}
-        # a run saved before verdict facts were: the cells measured from now on say theirs
-        self.doc["meta"].setdefault("verdict", verdict_meta(self.facts, self.rules))
-        run = self.doc["meta"]["run"]
-        run["interrupted"] = False
-        run.pop("finished_at", None)
-        # The resolved plan ("max" as tokens) is saved before any cell runs, and so are
-        # the cells the plan will not run: an interrupted run still shows its whole
-        # matrix (the seed's 123K row of over-capacity cells included).
-        run["plan"] = plan_meta(planned, self.matrix)
-        if self.tokenizer is not None:
-            run["tokenizer"] = given_tokenizer or tokenizer_name(self.tokenizer)
-        self._warn(list(self.target.warnings) + list(planned.warnings))
-        for c in planned:
-            if not c.runnable and c.id not in self.cells:
-                self.cells[c.id] = self._unrun_cell(c).cell
-        self._write()
+        self._begin(planned, given_tokenizer)
 
         todo = [c for c in planned if c.runnable and not self._done(c.id)]
         prefill_from_warmup = self._prefill_from_warmup(planned)
@@ -275,6 +249,37 @@ class Sweep:
             found["by"] = m.search
             answers[str(context)] = found
             self._write()
+
+    def _begin(self, planned, given_tokenizer: str | None) -> None:
+        """run.json before the first cell: the run's meta (a new run's, or a resumed one's
+        kept), the resolved plan, the cells the plan will not run; the plan's warnings."""
+        self.facts = EngineFacts.of_target(self.target)
+        roles = {
+            "running": self.facts.metric_running,
+            "waiting": self.facts.metric_waiting,
+            "kv_usage": self.facts.metric_kv_usage,
+        }
+        self.progress.metric_roles = {k: v for k, v in roles.items() if v}
+        self.rules = Rules(error_threshold=float(self.matrix.error_threshold))
+        if not self.doc:
+            meta = run_meta(self.url, self.target, self.matrix, self.info, self.rules)
+            self.doc = {"schema": runfile.SCHEMA, "meta": meta, "cells": []}
+        # a run saved before verdict facts were: the cells measured from now on say theirs
+        self.doc["meta"].setdefault("verdict", verdict_meta(self.facts, self.rules))
+        run = self.doc["meta"]["run"]
+        run["interrupted"] = False
+        run.pop("finished_at", None)
+        # The resolved plan ("max" as tokens) is saved before any cell runs, and so are
+        # the cells the plan will not run: an interrupted run still shows its whole
+        # matrix (the seed's 123K row of over-capacity cells included).
+        run["plan"] = plan_meta(planned, self.matrix)
+        if self.tokenizer is not None:
+            run["tokenizer"] = given_tokenizer or tokenizer_name(self.tokenizer)
+        self._warn(list(self.target.warnings) + list(planned.warnings))
+        for c in planned:
+            if not c.runnable and c.id not in self.cells:
+                self.cells[c.id] = self._unrun_cell(c).cell
+        self._write()
 
     def run_result(self) -> Run:
         from speedmatrix.results import load
