@@ -1,4 +1,4 @@
-"""Argument checks the command-line modules share (cli.py, cli_load.py and the built-in
+"""Argument checks the command-line modules share (the cli/ package and the built-in
 engine's own command line in sim.py): each bad value is one line that names the flag."""
 
 from __future__ import annotations
@@ -37,3 +37,24 @@ def port(text: str) -> int:
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"{value} is not a port number (0..65535)")
     return value
+
+
+def base_url(text: str, flag: str = "--url") -> str:
+    """The server's base URL, by one rule for a dry run and a real run alike: ``http://`` or
+    ``https://``; ``host:port`` without a scheme is ``http://host:port`` (as discovery has
+    always read it); any other scheme, or no host, is a usage error naming the flag."""
+    import urllib.parse
+
+    raw = text.strip()
+    url = raw if "://" in raw else "http://" + raw
+    scheme = url.split("://", 1)[0].lower()
+    if scheme not in ("http", "https"):
+        raise UsageError(f"{flag} must start with http:// or https://, not {scheme}://")
+    parts = urllib.parse.urlsplit(url)
+    try:
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError:
+        raise UsageError(f"{flag}: the port is not a number from 0 to 65535") from None
+    if not parts.hostname:
+        raise UsageError(f"{flag}: the URL names no host (e.g. http://127.0.0.1:8000)")
+    return url

@@ -87,10 +87,14 @@ def _prompt_tokens_to_prefill(
     return out
 
 
-def cell_duration_s(c: Any, matrix: Matrix) -> float:
-    """A decode cell's window: its own (a plan may set one per cell) or the matrix's."""
-    d = getattr(c, "duration_s", None)
-    return float(d if d is not None else matrix.duration_s)
+def cell_duration_s(c: Any, matrix: Matrix, shortest: bool = False) -> float:
+    """A decode cell's window: its own (a plan may set one per cell) or the matrix's.
+    ``shortest``: the least it can be, the precision stop's ``min_duration_s`` where a
+    closed-loop window has a precision target (it ends between that and its cap)."""
+    d = float(getattr(c, "duration_s", None) or matrix.duration_s)
+    if shortest and matrix.precision > 0 and c.phase == "decode" and not _open_loop(c):
+        return min(d, float(matrix.min_duration_s))
+    return d
 
 
 def estimate_cells_s(
@@ -99,6 +103,7 @@ def estimate_cells_s(
     prefill_tok_s: float | None = None,
     from_warmup: set[str] | None = None,
     sent: dict[tuple[int, int], int] | None = None,
+    shortest: bool = False,
 ) -> list[float]:
     """Seconds each of the runnable ``cells`` (PlannedCell, in run order) will take; 0 for
     a cell that will not run or whose prefill a decode warm-up measures.
@@ -106,7 +111,9 @@ def estimate_cells_s(
     ``prefill_tok_s``: the server's prompt tok/s where measured (else ASSUMED_PREFILL_TOK_S);
     ``from_warmup``: ids of prefill cells measured during a decode warm-up (no time of their
     own); ``sent``: prompts already sent per (context, repetition), see
-    :func:`_prompt_tokens_to_prefill`. Cells already run are simply left out of ``cells``."""
+    :func:`_prompt_tokens_to_prefill`; ``shortest``: with windows a precision target ends
+    at their shortest (see :func:`cell_duration_s`). Cells already run are simply left out
+    of ``cells``."""
     rate = float(prefill_tok_s or ASSUMED_PREFILL_TOK_S)
     shared = int(getattr(matrix, "shared_prefix", 0) or 0)
     new_tokens = _prompt_tokens_to_prefill(cells, sent, shared)
@@ -118,7 +125,7 @@ def estimate_cells_s(
             if not (from_warmup and c.id in from_warmup):
                 t = c.context / rate + float(matrix.prefill_cooldown_s) + CELL_OVERHEAD_S
         elif c.status is None and _open_loop(c):
-            t = cell_duration_s(c, matrix) + CELL_OVERHEAD_S
+            t = cell_duration_s(c, matrix, shortest) + CELL_OVERHEAD_S
         elif c.status is None:
             admit_s = c.context / ASSUMED_ADMIT_TOK_S  # per request, cached or not
             prefill_s = new_tokens.get(c.id, c.concurrency * c.context) / rate
@@ -127,7 +134,7 @@ def estimate_cells_s(
             # requests are sent; without one the window's ramp pays their prefill
             warm = prefill_s + n_new * admit_s if matrix.warmup else 0.0
             ramp = c.concurrency * admit_s + (0.0 if matrix.warmup else prefill_s)
-            t = warm + ramp + cell_duration_s(c, matrix) + CELL_OVERHEAD_S
+            t = warm + ramp + cell_duration_s(c, matrix, shortest) + CELL_OVERHEAD_S
         times.append(t)
     return times
 
@@ -138,9 +145,10 @@ def estimate_s(
     prefill_tok_s: float | None = None,
     from_warmup: set[str] | None = None,
     sent: dict[tuple[int, int], int] | None = None,
+    shortest: bool = False,
 ) -> float:
     """Seconds the runnable ``cells`` will take in all (see :func:`estimate_cells_s`)."""
-    return float(sum(estimate_cells_s(cells, matrix, prefill_tok_s, from_warmup, sent)))
+    return float(sum(estimate_cells_s(cells, matrix, prefill_tok_s, from_warmup, sent, shortest)))
 
 
 def prefill_from_warmup(cells: list[Any], matrix: Matrix) -> set[str]:
@@ -183,53 +191,11 @@ def _duration(seconds: float) -> str:
     return f"{m}m{s:02d}s" if m else f"{s}s"
 
 
-def describe(
-    url: str,
-    matrix: Matrix,
-    *,
-    api_key: str | None = None,
-    model: str | None = None,
-    overrides: dict | None = None,
-    tokenizer: Any = None,
-    target: Any = None,
-) -> str:
-    """The dry run's text: target, plan, statuses known in advance, prompts, duration."""
-    from speedmatrix.plan import plan
-
-    if target is None:
-        from speedmatrix.adapters import discover
-
-        target = discover(url, api_key=api_key, model=model, overrides=overrides or {})
-    planned = plan(matrix, target)
-    engine = target.engine_name or target.engine
-    lines = [
-        f"Target: {target.url} · {engine}"
-        + (f" {target.version}" if target.version else "")
-        + f" · model {target.model or '?'} · {matrix.api} API",
-        "Capacity: "
-        + ", ".join(
-            f"{name} {format_tokens(v) if isinstance(v, int) and name != 'max_running' else v}"
-            for name, v in (
-                ("KV cache", planned.kv_tokens),
-                ("context length", planned.context_length),
-                ("max running", planned.max_running),
-            )
-            if v is not None
-        )
-        if any(v is not None for v in (planned.kv_tokens, planned.context_length))
-        else "Capacity: not known (see warnings)",
-    ]
-    from_warmup = prefill_from_warmup(planned, matrix)
-    runnable = [c for c in planned if c.status is None]
-    n_dec = len([c for c in runnable if c.phase == "decode"])
-    n_pre = len(runnable) - n_dec
-    lines.append(
-        f"Plan: {len(planned)} cells: {n_dec} decode of {_duration(matrix.duration_s)} each, "
-        f"{n_pre} prefill ({len(from_warmup)} of them during a decode warm-up); "
-        f"{len(planned) - len(runnable)} will not run"
-    )
-    lines.append("")
-    lines.append(f"  {'#':>3}  {'cell':<26} {'status known now':<18} note")
+def _cell_rows(planned: Any, matrix: Matrix, from_warmup: set[str]) -> list[str]:
+    """The plan's table: every cell in run order, numbered when it will run, with the
+    status known before any request and why."""
+    rows: list[str] = []
+    rows.append(f"  {'#':>3}  {'cell':<26} {'status known now':<18} note")
     k = 0
     for c in planned:
         if c.phase == "prefill":
@@ -255,23 +221,132 @@ def describe(
             num = "-"
             status = c.status.replace("_", " ")
             note = c.reason or ""
-        lines.append(f"  {num:>3}  {name:<26} {status:<18} {note}".rstrip())
+        rows.append(f"  {num:>3}  {name:<26} {status:<18} {note}".rstrip())
+    return rows
+
+
+def describe(
+    url: str,
+    matrix: Matrix,
+    *,
+    api_key: str | None = None,
+    model: str | None = None,
+    overrides: dict | None = None,
+    tokenizer: Any = None,
+    target: Any = None,
+    sources: dict[str, str] | None = None,
+) -> str:
+    """The dry run's text: target, the settings in force (and where each came from:
+    ``sources``, field -> "default" / "file NAME" / the flag), plan, statuses known in
+    advance, prompts, duration."""
+    from speedmatrix.plan import plan
+
+    if target is None:
+        from speedmatrix.adapters import discover
+
+        target = discover(url, api_key=api_key, model=model, overrides=overrides or {})
+    planned = plan(matrix, target)
+    engine = target.engine_name or target.engine
+    lines = [
+        f"Target: {target.url} · {engine}"
+        + (f" {target.version}" if target.version else "")
+        + f" · model {target.model or '?'} · {matrix.api} API",
+        "Capacity: "
+        + ", ".join(
+            f"{name} {format_tokens(v) if isinstance(v, int) and name != 'max running' else v}"
+            for name, v in (
+                ("KV cache", planned.kv_tokens),
+                ("context length", planned.context_length),
+                ("max running", planned.max_running),
+            )
+            if v is not None
+        )
+        if any(v is not None for v in (planned.kv_tokens, planned.context_length))
+        else "Capacity: not known (see warnings)",
+    ]
+    lines += settings_lines(matrix, sources)
+    from_warmup = prefill_from_warmup(planned, matrix)
+    runnable = [c for c in planned if c.status is None]
+    n_dec = len([c for c in runnable if c.phase == "decode"])
+    n_pre = len(runnable) - n_dec
+    lines.append(
+        f"Plan: {len(planned)} cells: {n_dec} decode of {_duration(matrix.duration_s)} each, "
+        f"{n_pre} prefill ({len(from_warmup)} of them during a decode warm-up); "
+        f"{len(planned) - len(runnable)} will not run"
+    )
+    lines.append("")
+    lines += _cell_rows(planned, matrix, from_warmup)
     lines.append("")
     lines.append(f"Prompts: {prompt_method(target, matrix.api, tokenizer)}")
-    est = estimate_s(planned, matrix, from_warmup=from_warmup)
-    lines.append(
-        f"Estimated duration: {_duration(est)} "
-        f"(windows "
-        f"{_duration(sum(cell_duration_s(c, matrix) for c in runnable if c.phase == 'decode'))}; "
-        f"warm-ups and prefill at an assumed {ASSUMED_PREFILL_TOK_S:,.0f} prompt tok/s, "
-        f"ramps at {ASSUMED_ADMIT_TOK_S:,.0f} prompt tok/s admitted; "
-        "the live ETA corrects it from the first measured prefill)"
-    )
+    lines.append(_estimate_line(planned, runnable, matrix, from_warmup))
     warnings = list(target.warnings) + list(planned.warnings)
     for w in warnings:
         lines.append(f"Warning: {w}")
     lines.append("No generation request was sent. Drop --dry-run to measure.")
     return "\n".join(lines)
+
+
+def _estimate_line(planned: Any, runnable: list[Any], matrix: Matrix, from_warmup: set[str]) -> str:
+    """The estimated duration; with a precision target, a range: every window ending at
+    its shortest (min_duration_s) to every window running to its cap (duration_s)."""
+    est = estimate_s(planned, matrix, from_warmup=from_warmup)
+    windows = sum(cell_duration_s(c, matrix) for c in runnable if c.phase == "decode")
+    total, win = _duration(est), _duration(windows)
+    if matrix.precision > 0:
+        low = estimate_s(planned, matrix, from_warmup=from_warmup, shortest=True)
+        low_win = sum(cell_duration_s(c, matrix, True) for c in runnable if c.phase == "decode")
+        total = f"{_duration(low)} to {total}"
+        win = (
+            f"{_duration(low_win)} to {win}: precision {matrix.precision:.3g} ends each "
+            f"window between {_duration(min(matrix.min_duration_s, matrix.duration_s))} and "
+            f"{_duration(matrix.duration_s)}"
+        )
+    return (
+        f"Estimated duration: {total} (windows {win}; "
+        f"warm-ups and prefill at an assumed {ASSUMED_PREFILL_TOK_S:,.0f} prompt tok/s, "
+        f"ramps at {ASSUMED_ADMIT_TOK_S:,.0f} prompt tok/s admitted; "
+        "the live ETA corrects it from the first measured prefill)"
+    )
+
+
+def _setting_text(value: Any) -> str:
+    if isinstance(value, list):
+        return (
+            ", ".join(
+                format_tokens(v)
+                if isinstance(v, int)
+                else f"{v:g}"
+                if isinstance(v, float)
+                else str(v)
+                for v in value
+            )
+            or "none"
+        )
+    if isinstance(value, dict):
+        return (
+            ", ".join(
+                f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in value.items()
+            )
+            or "none"
+        )
+    if isinstance(value, float):
+        return f"{value:g}"
+    return repr(value) if value == "" else str(value)
+
+
+def settings_lines(matrix: Matrix, sources: dict[str, str] | None = None) -> list[str]:
+    """Every matrix setting in force, one a line, with where it came from (``sources``:
+    field -> "default", "preset seed", "file m.toml", "--precision"; "given" without)."""
+    data = matrix.to_dict()
+    width = max(len(k) for k in data)
+    lines = ["Settings (value, from where):"]
+    for key, value in data.items():
+        text = _setting_text(value)
+        if len(text) > 60:
+            text = text[:57] + "..."
+        where = (sources or {}).get(key, "given")
+        lines.append(f"  {key:<{width}}  {text:<24} {where}".rstrip())
+    return lines
 
 
 _FIELD_HELP = {
@@ -293,6 +368,27 @@ _FIELD_HELP = {
     '"separate"',
     "request_idle_timeout_s": "seconds a request may receive nothing before it is cancelled",
     "prefill_cooldown_s": "seconds of quiet before a cold prefill measurement",
+    "request_rates": "open loop: arrival rates in requests/s; when given, the decode cells are "
+    "contexts × rates instead of × concurrency ([] = closed loop)",
+    "arrival": 'open loop: "poisson", "constant" or "gamma:SHAPE" (1 = Poisson, < 1 burstier)',
+    "max_concurrency": "open loop: at most this many requests in flight, the rest wait at "
+    "the client (0 = no gate)",
+    "drain_timeout_s": "open loop: seconds the window's requests may take to finish after it",
+    "percentiles": "latency percentiles reported for every cell",
+    "slo": "per-request targets in ms, any of ttft, tpot, e2e, tbt, e.g. "
+    "{ ttft = 2000.0, tpot = 50.0 }; {} = no SLO figures",
+    "attainment": "share of requests that must meet the SLO for a load to pass",
+    "search": '"concurrency" or "rate": instead of the grid, find per context the largest '
+    'load meeting the SLO; "" = the grid',
+    "prompts_file": "a workload file (JSONL or ShareGPT JSON) whose requests replace the "
+    'synthetic prompts; "" = synthetic prompts',
+    "precision": "end each decode window once the 95% intervals of total tok/s and median "
+    "time between tokens are within this fraction (0.02 = 2%); 0 = fixed windows",
+    "min_duration_s": "the shortest window a precision target may end (seconds)",
+    "stall_min_s": "a request with no token for max(this, stall_gap_factor × the cell's "
+    "median gap) seconds is cut as a stall (0 = off)",
+    "stall_gap_factor": "see stall_min_s",
+    "ramp_cap_s": "the longest ramp (seconds) before the window opens anyway (flag long_ramp)",
 }
 
 
@@ -317,11 +413,14 @@ def commented_toml(preset: str = "seed") -> str:
     for key, value in data.items():
         if isinstance(value, list):  # one line: JSON numbers and strings are TOML too
             line = f"{key} = [{', '.join(json.dumps(v) for v in value)}]"
+        elif isinstance(value, dict):
+            # inline ({...}), never a [key] table: a table header would put every key
+            # after it outside [matrix]
+            items = ", ".join(tomli_w.dumps({k: v}).strip() for k, v in value.items())
+            line = f"{key} = {{ {items} }}" if items else f"{key} = {{}}"
         else:
             line = tomli_w.dumps({key: value}).strip()
-        help_ = _FIELD_HELP.get(key)
-        if help_:
-            out += textwrap.wrap(help_, 88, initial_indent="# ", subsequent_indent="# ")
+        out += textwrap.wrap(_FIELD_HELP[key], 88, initial_indent="# ", subsequent_indent="# ")
         out.append(line)
     out += [
         "",

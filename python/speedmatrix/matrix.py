@@ -22,6 +22,7 @@ Context entries are token counts or a keyword resolved against the server by
 from __future__ import annotations
 
 import copy
+import math
 import sys
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -30,11 +31,19 @@ from typing import Any
 import tomli_w
 
 if sys.version_info >= (3, 11):
-    import tomllib
+    pass
 else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
+    pass
 
 from speedmatrix.latency import DEFAULT_PERCENTILES, parse_percentiles
+from speedmatrix.matrixfile import (
+    changes_text,
+    coerce_contexts,
+    coerce_float_list,
+    coerce_int_list,
+    read_table,
+    resolve_aliases,
+)
 from speedmatrix.slo import parse_attainment, parse_slo
 from speedmatrix.units import format_tokens, parse_duration, parse_token_list, parse_tokens
 
@@ -44,9 +53,13 @@ __all__ = [
     "PRESETS",
     "Context",
     "Matrix",
+    "changes_text",
     "parse_arrival",
     "parse_contexts",
     "parse_precision",
+    "preset_changes",
+    "preset_record",
+    "toml_fields",
 ]
 
 Context = int | str
@@ -55,6 +68,15 @@ API_KINDS = ("completions", "chat")
 PREFILL_MODES = ("warmup", "separate")
 DECODE_KEYWORDS = ("max",)
 PREFILL_KEYWORDS = ("max", "max-decode")
+#: upper bounds of the matrix's values: beyond them a value is a typo (a missing unit, an
+#: extra digit), not a setting; no model serves 100M tokens, no client holds 64K streams
+MAX_TOKENS = 100_000_000
+MAX_CONCURRENCY = 65_536
+MAX_REPETITIONS = 1_000
+#: a week: a window, timeout or drain longer than this is a typo
+MAX_DURATION_S = 7 * 86_400.0
+MAX_RATE_PER_S = 1e6
+MAX_GAP_FACTOR = 1e6
 
 
 @dataclass
@@ -130,10 +152,10 @@ class Matrix:
     # ---- construction -------------------------------------------------------------------
     def __post_init__(self) -> None:
         # Accept the forms people type ("8k", "30s") without making validate() guess.
-        self.contexts = _coerce_contexts(self.contexts, DECODE_KEYWORDS)
-        self.prefill_contexts = _coerce_contexts(self.prefill_contexts, PREFILL_KEYWORDS)
+        self.contexts = coerce_contexts(self.contexts, DECODE_KEYWORDS)
+        self.prefill_contexts = coerce_contexts(self.prefill_contexts, PREFILL_KEYWORDS)
         if isinstance(self.concurrency, (str, int)) and not isinstance(self.concurrency, bool):
-            self.concurrency = _coerce_int_list(self.concurrency)
+            self.concurrency = coerce_int_list(self.concurrency)
         else:
             self.concurrency = list(self.concurrency)
         if isinstance(self.duration_s, str):
@@ -155,7 +177,7 @@ class Matrix:
         if isinstance(self.request_rates, (str, int, float)) and not isinstance(
             self.request_rates, bool
         ):
-            self.request_rates = _coerce_float_list(self.request_rates)
+            self.request_rates = coerce_float_list(self.request_rates)
         else:
             self.request_rates = list(self.request_rates or [])
         if isinstance(self.percentiles, str):
@@ -182,19 +204,7 @@ class Matrix:
     def from_dict(cls, data: dict[str, Any]) -> Matrix:
         """From a mapping with this class's field names; ``duration``/``idle_timeout`` are
         accepted for ``duration_s``/``idle_timeout_s``. Unknown keys are an error."""
-        data = dict(data)
-        aliases = (
-            ("duration", "duration_s"),
-            ("idle_timeout", "idle_timeout_s"),
-            ("request_idle_timeout", "request_idle_timeout_s"),
-            ("min_duration", "min_duration_s"),
-            ("extra_body", "extra"),
-        )
-        for short, full in aliases:
-            if short in data:
-                if full in data:
-                    raise ValueError(f"{short}: given together with {full}")
-                data[full] = data.pop(short)
+        data = resolve_aliases(data)
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
@@ -209,20 +219,9 @@ class Matrix:
     @classmethod
     def from_toml(cls, source: str | Path) -> Matrix:
         """From a TOML file path or TOML text. The keys may sit at top level or under
-        ``[matrix]``; ``[matrix.extra]`` / ``[extra]`` holds the extra request fields."""
-        if isinstance(source, Path) or (
-            isinstance(source, str) and "\n" not in source and "=" not in source
-        ):
-            text = Path(source).read_text(encoding="utf-8")
-        else:
-            text = source
-        try:
-            data = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            raise ValueError(f"matrix TOML does not parse: {exc}") from None
-        if "matrix" in data and isinstance(data["matrix"], dict):
-            data = data["matrix"]
-        return cls.from_dict(data)
+        ``[matrix]`` (then nothing may sit outside it); ``[matrix.extra]`` / ``[extra]``
+        holds the extra request fields."""
+        return cls.from_dict(read_table(source, _field_names()))
 
     # ---- output ---------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -278,6 +277,35 @@ class Matrix:
         _check_contexts(
             errors, "prefill_contexts", self.prefill_contexts, PREFILL_KEYWORDS, allow_empty=True
         )
+        self._concurrency_problems(errors)
+        _seconds(errors, "duration_s", self.duration_s, positive=True)
+        if not _is_positive_int(self.max_output):
+            errors.append(f"max_output: {self.max_output!r} is not a positive integer")
+        elif self.max_output > MAX_TOKENS:
+            errors.append(f"max_output: {self.max_output} is above {MAX_TOKENS:,} tokens")
+        if self.api not in API_KINDS:
+            errors.append(f"api: {self.api!r} is not one of {', '.join(API_KINDS)}")
+        self._prompt_problems(errors)
+        if not _is_positive_int(self.repetitions):
+            errors.append(f"repetitions: {self.repetitions!r} is not a positive integer")
+        elif self.repetitions > MAX_REPETITIONS:
+            errors.append(f"repetitions: {self.repetitions} is above {MAX_REPETITIONS}")
+        if not isinstance(self.warmup, bool):
+            errors.append(f"warmup: {self.warmup!r} is not true or false")
+        _seconds(errors, "idle_timeout_s", self.idle_timeout_s, positive=False)
+        if not _is_number(self.error_threshold) or not 0 <= self.error_threshold <= 1:
+            errors.append(f"error_threshold: {self.error_threshold!r} is not a fraction in [0, 1]")
+        if self.prefill_mode not in PREFILL_MODES:
+            errors.append(
+                f"prefill_mode: {self.prefill_mode!r} is not one of {', '.join(PREFILL_MODES)}"
+            )
+        _seconds(errors, "request_idle_timeout_s", self.request_idle_timeout_s, positive=True)
+        _seconds(errors, "prefill_cooldown_s", self.prefill_cooldown_s, positive=False)
+        self._open_loop_problems(errors)
+        self._window_problems(errors)
+        return errors
+
+    def _concurrency_problems(self, errors: list[str]) -> None:
         if not self.concurrency:
             errors.append("concurrency: at least one level is needed")
         for n in self.concurrency:
@@ -285,12 +313,11 @@ class Matrix:
                 errors.append(f"concurrency: {n!r} is not a positive integer")
         if len(set(self.concurrency)) != len(self.concurrency):
             errors.append("concurrency: levels repeat")
-        if not _is_number(self.duration_s) or self.duration_s <= 0:
-            errors.append(f"duration_s: {self.duration_s!r} is not a positive number of seconds")
-        if not _is_positive_int(self.max_output):
-            errors.append(f"max_output: {self.max_output!r} is not a positive integer")
-        if self.api not in API_KINDS:
-            errors.append(f"api: {self.api!r} is not one of {', '.join(API_KINDS)}")
+        for n in self.concurrency:
+            if _is_positive_int(n) and n > MAX_CONCURRENCY:
+                errors.append(f"concurrency: {n} is above the most streams, {MAX_CONCURRENCY}")
+
+    def _prompt_problems(self, errors: list[str]) -> None:
         if not isinstance(self.extra, dict):
             errors.append("extra: must be a table of request fields")
         else:
@@ -302,6 +329,8 @@ class Matrix:
                     errors.append(f"extra: {reserved!r} is set by speedmatrix and cannot be given")
         if not (isinstance(self.shared_prefix, int) and not isinstance(self.shared_prefix, bool)):
             errors.append(f"shared_prefix: {self.shared_prefix!r} is not an integer")
+        elif abs(self.shared_prefix) > MAX_TOKENS:
+            errors.append(f"shared_prefix: {self.shared_prefix} is beyond {MAX_TOKENS:,} tokens")
         elif self.shared_prefix < 0:
             # "all but the last |n| tokens": needs a unique tail of at least one token
             smallest = [
@@ -321,35 +350,14 @@ class Matrix:
                     f"shared_prefix: {self.shared_prefix} tokens leaves no unique part in the "
                     f"{min(smallest)}-token context"
                 )
-        if not _is_positive_int(self.repetitions):
-            errors.append(f"repetitions: {self.repetitions!r} is not a positive integer")
-        if not isinstance(self.warmup, bool):
-            errors.append(f"warmup: {self.warmup!r} is not true or false")
-        if not _is_number(self.idle_timeout_s) or self.idle_timeout_s < 0:
-            errors.append(f"idle_timeout_s: {self.idle_timeout_s!r} is not a number of seconds")
-        if not _is_number(self.error_threshold) or not 0 <= self.error_threshold <= 1:
-            errors.append(f"error_threshold: {self.error_threshold!r} is not a fraction in [0, 1]")
-        if self.prefill_mode not in PREFILL_MODES:
-            errors.append(
-                f"prefill_mode: {self.prefill_mode!r} is not one of {', '.join(PREFILL_MODES)}"
-            )
-        if not _is_number(self.request_idle_timeout_s) or self.request_idle_timeout_s <= 0:
-            errors.append(
-                f"request_idle_timeout_s: {self.request_idle_timeout_s!r} is not a positive "
-                "number of seconds"
-            )
-        if not _is_number(self.prefill_cooldown_s) or self.prefill_cooldown_s < 0:
-            errors.append(
-                f"prefill_cooldown_s: {self.prefill_cooldown_s!r} is not a number of seconds"
-            )
-        self._open_loop_problems(errors)
+
+    def _window_problems(self, errors: list[str]) -> None:
+        """The window's rules: the precision stop, the stall rule, the ramp cap."""
         if not _is_number(self.precision) or not 0 <= self.precision < 1:
             errors.append(
                 f"precision: {self.precision!r} is not a fraction in [0, 1) (write 2% or 0.02)"
             )
-        if not _is_number(self.min_duration_s) or self.min_duration_s <= 0:
-            errors.append(f"min_duration_s: {self.min_duration_s!r} is not a positive duration")
-        elif (
+        if _seconds(errors, "min_duration_s", self.min_duration_s, positive=True) and (
             _is_number(self.duration_s)
             and _is_number(self.precision)
             and self.precision > 0
@@ -359,19 +367,21 @@ class Matrix:
                 f"min_duration_s: {self.min_duration_s:g} s is longer than duration_s "
                 f"({self.duration_s:g} s), the window's cap"
             )
-        if not _is_number(self.stall_min_s) or self.stall_min_s < 0:
-            errors.append(f"stall_min_s: {self.stall_min_s!r} is not a number of seconds")
-        if not _is_number(self.stall_gap_factor) or self.stall_gap_factor <= 0:
-            errors.append(f"stall_gap_factor: {self.stall_gap_factor!r} is not a positive number")
-        if not _is_number(self.ramp_cap_s) or self.ramp_cap_s <= 0:
-            errors.append(f"ramp_cap_s: {self.ramp_cap_s!r} is not a positive duration")
-        return errors
+        _seconds(errors, "stall_min_s", self.stall_min_s, positive=False)
+        if not _is_number(self.stall_gap_factor) or not 0 < self.stall_gap_factor <= MAX_GAP_FACTOR:
+            errors.append(
+                f"stall_gap_factor: {self.stall_gap_factor!r} is not a number in "
+                f"(0, {MAX_GAP_FACTOR:g}]"
+            )
+        _seconds(errors, "ramp_cap_s", self.ramp_cap_s, positive=True)
 
     def _open_loop_problems(self, errors: list[str]) -> None:
         seen: set[float] = set()
         for r in self.request_rates:
-            if not _is_number(r) or not (0 < r < float("inf")):
-                errors.append(f"request_rates: {r!r} is not a positive number of requests/s")
+            if not _is_number(r) or not (0 < r <= MAX_RATE_PER_S):
+                errors.append(
+                    f"request_rates: {r!r} is not a positive number of requests/s (at most {MAX_RATE_PER_S:g})"
+                )
             elif r in seen:
                 errors.append(f"request_rates: {r:g} is listed twice")
             else:
@@ -384,8 +394,12 @@ class Matrix:
             errors.append(f"max_concurrency: {self.max_concurrency!r} is not an integer")
         elif self.max_concurrency < 0:
             errors.append(f"max_concurrency: {self.max_concurrency} is negative (0 = no gate)")
-        if not _is_number(self.drain_timeout_s) or self.drain_timeout_s < 0:
-            errors.append(f"drain_timeout_s: {self.drain_timeout_s!r} is not a number of seconds")
+        elif self.max_concurrency > MAX_CONCURRENCY:
+            errors.append(
+                f"max_concurrency: {self.max_concurrency} is above the most streams, "
+                f"{MAX_CONCURRENCY}"
+            )
+        _seconds(errors, "drain_timeout_s", self.drain_timeout_s, positive=False)
         try:
             parse_percentiles(self.percentiles)
         except (ValueError, TypeError) as exc:
@@ -431,7 +445,32 @@ def parse_arrival(text: str) -> tuple[str, float]:
     raise ValueError(f"{text!r} is not poisson, constant or gamma:SHAPE")
 
 
+def preset_changes(matrix: Matrix, name: str) -> dict[str, dict[str, Any]]:
+    """Where ``matrix`` differs from the preset ``name``: ``{field: {"preset": value,
+    "run": value}}``, saved in run.json (``meta.run.preset``) so a run that started from a
+    preset says how it is not that preset's matrix (the demo's shared prompts)."""
+    base = Matrix.preset(name).to_dict()
+    return {k: {"preset": base[k], "run": v} for k, v in matrix.to_dict().items() if base[k] != v}
+
+
+def preset_record(matrix: Matrix, name: str) -> dict[str, Any]:
+    """run.json's ``meta.run.preset``: the preset's name, :func:`preset_changes` and
+    :func:`changes_text` ("" when the matrix is the preset's)."""
+    changes = preset_changes(matrix, name)
+    return {"name": name, "changes": changes, "text": changes_text(name, changes)}
+
+
+def toml_fields(source: str | Path) -> set[str]:
+    """The fields a matrix file sets (aliases as their field names): where a dry run says
+    a setting came from."""
+    return set(resolve_aliases(read_table(source, _field_names())))
+
+
 # ---- helpers ------------------------------------------------------------------------------
+def _field_names() -> set[str]:
+    return {f.name for f in fields(Matrix)}
+
+
 def _null_paths(value: Any, path: str) -> list[str]:
     if value is None:
         return [path]
@@ -447,61 +486,19 @@ def _is_positive_int(value: Any) -> bool:
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """An int or a finite float: NaN and infinity are no setting (NaN passes every < test)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _coerce_contexts(value: Any, keywords: tuple[str, ...]) -> list[Context]:
-    if value is None:
-        return []
-    if isinstance(value, (str, int)) and not isinstance(value, bool):
-        value = [value] if isinstance(value, int) else value
-    out: list[Context] = []
-    items = value.split(",") if isinstance(value, str) else list(value)
-    for item in items:
-        if isinstance(item, str):
-            text = item.strip()
-            if not text:
-                continue
-            if text.lower() in keywords:
-                out.append(text.lower())
-                continue
-            try:
-                out.append(parse_tokens(text))
-            except ValueError:
-                out.append(text)  # kept so validate() reports it with the field name
-        else:
-            out.append(item)
-    return out
-
-
-def _coerce_float_list(value: str | float) -> list[Any]:
-    if not isinstance(value, str):
-        return [value]
-    out: list[Any] = []
-    for item in value.split(","):
-        item = item.strip()
-        if not item:
-            continue
-        try:
-            out.append(float(item))
-        except ValueError:
-            out.append(item)  # kept so validate() reports it with the field name
-    return out
-
-
-def _coerce_int_list(value: str | int) -> list[Any]:
-    if isinstance(value, int):
-        return [value]
-    out: list[Any] = []
-    for item in value.split(","):
-        item = item.strip()
-        if not item:
-            continue
-        try:
-            out.append(int(item))
-        except ValueError:
-            out.append(item)
-    return out
+def _seconds(errors: list[str], name: str, value: Any, *, positive: bool) -> bool:
+    """Checks a duration field (a finite number of seconds, > 0 or >= 0, at most
+    MAX_DURATION_S); appends one message and returns False when it is not one."""
+    low_ok = _is_number(value) and (value > 0 if positive else value >= 0)
+    if low_ok and value <= MAX_DURATION_S:
+        return True
+    what = "a positive number" if positive else "a number"
+    errors.append(f"{name}: {value!r} is not {what} of seconds (at most {MAX_DURATION_S:g})")
+    return False
 
 
 def _check_contexts(
@@ -519,6 +516,8 @@ def _check_contexts(
                 )
         elif not _is_positive_int(value):
             errors.append(f"{name}: {value!r} is not a positive token count")
+        elif value > MAX_TOKENS:
+            errors.append(f"{name}: {value} is above {MAX_TOKENS:,} tokens")
         if value in seen:
             errors.append(f"{name}: {value!r} is listed twice")
         seen.add(value)

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from speedmatrix.capacity import CapacityModel, model_for
@@ -115,6 +115,20 @@ class PlannedCell:
     #: the cell sends a workload file's requests (matrix.prompts_file) instead of
     #: synthetic prompts of `context` tokens
     prompts_file: str = ""
+    #: the rest of what the core and the verdict need to run and judge the cell, so
+    #: that the sweep never reads the matrix to measure one (_shape fills them in):
+    #: the endpoint, fields merged into every body, a request's silence limit, the stall
+    #: rule, the precision stop, the ramp cap, the percentiles and SLO targets judged
+    api: str = "completions"
+    extra: dict[str, Any] = field(default_factory=dict)
+    request_idle_timeout_s: float = 120.0
+    stall_min_s: float = 2.0
+    stall_gap_factor: float = 25.0
+    precision: float = 0.0
+    min_duration_s: float = 5.0
+    ramp_cap_s: float = 180.0
+    percentiles: list[float] = field(default_factory=list)
+    slo: dict[str, float] = field(default_factory=dict)
 
     @property
     def runnable(self) -> bool:
@@ -209,9 +223,33 @@ def plan(
     for spec, context in prefill_resolved:
         for r in range(matrix.repetitions):
             cells.append(_cell("prefill", spec, context, 1, r, PREFILL_OUTPUT, model, ctx_len, cap))
-    for spec, context in decode_resolved:
-        if matrix.search:
-            break  # the sweep plans each searched load with search_cell as it goes
+    if not matrix.search:  # the sweep plans each searched load with search_cell as it goes
+        cells += _decode_cells(matrix, decode_resolved, model, ctx_len, cap)
+    for cell in cells:
+        _shape(cell, matrix)
+    return Plan(
+        cells,
+        warnings=warnings,
+        contexts=[c for _s, c in decode_resolved if c],
+        prefill_contexts=[c for _s, c in prefill_resolved if c],
+        kv_tokens=kv,
+        context_length=ctx_len,
+        max_running=cap,
+        capacity_model=model.to_dict(),
+        model=model,
+    )
+
+
+def _decode_cells(
+    matrix: Matrix,
+    resolved: list[tuple[int | str, int]],
+    model: CapacityModel,
+    ctx_len: int | None,
+    cap: int | None,
+) -> list[PlannedCell]:
+    """The decode cells, context by context: × concurrency, or × rate (open loop)."""
+    out: list[PlannedCell] = []
+    for spec, context in resolved:
         if matrix.request_rates:
             # Open loop: contexts x rates. The gate (if any) bounds what the KV cache must
             # hold; without one the schedule decides and no cell is refused beforehand.
@@ -230,26 +268,14 @@ def plan(
                     )
                     cell.id = rate_cell_id(context or spec, rate, r)
                     cell.rate_per_s = float(rate)
-                    cells.append(cell)
+                    out.append(cell)
             continue
         for n in matrix.concurrency:
             for r in range(matrix.repetitions):
-                cells.append(
+                out.append(
                     _cell("decode", spec, context, n, r, matrix.max_output, model, ctx_len, cap)
                 )
-    for cell in cells:
-        _shape(cell, matrix)
-    return Plan(
-        cells,
-        warnings=warnings,
-        contexts=[c for _s, c in decode_resolved if c],
-        prefill_contexts=[c for _s, c in prefill_resolved if c],
-        kv_tokens=kv,
-        context_length=ctx_len,
-        max_running=cap,
-        capacity_model=model.to_dict(),
-        model=model,
-    )
+    return out
 
 
 #: a prefill cell's one cold request ends in this many seconds at most, or
@@ -260,6 +286,16 @@ PREFILL_SLOWEST_TOK_S = 100.0
 
 def _shape(cell: PlannedCell, matrix: Matrix) -> None:
     """Fills in what the sweep needs to run the cell, so that it never reads the matrix."""
+    cell.api = matrix.api
+    cell.extra = dict(matrix.extra)
+    cell.request_idle_timeout_s = float(matrix.request_idle_timeout_s)
+    cell.stall_min_s = float(matrix.stall_min_s)
+    cell.stall_gap_factor = float(matrix.stall_gap_factor)
+    cell.precision = float(matrix.precision)
+    cell.min_duration_s = float(matrix.min_duration_s)
+    cell.ramp_cap_s = float(matrix.ramp_cap_s)
+    cell.percentiles = [float(p) for p in matrix.percentiles]
+    cell.slo = dict(matrix.slo)
     if cell.phase == "decode" and matrix.prompts_file:
         cell.prompts_file = str(matrix.prompts_file)
     cell.shared_prefix = matrix.shared_prefix_for(cell.context) if cell.context else 0

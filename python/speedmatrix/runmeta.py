@@ -110,6 +110,8 @@ def run_meta(url: str, target: Any, matrix: Any, info: dict, rules: Rules) -> di
                 "ca_file": os.path.basename(tls["ca_file"]) if tls["ca_file"] else None,
             },
             "matrix": matrix_dict,
+            # the preset the matrix started from and how it differs ({} = not at all)
+            "preset": info.get("preset"),
             "seed": int.from_bytes(os.urandom(4), "little"),
         },
         "capacity": t.capacity_meta(),

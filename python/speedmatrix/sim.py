@@ -233,6 +233,9 @@ class Sim:
         line = result[0].strip() if result else ""
         if not line.startswith(_LISTEN_PREFIX):
             err = ""
+            if not line:  # end of its stdout: the engine is exiting; its stderr says why
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self._proc.wait(timeout=5)
             if self._proc.poll() is not None and self._proc.stderr is not None:
                 err = self._proc.stderr.read().strip()
             self.stop()

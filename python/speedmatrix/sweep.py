@@ -41,15 +41,20 @@ import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from speedmatrix import runfile, verdict
 from speedmatrix.errors import SpeedmatrixError
+from speedmatrix.matrix import Matrix
 from speedmatrix.progress import Progress
 from speedmatrix.records import Records
 from speedmatrix.runmeta import plan_meta, run_meta, tokenizer_name, utc_now, verdict_meta
 from speedmatrix.verdict import EngineFacts, Rules
+
+if TYPE_CHECKING:
+    from speedmatrix.results import Run
 
 # After a cell with failed requests the server is asked whether it still answers:
 # this many tries, this far apart (a refused connection fails at once).
@@ -142,33 +147,7 @@ class Sweep:
                 self.url, api_key=self.api_key, model=self.model, overrides=self.overrides
             )
         planned = plan(self.matrix, self.target)
-        self.facts = EngineFacts.of_target(self.target)
-        roles = {
-            "running": self.facts.metric_running,
-            "waiting": self.facts.metric_waiting,
-            "kv_usage": self.facts.metric_kv_usage,
-        }
-        self.progress.metric_roles = {k: v for k, v in roles.items() if v}
-        self.rules = Rules(error_threshold=float(self.matrix.error_threshold))
-        if not self.doc:
-            meta = run_meta(self.url, self.target, self.matrix, self.info, self.rules)
-            self.doc = {"schema": runfile.SCHEMA, "meta": meta, "cells": []}
-        # a run saved before verdict facts were: the cells measured from now on say theirs
-        self.doc["meta"].setdefault("verdict", verdict_meta(self.facts, self.rules))
-        run = self.doc["meta"]["run"]
-        run["interrupted"] = False
-        run.pop("finished_at", None)
-        # The resolved plan ("max" as tokens) is saved before any cell runs, and so are
-        # the cells the plan will not run: an interrupted run still shows its whole
-        # matrix (the seed's 123K row of over-capacity cells included).
-        run["plan"] = plan_meta(planned, self.matrix)
-        if self.tokenizer is not None:
-            run["tokenizer"] = given_tokenizer or tokenizer_name(self.tokenizer)
-        self._warn(list(self.target.warnings) + list(planned.warnings))
-        for c in planned:
-            if not c.runnable and c.id not in self.cells:
-                self.cells[c.id] = self._unrun_cell(c).cell
-        self._write()
+        self._begin(planned, given_tokenizer)
 
         todo = [c for c in planned if c.runnable and not self._done(c.id)]
         prefill_from_warmup = self._prefill_from_warmup(planned)
@@ -271,7 +250,38 @@ class Sweep:
             answers[str(context)] = found
             self._write()
 
-    def run_result(self):
+    def _begin(self, planned, given_tokenizer: str | None) -> None:
+        """run.json before the first cell: the run's meta (a new run's, or a resumed one's
+        kept), the resolved plan, the cells the plan will not run; the plan's warnings."""
+        self.facts = EngineFacts.of_target(self.target)
+        roles = {
+            "running": self.facts.metric_running,
+            "waiting": self.facts.metric_waiting,
+            "kv_usage": self.facts.metric_kv_usage,
+        }
+        self.progress.metric_roles = {k: v for k, v in roles.items() if v}
+        self.rules = Rules(error_threshold=float(self.matrix.error_threshold))
+        if not self.doc:
+            meta = run_meta(self.url, self.target, self.matrix, self.info, self.rules)
+            self.doc = {"schema": runfile.SCHEMA, "meta": meta, "cells": []}
+        # a run saved before verdict facts were: the cells measured from now on say theirs
+        self.doc["meta"].setdefault("verdict", verdict_meta(self.facts, self.rules))
+        run = self.doc["meta"]["run"]
+        run["interrupted"] = False
+        run.pop("finished_at", None)
+        # The resolved plan ("max" as tokens) is saved before any cell runs, and so are
+        # the cells the plan will not run: an interrupted run still shows its whole
+        # matrix (the seed's 123K row of over-capacity cells included).
+        run["plan"] = plan_meta(planned, self.matrix)
+        if self.tokenizer is not None:
+            run["tokenizer"] = given_tokenizer or tokenizer_name(self.tokenizer)
+        self._warn(list(self.target.warnings) + list(planned.warnings))
+        for c in planned:
+            if not c.runnable and c.id not in self.cells:
+                self.cells[c.id] = self._unrun_cell(c).cell
+        self._write()
+
+    def run_result(self) -> Run:
         from speedmatrix.results import load
 
         return load(self.out)
@@ -354,11 +364,9 @@ class Sweep:
         return f"decode {cell.label} x {cell.concurrency}"
 
     # ------------------------------------------------------------ measuring
-    def _endpoint(self) -> str:
-        return self.target.endpoint(self.matrix.api)
-
     def _spec(
         self,
+        cell,
         concurrency: int,
         bodies: list[bytes],
         warmup: list[bytes],
@@ -368,16 +376,16 @@ class Sweep:
         from speedmatrix._native import _core
 
         spec = _core.CellSpec()
-        spec.url = self._endpoint()
+        spec.url = self.target.endpoint(cell.api)
         if self.api_key:
             spec.api_key = self.api_key
-        spec.api = _core.ApiKind.chat if self.matrix.api == "chat" else _core.ApiKind.completions
+        spec.api = _core.ApiKind.chat if cell.api == "chat" else _core.ApiKind.completions
         spec.bodies = bodies
         spec.warmup_bodies = warmup
         spec.concurrency = concurrency
         spec.duration_s = float(duration_s)
         spec.max_requests = int(max_requests)
-        spec.idle_timeout_s = float(self.matrix.request_idle_timeout_s)
+        spec.idle_timeout_s = float(cell.request_idle_timeout_s)
         # Keep the engine's own send stamps when it gives them (the built-in
         # engine does, real servers do not): they let a saved run show how late
         # tokens arrived after they were sent. The decoder reads the field anyway.
@@ -397,28 +405,28 @@ class Sweep:
             spec.metrics_interval_s = 0.25
         return spec
 
-    def _decode_bounds(self, spec, n: int, context: int) -> None:
+    def _decode_bounds(self, spec, cell) -> None:
         """The decode cell's bounds and its window rules (docs/metrics.md): a warm-up try
         and the ramp are bounded by the expected time to prefill the first wave (N x C at
         the measured prompt rate) four times over, the warm-up at 30-600 s, the ramp at
         30 s to the matrix's ramp_cap_s; the stall rule and the precision stop as the
-        matrix says, a silence shared by every stream spared up to four prefills' time."""
-        m = self.matrix
+        cell says, a silence shared by every stream spared up to four prefills' time."""
+        n, context = cell.concurrency, cell.context
         expected_s = n * context / self._prompt_rate()
         spec.warmup_timeout_s = min(600.0, max(30.0, 4 * expected_s + 10))
         spec.warmup_retries = 1
         spec.steady_window = True
-        spec.ramp_cap_s = min(float(m.ramp_cap_s), max(30.0, 4 * expected_s))
-        spec.stall_min_s = float(m.stall_min_s)
-        spec.stall_gap_factor = float(m.stall_gap_factor)
+        spec.ramp_cap_s = min(float(cell.ramp_cap_s), max(30.0, 4 * expected_s))
+        spec.stall_min_s = float(cell.stall_min_s)
+        spec.stall_gap_factor = float(cell.stall_gap_factor)
         # A silence all streams share is the server's pause, e.g. a refill's prefill that
         # blocks decode on an engine without chunked prefill or prefix cache: spared for up
         # to four uncached prefills of one prompt before the stall rule cuts it.
         spec.stall_pause_cap_s = min(
-            spec.ramp_cap_s, max(float(m.stall_min_s), 4 * context / self._prompt_rate())
+            spec.ramp_cap_s, max(float(cell.stall_min_s), 4 * context / self._prompt_rate())
         )
-        spec.precision = float(m.precision)
-        spec.min_duration_s = min(float(m.min_duration_s), float(spec.duration_s))
+        spec.precision = float(cell.precision)
+        spec.min_duration_s = min(float(cell.min_duration_s), float(spec.duration_s))
 
     def _run_spec(self, spec):
         """Runs a cell on a worker thread so Ctrl-C stays responsive; returns
@@ -494,16 +502,13 @@ class Sweep:
             seed: int | str = (
                 f"{run_seed}/{context}/{repetition}/cold/{self._nonce}/{self._cold_prompts}"
             )
-            factory = self._factory(PromptFactory, context, cell.shared_prefix, seed)
+            factory = self._factory(PromptFactory, cell, seed)
             return factory.prompts(count)
         key = (context, repetition)
         cache = self.__dict__.setdefault("_prompt_factories", {})
         if key not in cache:
             cache[key] = self._factory(
-                PromptFactory,
-                context,
-                cell.shared_prefix,
-                hash((run_seed, context, repetition)) & 0xFFFFFFFF,
+                PromptFactory, cell, hash((run_seed, context, repetition)) & 0xFFFFFFFF
             )
         return cache[key].prompts(count)
 
@@ -522,23 +527,22 @@ class Sweep:
             for c in self.cells.values()
         )
 
-    def _factory(self, factory_cls, context: int, shared_prefix: int, seed: int | str):
+    def _factory(self, factory_cls, cell, seed: int | str):
         return factory_cls(
             self.target,
-            context,
-            api=self.matrix.api,
-            shared_prefix=shared_prefix,
+            cell.context,
+            api=cell.api,
+            shared_prefix=cell.shared_prefix,
             seed=seed,
             tokenizer=self.tokenizer,
             api_key=self.api_key,
         )
 
-    def _bodies(self, prompts, max_tokens: int) -> list[bytes]:
+    def _bodies(self, cell, prompts, max_tokens: int) -> list[bytes]:
         from speedmatrix.prompts import request_body
 
         return [
-            request_body(self.target, self.matrix.api, p, max_tokens, extra=self.matrix.extra)
-            for p in prompts
+            request_body(self.target, cell.api, p, max_tokens, extra=cell.extra) for p in prompts
         ]
 
     def _file_bodies(self, cell) -> list[bytes]:
@@ -553,10 +557,10 @@ class Sweep:
         return [
             request_body(
                 self.target,
-                self.matrix.api,
+                cell.api,
                 p.payload,
                 p.max_tokens or cell.max_output,
-                extra=self.matrix.extra,
+                extra=cell.extra,
             )
             for p in cache[cell.prompts_file]
         ]
@@ -569,12 +573,14 @@ class Sweep:
         self._cooldown()
         try:
             prompts = self._prompts(cell.context, 1, cell.repetition, cold=True, cell=cell)
-            bodies = self._bodies(prompts, 1)
+            bodies = self._bodies(cell, prompts, 1)
         except (SpeedmatrixError, ValueError) as exc:
             out = self._prompt_failure(cell, exc)
             self._store(out)
             return out
-        spec = self._spec(1, bodies, [], duration_s=cell.duration_s, max_requests=cell.max_requests)
+        spec = self._spec(
+            cell, 1, bodies, [], duration_s=cell.duration_s, max_requests=cell.max_requests
+        )
         res, interrupted = self._run_spec(spec)
         if interrupted:
             self.interrupted = True
@@ -604,19 +610,21 @@ class Sweep:
                 prompts, bodies, warm = [], self._file_bodies(cell), []
             else:
                 prompts = self._prompts(c, cell.prompt_count, cell.repetition, cold=cold, cell=cell)
-                bodies = self._bodies(prompts, cell.max_output)
-                warm = self._bodies(prompts, 1) if cell.warmup else []
+                bodies = self._bodies(cell, prompts, cell.max_output)
+                warm = self._bodies(cell, prompts, 1) if cell.warmup else []
         except (SpeedmatrixError, ValueError) as exc:
             out = self._prompt_failure(cell, exc)
             self._store(out)
             if measures_prefill:  # its prefill would have come from this warm-up
                 self._store(self._prompt_failure(self._planned[prefill_id], exc))
             return out
-        spec = self._spec(max(n, 1), bodies, warm, cell.duration_s, max_requests=cell.max_requests)
+        spec = self._spec(
+            cell, max(n, 1), bodies, warm, cell.duration_s, max_requests=cell.max_requests
+        )
         if cell.rate_per_s is not None:
             _open_loop_spec(spec, cell)
         else:
-            self._decode_bounds(spec, n, c)
+            self._decode_bounds(spec, cell)
         res, interrupted = self._run_spec(spec)
         if interrupted:
             self.interrupted = True
@@ -628,8 +636,8 @@ class Sweep:
             self.facts,
             self.rules,
             idle=idle,
-            percentiles=self.matrix.percentiles,
-            slo_targets=self.matrix.slo,
+            percentiles=cell.percentiles,
+            slo_targets=cell.slo,
         )
         out = self._store_measured(cell_dict, records, prompts)
         if measures_prefill:
@@ -798,17 +806,58 @@ class Sweep:
         return s
 
 
-def run(url: str, matrix, out: str | os.PathLike | None = None, **kwargs):
+def run(
+    url: str,
+    matrix: Matrix,
+    out: str | os.PathLike[str] | None = None,
+    *,
+    api_key: str | None = None,
+    model: str | None = None,
+    overrides: dict[str, Any] | None = None,
+    info: dict[str, Any] | None = None,
+    progress: bool = True,
+    report: bool = True,
+    target: Any = None,
+    tokenizer: Any = None,
+) -> Run:
     """Measures `matrix` against the server at `url` and returns the saved run
-    (`speedmatrix.results.Run`). `out` defaults to a new temporary folder. Keyword
-    arguments are Sweep's: api_key, model, overrides, info, progress, report, target,
-    tokenizer (a local tokenizer: `callable(text) -> int | list`, an object with
-    `encode`, or a Hugging Face name/path loaded with `transformers`/`tokenizers`)."""
+    (`speedmatrix.results.Run`). `out` defaults to a new temporary folder.
+
+    `api_key`, `model` (the served name; default the server's only or first), `overrides`
+    (capacity and engine facts, as the CLI's --kv-capacity, --engine, ...), `info` (report
+    metadata: launch_command, hardware, revision), `progress` (the live view), `report`
+    (write report.md/html), `target` (a discovered Target: no discovery), `tokenizer` (a
+    local tokenizer: `callable(text) -> int | list`, an object with `encode`, or a Hugging
+    Face name/path loaded with `transformers`/`tokenizers`).
+
+    The URL (the CLI's rule: http:// or https://, HOST:PORT as http://) and the matrix are
+    checked before anything is sent or written: ValueError naming what is wrong."""
     import tempfile
 
+    from speedmatrix.cliargs import UsageError, base_url
+
+    if not isinstance(matrix, Matrix):
+        raise TypeError(f"matrix: a speedmatrix.Matrix, not {type(matrix).__name__}")
+    try:
+        url = base_url(url, flag="url")
+    except UsageError as exc:
+        raise ValueError(str(exc)) from None
+    matrix.validate()
     if out is None:
         out = tempfile.mkdtemp(prefix="speedmatrix-")
-    sweep = Sweep(url, matrix, out, **kwargs)
+    sweep = Sweep(
+        url,
+        matrix,
+        out,
+        api_key=api_key,
+        model=model,
+        overrides=overrides,
+        info=info,
+        progress=progress,
+        report=report,
+        target=target,
+        tokenizer=tokenizer,
+    )
     code = sweep.execute()
     if code == 130:
         raise KeyboardInterrupt
@@ -825,8 +874,6 @@ def resume(
 ) -> int:
     """Continues the interrupted run saved in `out`: cells already in run.json are kept
     (those left unrun when the server stopped answering are measured now)."""
-    from speedmatrix.matrix import Matrix
-
     out = Path(out)
     try:
         doc = runfile.read_run(out)

@@ -500,6 +500,8 @@ TEST(SimProfile, ParsesOverridesAndRejectsUnknownFields) {
       sm::parse_profile(sm::profile_to_json(sm::parse_profile("{}", {"eos_after=7"}))).eos_after,
       7);
   EXPECT_THROW(sm::parse_profile(R"({"eos_after":-1})"), std::runtime_error);
+  EXPECT_THROW(sm::parse_profile("{}", {"step_base_ms=-5"}), std::runtime_error);
+  EXPECT_THROW(sm::parse_profile("{}", {"fixed_itl_ms=1e300"}), std::runtime_error);
 }
 
 TEST(SimVocab, IdsAndWordsRoundTrip) {

@@ -68,6 +68,11 @@ def test_demo_writes_the_seed_matrix_and_its_report(tmp_path):
         assert (out / name).is_file()
         assert str(out / name) in res.stdout  # it says where its files are
     doc = json.loads((out / "run.json").read_text())
+    # the demo is not the seed preset, and says so: on the terminal and in run.json
+    assert "share all but their last 512 tokens" in res.stdout
+    preset = doc["meta"]["run"]["preset"]
+    assert preset["changes"]["shared_prefix"] == {"preset": 0, "run": -512}
+    assert "share all but their last 512 tokens" in preset["text"]
     cells = {(c["phase"], c["label"], c["concurrency"]): c for c in doc["cells"]}
     seed = {(c.phase, c.label, c.concurrency): c for c in seed_cells()}
     assert set(cells) == set(seed)  # the seed's 46 cells, with the seed's labels

@@ -157,3 +157,58 @@ def test_prefill_cells_over_the_kv_pool_are_over_capacity():
     cell = by_id["prefill-c8192-r0"]
     assert cell.status == "over_capacity"
     assert cell.reason == "1 × (8192 + 1) = 8,193 tokens > KV capacity 4,096 tokens"
+
+
+#: what a planned cell carries of the matrix, so that the sweep never reads the matrix to
+#: measure one (issue 19: "a straight line from flag to core")
+CARRIED = (
+    "api",
+    "extra",
+    "request_idle_timeout_s",
+    "stall_min_s",
+    "stall_gap_factor",
+    "precision",
+    "min_duration_s",
+    "ramp_cap_s",
+    "percentiles",
+    "slo",
+)
+
+
+def test_every_planned_cell_carries_what_the_core_and_verdict_need():
+    from speedmatrix.plan import search_cell
+
+    m = Matrix(
+        contexts=[2048],
+        concurrency=[1, 2],
+        prefill_contexts=[1024],
+        api="chat",
+        extra={"temperature": 0.5},
+        request_idle_timeout_s=33.0,
+        stall_min_s=3.0,
+        stall_gap_factor=30.0,
+        precision=0.05,
+        min_duration_s=6.0,
+        ramp_cap_s=90.0,
+        percentiles=[50, 99],
+        slo={"ttft": 2000.0},
+    )
+    planned = plan(m, None, kv_tokens=1_000_000, context_length=32768)
+    cells = [*planned, search_cell(m, planned, 2048, 4)]
+    for cell in cells:
+        for name in CARRIED:
+            assert getattr(cell, name) == getattr(m, name), (cell.id, name)
+    cells[0].extra["top_k"] = 1  # a cell's copy: the matrix (and the other cells) unchanged
+    assert m.extra == {"temperature": 0.5} and cells[1].extra == {"temperature": 0.5}
+
+
+def test_the_sweep_measures_a_cell_from_the_cell_not_the_matrix():
+    """The sweep's code reads none of the fields a planned cell carries from its matrix."""
+    import inspect
+    import re
+
+    from speedmatrix import sweep
+
+    source = inspect.getsource(sweep)
+    read = set(re.findall(r"self\.matrix\.([a-z_]+)", source))
+    assert not read & set(CARRIED), read & set(CARRIED)

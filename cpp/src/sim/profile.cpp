@@ -1,8 +1,10 @@
 // Profiles: JSON <-> Profile, with "--set key=value" overrides.
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
+#include <utility>
 
 #include "speedmatrix/sim.hpp"
 
@@ -128,6 +130,23 @@ Profile parse_profile(const std::string& text, const std::vector<std::string>& o
     throw std::runtime_error("profile sizes must be positive");
   if (p.eos_after < 0)
     throw std::runtime_error("eos_after must be 0 (never) or a number of tokens");
+  // A negative cost would schedule steps in the past (a pace the tests then trust).
+  const std::pair<const char*, double> costs[] = {
+      {"step_base_ms", p.step_base_ms},
+      {"step_per_seq_ms", p.step_per_seq_ms},
+      {"step_per_seq2_ms", p.step_per_seq2_ms},
+      {"step_per_kv_token_ns", p.step_per_kv_token_ns},
+      {"prefill_per_token_us", p.prefill_per_token_us},
+      {"prefill_per_token_ctx_ns", p.prefill_per_token_ctx_ns},
+      {"prefill_chunk_overhead_ms", p.prefill_chunk_overhead_ms},
+      {"frontend_overhead_ms", p.frontend_overhead_ms},
+      {"frontend_per_token_us", p.frontend_per_token_us},
+      {"fixed_ttft_ms", p.fixed_ttft_ms},
+      {"fixed_itl_ms", p.fixed_itl_ms}};
+  for (const auto& [name, v] : costs)
+    if (!std::isfinite(v) || v < 0 || v > 3.6e6)
+      throw std::runtime_error(std::string(name) + " must be a number from 0 to 3600000, not " +
+                               std::to_string(v));
   return p;
 }
 

@@ -53,6 +53,11 @@ class ModelNotServedError(TargetError):
         self.offered = offered
 
 
+class NotOpenAIError(TargetError):
+    """Something answers at the URL, but not the OpenAI API: /v1/models is not there and
+    no engine's own endpoint answered (a plain web server, a wrong port)."""
+
+
 def get_adapter(name: str) -> type[Adapter]:
     """The adapter called ``name``: a registered one, or the generic fallback."""
     found = find_adapter(name)
@@ -115,7 +120,15 @@ def discover(
     if models_answer is not None:
         ctx.answered.insert(0, "/v1/models")
 
-    adapter, found = _detect(ctx, _adapter_override(overrides.get("engine")), adapters, warnings)
+    given = _adapter_override(overrides.get("engine"))
+    adapter, found = _detect(ctx, given, adapters, warnings)
+    if models_answer is None and adapter.name == GenericAdapter.name and given is None:
+        # Generation requests to it would each fail, and a failed cell and a report would
+        # say "the server" failed: stop here, before anything is sent or written.
+        raise NotOpenAIError(
+            f"{base} does not speak the OpenAI API: {warnings[0]}, and no engine endpoint "
+            "answered (a wrong port? --engine generic measures it anyway)"
+        )
     target = _build_target(base, adapter, found, ctx, warnings)
     target.with_api_key(api_key)
     _choose_model(target, ctx, found, model)

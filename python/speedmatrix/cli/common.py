@@ -1,0 +1,50 @@
+"""What every command of the command line shares: exit statuses, the one-line parser
+error, the help formatter."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+
+from speedmatrix.cliargs import UsageError
+
+EXIT_OK = 0
+#: nothing was measured, or the run could not start
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+#: some cells failed (status error) or were not run; the others were measured
+EXIT_PARTIAL = 3
+#: the signals that stop a run as Ctrl-C does; exit status 128 + the signal's number
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Parser(argparse.ArgumentParser):
+    # argparse prints the whole usage block on error; a user wants one line
+    # that says what is wrong.
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(message)
+
+
+class Formatter(argparse.HelpFormatter):
+    """Help with the epilog's examples kept as written (text with line breaks), other text
+    wrapped, and every real default shown: ``(default: 30s)``; options whose default is
+    "not given" (None, False) say nothing."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if "\n" in text:
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "%(default)" in text or action.default in (None, False, [], argparse.SUPPRESS):
+            return text
+        if action.option_strings:
+            text += " (default: %(default)s)"
+        return text
+
+
+def version_text() -> str:
+    from speedmatrix import __version__
+
+    return f"speedmatrix {__version__}"
