@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from speedmatrix.cli.common import EXIT_FAILURE, EXIT_OK, EXIT_PARTIAL
 from speedmatrix.cli.run_flags import MATRIX_FLAGS, META_KEYS
 from speedmatrix.cliargs import UsageError, base_url, csv_list, positive_int
 
