@@ -143,6 +143,11 @@ py::dict figures_dict(const CellFigures& f) {
 }  // namespace
 
 void register_stats(py::module_& m) {
+  m.attr("CONFIDENCE") = kConfidence;
+  m.attr("Z_TWO_SIDED") = kZ975;
+  m.def("t_quantile", &t975, py::arg("df"),
+        "Two-sided quantile of Student's t at CONFIDENCE with df degrees of freedom (NaN for "
+        "df < 1): the one every interval uses.");
   m.def(
       "summarize_cell",
       [](const py::dict& requests, const py::dict& events, ns_t t0_ns, ns_t t1_ns, double bin_s,
@@ -182,6 +187,15 @@ void register_stats(py::module_& m) {
       py::arg("target"), py::arg("elapsed_s"), py::arg("min_duration_s"),
       "The precision stop the cell runs in C++: (stop, precision reached) for figures and their "
       "intervals.");
+  m.def(
+      "coalesced_share",
+      [](const py::dict& requests, const py::dict& events, ns_t t0_ns, ns_t t1_ns) {
+        const Columns cols(requests, events);
+        return coalesced_share(cols.view, t0_ns, t1_ns);
+      },
+      py::arg("requests"), py::arg("events"), py::arg("t0_ns"), py::arg("t1_ns"),
+      "Share of the window's token events that arrived in a socket read carrying another\n"
+      "event (same t_ns, of any stream); NaN without token events.");
   m.def(
       "token_arrivals",
       [](const py::dict& requests, const py::dict& events, int phase) {

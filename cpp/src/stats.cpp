@@ -15,7 +15,8 @@ namespace {
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// Two-sided 95% quantile of Student's t with df degrees of freedom.
+}  // namespace
+
 double t975(std::int64_t df) {
   static constexpr double kTable[] = {
       12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.2622, 2.2281,
@@ -25,11 +26,13 @@ double t975(std::int64_t df) {
   if (df <= 30) return kTable[df - 1];
   // Cornish-Fisher expansion around the normal quantile; error < 1e-4 for df
   // > 30.
-  const double z = 1.959963984540054, n = static_cast<double>(df);
+  const double z = kZ975, n = static_cast<double>(df);
   const double z3 = z * z * z, z5 = z3 * z * z, z7 = z5 * z * z;
   return z + (z3 + z) / (4 * n) + (5 * z5 + 16 * z3 + 3 * z) / (96 * n * n) +
          (3 * z7 + 19 * z5 + 17 * z3 - 15 * z) / (384 * n * n * n);
 }
+
+namespace {
 
 // 95% interval of the median from order statistics: ranks n/2 -+ z sqrt(n)/2
 // (1-based, the usual normal approximation of the binomial); NaN below 6 values.
@@ -38,7 +41,7 @@ Interval order_median_interval(std::vector<double> v) {
   const std::size_t n = v.size();
   if (n < 6) return {kNaN, kNaN};
   std::sort(v.begin(), v.end());
-  const double z = 1.959963984540054, h = static_cast<double>(n) / 2, w = z * std::sqrt(h * 2) / 2;
+  const double z = kZ975, h = static_cast<double>(n) / 2, w = z * std::sqrt(h * 2) / 2;
   const auto j = static_cast<std::int64_t>(std::max(1.0, std::floor(h - w)));
   const auto k = static_cast<std::int64_t>(std::min(static_cast<double>(n), std::ceil(h + 1 + w)));
   return {v[static_cast<std::size_t>(j - 1)], v[static_cast<std::size_t>(k - 1)]};
@@ -227,6 +230,29 @@ std::vector<Arrival> token_arrivals(const RecordView& r, int phase) {
     if (!std::isnan(a.gap_ms)) a.gap_ms = a.gap_ms * 1e-6 / static_cast<double>(a.tokens);
   }
   return out;
+}
+
+double coalesced_share(const RecordView& r, ns_t t0, ns_t t1) {
+  const std::size_t n_req = std::min(r.sent_ns.size(), r.phase.size());
+  const std::size_t n_ev = std::min({r.ev_request.size(), r.ev_t_ns.size(), r.ev_tokens.size()});
+  std::vector<ns_t> t;
+  for (std::size_t e = 0; e < n_ev; ++e) {
+    const std::int32_t q = r.ev_request[e];
+    if (q < 0 || static_cast<std::size_t>(q) >= n_req || r.ev_tokens[e] <= 0) continue;
+    if (r.phase[static_cast<std::size_t>(q)] != static_cast<std::uint8_t>(Phase::kWindow)) continue;
+    if (r.ev_t_ns[e] < t0 || r.ev_t_ns[e] > t1) continue;
+    t.push_back(r.ev_t_ns[e]);
+  }
+  if (t.empty()) return kNaN;
+  std::sort(t.begin(), t.end());
+  std::size_t shared = 0;
+  for (std::size_t i = 0; i < t.size();) {
+    std::size_t j = i;
+    while (j < t.size() && t[j] == t[i]) ++j;
+    if (j - i >= 2) shared += j - i;
+    i = j;
+  }
+  return static_cast<double>(shared) / static_cast<double>(t.size());
 }
 
 namespace {

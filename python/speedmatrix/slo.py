@@ -327,14 +327,18 @@ def cell_figures(
     slo: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """The fields this module and :mod:`speedmatrix.latency` add to a cell of run.json, from
-    its records: ``latency`` (distributions), ``open_loop`` (a rate cell, ``rate_per_s`` set)
-    and ``slo`` (with ``slo`` targets). JSON-ready (NaN -> null)."""
+    its records: ``latency`` (distributions), ``coalesced_share`` (with token events),
+    ``open_loop`` (a rate cell, ``rate_per_s`` set) and ``slo`` (with ``slo`` targets).
+    JSON-ready (NaN -> null)."""
     open_loop = rate_per_s is not None
     out: dict[str, Any] = {
         "latency": latency.cell_latency(
             requests, events, t0_ns, t1_ns, open_loop=open_loop, percentiles=percentiles
         )
     }
+    share = latency.coalesced_share(requests, events, t0_ns, t1_ns)
+    if math.isfinite(share):
+        out["coalesced_share"] = share
     if rate_per_s is not None:
         out["open_loop"] = latency.open_loop_figures(requests, t0_ns, t1_ns, float(rate_per_s))
     if slo:

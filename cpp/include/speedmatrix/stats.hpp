@@ -153,6 +153,13 @@ double precision_of(const CellFigures& f);
 // lasted min_duration_s and precision_of(f) <= target. target <= 0: never.
 bool precision_stop(const CellFigures& f, double target, double elapsed_s, double min_duration_s);
 
+// The confidence level of every interval speedmatrix reports, its two-sided normal
+// quantile, and Student's t two-sided quantile at that level (df >= 1; NaN below): the
+// one definition Python reads too (_core.CONFIDENCE, Z, t_quantile).
+inline constexpr double kConfidence = 0.95;
+inline constexpr double kZ975 = 1.959963984540054;
+double t975(std::int64_t df);
+
 // 95% interval of a mean of autocorrelated values (see CellFigures).
 Interval mean_interval_autocorrelated(const std::vector<double>& v);
 // 95% distribution-free interval of the median of `v` (order statistics).
@@ -176,6 +183,15 @@ struct Arrival {
 // the caller (summarize_cell counts arrivals with t0 <= t_ns <= t1).
 // REQUIRES: spans of one group have equal lengths.
 std::vector<Arrival> token_arrivals(const RecordView& r, int phase = 1);
+
+// Coalesced delivery: the share of the window's token events (events with tokens of
+// window requests, t0 <= t_ns <= t1) that arrived in a socket read that also carried another
+// event, of the same stream or of another: their t_ns equals another such event's (the
+// transport stamps once per read). A read's events of one stream are one arrival
+// (token_arrivals), so a burst reads as the gap between reads spread over its tokens, never
+// as ~0 gaps; this figure says how much of the window came that way (a buffering proxy, a
+// server that flushes per batch). NaN when the window has no token events.
+double coalesced_share(const RecordView& r, ns_t t0, ns_t t1);
 
 // Weighted median / percentile (q in [0,1]) of values with integer weights.
 double weighted_percentile(std::span<const double> values, std::span<const std::int64_t> weights,

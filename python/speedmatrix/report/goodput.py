@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from speedmatrix import figures
 from speedmatrix.report import formatting as fmt
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -433,7 +434,8 @@ def capacity_section(run: Run, s: SloSettings) -> Section:
 
 
 def _lat(c: dict, name: str, stat: str) -> Any:
-    return c.get(f"{name}_{stat}_ms")
+    col = f"{name}_{stat}_ms"
+    return c.get(figures.RENAMED.get(col, col))
 
 
 def _tail(run: Run) -> str | None:
