@@ -682,13 +682,13 @@ def _display_float(x: float) -> str:
 
 
 class CellsFrame(pd.DataFrame):
-    """`Run.cells`: a DataFrame whose text and notebook reprs round floats to four
-    significant digits (``116.7``, not ``116.666667``); its values, and every frame derived
-    from it, are plain pandas."""
+    """`Run.cells`: a DataFrame whose text and notebook reprs, and those of the frames taken
+    from it (``run.cells[["id", "tbt_ms"]]``), round floats to four significant digits
+    (``116.7``, not ``116.666667``). Display only: the values are pandas' own."""
 
     @property
     def _constructor(self) -> type[pd.DataFrame]:
-        return pd.DataFrame
+        return CellsFrame
 
     def __repr__(self) -> str:
         with pd.option_context("display.float_format", _display_float):

@@ -294,4 +294,6 @@ def test_cells_repr_rounds_floats_for_display_only():
     assert "116.7" in text and "116.666667" not in text
     assert "116.7" in df._repr_html_() and "116.666667" not in df._repr_html_()
     assert df.loc[df.index[0], "total_tok_s"] == 116.666667  # the value is as stored
-    assert "116.666667" in repr(df[["total_tok_s"]])  # a derived frame is plain pandas
+    part = df[["id", "total_tok_s"]]  # a frame taken from it prints the same way
+    assert "116.7" in repr(part) and "116.666667" not in repr(part)
+    assert part["total_tok_s"].iloc[0] == 116.666667
