@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from speedmatrix import figures
+from speedmatrix import slo as slo_mod
 from speedmatrix.records import Records
 from speedmatrix.runfile import load_records, read_run
 from speedmatrix.units import format_tokens
@@ -624,13 +625,14 @@ class Run:
             ],
         )
 
-    def capacity(self, slo: str | dict, attainment: str | float = 0.95) -> dict[int, dict]:
+    def capacity(
+        self, slo: str | dict, attainment: str | float = slo_mod.DEFAULT_ATTAINMENT
+    ) -> dict[int, dict]:
         """The capacity answer per decode context: the largest measured concurrency (or
         rate, for a request-rate run) whose requests meet ``slo`` (``"ttft=2s,tpot=50ms"``
         or ``{"ttft": 2000.0}`` in ms) at ``attainment`` (0.95 or ``"95%"``), the first that
         does not, and an interpolated estimate with its method (`speedmatrix.slo.capacity`).
         Every cell is judged from its own records, so any SLO can be asked of a saved run."""
-        from speedmatrix import slo as slo_mod
 
         targets = slo_mod.parse_slo(slo) if isinstance(slo, str) else dict(slo)
         share = (

@@ -220,6 +220,21 @@ def test_per_request_stall_and_pace_come_from_the_cores_arrivals():
     assert lat["tbt_max_ms"][0] == pytest.approx(10.0, rel=1e-3)
 
 
+def test_goodput_tokens_are_the_window_tokens_total_tok_s_counts():
+    """goodput_tok_s counts a met request's window tokens as total tok/s does: usage-scaled
+    (the chunks of a usage-counted request over-counted 2x here)."""
+    rec = _records(n=2, spread=0)
+    req, ev = dict(rec.requests), dict(rec.events)
+    ev["tokens"] = np.full(len(ev["t_ns"]), 2, np.int32)
+    req["token_source"] = np.full(len(req["sent_ns"]), 2, np.uint8)  # kUsageFinal
+    cell = decode_cell(
+        _shape(), Records(**{**rec.__dict__, "requests": req, "events": ev}), EngineFacts(),
+        Rules(), idle=True, slo_targets={"ttft": 1e6},
+    )  # fmt: skip
+    assert cell["slo"]["attainment"] == 1.0
+    assert cell["slo"]["goodput_tok_s"] == pytest.approx(cell["total_tok_s"], rel=1e-9)
+
+
 # --- coalesced delivery ---------------------------------------------------------------------
 
 
