@@ -200,6 +200,28 @@ def test_no_two_code_paths_write_one_run_cells_name():
     assert not any(k.endswith("_median_ms") for k in row)  # the median is the p50
 
 
+def test_the_core_computes_what_the_catalogue_says_it_does():
+    """Every figure the catalogue gives the core is a key of `_core.summarize_cell` (or a
+    core function of its name), and each scalar the core returns is catalogued, and stored
+    in the cell as the core computed it (the verdict copies, never recomputes)."""
+    from speedmatrix._native import _core
+
+    rec = _records()
+    fig = _core.summarize_cell(rec.requests, rec.events, 1 * NS, 5 * NS, 1.0, NS, NS)
+    core_funcs = {"coalesced_share"}
+    renamed_in_cell = {"errors": "errors_total"}  # the core's count; the cell's is by kind
+    for f in figures.CATALOGUE:
+        if f.by == "core" and "{" not in f.name:
+            assert f.name in fig or f.name in core_funcs, f.name
+    cell = decode_cell(_shape(), rec, EngineFacts(), Rules(), idle=True)
+    for key, value in fig.items():
+        if key.endswith("_ci") or key in ("bin_tok_s", "drifting"):
+            continue  # intervals go to ci / {fig}_lo/_hi; bins to plots; drifting to a flag
+        name = renamed_in_cell.get(key, key)
+        assert figures.find(name) is not None, key
+        assert cell[name] == pytest.approx(value, nan_ok=True), key
+
+
 def test_old_column_names_still_find_their_figure():
     run = _run(_cells())
     old, new = run.table("ttft_median_ms"), run.table("ttft_completed_p50_ms")
