@@ -4,6 +4,7 @@ delivery, and what run.cells shows of a plain run (fast tier: synthetic records)
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -100,7 +101,7 @@ def _cells() -> list[dict]:
             slo_targets={"ttft": 100.0, "tpot": 50.0},
         ),
         decode_cell(
-            _shape(id="decode-c100-n0-r0", rate_per_s=2.0),
+            _shape(id="decode-c100-q2-r0", concurrency=0, rate_per_s=2.0),
             rec,
             EngineFacts(),
             Rules(),
@@ -135,6 +136,17 @@ def test_docs_metrics_carries_the_catalogue_table():
     )
     for f in figures.CATALOGUE:
         assert f"`{f.name}`" in text
+
+
+def test_every_key_a_cell_writes_is_in_the_json_schema():
+    from speedmatrix import schema
+
+    cells = _cells()
+    props = schema.schema()["$defs"]["cell"]["properties"]
+    missing = sorted(set().union(*[c.keys() for c in cells]) - set(props))
+    assert not missing, f"run.json cell keys the schema does not name: {missing}"
+    doc = {"schema": "speedmatrix.run/1", "meta": {}, "cells": cells}
+    schema.check(json.loads(json.dumps(doc)))  # raises on the first problem
 
 
 def test_entries_are_named_once_and_complete():
