@@ -25,7 +25,8 @@ end-to-end latency).
 Each distribution gives n, mean with a 95% t-interval (the core's t quantile, `figures`), and the asked percentiles (linear
 interpolation, numpy's default) each with a 95% distribution-free interval from order
 statistics (the binomial rule, normal approximation); an interval whose ranks fall outside
-the sample is NaN on that side.
+the sample is NaN on that side. The TBT distribution has no intervals of its own: the one
+interval of the median TBT is the core's (``ci.tbt_ms``).
 """
 
 from __future__ import annotations
@@ -235,7 +236,13 @@ def cell_latency(
     out = {name: distribution(lat[name][ok], percentiles) for name in names}
     # TBT has one sample set, the core's: the window's token arrivals (`records.tbt_samples`,
     # the multiset whose median is the cell's tbt_ms), not the gaps of the requests above
-    out["tbt_ms"] = distribution(tbt_samples(requests, events, t0_ns, t1_ns), percentiles)
+    tbt = distribution(tbt_samples(requests, events, t0_ns, t1_ns), percentiles)
+    # Its samples are a stream's successive gaps (a read's tokens share one), not independent
+    # draws: an interval that assumes they are is too narrow. The one interval of tbt_ms is
+    # the core's (run.json ci.tbt_ms, over per-second bins); none is written here.
+    nan2 = [math.nan, math.nan]
+    tbt.update(mean_ci=nan2, median_ci=nan2, ci={k: nan2 for k in tbt["ci"]})
+    out["tbt_ms"] = tbt
     return out
 
 

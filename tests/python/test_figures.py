@@ -194,6 +194,10 @@ def test_the_tbt_distribution_is_the_cores_tbt_sample_set():
     assert dist["p50"] == pytest.approx(cell["tbt_ms"], rel=1e-12)
     assert dist["p90"] == pytest.approx(cell["tbt_p90_ms"], rel=1e-12)
     assert dist["p99"] == pytest.approx(cell["tbt_p99_ms"], rel=1e-12)
+    # one interval of the median TBT: the core's (per-second bins), not an iid one beside it
+    assert cell["ci"]["tbt_ms"][0] is not None
+    assert dist["median_ci"] == [None, None] and dist["mean_ci"] == [None, None]
+    assert all(v == [None, None] for v in dist["ci"].values())
 
 
 def test_no_two_code_paths_write_one_run_cells_name():
