@@ -194,8 +194,9 @@ void register_stats(py::module_& m) {
         return coalesced_share(cols.view, t0_ns, t1_ns);
       },
       py::arg("requests"), py::arg("events"), py::arg("t0_ns"), py::arg("t1_ns"),
-      "Share of the window's token events that arrived in a socket read carrying another\n"
-      "event (same t_ns, of any stream); NaN without token events.");
+      "Share of the window's token events that came with another: in one delivery of their\n"
+      "stream (a read, or reads within 1 ms of its first) or in a read shared with another\n"
+      "stream (same t_ns); NaN without token events.");
   m.def(
       "token_arrivals",
       [](const py::dict& requests, const py::dict& events, int phase) {
@@ -230,7 +231,8 @@ void register_stats(py::module_& m) {
       },
       py::arg("requests"), py::arg("events"), py::arg("phase") = 1,
       "Token arrivals of a cell's records (the one derivation the figures use): events of one\n"
-      "request with the same t_ns merged, usage-scaled, ordered by request then time, as arrays\n"
+      "request's delivery (a read, or reads within 1 ms of its first) merged, usage-scaled, "
+      "ordered by request then time, as arrays\n"
       "{request, t_ns, tokens, gap_ms} (gap_ms: ms per token since the request's previous\n"
       "arrival, NaN for its first). phase: requests of that phase (1 = window, 0 = warm-up),\n"
       "-1 = all.");

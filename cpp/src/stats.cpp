@@ -204,15 +204,15 @@ std::vector<Arrival> token_arrivals(const RecordView& r, int phase) {
     return r.ev_request[a] != r.ev_request[b] ? r.ev_request[a] < r.ev_request[b]
                                               : r.ev_t_ns[a] < r.ev_t_ns[b];
   });
-  // Events of one request with the same arrival time came in one socket read:
-  // they are one arrival, and the gap since the previous arrival is spread
-  // over all their tokens (k tokens -> k gaps of gap/k).
+  // Events of one request in one delivery (one socket read, or reads within
+  // kDeliveryNs of its first) are one arrival, and the gap since the previous
+  // arrival is spread over all their tokens (k tokens -> k gaps of gap/k).
   std::vector<Arrival> out;
   out.reserve(order.size());
   for (std::size_t e : order) {
     const std::int32_t q = r.ev_request[e];
     const ns_t t = r.ev_t_ns[e];
-    if (!out.empty() && out.back().request == q && out.back().t_ns == t) {
+    if (!out.empty() && out.back().request == q && t - out.back().t_ns < kDeliveryNs) {
       out.back().tokens += ev_tokens[e];
       continue;
     }
@@ -235,24 +235,41 @@ std::vector<Arrival> token_arrivals(const RecordView& r, int phase) {
 double coalesced_share(const RecordView& r, ns_t t0, ns_t t1) {
   const std::size_t n_req = std::min(r.sent_ns.size(), r.phase.size());
   const std::size_t n_ev = std::min({r.ev_request.size(), r.ev_t_ns.size(), r.ev_tokens.size()});
-  std::vector<ns_t> t;
+  std::vector<std::pair<std::int32_t, ns_t>> ev;  // (request, t_ns) of the window's events
   for (std::size_t e = 0; e < n_ev; ++e) {
     const std::int32_t q = r.ev_request[e];
     if (q < 0 || static_cast<std::size_t>(q) >= n_req || r.ev_tokens[e] <= 0) continue;
     if (r.phase[static_cast<std::size_t>(q)] != static_cast<std::uint8_t>(Phase::kWindow)) continue;
     if (r.ev_t_ns[e] < t0 || r.ev_t_ns[e] > t1) continue;
-    t.push_back(r.ev_t_ns[e]);
+    ev.emplace_back(q, r.ev_t_ns[e]);
   }
-  if (t.empty()) return kNaN;
-  std::sort(t.begin(), t.end());
-  std::size_t shared = 0;
-  for (std::size_t i = 0; i < t.size();) {
-    std::size_t j = i;
-    while (j < t.size() && t[j] == t[i]) ++j;
-    if (j - i >= 2) shared += j - i;
+  if (ev.empty()) return kNaN;
+  std::vector<char> together(ev.size(), 0);
+  // per stream: deliveries (token_arrivals' grouping) of more than one event
+  std::sort(ev.begin(), ev.end());
+  for (std::size_t i = 0; i < ev.size();) {
+    std::size_t j = i + 1;
+    while (j < ev.size() && ev[j].first == ev[i].first && ev[j].second - ev[i].second < kDeliveryNs)
+      ++j;
+    if (j - i >= 2)
+      std::fill(together.begin() + static_cast<std::ptrdiff_t>(i),
+                together.begin() + static_cast<std::ptrdiff_t>(j), 1);
     i = j;
   }
-  return static_cast<double>(shared) / static_cast<double>(t.size());
+  // across streams: one read's stamp shared by events of different streams
+  std::vector<std::size_t> by_time(ev.size());
+  std::iota(by_time.begin(), by_time.end(), std::size_t{0});
+  std::stable_sort(by_time.begin(), by_time.end(),
+                   [&](std::size_t a, std::size_t b) { return ev[a].second < ev[b].second; });
+  for (std::size_t i = 0; i < by_time.size();) {
+    std::size_t j = i + 1;
+    while (j < by_time.size() && ev[by_time[j]].second == ev[by_time[i]].second) ++j;
+    if (j - i >= 2)
+      for (std::size_t k = i; k < j; ++k) together[by_time[k]] = 1;
+    i = j;
+  }
+  const auto n_together = std::count(together.begin(), together.end(), 1);
+  return static_cast<double>(n_together) / static_cast<double>(ev.size());
 }
 
 namespace {
@@ -286,7 +303,7 @@ void PrecisionScan::add(std::int32_t request, ns_t t_ns, std::int32_t tokens) {
   const auto q = static_cast<std::size_t>(request);
   if (q >= r_.phase.size() || r_.phase[q] != static_cast<std::uint8_t>(Phase::kWindow)) return;
   Open& o = open_[q];
-  if (o.cur == t_ns) {  // the same socket read: one arrival
+  if (o.cur != kNever && t_ns >= o.cur && t_ns - o.cur < kDeliveryNs) {  // one delivery
     o.tokens += tokens;
     return;
   }

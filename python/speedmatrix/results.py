@@ -365,8 +365,8 @@ class Run:
         return pd.concat(frames, ignore_index=True)
 
     def tokens(self, cell_id: str) -> pd.DataFrame:
-        """Token arrivals of a cell (`_core.token_arrivals`: one socket read's events are
-        one arrival): request, ``t_ms`` from t0, tokens, gap per token (ms; NaN for a
+        """Token arrivals of a cell (`_core.token_arrivals`: one delivery's events, a
+        socket read or reads within 1 ms, are one arrival): request, ``t_ms`` from t0, tokens, gap per token (ms; NaN for a
         request's first arrival), ``in_window`` (a window request's arrival in [t0, t1])."""
         rec = self.records(cell_id)
         cols = ["request", "t_ms", "tokens", "gap_ms", "in_window"]

@@ -200,6 +200,36 @@ TEST(CoalescedDelivery, BurstsReadAsTheGapBetweenReadsSpreadOverTheirEvents) {
   EXPECT_TRUE(std::isnan(coalesced_share(Records{}.view(), 0, 1 * kS)));
 }
 
+// Issue 21's case: a 50 tok/s stream whose server flushes 4 tokens every 80 ms, each
+// burst read in 4 pieces 64 us apart. Each piece its own arrival, the median TBT would
+// read 0.064 ms (15,625 tok/s); one delivery, it reads 20 ms and 50 tok/s, as
+// decode_tok_s_per_request does, and the precision scan agrees.
+TEST(CoalescedDelivery, ABurstReadInPiecesIsOneDelivery) {
+  Records r;
+  const int a = r.add_request(Phase::kWindow, 0, 10 * kMs, 3 * kS, Outcome::kOk);
+  for (int k = 0; k < 30; ++k)
+    for (int e = 0; e < 4; ++e) r.add_event(a, 10 * kMs + k * 80 * kMs + e * 64'000, 1);
+  const CellFigures f = summarize_cell(r.view(), 0, 2 * kS);
+  EXPECT_NEAR(f.tbt_ms, 20.0, 1e-3);
+  EXPECT_NEAR(f.per_request_tok_s, 50.0, 1e-2);
+  EXPECT_NEAR(f.decode_tok_s_per_request, 50.0, 1.0);
+  EXPECT_DOUBLE_EQ(coalesced_share(r.view(), 0, 2 * kS), 1.0);
+  PrecisionScan scan(r.view(), 0, 2 * kS);
+  for (std::size_t e = 0; e < r.ev_t.size(); ++e) scan.add(r.ev_req[e], r.ev_t[e], r.ev_tok[e]);
+  EXPECT_DOUBLE_EQ(scan.finish().tbt_ms, f.tbt_ms);
+}
+
+// A stream faster than one read per kDeliveryNs keeps its pace: 2,000 tok/s, one token a
+// read 0.5 ms apart, reads as 1 ms deliveries of 2 tokens: 0.5 ms a token.
+TEST(CoalescedDelivery, AStreamFasterThanTheDeliveryBoundKeepsItsPace) {
+  Records r;
+  const int a = r.add_request(Phase::kWindow, 0, 1 * kMs, 3 * kS, Outcome::kOk);
+  for (int k = 0; k < 1000; ++k) r.add_event(a, 1 * kMs + k * 500'000, 1);
+  const CellFigures f = summarize_cell(r.view(), 0, 1 * kS);
+  EXPECT_NEAR(f.tbt_ms, 0.5, 1e-9);
+  EXPECT_NEAR(f.per_request_tok_s, 2000.0, 1e-6);
+}
+
 TEST(SummarizeCell, MultiTokenChunkSpreadsItsGap) {
   Records r;
   int a = r.add_request(Phase::kWindow, 0, 10 * kMs, kNever, Outcome::kCancelled);

@@ -294,6 +294,8 @@ def test_coalesced_bursts_read_as_the_gap_between_reads_spread_over_the_read():
     [
         ([(0, 10), (0, 20), (0, 30)], 0.0),  # one stream, one event a read
         ([(0, 10), (0, 10), (0, 20)], 2 / 3),  # two events of a stream in one read
+        ([(0, 10), (0, 10.064), (0, 30)], 2 / 3),  # a burst read in two pieces 64 us apart
+        ([(0, 10), (0, 11), (0, 12)], 0.0),  # 1 ms apart: a fast stream, not a burst
         ([(0, 10), (1, 10), (0, 20), (1, 21)], 0.5),  # one read carried two streams
         ([(0, 10), (1, 10), (1, 10), (0, 2000)], 1.0),  # the event after t1 does not count
     ],
@@ -310,7 +312,7 @@ def test_coalesced_share_table(times_ms, share):
     }
     ev = {
         "request": np.array([q for q, _ in times_ms], np.int32),
-        "t_ns": np.array([t * MS for _, t in times_ms], np.int64),
+        "t_ns": np.array([round(t * MS) for _, t in times_ms], np.int64),
         "tokens": np.ones(len(times_ms), np.int32),
     }
     assert latency.coalesced_share(req, ev, 0, 1000 * MS) == pytest.approx(share)
