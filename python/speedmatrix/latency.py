@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from speedmatrix import figures
+from speedmatrix._native import _core
 from speedmatrix.records import tbt_samples, token_arrivals
 
 __all__ = [
@@ -186,8 +187,6 @@ def per_request(requests: dict, events: dict | None = None) -> dict[str, np.ndar
 def coalesced_share(requests: dict, events: dict | None, t0_ns: int, t1_ns: int) -> float:
     """The share of the window's token events that came in a socket read with another event
     (`_core.coalesced_share`; the catalogue's ``coalesced_share``); NaN without events."""
-    from speedmatrix._native import _core  # the compiled core loads on first use (start-up time)
-
     if not events or not len(events.get("t_ns", ())):
         return math.nan
     if "prompt_tokens" not in requests:  # not read here; records built by hand lack it
