@@ -188,6 +188,25 @@ void register_stats(py::module_& m) {
       "The precision stop the cell runs in C++: (stop, precision reached) for figures and their "
       "intervals.");
   m.def(
+      "quantiles",
+      [](const py::array_t<double, py::array::c_style | py::array::forcecast>& values,
+         const std::vector<double>& qs) {
+        if (values.ndim() != 1) throw py::value_error("quantiles needs a 1-dimensional array");
+        std::vector<double> v(values.data(), values.data() + values.size());
+        std::vector<QuantileEstimate> est;
+        {
+          py::gil_scoped_release nogil;
+          est = quantiles(std::move(v), qs);
+        }
+        py::list out;
+        for (const QuantileEstimate& e : est) out.append(py::make_tuple(e.value, e.lo, e.hi));
+        return out;
+      },
+      py::arg("values"), py::arg("qs"),
+      "[(value, lo, hi)] per q in [0, 1]: linear-interpolation quantiles of `values` (NaN\n"
+      "dropped) with their distribution-free CONFIDENCE intervals from order statistics (NaN\n"
+      "on a side whose rank falls outside the sample).");
+  m.def(
       "coalesced_share",
       [](const py::dict& requests, const py::dict& events, ns_t t0_ns, ns_t t1_ns) {
         const Columns cols(requests, events);

@@ -36,14 +36,23 @@ namespace {
 
 // 95% interval of the median from order statistics: ranks n/2 -+ z sqrt(n)/2
 // (1-based, the usual normal approximation of the binomial); NaN below 6 values.
+// 1-based ranks of the order statistics bounding quantile q of n values at kConfidence:
+// n q -+ z sqrt(n q (1 - q)), the low one floored, the high one ceiled plus one (the
+// normal approximation of the binomial). They may fall outside [1, n].
+std::pair<std::int64_t, std::int64_t> order_ranks(std::size_t n, double q) {
+  const double nn = static_cast<double>(n), half = kZ975 * std::sqrt(nn * q * (1 - q));
+  return {static_cast<std::int64_t>(std::floor(nn * q - half)),
+          static_cast<std::int64_t>(std::ceil(nn * q + half)) + 1};
+}
+
 Interval order_median_interval(std::vector<double> v) {
   v.erase(std::remove_if(v.begin(), v.end(), [](double x) { return std::isnan(x); }), v.end());
   const std::size_t n = v.size();
   if (n < 6) return {kNaN, kNaN};
   std::sort(v.begin(), v.end());
-  const double z = kZ975, h = static_cast<double>(n) / 2, w = z * std::sqrt(h * 2) / 2;
-  const auto j = static_cast<std::int64_t>(std::max(1.0, std::floor(h - w)));
-  const auto k = static_cast<std::int64_t>(std::min(static_cast<double>(n), std::ceil(h + 1 + w)));
+  const auto [lo, hi] = order_ranks(n, 0.5);
+  const auto j = std::max<std::int64_t>(1, lo);
+  const auto k = std::min<std::int64_t>(static_cast<std::int64_t>(n), hi);
   return {v[static_cast<std::size_t>(j - 1)], v[static_cast<std::size_t>(k - 1)]};
 }
 
@@ -170,6 +179,32 @@ double percentile(std::vector<double> values, double q) {
   const double frac = pos - static_cast<double>(lo);
   if (frac == 0 || lo + 1 >= values.size()) return values[lo];
   return values[lo] + frac * (values[lo + 1] - values[lo]);
+}
+
+std::vector<QuantileEstimate> quantiles(std::vector<double> v, std::span<const double> qs) {
+  v.erase(std::remove_if(v.begin(), v.end(), [](double x) { return std::isnan(x); }), v.end());
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  std::vector<QuantileEstimate> out;
+  out.reserve(qs.size());
+  for (double q : qs) {
+    QuantileEstimate e{kNaN, kNaN, kNaN};
+    if (n > 0) {
+      q = std::clamp(q, 0.0, 1.0);
+      const double pos = q * static_cast<double>(n - 1);
+      const auto i = static_cast<std::size_t>(std::floor(pos));
+      const double frac = pos - static_cast<double>(i);
+      e.value = (frac == 0 || i + 1 >= n) ? v[i] : v[i] + frac * (v[i + 1] - v[i]);
+      const auto [lo, hi] = order_ranks(n, q);
+      const auto inside = [n](std::int64_t r) {
+        return r >= 1 && r <= static_cast<std::int64_t>(n);
+      };
+      if (inside(lo)) e.lo = v[static_cast<std::size_t>(lo - 1)];
+      if (inside(hi)) e.hi = v[static_cast<std::size_t>(hi - 1)];
+    }
+    out.push_back(e);
+  }
+  return out;
 }
 
 double weighted_percentile(std::span<const double> values, std::span<const std::int64_t> weights,

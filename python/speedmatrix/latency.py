@@ -22,9 +22,10 @@ every slot streams, so the first wave was sent before it, and with long outputs 
 requests are sent inside it at all (the ones cancelled at the window's end have no
 end-to-end latency).
 
-Each distribution gives n, mean with a 95% t-interval (the core's t quantile, `figures`), and the asked percentiles (linear
-interpolation, numpy's default) each with a 95% distribution-free interval from order
-statistics (the binomial rule, normal approximation); an interval whose ranks fall outside
+Each distribution gives n, mean with a 95% t-interval (the core's t quantile, `figures`),
+and the asked percentiles (linear interpolation) each with a 95% distribution-free interval
+from order statistics (the binomial rule, normal approximation), both from the core
+(`_core.quantiles`, the rule of every median interval); an interval whose ranks fall outside
 the sample is NaN on that side. The TBT distribution has no intervals of its own: the one
 interval of the median TBT is the core's (``ci.tbt_ms``).
 """
@@ -85,20 +86,11 @@ def percentile_key(p: float) -> str:
     return f"p{p:g}"
 
 
-def _quantile_ci(sorted_v: np.ndarray, q: float) -> list[float]:
-    n = len(sorted_v)
-    half = figures.Z_TWO_SIDED * math.sqrt(n * q * (1 - q))
-    lo_rank = math.floor(n * q - half)  # 1-based ranks of the order statistics
-    hi_rank = math.ceil(n * q + half) + 1
-    lo = float(sorted_v[lo_rank - 1]) if 1 <= lo_rank <= n else math.nan
-    hi = float(sorted_v[hi_rank - 1]) if 1 <= hi_rank <= n else math.nan
-    return [lo, hi]
-
-
 def distribution(values: Any, percentiles: tuple[float, ...] = DEFAULT_PERCENTILES) -> dict:
     """Summary of one sample: ``{"n", "mean", "mean_ci", "median", "median_ci",
     "p50": v, ..., "ci": {"p50": [lo, hi], ...}}``; NaN figures for an empty sample."""
-    v = np.sort(np.asarray(values, dtype=float)[np.isfinite(np.asarray(values, dtype=float))])
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
     n = len(v)
     out: dict[str, Any] = {"n": n}
     if n == 0:
@@ -115,10 +107,11 @@ def distribution(values: Any, percentiles: tuple[float, ...] = DEFAULT_PERCENTIL
     else:
         mean_ci = [math.nan, math.nan]
     ci = {}
-    for p in sorted({50.0, *percentiles}):
-        key = percentile_key(p)
-        out[key] = float(np.percentile(v, p))
-        ci[key] = _quantile_ci(v, p / 100)
+    # the core owns percentiles and their order-statistic intervals (`_core.quantiles`)
+    ps = sorted({50.0, *percentiles})
+    for p, (value, lo, hi) in zip(ps, _core.quantiles(v, [p / 100 for p in ps])):
+        out[percentile_key(p)] = float(value)
+        ci[percentile_key(p)] = [float(lo), float(hi)]
     # the median is the p50 (one computation); run.json keeps both keys
     out.update(mean=mean, mean_ci=mean_ci, median=out["p50"], median_ci=ci["p50"])
     if 50.0 not in percentiles:

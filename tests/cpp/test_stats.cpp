@@ -547,6 +547,26 @@ TEST(SummarizeCell, PrecisionIsReportedWithTheFigures) {
   EXPECT_DOUBLE_EQ(f.precision, precision_of(f));
 }
 
+// The latency distributions' percentiles and intervals (_core.quantiles): 1..1000.
+TEST(Quantiles, ValuesAndOrderStatisticIntervals) {
+  std::vector<double> v;
+  for (int i = 1000; i >= 1; --i) v.push_back(i);
+  v.push_back(std::nan(""));
+  const std::vector<double> qs = {0.5, 0.99, 0.999};
+  const auto e = quantiles(v, qs);
+  ASSERT_EQ(e.size(), 3u);
+  EXPECT_DOUBLE_EQ(e[0].value, 500.5);
+  EXPECT_DOUBLE_EQ(e[0].lo, 469.0);  // ranks 500 -+ 1.96 * sqrt(250): the median's rule
+  EXPECT_DOUBLE_EQ(e[0].hi, 532.0);
+  const Interval m = median_interval(v);
+  EXPECT_DOUBLE_EQ(m.lo, e[0].lo);
+  EXPECT_DOUBLE_EQ(m.hi, e[0].hi);
+  EXPECT_NEAR(e[1].value, 990.01, 1e-9);
+  EXPECT_TRUE(e[1].lo < e[1].value && e[1].value < e[1].hi);
+  EXPECT_TRUE(std::isnan(e[2].hi));  // the rank falls past the sample
+  EXPECT_TRUE(std::isnan(quantiles({}, qs)[0].value));
+}
+
 TEST(Percentile, LinearInterpolation) {
   EXPECT_DOUBLE_EQ(percentile({4, 1, 3, 2}, 0.5), 2.5);
   EXPECT_DOUBLE_EQ(percentile({4, 1, 3, 2}, 0.0), 1.0);

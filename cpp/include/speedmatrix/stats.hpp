@@ -205,6 +205,16 @@ std::vector<Arrival> token_arrivals(const RecordView& r, int phase = 1);
 // that way (a buffering proxy, a server that flushes per batch). NaN without token events.
 double coalesced_share(const RecordView& r, ns_t t0, ns_t t1);
 
+// Quantiles of `v` (NaN dropped) at each q in [0, 1], by linear interpolation (as
+// percentile()), each with its distribution-free kConfidence interval from order
+// statistics (ranks n q -+ z sqrt(n q (1 - q)), the rule of median_interval); a side whose
+// rank falls outside the sample is NaN; all NaN for an empty sample. The one owner of the
+// latency distributions' percentiles and their intervals (_core.quantiles).
+struct QuantileEstimate {
+  double value, lo, hi;
+};
+std::vector<QuantileEstimate> quantiles(std::vector<double> v, std::span<const double> qs);
+
 // Weighted median / percentile (q in [0,1]) of values with integer weights.
 double weighted_percentile(std::span<const double> values, std::span<const std::int64_t> weights,
                            double q);
