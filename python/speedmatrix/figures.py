@@ -182,7 +182,7 @@ _ENTRIES: tuple[Figure, ...] = (
     _f("ttft_sched_p{p}_ms", "ms", "TTFT from schedule p{p}", "open loop: percentile of first token - scheduled", "requests", "percentile", _L, "open_loop"),
     _f("queue_n", "requests", "Queue n", "open loop: completed arrivals", "requests", "count", _L, "open_loop"),
     _f("queue_mean_ms", "ms", "Queue mean", "open loop: mean sent - scheduled", "requests", "mean", _L, "open_loop"),
-    _f("queue_p{p}_ms", "ms", "Queue p{p}", "open loop: percentile of sent - scheduled", "requests", "percentile", _L, "open_loop"),
+    _f("queue_p{p}_ms", "ms", "Queue p{p}", "open loop: percentile of sent - scheduled over completed arrivals", "requests", "percentile", _L, "open_loop"),
     # --- the server's gauges (/metrics) ---
     _f("server_running_mean", "requests", "Server running (mean)", "mean of the server's running gauge over the window", "metrics", "mean", _V, "server"),
     _f("server_running_max", "requests", "Server running (max)", "peak of the running gauge", "metrics", "max", _V, "server"),
@@ -208,7 +208,7 @@ _ENTRIES: tuple[Figure, ...] = (
     _f("open_loop_completed_rate_per_s", "requests/s", "Completed rate", "completed / window", "requests", "rate", _L, "open_loop"),
     _f("open_loop_in_flight", "requests", "In flight", "requests in flight at each bin edge (a list)", "requests", "value", _L, "open_loop"),
     _f("open_loop_in_flight_max", "requests", "In flight (max)", "most requests in flight at a bin edge", "requests", "max", _L, "open_loop"),
-    _f("open_loop_queue_p99_ms", "ms", "Queue p99", "p99 of sent - scheduled", "requests", "percentile", _L, "open_loop"),
+    _f("open_loop_queue_p99_ms", "ms", "Queue p99", "p99 of sent - scheduled over every window arrival sent (queue_p99_ms: completed ones)", "requests", "percentile", _L, "open_loop"),
     _f("open_loop_kept_up", "", "Kept up", "the server kept up with the arrivals (verdict's rule)", "requests", "value", _L, "open_loop"),
     _f("open_loop_reason", "", "Why not kept up", "why the server did not keep up", "requests", "value", _L, "open_loop"),
     # --- SLO (slo.evaluate; run.json's slo) ---
