@@ -143,6 +143,11 @@ py::dict figures_dict(const CellFigures& f) {
 }  // namespace
 
 void register_stats(py::module_& m) {
+  m.attr("CONFIDENCE") = kConfidence;
+  m.attr("Z_TWO_SIDED") = kZ975;
+  m.def("t_quantile", &t975, py::arg("df"),
+        "Two-sided quantile of Student's t at CONFIDENCE with df degrees of freedom (NaN for "
+        "df < 1): the one every interval uses.");
   m.def(
       "summarize_cell",
       [](const py::dict& requests, const py::dict& events, ns_t t0_ns, ns_t t1_ns, double bin_s,
@@ -183,6 +188,35 @@ void register_stats(py::module_& m) {
       "The precision stop the cell runs in C++: (stop, precision reached) for figures and their "
       "intervals.");
   m.def(
+      "quantiles",
+      [](const py::array_t<double, py::array::c_style | py::array::forcecast>& values,
+         const std::vector<double>& qs) {
+        if (values.ndim() != 1) throw py::value_error("quantiles needs a 1-dimensional array");
+        std::vector<double> v(values.data(), values.data() + values.size());
+        std::vector<QuantileEstimate> est;
+        {
+          py::gil_scoped_release nogil;
+          est = quantiles(std::move(v), qs);
+        }
+        py::list out;
+        for (const QuantileEstimate& e : est) out.append(py::make_tuple(e.value, e.lo, e.hi));
+        return out;
+      },
+      py::arg("values"), py::arg("qs"),
+      "[(value, lo, hi)] per q in [0, 1]: linear-interpolation quantiles of `values` (NaN\n"
+      "dropped) with their distribution-free CONFIDENCE intervals from order statistics (NaN\n"
+      "on a side whose rank falls outside the sample).");
+  m.def(
+      "coalesced_share",
+      [](const py::dict& requests, const py::dict& events, ns_t t0_ns, ns_t t1_ns) {
+        const Columns cols(requests, events);
+        return coalesced_share(cols.view, t0_ns, t1_ns);
+      },
+      py::arg("requests"), py::arg("events"), py::arg("t0_ns"), py::arg("t1_ns"),
+      "Share of the window's token events that came with another: in one delivery of their\n"
+      "stream (a read, or reads within 1 ms of its first) or in a read shared with another\n"
+      "stream (same t_ns); NaN without token events.");
+  m.def(
       "token_arrivals",
       [](const py::dict& requests, const py::dict& events, int phase) {
         const Columns cols(requests, events);
@@ -216,7 +250,8 @@ void register_stats(py::module_& m) {
       },
       py::arg("requests"), py::arg("events"), py::arg("phase") = 1,
       "Token arrivals of a cell's records (the one derivation the figures use): events of one\n"
-      "request with the same t_ns merged, usage-scaled, ordered by request then time, as arrays\n"
+      "request's delivery (a read, or reads within 1 ms of its first) merged, usage-scaled, "
+      "ordered by request then time, as arrays\n"
       "{request, t_ns, tokens, gap_ms} (gap_ms: ms per token since the request's previous\n"
       "arrival, NaN for its first). phase: requests of that phase (1 = window, 0 = warm-up),\n"
       "-1 = all.");

@@ -15,7 +15,8 @@ namespace {
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// Two-sided 95% quantile of Student's t with df degrees of freedom.
+}  // namespace
+
 double t975(std::int64_t df) {
   static constexpr double kTable[] = {
       12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.2622, 2.2281,
@@ -25,22 +26,33 @@ double t975(std::int64_t df) {
   if (df <= 30) return kTable[df - 1];
   // Cornish-Fisher expansion around the normal quantile; error < 1e-4 for df
   // > 30.
-  const double z = 1.959963984540054, n = static_cast<double>(df);
+  const double z = kZ975, n = static_cast<double>(df);
   const double z3 = z * z * z, z5 = z3 * z * z, z7 = z5 * z * z;
   return z + (z3 + z) / (4 * n) + (5 * z5 + 16 * z3 + 3 * z) / (96 * n * n) +
          (3 * z7 + 19 * z5 + 17 * z3 - 15 * z) / (384 * n * n * n);
 }
 
+namespace {
+
 // 95% interval of the median from order statistics: ranks n/2 -+ z sqrt(n)/2
 // (1-based, the usual normal approximation of the binomial); NaN below 6 values.
+// 1-based ranks of the order statistics bounding quantile q of n values at kConfidence:
+// n q -+ z sqrt(n q (1 - q)), the low one floored, the high one ceiled plus one (the
+// normal approximation of the binomial). They may fall outside [1, n].
+std::pair<std::int64_t, std::int64_t> order_ranks(std::size_t n, double q) {
+  const double nn = static_cast<double>(n), half = kZ975 * std::sqrt(nn * q * (1 - q));
+  return {static_cast<std::int64_t>(std::floor(nn * q - half)),
+          static_cast<std::int64_t>(std::ceil(nn * q + half)) + 1};
+}
+
 Interval order_median_interval(std::vector<double> v) {
   v.erase(std::remove_if(v.begin(), v.end(), [](double x) { return std::isnan(x); }), v.end());
   const std::size_t n = v.size();
   if (n < 6) return {kNaN, kNaN};
   std::sort(v.begin(), v.end());
-  const double z = 1.959963984540054, h = static_cast<double>(n) / 2, w = z * std::sqrt(h * 2) / 2;
-  const auto j = static_cast<std::int64_t>(std::max(1.0, std::floor(h - w)));
-  const auto k = static_cast<std::int64_t>(std::min(static_cast<double>(n), std::ceil(h + 1 + w)));
+  const auto [lo, hi] = order_ranks(n, 0.5);
+  const auto j = std::max<std::int64_t>(1, lo);
+  const auto k = std::min<std::int64_t>(static_cast<std::int64_t>(n), hi);
   return {v[static_cast<std::size_t>(j - 1)], v[static_cast<std::size_t>(k - 1)]};
 }
 
@@ -169,6 +181,32 @@ double percentile(std::vector<double> values, double q) {
   return values[lo] + frac * (values[lo + 1] - values[lo]);
 }
 
+std::vector<QuantileEstimate> quantiles(std::vector<double> v, std::span<const double> qs) {
+  v.erase(std::remove_if(v.begin(), v.end(), [](double x) { return std::isnan(x); }), v.end());
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  std::vector<QuantileEstimate> out;
+  out.reserve(qs.size());
+  for (double q : qs) {
+    QuantileEstimate e{kNaN, kNaN, kNaN};
+    if (n > 0) {
+      q = std::clamp(q, 0.0, 1.0);
+      const double pos = q * static_cast<double>(n - 1);
+      const auto i = static_cast<std::size_t>(std::floor(pos));
+      const double frac = pos - static_cast<double>(i);
+      e.value = (frac == 0 || i + 1 >= n) ? v[i] : v[i] + frac * (v[i + 1] - v[i]);
+      const auto [lo, hi] = order_ranks(n, q);
+      const auto inside = [n](std::int64_t r) {
+        return r >= 1 && r <= static_cast<std::int64_t>(n);
+      };
+      if (inside(lo)) e.lo = v[static_cast<std::size_t>(lo - 1)];
+      if (inside(hi)) e.hi = v[static_cast<std::size_t>(hi - 1)];
+    }
+    out.push_back(e);
+  }
+  return out;
+}
+
 double weighted_percentile(std::span<const double> values, std::span<const std::int64_t> weights,
                            double q) {
   std::vector<std::pair<double, std::int64_t>> vw;
@@ -201,15 +239,15 @@ std::vector<Arrival> token_arrivals(const RecordView& r, int phase) {
     return r.ev_request[a] != r.ev_request[b] ? r.ev_request[a] < r.ev_request[b]
                                               : r.ev_t_ns[a] < r.ev_t_ns[b];
   });
-  // Events of one request with the same arrival time came in one socket read:
-  // they are one arrival, and the gap since the previous arrival is spread
-  // over all their tokens (k tokens -> k gaps of gap/k).
+  // Events of one request in one delivery (one socket read, or reads within
+  // kDeliveryNs of its first) are one arrival, and the gap since the previous
+  // arrival is spread over all their tokens (k tokens -> k gaps of gap/k).
   std::vector<Arrival> out;
   out.reserve(order.size());
   for (std::size_t e : order) {
     const std::int32_t q = r.ev_request[e];
     const ns_t t = r.ev_t_ns[e];
-    if (!out.empty() && out.back().request == q && out.back().t_ns == t) {
+    if (!out.empty() && out.back().request == q && t - out.back().t_ns < kDeliveryNs) {
       out.back().tokens += ev_tokens[e];
       continue;
     }
@@ -227,6 +265,46 @@ std::vector<Arrival> token_arrivals(const RecordView& r, int phase) {
     if (!std::isnan(a.gap_ms)) a.gap_ms = a.gap_ms * 1e-6 / static_cast<double>(a.tokens);
   }
   return out;
+}
+
+double coalesced_share(const RecordView& r, ns_t t0, ns_t t1) {
+  const std::size_t n_req = std::min(r.sent_ns.size(), r.phase.size());
+  const std::size_t n_ev = std::min({r.ev_request.size(), r.ev_t_ns.size(), r.ev_tokens.size()});
+  std::vector<std::pair<std::int32_t, ns_t>> ev;  // (request, t_ns) of the window's events
+  for (std::size_t e = 0; e < n_ev; ++e) {
+    const std::int32_t q = r.ev_request[e];
+    if (q < 0 || static_cast<std::size_t>(q) >= n_req || r.ev_tokens[e] <= 0) continue;
+    if (r.phase[static_cast<std::size_t>(q)] != static_cast<std::uint8_t>(Phase::kWindow)) continue;
+    if (r.ev_t_ns[e] < t0 || r.ev_t_ns[e] > t1) continue;
+    ev.emplace_back(q, r.ev_t_ns[e]);
+  }
+  if (ev.empty()) return kNaN;
+  std::vector<char> together(ev.size(), 0);
+  // per stream: deliveries (token_arrivals' grouping) of more than one event
+  std::sort(ev.begin(), ev.end());
+  for (std::size_t i = 0; i < ev.size();) {
+    std::size_t j = i + 1;
+    while (j < ev.size() && ev[j].first == ev[i].first && ev[j].second - ev[i].second < kDeliveryNs)
+      ++j;
+    if (j - i >= 2)
+      std::fill(together.begin() + static_cast<std::ptrdiff_t>(i),
+                together.begin() + static_cast<std::ptrdiff_t>(j), 1);
+    i = j;
+  }
+  // across streams: one read's stamp shared by events of different streams
+  std::vector<std::size_t> by_time(ev.size());
+  std::iota(by_time.begin(), by_time.end(), std::size_t{0});
+  std::stable_sort(by_time.begin(), by_time.end(),
+                   [&](std::size_t a, std::size_t b) { return ev[a].second < ev[b].second; });
+  for (std::size_t i = 0; i < by_time.size();) {
+    std::size_t j = i + 1;
+    while (j < by_time.size() && ev[by_time[j]].second == ev[by_time[i]].second) ++j;
+    if (j - i >= 2)
+      for (std::size_t k = i; k < j; ++k) together[by_time[k]] = 1;
+    i = j;
+  }
+  const auto n_together = std::count(together.begin(), together.end(), 1);
+  return static_cast<double>(n_together) / static_cast<double>(ev.size());
 }
 
 namespace {
@@ -260,7 +338,7 @@ void PrecisionScan::add(std::int32_t request, ns_t t_ns, std::int32_t tokens) {
   const auto q = static_cast<std::size_t>(request);
   if (q >= r_.phase.size() || r_.phase[q] != static_cast<std::uint8_t>(Phase::kWindow)) return;
   Open& o = open_[q];
-  if (o.cur == t_ns) {  // the same socket read: one arrival
+  if (o.cur != kNever && t_ns >= o.cur && t_ns - o.cur < kDeliveryNs) {  // one delivery
     o.tokens += tokens;
     return;
   }

@@ -213,6 +213,15 @@ def summarize_cell(
     steady_from_ns: int = -1,
     ttft_from_ns: int = -1,
 ) -> Figures: ...
+
+CONFIDENCE: float
+Z_TWO_SIDED: float
+
+def t_quantile(df: int) -> float: ...
+def quantiles(values: np.ndarray, qs: list[float]) -> list[tuple[float, float, float]]: ...
+def coalesced_share(
+    requests: Requests | dict, events: Events | dict, t0_ns: int, t1_ns: int
+) -> float: ...
 def precision_stop(
     total_tok_s: float,
     total_tok_s_ci: tuple[float, float],

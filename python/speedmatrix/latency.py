@@ -8,8 +8,9 @@ Per request (window requests only, ``phase == 1``):
 
 - ``e2e_ms``: ``done − sent``; ``ttft_ms``: ``first_token − sent``;
 - ``tpot_ms``: ``(e2e − ttft) / (output_tokens − 1)`` (requests with at least 2 tokens);
-- ``tbt_ms``: the gaps between a request's token arrivals, a chunk's gap spread over its
-  tokens (each token one sample), pooled over the cell's requests;
+- ``tbt_ms``: not per request: the cell's one TBT sample set, the gaps between the window's
+  token arrivals (``_core.token_arrivals``; a read's gap spread over its tokens, each token
+  one sample) of window requests that did not fail, whose median is the cell's ``tbt_ms``;
 - open loop only: ``e2e_sched_ms`` and ``ttft_sched_ms`` from the *scheduled* time (what a
   user who arrived then waits; wrk2's corrected view) beside the same from the actual send,
   and ``queue_ms = sent − scheduled`` (time at the client's gate plus send lateness).
@@ -21,10 +22,12 @@ every slot streams, so the first wave was sent before it, and with long outputs 
 requests are sent inside it at all (the ones cancelled at the window's end have no
 end-to-end latency).
 
-Each distribution gives n, mean with a 95% t-interval, and the asked percentiles (linear
-interpolation, numpy's default) each with a 95% distribution-free interval from order
-statistics (the binomial rule, normal approximation); an interval whose ranks fall outside
-the sample is NaN on that side.
+Each distribution gives n, mean with a 95% t-interval (the core's t quantile, `figures`),
+and the asked percentiles (linear interpolation) each with a 95% distribution-free interval
+from order statistics (the binomial rule, normal approximation), both from the core
+(`_core.quantiles`, the rule of every median interval); an interval whose ranks fall outside
+the sample is NaN on that side. The TBT distribution has no intervals of its own: the one
+interval of the median TBT is the core's (``ci.tbt_ms``).
 """
 
 from __future__ import annotations
@@ -34,6 +37,9 @@ from typing import Any
 
 import numpy as np
 
+from speedmatrix import figures
+from speedmatrix._native import _core
+from speedmatrix.records import tbt_samples, token_arrivals
 from speedmatrix.verdict import openloop
 
 __all__ = [
@@ -42,6 +48,7 @@ __all__ = [
     "OUTCOME_ERROR",
     "OUTCOME_OK",
     "cell_latency",
+    "coalesced_share",
     "distribution",
     "open_loop_figures",
     "parse_percentiles",
@@ -51,7 +58,6 @@ __all__ = [
 
 DEFAULT_PERCENTILES: tuple[float, ...] = (50.0, 90.0, 95.0, 99.0, 99.9)
 OUTCOME_OK, OUTCOME_CANCELLED, OUTCOME_ERROR = 1, 2, 3
-_Z95 = 1.959963984540054
 
 
 def parse_percentiles(text: str | list | tuple) -> tuple[float, ...]:
@@ -81,30 +87,11 @@ def percentile_key(p: float) -> str:
     return f"p{p:g}"
 
 
-def _t95(df: int) -> float:
-    # Student's t two-sided 95% quantile; the normal one with a Cornish-Fisher
-    # correction (error < 1e-3 for df >= 3, the table below for small df).
-    table = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571}
-    if df in table:
-        return table[df]
-    z = _Z95
-    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
-
-
-def _quantile_ci(sorted_v: np.ndarray, q: float) -> list[float]:
-    n = len(sorted_v)
-    half = _Z95 * math.sqrt(n * q * (1 - q))
-    lo_rank = math.floor(n * q - half)  # 1-based ranks of the order statistics
-    hi_rank = math.ceil(n * q + half) + 1
-    lo = float(sorted_v[lo_rank - 1]) if 1 <= lo_rank <= n else math.nan
-    hi = float(sorted_v[hi_rank - 1]) if 1 <= hi_rank <= n else math.nan
-    return [lo, hi]
-
-
 def distribution(values: Any, percentiles: tuple[float, ...] = DEFAULT_PERCENTILES) -> dict:
     """Summary of one sample: ``{"n", "mean", "mean_ci", "median", "median_ci",
     "p50": v, ..., "ci": {"p50": [lo, hi], ...}}``; NaN figures for an empty sample."""
-    v = np.sort(np.asarray(values, dtype=float)[np.isfinite(np.asarray(values, dtype=float))])
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
     n = len(v)
     out: dict[str, Any] = {"n": n}
     if n == 0:
@@ -116,17 +103,20 @@ def distribution(values: Any, percentiles: tuple[float, ...] = DEFAULT_PERCENTIL
         return out
     mean = float(v.mean())
     if n >= 2:
-        half = _t95(n - 1) * float(v.std(ddof=1)) / math.sqrt(n)
+        half = figures.t_quantile(n - 1) * float(v.std(ddof=1)) / math.sqrt(n)
         mean_ci = [mean - half, mean + half]
     else:
         mean_ci = [math.nan, math.nan]
-    out.update(mean=mean, mean_ci=mean_ci, median=float(np.percentile(v, 50)))
-    out["median_ci"] = _quantile_ci(v, 0.5)
     ci = {}
-    for p in percentiles:
-        key = percentile_key(p)
-        out[key] = float(np.percentile(v, p))
-        ci[key] = _quantile_ci(v, p / 100)
+    # the core owns percentiles and their order-statistic intervals (`_core.quantiles`)
+    ps = sorted({50.0, *percentiles})
+    for p, (value, lo, hi) in zip(ps, _core.quantiles(v, [p / 100 for p in ps])):
+        out[percentile_key(p)] = float(value)
+        ci[percentile_key(p)] = [float(lo), float(hi)]
+    # the median is the p50 (one computation); run.json keeps both keys
+    out.update(mean=mean, mean_ci=mean_ci, median=out["p50"], median_ci=ci["p50"])
+    if 50.0 not in percentiles:
+        del out["p50"], ci["p50"]
     out["ci"] = ci
     return out
 
@@ -158,20 +148,18 @@ def per_request(requests: dict, events: dict | None = None) -> dict[str, np.ndar
     n = len(sent)
     tbt_max = np.full(n, np.nan)
     tpot_so_far = np.full(n, np.nan)
-    if events is not None and len(_col(events, "t_ns")):
-        req = _col(events, "request").astype(np.int64)
-        t = _col(events, "t_ns").astype(np.int64)
-        order = np.lexsort((t, req))
-        req, t = req[order], t[order]
-        gaps = np.diff(t) / 1e6
-        same = req[1:] == req[:-1]
-        if same.any():
-            g_req, g = req[1:][same], gaps[same]
+    a = token_arrivals(requests, events, -1)
+    if len(a["t_ns"]):
+        req, t, tok = a["request"].astype(np.int64), a["t_ns"], a["tokens"]
+        # the silence before an arrival: its per-token gap times the tokens it brought
+        stall = a["gap_ms"] * tok
+        has_gap = np.isfinite(stall)
+        if has_gap.any():
             mx = np.full(n, -np.inf)
-            np.maximum.at(mx, g_req, g)
+            np.maximum.at(mx, req[has_gap], stall[has_gap])
             tbt_max = np.where(np.isfinite(mx), mx, np.nan)
         # A request cut before its end: its pace so far, from its first to its last token.
-        seen = np.bincount(req, weights=_col(events, "tokens")[order], minlength=n)[:n]
+        seen = np.bincount(req, weights=tok, minlength=n)[:n]
         last = np.full(n, -1, dtype=np.int64)
         np.maximum.at(last, req, t)
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -188,6 +176,16 @@ def per_request(requests: dict, events: dict | None = None) -> dict[str, np.ndar
         "queue_ms": diff_ms(sent, sched),
         "tbt_max_ms": tbt_max,
     }
+
+
+def coalesced_share(requests: dict, events: dict | None, t0_ns: int, t1_ns: int) -> float:
+    """The share of the window's token events that came in a socket read with another event
+    (`_core.coalesced_share`; the catalogue's ``coalesced_share``); NaN without events."""
+    if not events or not len(events.get("t_ns", ())):
+        return math.nan
+    if "prompt_tokens" not in requests:  # not read here; records built by hand lack it
+        requests = {**requests, "prompt_tokens": np.zeros(len(requests["sent_ns"]), np.int64)}
+    return float(_core.coalesced_share(requests, events, int(t0_ns), int(t1_ns)))
 
 
 def counted_mask(requests: dict, t0_ns: int, t1_ns: int, open_loop: bool) -> np.ndarray:
@@ -211,31 +209,6 @@ def counted_mask(requests: dict, t0_ns: int, t1_ns: int, open_loop: bool) -> np.
     )
 
 
-def _tbt_samples(requests: dict, events: dict | None, mask: np.ndarray) -> np.ndarray:
-    """Per-token gaps (ms) of the masked requests' streams: a chunk's gap since the request's
-    previous arrival, spread over the chunk's tokens, one sample per token."""
-    if events is None or not len(_col(events, "t_ns")):
-        return np.empty(0)
-    req = _col(events, "request").astype(np.int64)
-    t = _col(events, "t_ns").astype(np.int64)
-    tok = _col(events, "tokens").astype(np.int64)
-    keep = mask[req]
-    req, t, tok = req[keep], t[keep], tok[keep]
-    order = np.lexsort((t, req))
-    req, t, tok = req[order], t[order], tok[order]
-    # Events of one request at the same instant are one arrival (one socket read).
-    if len(t):
-        new = np.ones(len(t), dtype=bool)
-        new[1:] = (req[1:] != req[:-1]) | (t[1:] != t[:-1])
-        idx = np.cumsum(new) - 1
-        tok = np.bincount(idx, weights=tok).astype(np.int64)
-        req, t = req[new], t[new]
-    same = req[1:] == req[:-1]
-    gap = (np.diff(t) / 1e6)[same]
-    ntok = np.maximum(tok[1:][same], 1)
-    return np.repeat(gap / ntok, ntok)
-
-
 def cell_latency(
     requests: dict,
     events: dict | None,
@@ -254,7 +227,15 @@ def cell_latency(
     if open_loop:
         names += ["e2e_sched_ms", "ttft_sched_ms", "queue_ms"]
     out = {name: distribution(lat[name][ok], percentiles) for name in names}
-    out["tbt_ms"] = distribution(_tbt_samples(requests, events, ok), percentiles)
+    # TBT has one sample set, the core's: the window's token arrivals (`records.tbt_samples`,
+    # the multiset whose median is the cell's tbt_ms), not the gaps of the requests above
+    tbt = distribution(tbt_samples(requests, events, t0_ns, t1_ns), percentiles)
+    # Its samples are a stream's successive gaps (a read's tokens share one), not independent
+    # draws: an interval that assumes they are is too narrow. The one interval of tbt_ms is
+    # the core's (run.json ci.tbt_ms, over per-second bins); none is written here.
+    nan2 = [math.nan, math.nan]
+    tbt.update(mean_ci=nan2, median_ci=nan2, ci={k: nan2 for k in tbt["ci"]})
+    out["tbt_ms"] = tbt
     return out
 
 

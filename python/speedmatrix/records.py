@@ -20,7 +20,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["STAMPS", "Records"]
+__all__ = ["STAMPS", "Records", "tbt_samples", "token_arrivals"]
+
+_OUTCOME_ERROR = 3  # Outcome::kError (records.hpp)
 
 #: the per-cell scalars saved beside the arrays (``cell_<name>`` in the npz)
 STAMPS = (
@@ -193,28 +195,12 @@ class Records:
         return bool(self.events) and len(self.events.get("t_ns", ())) > 0
 
     def arrivals(self, phase: int = 1) -> dict[str, np.ndarray]:
-        """Token arrivals (`_core.token_arrivals`): ``request``, ``t_ns``, ``tokens``,
-        ``gap_ms`` (ms per token since the request's previous arrival; NaN for its
-        first), one read's events merged. ``phase`` 1 = window requests, 0 = warm-up,
-        -1 = all."""
-        from speedmatrix._native import _core
-
-        if not self.has_events() or not self.requests:
-            return {
-                "request": np.zeros(0, np.int32),
-                "t_ns": np.zeros(0, np.int64),
-                "tokens": np.zeros(0, np.int64),
-                "gap_ms": np.zeros(0, float),
-            }
-        arrivals = _core.token_arrivals(self.requests, self.events, phase)
-        return {k: np.asarray(v) for k, v in arrivals.items()}
+        """Token arrivals of these records (`token_arrivals`)."""
+        return token_arrivals(self.requests, self.events, phase)
 
     def tbt_samples(self, t0: int, t1: int) -> np.ndarray:
-        """Per-token gaps (ms) of the window requests' arrivals in [t0, t1], an
-        arrival's gap once per token: the multiset whose median is the cell's tbt_ms."""
-        a = self.arrivals(1)
-        sel = (a["t_ns"] >= t0) & (a["t_ns"] <= t1) & np.isfinite(a["gap_ms"])
-        return np.repeat(a["gap_ms"][sel], a["tokens"][sel])
+        """The multiset whose median is the cell's tbt_ms (`tbt_samples`)."""
+        return tbt_samples(self.requests, self.events, t0, t1)
 
     def bins(self, t0: int, t1: int, bin_s: float = 1.0) -> np.ndarray:
         """Output tok/s per ``bin_s`` bin of [t0, t1] (`_core.summarize_cell`'s bins: a
@@ -225,3 +211,34 @@ class Records:
             return np.zeros(0)
         fig = _core.summarize_cell(self.requests, self.events, int(t0), int(t1), float(bin_s))
         return np.asarray(fig["bin_tok_s"], dtype=float)
+
+
+def token_arrivals(requests: dict, events: dict | None, phase: int = 1) -> dict[str, np.ndarray]:
+    """Token arrivals (`_core.token_arrivals`, the one derivation): ``request``, ``t_ns``,
+    ``tokens``, ``gap_ms`` (ms per token since the request's previous arrival; NaN for its
+    first), one read's events merged, ordered by request then time. ``phase`` 1 = window
+    requests, 0 = warm-up, -1 = all."""
+    from speedmatrix._native import _core  # the compiled core loads on first use (start-up time)
+
+    if not events or not len(events.get("t_ns", ())) or not requests:
+        return {
+            "request": np.zeros(0, np.int32),
+            "t_ns": np.zeros(0, np.int64),
+            "tokens": np.zeros(0, np.int64),
+            "gap_ms": np.zeros(0, float),
+        }
+    if "prompt_tokens" not in requests:  # not read by the arrivals; records built by hand lack it
+        requests = {**requests, "prompt_tokens": np.zeros(len(requests["sent_ns"]), np.int64)}
+    arrivals = _core.token_arrivals(requests, events, phase)
+    return {k: np.asarray(v) for k, v in arrivals.items()}
+
+
+def tbt_samples(requests: dict, events: dict | None, t0: int, t1: int) -> np.ndarray:
+    """Per-token gaps (ms) between token arrivals of the window requests that did not fail,
+    arrivals in [t0, t1], an arrival's gap once per token: the multiset whose median is the
+    cell's ``tbt_ms`` (`_core.summarize_cell` takes its median from the same arrivals)."""
+    a = token_arrivals(requests, events, 1)
+    failed = np.asarray(requests.get("outcome", ()), dtype=np.int64) == _OUTCOME_ERROR
+    ok = ~failed[a["request"]] if len(failed) else np.ones(len(a["request"]), bool)
+    sel = ok & (a["t_ns"] >= t0) & (a["t_ns"] <= t1) & np.isfinite(a["gap_ms"])
+    return np.repeat(a["gap_ms"][sel], a["tokens"][sel])

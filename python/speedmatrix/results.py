@@ -15,6 +15,7 @@ its caches; the derivations it uses live elsewhere (records, verdict, _core).
 
 from __future__ import annotations
 
+import math
 import os
 import warnings
 import zipfile
@@ -26,6 +27,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from speedmatrix import figures
+from speedmatrix import slo as slo_mod
 from speedmatrix.records import Records
 from speedmatrix.runfile import load_records, read_run
 from speedmatrix.units import format_tokens
@@ -40,7 +43,7 @@ STATUS_TEXT = {
 NOT_MEASURED = "Not measured"
 OUTCOME_TEXT = {0: "pending", 1: "ok", 2: "cancelled", 3: "error"}
 PHASE_TEXT = {0: "warmup", 1: "window"}
-CI_FIGURES = ("total_tok_s", "per_request_tok_s", "ttft_ms", "tbt_ms", "prompt_tok_s")
+CI_FIGURES = figures.CI_FIGURES
 FIGURE_ALIASES = {
     "ttft": "ttft_ms",
     "tbt": "tbt_ms",
@@ -71,17 +74,7 @@ def _flatten_cell(cell: dict) -> dict:
             for sk, sv in v.items() if isinstance(v, dict) else ():
                 row.setdefault(f"server_{sk}", sv)
         elif k == "latency" and isinstance(v, dict):
-            # e2e_ms -> e2e_n, e2e_mean_ms, e2e_median_ms, e2e_p99_ms, ... (the intervals
-            # stay in run.json); the core's own ttft_p90_ms etc. are kept where they exist
-            for name, dist in v.items():
-                if not isinstance(dist, dict):
-                    continue
-                base = name.removesuffix("_ms")
-                for dk, dv in dist.items():
-                    if dk == "n":
-                        row.setdefault(f"{base}_n", dv)
-                    elif dk in ("mean", "median") or dk.startswith("p"):
-                        row.setdefault(f"{base}_{dk}_ms", np.nan if dv is None else dv)
+            _flatten_latency(v, row)
         elif isinstance(v, dict) and k not in ("errors", "error_examples"):  # {kind: ...}
             for pk, pv in v.items():
                 row[f"{k}_{pk}"] = pv
@@ -101,6 +94,33 @@ def _flatten_cell(cell: dict) -> dict:
     row["errors"] = errs
     row.setdefault("errors_total", int(sum(errs.values())) if isinstance(errs, dict) else 0)
     return row
+
+
+def _flatten_latency(latency: dict, row: dict) -> None:
+    """run.json's latency distributions as columns: e2e_ms -> e2e_n, e2e_mean_ms, e2e_p99_ms,
+    ... (the intervals stay in run.json). One name per figure (`figures`): the median is the
+    p50; the TTFT distribution of completed requests is ``ttft_completed_*`` (``ttft_ms`` is
+    over the requests sent); the TBT distribution's p50, p90 and p99 are the core's own
+    ``tbt_ms``, ``tbt_p90_ms``, ``tbt_p99_ms`` (the same gaps) and are not written twice."""
+    for name, dist in latency.items():
+        if not isinstance(dist, dict):
+            continue
+        base = name.removesuffix("_ms")
+        prefix = figures.DISTRIBUTION_PREFIX.get(base, base)
+        for dk, dv in dist.items():
+            if dk == "median" and "p50" not in dist:
+                dk = "p50"
+            if dk == "n":
+                col = f"{prefix}_n"
+            elif dk == "mean" or (dk.startswith("p") and dk[1:2].isdigit()):
+                col = f"{prefix}_{dk}_ms"
+            else:
+                continue
+            # a column the core writes (the TBT percentiles of the same gaps) is its own
+            known = figures.find(col)
+            if col == "tbt_p50_ms" or col in row or (known is not None and known.by == "core"):
+                continue
+            row[col] = np.nan if dv is None else dv
 
 
 class Run:
@@ -185,7 +205,9 @@ class Run:
 
     # ---- frames ---------------------------------------------------------------------------
     @cached_property
-    def cells(self) -> pd.DataFrame:
+    def all_cells(self) -> pd.DataFrame:
+        """One row per cell, every run.json field as a column (`figures` names each), the
+        columns a run did not measure included (all empty)."""
         rows = [_flatten_cell(c) for c in self.doc.get("cells") or []]
         df = pd.DataFrame(rows)
         if df.empty:
@@ -213,7 +235,24 @@ class Run:
         for col in num:
             if col in df:
                 df[col] = pd.to_numeric(df[col], errors="coerce").astype(float)
-        return df
+        return CellsFrame(df)
+
+    @cached_property
+    def cells(self) -> pd.DataFrame:
+        """One row per cell, a column per figure (`figures.find` says what each is), less
+        the columns of what this run did not measure: a column of the latency
+        distributions, the open loop or the SLO (`figures.OPTIONAL_GROUPS`) that is empty in
+        every cell (a plain closed-loop run has no SLO, no open loop). `all_cells` keeps
+        them. Floats print rounded (display only: the values are as stored)."""
+        df = self.all_cells
+        drop = [
+            col
+            for col in df.columns
+            if (f := figures.find(str(col))) is not None
+            and f.group in figures.OPTIONAL_GROUPS
+            and df[col].isna().all()
+        ]
+        return CellsFrame(df.drop(columns=drop))
 
     def cell(self, cell_id: str) -> dict:
         for c in self.doc.get("cells") or []:
@@ -327,8 +366,8 @@ class Run:
         return pd.concat(frames, ignore_index=True)
 
     def tokens(self, cell_id: str) -> pd.DataFrame:
-        """Token arrivals of a cell (`_core.token_arrivals`: one socket read's events are
-        one arrival): request, ``t_ms`` from t0, tokens, gap per token (ms; NaN for a
+        """Token arrivals of a cell (`_core.token_arrivals`: one delivery's events, a
+        socket read or reads within 1 ms, are one arrival): request, ``t_ms`` from t0, tokens, gap per token (ms; NaN for a
         request's first arrival), ``in_window`` (a window request's arrival in [t0, t1])."""
         rec = self.records(cell_id)
         cols = ["request", "t_ms", "tokens", "gap_ms", "in_window"]
@@ -386,7 +425,7 @@ class Run:
 
     # ---- the seed's tables ----------------------------------------------------------------
     def _decode(self) -> pd.DataFrame:
-        df = self.cells
+        df = self.all_cells
         return df[df["phase"] == "decode"] if "phase" in df else df
 
     def table(
@@ -445,6 +484,7 @@ class Run:
         status (counts such as ``errors_total``).
         """
         figure = FIGURE_ALIASES.get(figure, figure)
+        figure = figures.RENAMED.get(figure, figure)
         dec = self._decode()
         md = self.matrix_definition
         contexts = md["contexts"]
@@ -483,6 +523,7 @@ class Run:
         ``open_loop_achieved_rate_per_s``, ``e2e_p99_ms``, ...; see `cells`), which
         `matrix` cannot place in a rate run. Repetitions: the median over valid and queued
         ones; other cells hold their status text (NaN with ``numeric=True``)."""
+        figure = figures.RENAMED.get(figure, figure)
         dec = self._decode()
         if dec.empty:
             return pd.DataFrame()
@@ -552,7 +593,7 @@ class Run:
 
     def prefill(self) -> pd.DataFrame:
         """Prefill figures per context (median over repetitions), in context order."""
-        df = self.cells
+        df = self.all_cells
         pre = df[df["phase"] == "prefill"] if "phase" in df else df
         rows = []
         for c in self.matrix_definition["prefill_contexts"]:
@@ -585,13 +626,14 @@ class Run:
             ],
         )
 
-    def capacity(self, slo: str | dict, attainment: str | float = 0.95) -> dict[int, dict]:
+    def capacity(
+        self, slo: str | dict, attainment: str | float = slo_mod.DEFAULT_ATTAINMENT
+    ) -> dict[int, dict]:
         """The capacity answer per decode context: the largest measured concurrency (or
         rate, for a request-rate run) whose requests meet ``slo`` (``"ttft=2s,tpot=50ms"``
         or ``{"ttft": 2000.0}`` in ms) at ``attainment`` (0.95 or ``"95%"``), the first that
         does not, and an interpolated estimate with its method (`speedmatrix.slo.capacity`).
         Every cell is judged from its own records, so any SLO can be asked of a saved run."""
-        from speedmatrix import slo as slo_mod
 
         targets = slo_mod.parse_slo(slo) if isinstance(slo, str) else dict(slo)
         share = (
@@ -631,6 +673,33 @@ class Run:
 
     def _repr_html_(self) -> str:  # notebooks
         return f"<p>{self!r}</p>" + self.status_table("total_tok_s").to_html(na_rep="—")
+
+
+def _display_float(x: float) -> str:
+    """Four significant digits, no exponent below a million: display only."""
+    if not math.isfinite(x):
+        return str(x)
+    if x == 0 or 1e-3 <= abs(x) < 1e6:
+        return f"{x:,.4g}" if abs(x) < 1e4 else f"{x:,.0f}"
+    return f"{x:.3e}"
+
+
+class CellsFrame(pd.DataFrame):
+    """`Run.cells`: a DataFrame whose text and notebook reprs, and those of the frames taken
+    from it (``run.cells[["id", "tbt_ms"]]``), round floats to four significant digits
+    (``116.7``, not ``116.666667``). Display only: the values are pandas' own."""
+
+    @property
+    def _constructor(self) -> type[pd.DataFrame]:
+        return CellsFrame
+
+    def __repr__(self) -> str:
+        with pd.option_context("display.float_format", _display_float):
+            return super().__repr__()
+
+    def _repr_html_(self) -> str | None:
+        with pd.option_context("display.float_format", _display_float):
+            return super()._repr_html_()
 
 
 def _safe_min(df: pd.DataFrame, col: str, fallback: str, n: int) -> float:

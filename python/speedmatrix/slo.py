@@ -38,9 +38,11 @@ from typing import Any
 import numpy as np
 
 from speedmatrix import latency
+from speedmatrix.records import token_arrivals
 from speedmatrix.units import parse_duration
 
 __all__ = [
+    "DEFAULT_ATTAINMENT",
     "SLO_METRICS",
     "capacity",
     "capacity_table",
@@ -63,6 +65,8 @@ SLO_METRICS: dict[str, tuple[str, str]] = {
     "tbt": ("tbt_max_ms", "tbt_max_ms"),
 }
 _ALIASES = {"itl": "tbt", "e2el": "e2e"}
+#: the share of requests that must meet the SLO when none is asked (not a confidence level)
+DEFAULT_ATTAINMENT = 0.95
 
 
 def parse_slo(text: str | dict) -> dict[str, float]:
@@ -172,7 +176,7 @@ def evaluate(
     d_s = (t1_ns - t0_ns) / 1e9
     out_tok = np.asarray(requests["output_tokens"]).astype(float)
     if not open_loop and events is not None:
-        out_tok = _window_tokens(len(out_tok), events, t0_ns, t1_ns)
+        out_tok = _window_tokens(requests, events, t0_ns, t1_ns)
     worst = max(missed.items(), key=lambda kv: kv[1]) if missed else ("", 0)
     return {
         "slo": dict(slo),
@@ -186,14 +190,14 @@ def evaluate(
     }
 
 
-def _window_tokens(n: int, events: dict, t0_ns: int, t1_ns: int) -> np.ndarray:
-    """Per request, the tokens of its events that arrived in [t0, t1] (the window's tokens,
-    as the cell's total tok/s counts them)."""
-    t = np.asarray(events["t_ns"]).astype(np.int64)
-    inside = (t >= t0_ns) & (t <= t1_ns)
-    req = np.asarray(events["request"]).astype(np.int64)[inside]
-    tok = np.asarray(events["tokens"]).astype(float)[inside]
-    return np.bincount(req, weights=tok, minlength=n)[:n]
+def _window_tokens(requests: dict, events: dict, t0_ns: int, t1_ns: int) -> np.ndarray:
+    """Per request, the tokens of its arrivals in [t0, t1] (`records.token_arrivals`, usage
+    scaled: the window's tokens exactly as the cell's total tok/s counts them)."""
+    n = len(requests["sent_ns"])
+    a = token_arrivals(requests, events, -1)
+    inside = (a["t_ns"] >= t0_ns) & (a["t_ns"] <= t1_ns)
+    req = a["request"].astype(np.int64)[inside]
+    return np.bincount(req, weights=a["tokens"][inside].astype(float), minlength=n)[:n]
 
 
 _METHOD = "linear interpolation of attainment between the last passing and first failing loads"
@@ -327,14 +331,18 @@ def cell_figures(
     slo: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """The fields this module and :mod:`speedmatrix.latency` add to a cell of run.json, from
-    its records: ``latency`` (distributions), ``open_loop`` (a rate cell, ``rate_per_s`` set)
-    and ``slo`` (with ``slo`` targets). JSON-ready (NaN -> null)."""
+    its records: ``latency`` (distributions), ``coalesced_share`` (with token events),
+    ``open_loop`` (a rate cell, ``rate_per_s`` set) and ``slo`` (with ``slo`` targets).
+    JSON-ready (NaN -> null)."""
     open_loop = rate_per_s is not None
     out: dict[str, Any] = {
         "latency": latency.cell_latency(
             requests, events, t0_ns, t1_ns, open_loop=open_loop, percentiles=percentiles
         )
     }
+    share = latency.coalesced_share(requests, events, t0_ns, t1_ns)
+    if math.isfinite(share):
+        out["coalesced_share"] = share
     if rate_per_s is not None:
         out["open_loop"] = latency.open_loop_figures(requests, t0_ns, t1_ns, float(rate_per_s))
     if slo:
@@ -346,7 +354,7 @@ def run_capacity(
     cells: list[dict],
     load_records: Callable[[str], tuple[dict, dict | None] | None],
     slo: dict[str, float],
-    attainment: float = 0.95,
+    attainment: float = DEFAULT_ATTAINMENT,
 ) -> dict[int, dict[str, Any]]:
     """The capacity answer of a saved run, per decode context: ``{context: capacity(...) +
     {"by": "concurrency"|"rate", "label"}}``. Each measured decode cell (status valid,

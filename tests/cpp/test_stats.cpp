@@ -171,6 +171,65 @@ TEST(TokenArrivals, OneReadIsOneArrivalAndPhasesAreChosen) {
   EXPECT_EQ(token_arrivals(r.view(), -1).size(), 3u);
 }
 
+// Coalesced delivery: a server that flushes each stream's tokens in bursts of 4 every
+// 80 ms (20 ms a token), four events in one read per burst, and a read that also carried
+// another stream's event. Time between tokens is the gap between reads spread over the
+// read's events (20 ms), per-request speed 50 tok/s, never the ~0 gaps inside a read; the
+// share counts every event of a read that carried more than one.
+TEST(CoalescedDelivery, BurstsReadAsTheGapBetweenReadsSpreadOverTheirEvents) {
+  Records r;
+  const int a = r.add_request(Phase::kWindow, 0, 10 * kMs, 2 * kS, Outcome::kOk);
+  const int b = r.add_request(Phase::kWindow, 0, 10 * kMs, 2 * kS, Outcome::kOk);
+  for (int k = 0; k < 10; ++k) {
+    const ns_t t = 10 * kMs + k * 80 * kMs;
+    for (int e = 0; e < 4; ++e) r.add_event(a, t, 1);
+  }
+  // b: single events 20 ms apart, one of them in a read shared with a's burst at 170 ms
+  for (int k = 0; k < 40; ++k) r.add_event(b, 10 * kMs + 20 * kMs * k + (k == 8 ? 0 : 1), 1);
+  const CellFigures f = summarize_cell(r.view(), 0, 1 * kS);
+  EXPECT_NEAR(f.tbt_ms, 20.0, 1e-3);
+  EXPECT_NEAR(f.per_request_tok_s, 50.0, 1e-2);
+  EXPECT_NEAR(f.tbt_p90_ms, 20.0, 1e-3);
+  // 40 of a's events in bursts, and b's event at 170 ms shares a read with a's 4 there
+  EXPECT_DOUBLE_EQ(coalesced_share(r.view(), 0, 1 * kS), 41.0 / 80.0);
+  // a stream whose events never share a read: no coalescing
+  Records one;
+  const int c = one.add_request(Phase::kWindow, 0, 10 * kMs, 2 * kS, Outcome::kOk);
+  for (int k = 0; k < 10; ++k) one.add_event(c, 10 * kMs + 20 * kMs * k, 1);
+  EXPECT_DOUBLE_EQ(coalesced_share(one.view(), 0, 1 * kS), 0.0);
+  EXPECT_TRUE(std::isnan(coalesced_share(Records{}.view(), 0, 1 * kS)));
+}
+
+// Issue 21's case: a 50 tok/s stream whose server flushes 4 tokens every 80 ms, each
+// burst read in 4 pieces 64 us apart. Each piece its own arrival, the median TBT would
+// read 0.064 ms (15,625 tok/s); one delivery, it reads 20 ms and 50 tok/s, as
+// decode_tok_s_per_request does, and the precision scan agrees.
+TEST(CoalescedDelivery, ABurstReadInPiecesIsOneDelivery) {
+  Records r;
+  const int a = r.add_request(Phase::kWindow, 0, 10 * kMs, 3 * kS, Outcome::kOk);
+  for (int k = 0; k < 30; ++k)
+    for (int e = 0; e < 4; ++e) r.add_event(a, 10 * kMs + k * 80 * kMs + e * 64'000, 1);
+  const CellFigures f = summarize_cell(r.view(), 0, 2 * kS);
+  EXPECT_NEAR(f.tbt_ms, 20.0, 1e-3);
+  EXPECT_NEAR(f.per_request_tok_s, 50.0, 1e-2);
+  EXPECT_NEAR(f.decode_tok_s_per_request, 50.0, 1.0);
+  EXPECT_DOUBLE_EQ(coalesced_share(r.view(), 0, 2 * kS), 1.0);
+  PrecisionScan scan(r.view(), 0, 2 * kS);
+  for (std::size_t e = 0; e < r.ev_t.size(); ++e) scan.add(r.ev_req[e], r.ev_t[e], r.ev_tok[e]);
+  EXPECT_DOUBLE_EQ(scan.finish().tbt_ms, f.tbt_ms);
+}
+
+// A stream faster than one read per kDeliveryNs keeps its pace: 2,000 tok/s, one token a
+// read 0.5 ms apart, reads as 1 ms deliveries of 2 tokens: 0.5 ms a token.
+TEST(CoalescedDelivery, AStreamFasterThanTheDeliveryBoundKeepsItsPace) {
+  Records r;
+  const int a = r.add_request(Phase::kWindow, 0, 1 * kMs, 3 * kS, Outcome::kOk);
+  for (int k = 0; k < 1000; ++k) r.add_event(a, 1 * kMs + k * 500'000, 1);
+  const CellFigures f = summarize_cell(r.view(), 0, 1 * kS);
+  EXPECT_NEAR(f.tbt_ms, 0.5, 1e-9);
+  EXPECT_NEAR(f.per_request_tok_s, 2000.0, 1e-6);
+}
+
 TEST(SummarizeCell, MultiTokenChunkSpreadsItsGap) {
   Records r;
   int a = r.add_request(Phase::kWindow, 0, 10 * kMs, kNever, Outcome::kCancelled);
@@ -496,6 +555,26 @@ TEST(SummarizeCell, PrecisionIsReportedWithTheFigures) {
   const Records r = two_requests();
   const CellFigures f = summarize_cell(r.view(), 0, 2 * kS, 1.0);
   EXPECT_DOUBLE_EQ(f.precision, precision_of(f));
+}
+
+// The latency distributions' percentiles and intervals (_core.quantiles): 1..1000.
+TEST(Quantiles, ValuesAndOrderStatisticIntervals) {
+  std::vector<double> v;
+  for (int i = 1000; i >= 1; --i) v.push_back(i);
+  v.push_back(std::nan(""));
+  const std::vector<double> qs = {0.5, 0.99, 0.999};
+  const auto e = quantiles(v, qs);
+  ASSERT_EQ(e.size(), 3u);
+  EXPECT_DOUBLE_EQ(e[0].value, 500.5);
+  EXPECT_DOUBLE_EQ(e[0].lo, 469.0);  // ranks 500 -+ 1.96 * sqrt(250): the median's rule
+  EXPECT_DOUBLE_EQ(e[0].hi, 532.0);
+  const Interval m = median_interval(v);
+  EXPECT_DOUBLE_EQ(m.lo, e[0].lo);
+  EXPECT_DOUBLE_EQ(m.hi, e[0].hi);
+  EXPECT_NEAR(e[1].value, 990.01, 1e-9);
+  EXPECT_TRUE(e[1].lo < e[1].value && e[1].value < e[1].hi);
+  EXPECT_TRUE(std::isnan(e[2].hi));  // the rank falls past the sample
+  EXPECT_TRUE(std::isnan(quantiles({}, qs)[0].value));
 }
 
 TEST(Percentile, LinearInterpolation) {

@@ -361,12 +361,12 @@ def test_cell_figures_are_json_ready_and_carry_every_part():
     ]
     req, ev = make_records(rows)
     f = slo.cell_figures(req, ev, T0, T0 + S, rate_per_s=10.0, slo={"ttft": 50.0})
-    assert set(f) == {"latency", "open_loop", "slo"}
+    assert set(f) == {"latency", "coalesced_share", "open_loop", "slo"}
     assert f["slo"]["attainment"] == 1.0
     assert f["latency"]["e2e_sched_ms"]["p50"] == pytest.approx(200)
     assert f["latency"]["e2e_ms"]["ci"]["p99.9"][1] is None  # NaN became null
     closed = slo.cell_figures(req, ev, T0, T0 + S)
-    assert set(closed) == {"latency"}
+    assert set(closed) == {"latency", "coalesced_share"}
 
 
 def test_run_capacity_judges_each_cell_from_its_records():

@@ -87,8 +87,9 @@ struct CellFigures {
 
 // Window accounting follows DESIGN.md; the choices it leaves open:
 // - Only phase == kWindow requests and their events count; [t0, t1] is closed.
-// - Events of one request with the same t_ns (one socket read) are one
-//   arrival: the gap since the previous arrival is spread over all their tokens.
+// - Events of one request in one delivery (one socket read, or reads within
+//   kDeliveryNs of its first) are one arrival: the gap since the previous
+//   arrival is spread over all their tokens.
 // - Bins are bin_s wide from t0; a remainder shorter than a bin widens the last.
 // - tbt CI: t-interval over per-bin weighted medians (bin of the later arrival);
 //   per_request_tok_s CI is 1000 / that interval (hi = +Inf when its lo <= 0);
@@ -153,13 +154,30 @@ double precision_of(const CellFigures& f);
 // lasted min_duration_s and precision_of(f) <= target. target <= 0: never.
 bool precision_stop(const CellFigures& f, double target, double elapsed_s, double min_duration_s);
 
+// The confidence level of every interval speedmatrix reports, its two-sided normal
+// quantile, and Student's t two-sided quantile at that level (df >= 1; NaN below): the
+// one definition Python reads too (_core.CONFIDENCE, Z, t_quantile).
+inline constexpr double kConfidence = 0.95;
+inline constexpr double kZ975 = 1.959963984540054;
+double t975(std::int64_t df);
+
 // 95% interval of a mean of autocorrelated values (see CellFigures).
 Interval mean_interval_autocorrelated(const std::vector<double>& v);
 // 95% distribution-free interval of the median of `v` (order statistics).
 Interval median_interval(std::vector<double> v);
 
-// One arrival of tokens: the events of one request with the same t_ns (one
-// socket read) merged.
+// A delivery: the reads of one stream that come less than kDeliveryNs after the
+// delivery's first read. A server or proxy that flushes a burst of events writes it
+// in pieces the client may read microseconds apart; counted as separate arrivals,
+// the burst's ~0 gaps would make the median time between tokens a figure the stream
+// never received (a 50 tok/s stream in bursts read as 0.064 ms, 15,571 tok/s). The
+// gap since the previous delivery is spread over the delivery's tokens, so a
+// stream's pace is kept whatever its speed (a 2,000 tok/s stream, one token a read
+// 0.5 ms apart, reads as pairs 1 ms apart: 0.5 ms a token).
+inline constexpr ns_t kDeliveryNs = 1'000'000;
+
+// One arrival of tokens: the events of one delivery of one request (one socket
+// read, or reads less than kDeliveryNs after its first) merged.
 struct Arrival {
   std::int32_t request = 0;
   ns_t t_ns = 0;
@@ -172,10 +190,30 @@ struct Arrival {
 // The one derivation of per-token arrivals that every figure, plot and test
 // uses: events with tokens (usage-scaled as in summarize_cell) of the requests
 // of `phase` (kWindow by default; a negative value = every request), merged per
-// (request, t_ns), ordered by request then time. Window membership is left to
+// delivery (request, reads within kDeliveryNs of the first; t_ns is the first
+// read's), ordered by request then time. Window membership is left to
 // the caller (summarize_cell counts arrivals with t0 <= t_ns <= t1).
 // REQUIRES: spans of one group have equal lengths.
 std::vector<Arrival> token_arrivals(const RecordView& r, int phase = 1);
+
+// Coalesced delivery: the share of the window's token events (events with tokens of
+// window requests, t0 <= t_ns <= t1) that came together with another event: in one
+// delivery of their stream (one read, or reads within kDeliveryNs), or in a read that also
+// carried another stream's event (the same t_ns: the transport stamps once per read). A
+// delivery is one arrival (token_arrivals), so a burst reads as the gap between deliveries
+// spread over its tokens, never as ~0 gaps; this figure says how much of the window came
+// that way (a buffering proxy, a server that flushes per batch). NaN without token events.
+double coalesced_share(const RecordView& r, ns_t t0, ns_t t1);
+
+// Quantiles of `v` (NaN dropped) at each q in [0, 1], by linear interpolation (as
+// percentile()), each with its distribution-free kConfidence interval from order
+// statistics (ranks n q -+ z sqrt(n q (1 - q)), the rule of median_interval); a side whose
+// rank falls outside the sample is NaN; all NaN for an empty sample. The one owner of the
+// latency distributions' percentiles and their intervals (_core.quantiles).
+struct QuantileEstimate {
+  double value, lo, hi;
+};
+std::vector<QuantileEstimate> quantiles(std::vector<double> v, std::span<const double> qs);
 
 // Weighted median / percentile (q in [0,1]) of values with integer weights.
 double weighted_percentile(std::span<const double> values, std::span<const std::int64_t> weights,

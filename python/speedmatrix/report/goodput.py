@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from speedmatrix import figures
 from speedmatrix.recompute import slo_judged_doc
 from speedmatrix.report import formatting as fmt
 
@@ -412,7 +413,8 @@ def capacity_section(run: Run, s: SloSettings) -> Section:
 
 
 def _lat(c: dict, name: str, stat: str) -> Any:
-    return c.get(f"{name}_{stat}_ms")
+    col = f"{name}_{stat}_ms"
+    return c.get(figures.RENAMED.get(col, col))
 
 
 def _tail(run: Run) -> str | None:

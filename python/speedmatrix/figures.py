@@ -1,0 +1,320 @@
+"""The catalogue of figures: every column of ``Run.cells`` named once.
+
+Each entry says the figure's unit, a one-line definition, which records it reads, how it is
+summarized, and who computes it (``core``: ``_core.summarize_cell`` / ``token_arrivals``, C++;
+``python``: a named module). ``run.cells`` columns, the report's labels (`label`) and
+docs/metrics.md's figures table (`markdown_table`) are checked against or generated from it
+(tests/python/test_figures.py). A figure has one derivation: where two sets of requests give
+two different figures of one kind (TTFT of the requests sent in the window vs of those that
+completed in it) they carry two names.
+
+Families of columns are entries with placeholders: ``{p}`` a percentile (``50``, ``99.9``:
+the run's ``--percentiles``), ``{fig}`` a figure with a confidence interval.
+
+This module also holds the confidence level every interval uses, and its quantiles, read
+from the core (one definition, cpp/include/speedmatrix/stats.hpp).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+from speedmatrix._native import _core
+
+__all__ = [
+    "CATALOGUE",
+    "CI_FIGURES",
+    "CONFIDENCE",
+    "DISTRIBUTION_PREFIX",
+    "GROUPS",
+    "OPTIONAL_GROUPS",
+    "RENAMED",
+    "Z_TWO_SIDED",
+    "Figure",
+    "find",
+    "label",
+    "markdown_table",
+    "t_quantile",
+]
+
+#: the confidence level of every interval (cpp stats.hpp kConfidence)
+CONFIDENCE: float = float(_core.CONFIDENCE)
+#: its two-sided normal quantile (cpp stats.hpp kZ975)
+Z_TWO_SIDED: float = float(_core.Z_TWO_SIDED)
+
+
+def t_quantile(df: int) -> float:
+    """Two-sided Student t quantile at `CONFIDENCE` (the core's, `_core.t_quantile`)."""
+    return float(_core.t_quantile(int(df))) if df >= 1 else math.nan
+
+
+@dataclass(frozen=True)
+class Figure:
+    name: str  #: the run.cells column (placeholders ``{p}``, ``{fig}`` for families)
+    unit: str  #: ``tok/s``, ``ms``, ``s``, ``requests``, ``tokens``, ``share``, ``ns``, ``""``
+    label: str  #: what the report and notebooks call it
+    definition: str  #: one line
+    reads: str  #: which records: requests, events (token arrivals), metrics, run, cell
+    summary: str  #: median, percentile, mean, rate, count, share, max, value, interval
+    by: str  #: ``core`` (C++) or the Python module that computes it
+    group: str  #: one of GROUPS (run.cells drops a group a run did not measure)
+
+
+#: groups of columns, in display order
+GROUPS = (
+    "cell",
+    "throughput",
+    "latency",
+    "window",
+    "interval",
+    "distribution",
+    "prefill",
+    "server",
+    "client",
+    "open_loop",
+    "slo",
+)
+
+#: groups of what a run may not have measured: `Run.cells` drops their columns that are
+#: empty in every cell (`Run.all_cells` keeps them)
+OPTIONAL_GROUPS = ("distribution", "open_loop", "slo")
+
+_V = "verdict"
+_L = "latency"
+_S = "slo"
+
+
+def _f(*a: str) -> Figure:
+    return Figure(*a)
+
+
+# One line per figure reads as a table; the formatter would give each field a line.
+# fmt: off
+_ENTRIES: tuple[Figure, ...] = (
+    # --- identity and judgement of a cell ---
+    _f("id", "", "Cell", "phase-context-concurrency-repetition", "cell", "value", _V, "cell"),
+    _f("phase", "", "Phase", "decode or prefill", "cell", "value", _V, "cell"),
+    _f("context", "tokens", "Context", "prompt tokens per request asked", "cell", "value", _V, "cell"),
+    _f("label", "", "Context", "the context as the matrix wrote it", "cell", "value", _V, "cell"),
+    _f("concurrency", "requests", "Concurrency", "requests kept in flight (closed loop)", "cell", "value", _V, "cell"),
+    _f("repetition", "", "Repetition", "index of the repetition of this cell", "cell", "value", _V, "cell"),
+    _f("status", "", "Status", "valid, queued, over_capacity or error", "requests, metrics", "value", _V, "cell"),
+    _f("reason", "", "Reason", "why the cell has its status (one line)", "requests, metrics", "value", _V, "cell"),
+    _f("flags", "", "Flags", "what may make the figures misleading (docs/metrics.md)", "requests, events, metrics", "value", _V, "cell"),
+    _f("measured_in", "", "Measured in", "the decode cell whose warm-up measured this prefill cell", "cell", "value", _V, "cell"),
+    _f("records", "", "Records", "file of the cell's raw records in the run folder", "cell", "value", _V, "cell"),
+    _f("prompts_file", "", "Prompts file", "the workload file the prompts came from", "cell", "value", _V, "cell"),
+    _f("rate_per_s", "requests/s", "Request rate", "arrival rate asked (open loop)", "cell", "value", _V, "cell"),
+    _f("arrival", "", "Arrivals", "arrival process (open loop): poisson, constant, gamma", "cell", "value", _V, "cell"),
+    # --- throughput ---
+    _f("total_tok_s", "tok/s", "Total tok/s", "output tokens that arrived in the window / its length", "events", "rate", "core", "throughput"),
+    _f("per_request_tok_s", "tok/s", "Per-request tok/s", "1000 / tbt_ms (the seed's definition)", "events", "median", "core", "throughput"),
+    _f("decode_tok_s_per_request", "tok/s", "Decode tok/s per request", "median over requests of tokens after their first window arrival / the time to their last", "events", "median", "core", "throughput"),
+    _f("decode_requests", "requests", "Decode requests", "requests decode_tok_s_per_request is the median of", "events", "count", "core", "throughput"),
+    _f("output_tokens", "tokens", "Output tokens", "tokens that arrived in the window", "events", "count", "core", "throughput"),
+    _f("avg_active", "requests", "Average active", "time-weighted mean of window requests in flight over the window", "requests", "mean", "core", "throughput"),
+    _f("prompt_tok_s", "tok/s", "Prompt tok/s", "prefill: context / the median cold TTFT", "requests", "rate", _V, "prefill"),
+    # --- latency headline figures ---
+    _f("ttft_ms", "ms", "TTFT", "median first token - send over window requests sent from the ramp's start (prefill: the cold TTFT)", "requests", "median", "core", "latency"),
+    _f("ttft_p90_ms", "ms", "TTFT p90", "90th percentile of the TTFTs ttft_ms is the median of", "requests", "percentile", "core", "latency"),
+    _f("ttft_p99_ms", "ms", "TTFT p99", "99th percentile of the TTFTs ttft_ms is the median of", "requests", "percentile", "core", "latency"),
+    _f("ttft_first_wave_ms", "ms", "TTFT first wave", "median TTFT of the first window request of each slot", "requests", "median", "core", "latency"),
+    _f("tbt_ms", "ms", "Time between tokens", "median gap between a window request's token deliveries (a read, or reads < 1 ms after its first), spread over the delivery's tokens (failed requests excluded)", "events", "median", "core", "latency"),
+    _f("tbt_p90_ms", "ms", "TBT p90", "90th percentile of the gaps tbt_ms is the median of", "events", "percentile", "core", "latency"),
+    _f("tbt_p99_ms", "ms", "TBT p99", "99th percentile of the gaps tbt_ms is the median of", "events", "percentile", "core", "latency"),
+    _f("coalesced_share", "share", "Coalesced delivery", "share of the window's token events that came with another: in one delivery of their stream, or in a read shared with another stream", "events", "share", "core", "latency"),
+    # --- the window ---
+    _f("measured_s", "s", "Window", "length of the measured window t1 - t0", "cell", "value", "core", "window"),
+    _f("completed", "requests", "Completed", "window requests that finished OK inside the window", "requests", "count", "core", "window"),
+    _f("started", "requests", "Started", "window requests sent inside the window", "requests", "count", "core", "window"),
+    _f("errors", "requests", "Errors", "failed window requests by kind", "requests", "count", _V, "window"),
+    _f("error_examples", "", "Error examples", "one message per error kind (redacted)", "requests", "value", _V, "window"),
+    _f("errors_total", "requests", "Errors", "failed window requests", "requests", "count", _V, "window"),
+    _f("error_slot_s", "s", "Error slot time", "slot time failed streams held silent in the window", "events, requests", "rate", "core", "window"),
+    _f("retried", "requests", "Retried", "window requests re-sent after a kept-alive connection died before any byte", "requests", "count", _V, "window"),
+    _f("stalls", "requests", "Stalls", "streams cut for going silent (errors.stall)", "requests", "count", _V, "window"),
+    _f("backoffs", "", "Backoffs", "slot waits after a 429 or a failed connection", "cell", "count", _V, "window"),
+    _f("backoff_s", "s", "Backoff time", "slot time those waits took in the window", "cell", "value", _V, "window"),
+    _f("stopped_by", "", "Stopped by", "what ended the window (duration, precision, unreachable)", "cell", "value", _V, "window"),
+    _f("precision", "share", "Precision", "larger relative half-width of the total tok/s and tbt_ms intervals", "events", "value", "core", "window"),
+    _f("drift", "share", "Drift", "relative change of per-bin throughput across the steady window (least squares)", "events", "value", "core", "window"),
+    _f("warmup_retried", "", "Warm-up retried", "warm-up requests sent again", "cell", "count", _V, "window"),
+    _f("ramp_s", "s", "Ramp", "from the ramp's start to the steady window's start", "requests", "value", _V, "window"),
+    _f("ramp_capped", "", "Ramp capped", "the ramp cap opened the window before steady state", "cell", "value", _V, "window"),
+    _f("first_wave_streamed", "requests", "First wave streamed", "slots whose first request streamed a token", "requests", "count", _V, "window"),
+    _f("waiting_without_tokens", "requests", "Waiting without tokens", "mean window requests in flight without a first token", "requests", "mean", _V, "window"),
+    _f("ttft_unserved", "requests", "Unserved", "requests sent in the window still without a first token at its end", "requests", "count", _V, "window"),
+    _f("t0_ns", "ns", "Window start", "window start (monotonic clock)", "cell", "value", _V, "window"),
+    _f("t1_ns", "ns", "Window end", "window end (monotonic clock)", "cell", "value", _V, "window"),
+    _f("ramp_start_ns", "ns", "Ramp start", "first request of the first wave sent", "cell", "value", _V, "window"),
+    _f("warmup_start_ns", "ns", "Warm-up start", "warm-up start", "cell", "value", _V, "window"),
+    _f("end_ns", "ns", "End", "cell end", "cell", "value", _V, "window"),
+    # --- prompt tokens ---
+    _f("prompt_tokens_asked", "tokens", "Prompt tokens asked", "prompt tokens the cell asked for", "cell", "value", _V, "cell"),
+    _f("prompt_tokens_reported_min", "tokens", "Prompt tokens (min)", "smallest prompt count the server reported", "requests", "min", _V, "cell"),
+    _f("prompt_tokens_reported_max", "tokens", "Prompt tokens (max)", "largest prompt count the server reported", "requests", "max", _V, "cell"),
+    _f("prompt_tokens_exact", "", "Prompt exact", "every reported count equals the asked one", "requests", "value", _V, "cell"),
+    _f("prompt_tokens_method", "", "Prompt method", "how prompts were made exact", "cell", "value", _V, "cell"),
+    # --- intervals (CONFIDENCE) ---
+    _f("{fig}_lo", "", "{fig} CI low", "low end of the 95% interval of {fig} (docs/metrics.md: intervals)", "events, requests", "interval", "core", "interval"),
+    _f("{fig}_hi", "", "{fig} CI high", "high end of the 95% interval of {fig}", "events, requests", "interval", "core", "interval"),
+    # --- latency distributions (latency.py; run.json's latency) ---
+    _f("e2e_n", "requests", "E2E n", "requests completed in the window (the latency set)", "requests", "count", _L, "distribution"),
+    _f("e2e_mean_ms", "ms", "E2E mean", "mean done - send over completed requests", "requests", "mean", _L, "distribution"),
+    _f("e2e_p{p}_ms", "ms", "E2E p{p}", "percentile of done - send over completed requests", "requests", "percentile", _L, "distribution"),
+    _f("ttft_completed_n", "requests", "TTFT (completed) n", "completed requests with a first token", "requests", "count", _L, "distribution"),
+    _f("ttft_completed_mean_ms", "ms", "TTFT (completed) mean", "mean TTFT over completed requests", "requests", "mean", _L, "distribution"),
+    _f("ttft_completed_p{p}_ms", "ms", "TTFT (completed) p{p}", "percentile of TTFT over completed requests (ttft_ms: over requests sent)", "requests", "percentile", _L, "distribution"),
+    _f("tpot_n", "requests", "TPOT n", "completed requests with two tokens or more", "requests", "count", _L, "distribution"),
+    _f("tpot_mean_ms", "ms", "TPOT mean", "mean (e2e - ttft) / (output - 1) over completed requests", "requests", "mean", _L, "distribution"),
+    _f("tpot_p{p}_ms", "ms", "TPOT p{p}", "percentile of (e2e - ttft) / (output - 1) over completed requests", "requests", "percentile", _L, "distribution"),
+    _f("tbt_n", "tokens", "TBT n", "token gaps tbt_ms is the median of", "events", "count", _L, "distribution"),
+    _f("tbt_mean_ms", "ms", "TBT mean", "mean of the gaps tbt_ms is the median of", "events", "mean", _L, "distribution"),
+    _f("tbt_p{p}_ms", "ms", "TBT p{p}", "percentile of the gaps tbt_ms is the median of (p50 is tbt_ms)", "events", "percentile", _L, "distribution"),
+    _f("e2e_sched_n", "requests", "E2E from schedule n", "open loop: completed arrivals", "requests", "count", _L, "open_loop"),
+    _f("e2e_sched_mean_ms", "ms", "E2E from schedule mean", "open loop: mean done - scheduled", "requests", "mean", _L, "open_loop"),
+    _f("e2e_sched_p{p}_ms", "ms", "E2E from schedule p{p}", "open loop: percentile of done - scheduled", "requests", "percentile", _L, "open_loop"),
+    _f("ttft_sched_n", "requests", "TTFT from schedule n", "open loop: completed arrivals", "requests", "count", _L, "open_loop"),
+    _f("ttft_sched_mean_ms", "ms", "TTFT from schedule mean", "open loop: mean first token - scheduled", "requests", "mean", _L, "open_loop"),
+    _f("ttft_sched_p{p}_ms", "ms", "TTFT from schedule p{p}", "open loop: percentile of first token - scheduled", "requests", "percentile", _L, "open_loop"),
+    _f("queue_n", "requests", "Queue n", "open loop: completed arrivals", "requests", "count", _L, "open_loop"),
+    _f("queue_mean_ms", "ms", "Queue mean", "open loop: mean sent - scheduled", "requests", "mean", _L, "open_loop"),
+    _f("queue_p{p}_ms", "ms", "Queue p{p}", "open loop: percentile of sent - scheduled over completed arrivals", "requests", "percentile", _L, "open_loop"),
+    # --- the server's gauges (/metrics) ---
+    _f("server_running_mean", "requests", "Server running (mean)", "mean of the server's running gauge over the window", "metrics", "mean", _V, "server"),
+    _f("server_running_max", "requests", "Server running (max)", "peak of the running gauge", "metrics", "max", _V, "server"),
+    _f("server_waiting_max", "requests", "Server waiting (max)", "peak of the waiting gauge", "metrics", "max", _V, "server"),
+    _f("server_kv_usage_max", "share", "KV usage (max)", "peak KV cache usage", "metrics", "max", _V, "server"),
+    _f("server_samples", "", "Metric samples", "/metrics scrapes in the window", "metrics", "count", _V, "server"),
+    _f("server_poll_failures", "", "Metric failures", "/metrics scrapes that failed", "metrics", "count", _V, "server"),
+    _f("server_waiting_mean_settled", "requests", "Server waiting (settled)", "mean waiting once the first wave settled", "metrics", "mean", _V, "server"),
+    _f("server_waiting_held_mean", "requests", "Server waiting (held)", "mean waiting held while running did not grow", "metrics", "mean", _V, "server"),
+    # --- the client ---
+    _f("client_cpu_s", "s", "Client CPU", "CPU time of the client thread over the cell", "cell", "value", _V, "client"),
+    _f("client_loop_lag_max_ms", "ms", "Client loop lag", "longest lateness of the client's event loop", "cell", "max", _V, "client"),
+    # --- open loop (latency.open_loop_figures; run.json's open_loop) ---
+    _f("open_loop_rate_per_s", "requests/s", "Rate asked", "arrival rate asked", "cell", "value", _L, "open_loop"),
+    _f("open_loop_arrivals", "requests", "Arrivals", "arrivals scheduled in the window", "requests", "count", _L, "open_loop"),
+    _f("open_loop_offered_rate_per_s", "requests/s", "Offered rate", "arrivals / window", "requests", "rate", _L, "open_loop"),
+    _f("open_loop_achieved_rate_per_s", "requests/s", "Achieved rate", "window arrivals sent in the window / window", "requests", "rate", _L, "open_loop"),
+    _f("open_loop_interarrival_cv", "", "Inter-arrival CV", "coefficient of variation of the scheduled gaps", "requests", "value", _L, "open_loop"),
+    _f("open_loop_completed", "requests", "Completed arrivals", "window arrivals that completed", "requests", "count", _L, "open_loop"),
+    _f("open_loop_failed", "requests", "Failed arrivals", "window arrivals that failed", "requests", "count", _L, "open_loop"),
+    _f("open_loop_cancelled", "requests", "Cancelled arrivals", "window arrivals cut at the drain bound or never sent", "requests", "count", _L, "open_loop"),
+    _f("open_loop_unsent", "requests", "Unsent arrivals", "window arrivals never sent", "requests", "count", _L, "open_loop"),
+    _f("open_loop_completed_rate_per_s", "requests/s", "Completed rate", "completed / window", "requests", "rate", _L, "open_loop"),
+    _f("open_loop_in_flight", "requests", "In flight", "requests in flight at each bin edge (a list)", "requests", "value", _L, "open_loop"),
+    _f("open_loop_in_flight_max", "requests", "In flight (max)", "most requests in flight at a bin edge", "requests", "max", _L, "open_loop"),
+    _f("open_loop_queue_p99_ms", "ms", "Queue p99", "p99 of sent - scheduled over every window arrival sent (queue_p99_ms: completed ones)", "requests", "percentile", _L, "open_loop"),
+    _f("open_loop_kept_up", "", "Kept up", "the server kept up with the arrivals (verdict's rule)", "requests", "value", _L, "open_loop"),
+    _f("open_loop_reason", "", "Why not kept up", "why the server did not keep up", "requests", "value", _L, "open_loop"),
+    # --- SLO (slo.evaluate; run.json's slo) ---
+    _f("slo_slo", "ms", "SLO", "the targets judged (ms)", "run", "value", _S, "slo"),
+    _f("slo_counted", "requests", "SLO counted", "requests judged against the SLO", "requests", "count", _S, "slo"),
+    _f("slo_met", "requests", "SLO met", "judged requests that met every target", "requests", "count", _S, "slo"),
+    _f("slo_attainment", "share", "Attainment", "met / counted", "requests", "share", _S, "slo"),
+    _f("slo_goodput_req_s", "requests/s", "Goodput req/s", "completed requests meeting the SLO / window", "requests", "rate", _S, "slo"),
+    _f("slo_goodput_tok_s", "tok/s", "Goodput tok/s", "output tokens of requests meeting the SLO / window", "requests, events", "rate", _S, "slo"),
+    _f("slo_missed", "requests", "SLO missed", "requests that missed each target", "requests", "count", _S, "slo"),
+    _f("slo_failed_most", "", "Failed most", "the target most requests missed", "requests", "value", _S, "slo"),
+)
+# fmt: on
+
+#: the figures that carry a confidence interval ({fig}_lo, {fig}_hi)
+CI_FIGURES = (
+    "total_tok_s",
+    "per_request_tok_s",
+    "decode_tok_s_per_request",
+    "ttft_ms",
+    "tbt_ms",
+)
+
+#: column names run.cells no longer has -> the one that holds the figure now (a notebook
+#: written against an older speedmatrix still finds it through `Run.table`). The median of
+#: a latency distribution is its p50; the TTFT distribution of completed requests was
+#: spelled like the headline TTFT; the TBT distribution's p50 is tbt_ms itself.
+RENAMED = {
+    "ttft_p50_ms": "ttft_completed_p50_ms",
+    "ttft_median_ms": "ttft_completed_p50_ms",
+    "ttft_mean_ms": "ttft_completed_mean_ms",
+    "ttft_n": "ttft_completed_n",
+    "ttft_p95_ms": "ttft_completed_p95_ms",
+    "ttft_p99.9_ms": "ttft_completed_p99.9_ms",
+    "tbt_median_ms": "tbt_ms",
+    "tbt_p50_ms": "tbt_ms",
+    "e2e_median_ms": "e2e_p50_ms",
+    "tpot_median_ms": "tpot_p50_ms",
+    "e2e_sched_median_ms": "e2e_sched_p50_ms",
+    "ttft_sched_median_ms": "ttft_sched_p50_ms",
+    "queue_median_ms": "queue_p50_ms",
+}
+
+#: latency distributions of run.json (`latency.cell_latency` keys, ``_ms`` dropped) -> the
+#: prefix of their run.cells columns, where it differs
+DISTRIBUTION_PREFIX = {"ttft": "ttft_completed"}
+
+
+def _pattern(name: str) -> re.Pattern[str]:
+    rx = re.escape(name).replace(r"\{p\}", r"[0-9]+(?:\.[0-9]+)?")
+    rx = rx.replace(r"\{fig\}", "(?:" + "|".join(map(re.escape, CI_FIGURES)) + ")")
+    return re.compile(rx + r"\Z")
+
+
+@lru_cache(maxsize=1)
+def _index() -> tuple[dict[str, Figure], list[tuple[re.Pattern[str], Figure]]]:
+    exact: dict[str, Figure] = {}
+    families: list[tuple[re.Pattern[str], Figure]] = []
+    for f in _ENTRIES:
+        if "{" in f.name:
+            families.append((_pattern(f.name), f))
+        else:
+            exact[f.name] = f
+    return exact, families
+
+
+CATALOGUE: tuple[Figure, ...] = _ENTRIES
+
+
+def find(column: str) -> Figure | None:
+    """The catalogue entry of a run.cells column (a family's entry for ``e2e_p99_ms``,
+    ``tbt_ms_lo``), or None: a column with no entry is a defect (test_figures.py)."""
+    exact, families = _index()
+    if column in exact:
+        return exact[column]
+    for rx, f in families:
+        if rx.match(column):
+            return f
+    return None
+
+
+def label(column: str) -> str:
+    """The report's label of a column (``"e2e_p99_ms"`` -> ``"E2E p99"``); the column
+    itself when the catalogue does not know it."""
+    f = find(column)
+    if f is None:
+        return column
+    m = re.match(r"(.*)_p([0-9.]+)_ms\Z", column)
+    if "{p}" in f.label and m:
+        return f.label.replace("{p}", m.group(2))
+    if "{fig}" in f.label:
+        fig = column.rsplit("_", 1)[0]
+        base = find(fig)
+        return f.label.replace("{fig}", base.label if base else fig)
+    return f.label
+
+
+def markdown_table() -> str:
+    """docs/metrics.md's figures table, generated from the catalogue."""
+    lines = [
+        "| column | unit | definition | reads | summary | computed by |",
+        "|---|---|---|---|---|---|",
+    ]
+    for f in _ENTRIES:
+        lines.append(
+            f"| `{f.name}` | {f.unit or '—'} | {f.definition} | {f.reads} | {f.summary} "
+            f"| {'C++ core' if f.by == 'core' else f.by + '.py'} |"
+        )
+    return "\n".join(lines) + "\n"
