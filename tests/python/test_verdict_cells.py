@@ -19,10 +19,15 @@ SHAPE = CellShape(id="decode-c100-n2-r0", phase="decode", context=100, label="10
 
 
 def _records(
-    token_source=(2, 2), warmup=(), per_request_tokens: int = 50, window_s: float = 2.0
+    token_source=(2, 2),
+    warmup=(),
+    per_request_tokens: int = 50,
+    window_s: float = 2.0,
+    burst: bool = False,
 ) -> Records:
     """Two window requests streaming 40 ms tokens over [1 s, 1 s + window_s], each
-    ``token_source``; ``warmup``: (body, outcome) of warm-up tries sent at 0.1 s."""
+    ``token_source``; ``warmup``: (body, outcome) of warm-up tries sent at 0.1 s; ``burst``:
+    each stream's tokens come two at a time, 50 us apart, every 80 ms (a buffering proxy)."""
     rows = [(0, b, 0.1, 0.2, 0.5, o) for b, o in warmup]
     rows += [(1, 0, 1.0, 1.05, 1.0 + window_s, 1), (1, 1, 1.0, 1.05, 1.0 + window_s, 1)]
     n = len(rows)
@@ -48,10 +53,13 @@ def _records(
     events = []
     for i, r in enumerate(rows):
         if r[0] == 1:
-            t = r[3]
+            # streams on their own connections never share a read's clock stamp
+            t = r[3] + 0.005 * i
             while t < r[4]:
                 events.append((i, t))
-                t += 0.04
+                if burst:
+                    events.append((i, t + 50e-6))
+                t += 0.08 if burst else 0.04
     ev = {
         "request": np.array([e[0] for e in events], np.int32),
         "t_ns": np.array([round(e[1] * NS) for e in events], np.int64),
@@ -98,24 +106,12 @@ def test_a_warmup_that_never_finished_is_flagged():
     assert retried["flags"] == [] and "warmup_unfinished" not in retried
 
 
-def test_coalesced_delivery_reads_the_cells_coalesced_share(monkeypatch):
-    from speedmatrix._native import _core
-
-    summarize = _core.summarize_cell
-
-    def with_share(share):
-        def patched(*args):
-            fig = dict(summarize(*args))
-            fig["coalesced_share"] = share
-            return fig
-
-        return patched
-
-    monkeypatch.setattr(_core, "summarize_cell", with_share(0.9))
-    assert _cell(_records())["flags"] == ["coalesced_delivery"]
-    assert _cell(_records(), Rules(coalesced_share_max=0.95))["flags"] == []
-    monkeypatch.setattr(_core, "summarize_cell", with_share(0.1))
-    assert _cell(_records())["flags"] == []
+def test_coalesced_delivery_is_flagged_from_the_cells_coalesced_share():
+    bursty = _cell(_records(burst=True))
+    assert bursty["coalesced_share"] == 1.0 and bursty["flags"] == ["coalesced_delivery"]
+    assert _cell(_records(burst=True), Rules(coalesced_share_max=1.0))["flags"] == []
+    paced = _cell(_records())
+    assert paced["coalesced_share"] == 0.0 and paced["flags"] == []
 
 
 # ---- e2e: a server whose final usage says 1 token for 16 streamed chunks ---------------
