@@ -213,9 +213,8 @@ void register_stats(py::module_& m) {
         return coalesced_share(cols.view, t0_ns, t1_ns);
       },
       py::arg("requests"), py::arg("events"), py::arg("t0_ns"), py::arg("t1_ns"),
-      "Share of the window's token events that came with another: in one delivery of their\n"
-      "stream (a read, or reads within 1 ms of its first) or in a read shared with another\n"
-      "stream (same t_ns); NaN without token events.");
+      "Share of the window's token events that came with another in one delivery of their\n"
+      "stream (a read, or reads within 1 ms of its first); NaN without token events.");
   m.def(
       "token_arrivals",
       [](const py::dict& requests, const py::dict& events, int phase) {

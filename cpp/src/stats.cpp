@@ -291,18 +291,9 @@ double coalesced_share(const RecordView& r, ns_t t0, ns_t t1) {
                 together.begin() + static_cast<std::ptrdiff_t>(j), 1);
     i = j;
   }
-  // across streams: one read's stamp shared by events of different streams
-  std::vector<std::size_t> by_time(ev.size());
-  std::iota(by_time.begin(), by_time.end(), std::size_t{0});
-  std::stable_sort(by_time.begin(), by_time.end(),
-                   [&](std::size_t a, std::size_t b) { return ev[a].second < ev[b].second; });
-  for (std::size_t i = 0; i < by_time.size();) {
-    std::size_t j = i + 1;
-    while (j < by_time.size() && ev[by_time[j]].second == ev[by_time[i]].second) ++j;
-    if (j - i >= 2)
-      for (std::size_t k = i; k < j; ++k) together[by_time[k]] = 1;
-    i = j;
-  }
+  // Not across streams: each stream has its own connection and each read its own clock
+  // read, so two streams' events never share a stamp in a measurement (only synthetic
+  // records in lockstep do, and they are not coalesced).
   const auto n_together = std::count(together.begin(), together.end(), 1);
   return static_cast<double>(n_together) / static_cast<double>(ev.size());
 }

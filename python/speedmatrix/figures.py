@@ -125,7 +125,7 @@ _ENTRIES: tuple[Figure, ...] = (
     _f("tbt_ms", "ms", "Time between tokens", "median gap between a window request's token deliveries (a read, or reads < 1 ms after its first), spread over the delivery's tokens (failed requests excluded)", "events", "median", "core", "latency"),
     _f("tbt_p90_ms", "ms", "TBT p90", "90th percentile of the gaps tbt_ms is the median of", "events", "percentile", "core", "latency"),
     _f("tbt_p99_ms", "ms", "TBT p99", "99th percentile of the gaps tbt_ms is the median of", "events", "percentile", "core", "latency"),
-    _f("coalesced_share", "share", "Coalesced delivery", "share of the window's token events that came with another: in one delivery of their stream, or in a read shared with another stream", "events", "share", "core", "latency"),
+    _f("coalesced_share", "share", "Coalesced delivery", "share of the window's token events that came with another in one delivery of their stream", "events", "share", "core", "latency"),
     # --- the window ---
     _f("measured_s", "s", "Window", "length of the measured window t1 - t0", "cell", "value", "core", "window"),
     _f("completed", "requests", "Completed", "window requests that finished OK inside the window", "requests", "count", "core", "window"),

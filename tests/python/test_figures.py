@@ -296,8 +296,8 @@ def test_coalesced_bursts_read_as_the_gap_between_reads_spread_over_the_read():
         ([(0, 10), (0, 10), (0, 20)], 2 / 3),  # two events of a stream in one read
         ([(0, 10), (0, 10.064), (0, 30)], 2 / 3),  # a burst read in two pieces 64 us apart
         ([(0, 10), (0, 11), (0, 12)], 0.0),  # 1 ms apart: a fast stream, not a burst
-        ([(0, 10), (1, 10), (0, 20), (1, 21)], 0.5),  # one read carried two streams
-        ([(0, 10), (1, 10), (1, 10), (0, 2000)], 1.0),  # the event after t1 does not count
+        ([(0, 10), (1, 10), (0, 20), (1, 21)], 0.0),  # streams never share a read: one stamp each
+        ([(0, 10), (1, 10), (1, 10), (0, 2000)], 2 / 3),  # the event after t1 does not count
     ],
 )
 def test_coalesced_share_table(times_ms, share):

@@ -197,9 +197,9 @@ struct Arrival {
 std::vector<Arrival> token_arrivals(const RecordView& r, int phase = 1);
 
 // Coalesced delivery: the share of the window's token events (events with tokens of
-// window requests, t0 <= t_ns <= t1) that came together with another event: in one
-// delivery of their stream (one read, or reads within kDeliveryNs), or in a read that also
-// carried another stream's event (the same t_ns: the transport stamps once per read). A
+// window requests, t0 <= t_ns <= t1) that came together with another event in one
+// delivery of their stream (one read, or reads within kDeliveryNs). Streams never share a
+// read (one connection each, one clock stamp per read), so no rule spans streams. A
 // delivery is one arrival (token_arrivals), so a burst reads as the gap between deliveries
 // spread over its tokens, never as ~0 gaps; this figure says how much of the window came
 // that way (a buffering proxy, a server that flushes per batch). NaN without token events.
