@@ -175,6 +175,7 @@ class Server {
   void send_nonstream(Stream& s);
   bool fire_fault(Stream& s);  // after a token; true when the stream must stop here
   void close_stream(RequestId id, bool abort_engine);
+  void release_request(RequestId id);
   void pump_unpaced(RequestId id);
   void usage_json(std::string& out, const Stream& s, std::int64_t completion);
 };
@@ -823,8 +824,20 @@ void Server::dispatch(const Event& ev) {
 void Server::on_close(evhttp_connection*, void* arg) {
   RequestId id = static_cast<RequestId>(reinterpret_cast<std::uintptr_t>(arg));
   if (!g_server) return;  // the server is being torn down
+  g_server->release_request(id);
   g_server->close_stream(id, true);
   g_server->arm();
+}
+
+// A client that goes away mid-reply (EOF or reset on a reply not yet ended) makes
+// libevent detach the request from its connection and leave it to us: it is freed
+// neither with the connection nor later (~2.9 KB a stream). A request still attached
+// is freed with its connection, after this callback.
+void Server::release_request(RequestId id) {
+  auto it = streams_.find(id);
+  if (it == streams_.end() || !it->second.req) return;
+  if (evhttp_request_get_connection(it->second.req) == nullptr) evhttp_request_free(it->second.req);
+  it->second.req = nullptr;
 }
 
 // Unpaced: write a burst of tokens, then wait for the socket to drain.
