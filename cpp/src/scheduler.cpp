@@ -122,29 +122,75 @@ class GapHistogram {
 
 const char* kStallKind = "stall";
 
+// What the stall rule knows of one streaming request from its token events.
+struct TokenPace {
+  ns_t first_ns, last_ns;
+  std::int64_t later_tokens;  // tokens after the first event's
+  StreamSilence silence(ns_t now, ns_t sent_ns) const {
+    StreamSilence s;
+    s.silent_ns = now - last_ns;
+    if (later_tokens > 0) s.gap_ns = (last_ns - first_ns) / later_tokens;
+    if (sent_ns != kNever) s.first_wait_ns = first_ns - sent_ns;
+    return s;
+  }
+};
+
+std::string ms_text(double ms) {
+  if (std::isnan(ms)) return "n/a";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f ms", ms);
+  return buf;
+}
+
+// "no token for 2100 ms (stall limit 2000 ms: max(2000 ms, 25 x median gap 10.0 ms, own
+// pace 25 x 10.0 ms))"
+std::string stall_message(const StreamSilence& s, double median_ms, const ClosedLoopPlan& plan) {
+  const ns_t limit = stall_limit_ns(s, median_ms, plan.stall_min_ns, plan.stall_gap_factor);
+  char factor[32];
+  std::snprintf(factor, sizeof factor, "%g", plan.stall_gap_factor);
+  const std::string own =
+      s.gap_ns > 0
+          ? std::string(factor) + " x " + ms_text(static_cast<double>(s.gap_ns) / 1e6)
+          : "2 x first token's wait " + ms_text(static_cast<double>(s.first_wait_ns) / 1e6);
+  return "no token for " + std::to_string(s.silent_ns / 1'000'000) + " ms (stall limit " +
+         std::to_string(limit / 1'000'000) + " ms: max(" +
+         std::to_string(plan.stall_min_ns / 1'000'000) + " ms, " + factor + " x median gap " +
+         ms_text(median_ms) + ", own pace " + own + "))";
+}
+
 }  // namespace
 
-bool is_stalled(ns_t silent_ns, double median_gap_ms, ns_t stall_min_ns, double gap_factor) {
-  if (stall_min_ns <= 0) return false;
+ns_t stall_limit_ns(const StreamSilence& s, double median_gap_ms, ns_t stall_min_ns,
+                    double gap_factor) {
+  if (stall_min_ns <= 0) return kNoDeadline;
   double limit_ns = static_cast<double>(stall_min_ns);
   if (!std::isnan(median_gap_ms) && gap_factor > 0)
     limit_ns = std::max(limit_ns, gap_factor * median_gap_ms * 1e6);
-  return static_cast<double>(silent_ns) > limit_ns;
+  const double own_ns = s.gap_ns > 0
+                            ? std::max(gap_factor, 0.0) * static_cast<double>(s.gap_ns)
+                            : 2.0 * static_cast<double>(std::max<ns_t>(s.first_wait_ns, 0));
+  limit_ns = std::max(limit_ns, own_ns);
+  return limit_ns >= static_cast<double>(kNoDeadline) ? kNoDeadline : static_cast<ns_t>(limit_ns);
 }
 
-std::vector<bool> stalled_streams(const std::vector<ns_t>& silent_ns, std::size_t in_flight,
+bool is_stalled(const StreamSilence& s, double median_gap_ms, ns_t stall_min_ns,
+                double gap_factor) {
+  return stall_min_ns > 0 &&
+         s.silent_ns > stall_limit_ns(s, median_gap_ms, stall_min_ns, gap_factor);
+}
+
+std::vector<bool> stalled_streams(const std::vector<StreamSilence>& streams, std::size_t in_flight,
                                   double median_gap_ms, ns_t stall_min_ns, double gap_factor,
                                   ns_t pause_cap_ns) {
-  std::vector<bool> out(silent_ns.size());
+  std::vector<bool> out(streams.size());
   bool any_alive = false;
   ns_t longest_ns = 0;
-  for (std::size_t i = 0; i < silent_ns.size(); ++i) {
-    out[i] = is_stalled(silent_ns[i], median_gap_ms, stall_min_ns, gap_factor);
+  for (std::size_t i = 0; i < streams.size(); ++i) {
+    out[i] = is_stalled(streams[i], median_gap_ms, stall_min_ns, gap_factor);
     any_alive = any_alive || !out[i];
-    longest_ns = std::max(longest_ns, silent_ns[i]);
+    longest_ns = std::max(longest_ns, streams[i].silent_ns);
   }
-  if (!any_alive && in_flight > 1 && longest_ns <= pause_cap_ns)
-    out.assign(silent_ns.size(), false);
+  if (!any_alive && in_flight > 1 && longest_ns <= pause_cap_ns) out.assign(streams.size(), false);
   return out;
 }
 
@@ -262,7 +308,7 @@ ScheduleTimes run_closed_loop(const ClosedLoopPlan& plan, Transport& transport, 
   const bool stalls_on = plan.stall_min_ns > 0;
   // by request id, for the requests in flight at the last scan (so it does not grow with
   // the window: finished ones are dropped once their events have been scanned)
-  std::unordered_map<std::int32_t, ns_t> last_token;
+  std::unordered_map<std::int32_t, TokenPace> last_token;
   std::size_t events_seen = 0;
   GapHistogram gaps;
   auto scan_events = [&] {
@@ -276,10 +322,11 @@ ScheduleTimes run_closed_loop(const ClosedLoopPlan& plan, Transport& transport, 
                               if (q >= records.requests.size() ||
                                   std::as_const(records.requests)[q].phase != Phase::kWindow)
                                 return;
-                              auto [it, fresh] = last_token.try_emplace(req, t);
-                              if (!fresh && t > it->second) {
-                                gaps.add(t - it->second, tokens);
-                                it->second = t;
+                              auto [it, fresh] = last_token.try_emplace(req, TokenPace{t, t, 0});
+                              if (!fresh && t > it->second.last_ns) {
+                                gaps.add(t - it->second.last_ns, tokens);
+                                it->second.last_ns = t;
+                                it->second.later_tokens += tokens;
                               }
                             });
     events_seen = m;
@@ -342,19 +389,19 @@ ScheduleTimes run_closed_loop(const ClosedLoopPlan& plan, Transport& transport, 
       scan_events();
       const double median_ms = gaps.median_ms();
       std::vector<std::size_t> streaming;  // slots whose request has had a token
-      std::vector<ns_t> silent_ns;
+      std::vector<StreamSilence> silences;
       std::size_t in_flight = 0;
       for (std::size_t k = 0; k < n; ++k) {
         const std::int32_t id = slot_request[k];
         if (id >= 0) ++in_flight;
         const auto seen = id >= 0 ? last_token.find(id) : last_token.end();
         if (seen == last_token.end()) continue;
-        const ns_t last = seen->second;
         streaming.push_back(k);
-        silent_ns.push_back(now - last);
+        silences.push_back(
+            seen->second.silence(now, records.requests[static_cast<std::size_t>(id)].sent_ns));
       }
       const std::vector<bool> cut =
-          stalled_streams(silent_ns, in_flight, median_ms, plan.stall_min_ns, plan.stall_gap_factor,
+          stalled_streams(silences, in_flight, median_ms, plan.stall_min_ns, plan.stall_gap_factor,
                           plan.stall_pause_cap_ns);
       for (std::size_t s = 0; s < streaming.size(); ++s) {
         if (!cut[s]) continue;
@@ -364,11 +411,7 @@ ScheduleTimes run_closed_loop(const ClosedLoopPlan& plan, Transport& transport, 
         RequestRecord& rec = records.requests[static_cast<std::size_t>(id)];
         rec.outcome = Outcome::kError;
         rec.error_kind = kStallKind;
-        rec.error_message =
-            "no token for " + std::to_string(silent_ns[s] / 1'000'000) + " ms (stall limit: max(" +
-            std::to_string(plan.stall_min_ns / 1'000'000) + " ms, " +
-            std::to_string(plan.stall_gap_factor) + " x median gap " +
-            (std::isnan(median_ms) ? std::string("n/a") : std::to_string(median_ms)) + " ms))";
+        rec.error_message = stall_message(silences[s], median_ms, plan);
         if (progress) progress->errors.fetch_add(1, std::memory_order_relaxed);
         ++times.stalls;
         backoff_after(id);
@@ -459,7 +502,7 @@ ScheduleTimes run_closed_loop(const ClosedLoopPlan& plan, Transport& transport, 
 }
 
 ns_t Backoff::on_finished(const RequestRecord& r, ns_t retry_after_ns) {
-  if (r.outcome == Outcome::kOk) rate_limited_ = 0;
+  if (r.outcome == Outcome::kOk) rate_limited_ = failed_ = 0;
   if (is_connect_failure(r)) {
     if (connect_failures_++ == 0) {
       connect_first_ns_ = r.sent_ns != kNever ? r.sent_ns : r.done_ns;
@@ -480,7 +523,8 @@ ns_t Backoff::on_finished(const RequestRecord& r, ns_t retry_after_ns) {
   }
   if (r.error_kind == "http_503" && told)
     return std::clamp<ns_t>(retry_after_ns, 0, p_.retry_after_max_ns);
-  return 0;
+  if (r.error_kind == kStallKind) return 0;  // the client's own cut: refilled at once
+  return doubled(p_.error_first_ns, ++failed_, p_.error_max_ns);
 }
 
 bool Backoff::give_up(ns_t now) const {

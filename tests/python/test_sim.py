@@ -329,9 +329,10 @@ def cli_sim(*flags: str, stop: int = signal.SIGINT):
         assert sel.select(timeout=20), "speedmatrix sim did not start"
         sel.close()
         line = proc.stdout.readline().strip()
-        assert line.startswith("speedmatrix-sim listening on 127.0.0.1:"), line
-        url = "http://127.0.0.1:" + line.rsplit(":", 1)[1]
-        yield url
+        host = flags[flags.index("--host") + 1] if "--host" in flags else "127.0.0.1"
+        shown = f"[{host}]" if ":" in host else host
+        assert line.startswith(f"speedmatrix-sim listening on {shown}:"), line
+        yield f"http://{shown}:" + line.rsplit(":", 1)[1]
         proc.send_signal(stop)
         assert proc.wait(10) == 0, proc.stderr.read()
     finally:
@@ -340,6 +341,43 @@ def cli_sim(*flags: str, stop: int = signal.SIGINT):
             proc.wait()
         for f in (proc.stdout, proc.stderr):
             f.close()
+
+
+def _has_ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _has_ipv6_loopback(), reason="this machine has no IPv6 loopback (::1)")
+def test_cli_sim_listens_on_the_ipv6_loopback():
+    # It used to refuse any IPv6 address: "cannot listen on ::1:8000: Invalid argument".
+    with cli_sim("--host", "::1") as url:
+        assert url.startswith("http://[::1]:")
+        assert get(url, "/health")[0] == 200
+        status, body = post(url, "/v1/completions", {"prompt": "a b", "max_tokens": 3})
+        assert status == 200 and body["usage"]["completion_tokens"] == 3
+    with Sim("test-fast", host="::1") as sim:
+        assert sim.url == f"http://[::1]:{sim.port}"
+        assert sim.state()["streams_open"] == 0
+
+
+def test_a_host_that_is_not_a_numeric_address_is_one_clear_line():
+    from speedmatrix.sim import _binary
+
+    r = subprocess.run(
+        [str(_binary()), "--profile", str(profile_path("test-fast")), "--host", "localhost"],
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=False,
+    )
+    assert r.returncode == 1
+    want = "speedmatrix-sim: --host wants a numeric IPv4 or IPv6 address (127.0.0.1, ::1), not "
+    assert r.stderr.strip().splitlines() == [want + "localhost"]
 
 
 def test_cli_sim_unpaced_and_stamp():

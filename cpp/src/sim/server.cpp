@@ -1070,30 +1070,44 @@ void on_stdin(evutil_socket_t fd, short, void* base) {
     event_base_loopbreak(static_cast<event_base*>(base));
 }
 
+// host is a numeric IPv4 or IPv6 address ("127.0.0.1", "::1", "0.0.0.0", "::"); -2 when
+// it is neither, -1 with errno set when the socket cannot listen.
 int listen_socket(const std::string& host, int port, int& bound_port) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  sockaddr_storage ss{};
+  socklen_t len = 0;
+  auto* a4 = reinterpret_cast<sockaddr_in*>(&ss);
+  auto* a6 = reinterpret_cast<sockaddr_in6*>(&ss);
+  if (inet_pton(AF_INET, host.c_str(), &a4->sin_addr) == 1) {
+    a4->sin_family = AF_INET;
+    a4->sin_port = htons(static_cast<std::uint16_t>(port));
+    len = sizeof *a4;
+  } else if (inet_pton(AF_INET6, host.c_str(), &a6->sin6_addr) == 1) {
+    a6->sin6_family = AF_INET6;
+    a6->sin6_port = htons(static_cast<std::uint16_t>(port));
+    len = sizeof *a6;
+  } else {
+    return -2;
+  }
+  int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
   int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);  // inherited by accepted sockets
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<std::uint16_t>(port));
-  if (inet_pton(AF_INET, host.c_str(), &a.sin_addr) != 1) {
-    close(fd);
-    errno = EINVAL;
-    return -1;
-  }
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(fd, 8192) != 0) {
+  if (bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0 || listen(fd, 8192) != 0) {
     int e = errno;
     close(fd);
     errno = e;
     return -1;
   }
-  socklen_t len = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  bound_port = ntohs(a.sin_port);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
+  bound_port = ntohs(ss.ss_family == AF_INET ? a4->sin_port : a6->sin6_port);
   return fd;
+}
+
+// "HOST:PORT", the host in brackets when it is an IPv6 address (as in a URL).
+std::string host_port(const std::string& host, int port) {
+  bool v6 = host.find(':') != std::string::npos;
+  return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
 }
 
 int Server::run() {
@@ -1115,9 +1129,16 @@ int Server::run() {
   evhttp_set_gencb(http_, &Server::on_request, this);
   int port = 0;
   int fd = listen_socket(opt_.host, opt_.port, port);
+  if (fd == -2) {
+    std::fprintf(stderr,
+                 "speedmatrix-sim: --host wants a numeric IPv4 or IPv6 address (127.0.0.1, ::1), "
+                 "not %s\n",
+                 opt_.host.c_str());
+    return 1;
+  }
   if (fd < 0) {
-    std::fprintf(stderr, "speedmatrix-sim: cannot listen on %s:%d: %s\n", opt_.host.c_str(),
-                 opt_.port, std::strerror(errno));
+    std::fprintf(stderr, "speedmatrix-sim: cannot listen on %s: %s\n",
+                 host_port(opt_.host, opt_.port).c_str(), std::strerror(errno));
     return 1;
   }
   if (!evhttp_accept_socket_with_handle(http_, fd)) {
@@ -1137,7 +1158,7 @@ int Server::run() {
     event_add(stdin_ev, nullptr);
   }
   g_server = this;
-  std::printf("speedmatrix-sim listening on %s:%d\n", opt_.host.c_str(), port);
+  std::printf("speedmatrix-sim listening on %s\n", host_port(opt_.host, port).c_str());
   std::fflush(stdout);
   event_base_dispatch(base_);
   if (stdin_ev) event_free(stdin_ev);
