@@ -541,22 +541,4 @@ std::string Backoff::give_up_reason(ns_t now) const {
   return why;
 }
 
-ns_t ConstantPacer::due_ns(std::int64_t k) {
-  if (rate_ <= 0 || (count_ > 0 && k >= count_)) return kNever;
-  return static_cast<ns_t>(std::llround(static_cast<double>(k) * 1e9 / rate_));
-}
-
-PoissonPacer::PoissonPacer(double rate_per_s, std::uint64_t seed, std::int64_t count)
-    : rng_(seed), gap_s_(rate_per_s > 0 ? rate_per_s : 1.0), count_(rate_per_s > 0 ? count : -1) {}
-
-ns_t PoissonPacer::due_ns(std::int64_t k) {
-  if (count_ < 0 || (count_ > 0 && k >= count_)) return kNever;
-  // Request 0 is due at once; each later one an exponential gap after the previous.
-  while (next_k_ <= k) {
-    if (next_k_ > 0) t_s_ += gap_s_(rng_);
-    ++next_k_;
-  }
-  return static_cast<ns_t>(std::llround(t_s_ * 1e9));
-}
-
 }  // namespace speedmatrix

@@ -1,6 +1,7 @@
 // When requests are sent: the closed loop of a cell (warm-up, then N slots
-// refilled on finish for a fixed window or request count, then cancellation),
-// and the pacer interface of the open loop. No I/O: the scheduler drives a
+// refilled on finish for a fixed window or request count, then cancellation)
+// and the rules both loops share (backoff, stalls, the window's opening); the
+// open loop's arrivals are in pacer.hpp. No I/O: the scheduler drives a
 // Transport and reads a Clock, so tests run it with fakes of both.
 #pragma once
 
@@ -8,12 +9,12 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
-#include <random>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "speedmatrix/clock.hpp"
+#include "speedmatrix/pacer.hpp"
 #include "speedmatrix/records.hpp"
 
 namespace speedmatrix {
@@ -239,43 +240,5 @@ ns_t steady_window_open(const std::vector<ns_t>& first_token_ns, ns_t ramp_start
 ScheduleTimes run_closed_loop(const ClosedLoopPlan& plan, Transport& transport, Clock& clock,
                               CellRecords& records, const std::atomic<bool>& stop,
                               CellProgress* progress = nullptr);
-
-// --- open loop (run_open_loop and GammaPacer: open_loop.hpp) ---------------
-// A pacer says when the k-th request of an open-loop run is due, as an offset
-// from the start. Offsets are intended send times: latency is measured from
-// them (wrk2's rule against coordinated omission). Pure and deterministic.
-class Pacer {
- public:
-  virtual ~Pacer() = default;
-  // Offset (ns since start) at which request `k` (0, 1, 2, ... called in
-  // order) is due, or kNever when the plan ends before it.
-  virtual ns_t due_ns(std::int64_t k) = 0;
-};
-
-// rate_per_s requests per second, evenly spaced; `count` > 0 bounds the plan.
-class ConstantPacer final : public Pacer {
- public:
-  explicit ConstantPacer(double rate_per_s, std::int64_t count = 0)
-      : rate_(rate_per_s), count_(count) {}
-  ns_t due_ns(std::int64_t k) override;
-
- private:
-  double rate_;
-  std::int64_t count_;
-};
-
-// Poisson arrivals at rate_per_s (exponential gaps), reproducible by seed.
-class PoissonPacer final : public Pacer {
- public:
-  PoissonPacer(double rate_per_s, std::uint64_t seed, std::int64_t count = 0);
-  ns_t due_ns(std::int64_t k) override;
-
- private:
-  std::mt19937_64 rng_;
-  std::exponential_distribution<double> gap_s_;
-  std::int64_t count_;
-  std::int64_t next_k_ = 0;
-  double t_s_ = 0;
-};
 
 }  // namespace speedmatrix
