@@ -6,6 +6,7 @@
 #include <limits>
 #include <utility>
 
+#include "loop_book.hpp"
 #include "speedmatrix/cell.hpp"
 #include "warmup.hpp"
 
@@ -18,84 +19,13 @@ ns_t s_to_ns(double s) {
   return static_cast<ns_t>(s * 1e9);
 }
 
-// In-flight bookkeeping and progress counters of one open-loop run.
-class OpenLoop {
- public:
-  OpenLoop(Transport& t, CellRecords& r, const std::atomic<bool>& stop, CellProgress* p)
-      : transport_(t), records_(r), stop_(stop), p_(p) {}
-
-  std::int32_t add(std::int32_t slot, std::int32_t body, Phase phase, ns_t scheduled_ns) {
-    RequestRecord rec;
-    rec.slot = slot;
-    rec.body = body;
-    rec.phase = phase;
-    rec.scheduled_ns = scheduled_ns;
-    records_.requests.push_back(std::move(rec));
-    return static_cast<std::int32_t>(records_.requests.size() - 1);
-  }
-  void start(std::int32_t id, std::string_view body) {
-    live_.push_back(id);
-    set_in_flight(static_cast<std::int32_t>(live_.size()));
-    transport_.start(id, body);
-  }
-  const std::vector<std::int32_t>& poll(ns_t deadline) {
-    finished_.clear();
-    transport_.poll(deadline, finished_);
-    for (std::int32_t id : finished_) account(id);
-    return finished_;
-  }
-  // The shape run_warmup (warmup.hpp) drives.
-  std::int32_t launch(std::int32_t slot, std::int32_t body_index, std::string_view body,
-                      Phase phase, ns_t scheduled_ns) {
-    const std::int32_t id = add(slot, body_index, phase, scheduled_ns);
-    start(id, body);
-    return id;
-  }
-  void cancel(std::int32_t id) {
-    transport_.cancel(id);
-    account(id);
-  }
-  bool stop_requested() const { return stop_.load(std::memory_order_relaxed); }
-  void cancel_all() {
-    const std::vector<std::int32_t> ids = live_;
-    for (std::int32_t id : ids) {
-      transport_.cancel(id);
-      account(id);
-    }
-  }
-  std::int32_t in_flight() const { return static_cast<std::int32_t>(live_.size()); }
-
- private:
-  void set_in_flight(std::int32_t n) {
-    if (p_) p_->in_flight.store(n, std::memory_order_relaxed);
-  }
-  void account(std::int32_t id) {
-    // live_ is short (the in-flight set); a linear erase keeps it simple.
-    auto it = std::find(live_.begin(), live_.end(), id);
-    if (it != live_.end()) live_.erase(it);
-    set_in_flight(static_cast<std::int32_t>(live_.size()));
-    if (!p_) return;
-    const RequestRecord& r = records_.requests[static_cast<std::size_t>(id)];
-    if (r.phase != Phase::kWindow) return;
-    if (r.outcome == Outcome::kOk) p_->completed.fetch_add(1, std::memory_order_relaxed);
-    if (r.outcome == Outcome::kError) p_->errors.fetch_add(1, std::memory_order_relaxed);
-  }
-
-  Transport& transport_;
-  CellRecords& records_;
-  const std::atomic<bool>& stop_;
-  CellProgress* p_;
-  std::vector<std::int32_t> live_;
-  std::vector<std::int32_t> finished_;
-};
-
 }  // namespace
 
 ScheduleTimes run_open_loop(const OpenLoopPlan& plan, Pacer& pacer, Transport& transport,
                             Clock& clock, CellRecords& records, const std::atomic<bool>& stop,
                             CellProgress* progress) {
   ScheduleTimes times;
-  OpenLoop loop(transport, records, stop, progress);
+  LoopBook loop(transport, records, stop, progress);
   auto stopped = [&] { return loop.stop_requested(); };
   // Failed connections are only counted here (the schedule is kept, no slot
   // waits): a server gone for give_up_ns ends the cell as in the closed loop.

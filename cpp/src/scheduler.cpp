@@ -8,69 +8,12 @@
 #include <unordered_map>
 #include <utility>
 
+#include "loop_book.hpp"
 #include "speedmatrix/cell.hpp"
 #include "warmup.hpp"
 
 namespace speedmatrix {
 namespace {
-
-// The bookkeeping of one run: which request each slot has in flight, the
-// refills waiting for their due time, and the progress counters.
-class Loop {
- public:
-  Loop(Transport& t, CellRecords& r, const std::atomic<bool>& stop, CellProgress* p)
-      : transport_(t), records_(r), stop_(stop), progress_(p) {}
-
-  // Creates record `id` and hands it to the transport.
-  std::int32_t launch(std::int32_t slot, std::int32_t body_index, std::string_view body,
-                      Phase phase, ns_t scheduled_ns) {
-    RequestRecord rec;
-    rec.slot = slot;
-    rec.body = body_index;
-    rec.phase = phase;
-    rec.scheduled_ns = scheduled_ns;
-    records_.requests.push_back(std::move(rec));
-    const auto id = static_cast<std::int32_t>(records_.requests.size() - 1);
-    ++in_flight_;
-    if (progress_) progress_->in_flight.store(in_flight_, std::memory_order_relaxed);
-    transport_.start(id, body);
-    return id;
-  }
-
-  // One transport poll; returns the ids that finished (valid until the next call).
-  const std::vector<std::int32_t>& poll(ns_t deadline) {
-    finished_.clear();
-    transport_.poll(deadline, finished_);
-    for (std::int32_t id : finished_) account(id);
-    return finished_;
-  }
-
-  void cancel(std::int32_t id) {
-    transport_.cancel(id);
-    account(id);
-  }
-
-  bool stop_requested() const { return stop_.load(std::memory_order_relaxed); }
-  std::int32_t in_flight() const { return in_flight_; }
-
- private:
-  void account(std::int32_t id) {
-    --in_flight_;
-    if (!progress_) return;
-    progress_->in_flight.store(in_flight_, std::memory_order_relaxed);
-    const RequestRecord& r = records_.requests[static_cast<std::size_t>(id)];
-    if (r.phase != Phase::kWindow) return;
-    if (r.outcome == Outcome::kOk) progress_->completed.fetch_add(1, std::memory_order_relaxed);
-    if (r.outcome == Outcome::kError) progress_->errors.fetch_add(1, std::memory_order_relaxed);
-  }
-
-  Transport& transport_;
-  CellRecords& records_;
-  const std::atomic<bool>& stop_;
-  CellProgress* progress_;
-  std::int32_t in_flight_ = 0;
-  std::vector<std::int32_t> finished_;
-};
 
 struct Refill {
   ns_t due_ns;
@@ -223,7 +166,7 @@ ScheduleTimes run_closed_loop(const ClosedLoopPlan& plan, Transport& transport, 
                               CellProgress* progress) {
   ScheduleTimes times;
   times.stall_median_gap_ms = std::nan("");
-  Loop loop(transport, records, stop, progress);
+  LoopBook loop(transport, records, stop, progress);
 
   Backoff backoff(plan.backoff);
   bool gave_up = false;
