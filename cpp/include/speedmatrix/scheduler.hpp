@@ -195,6 +195,9 @@ struct ScheduleTimes {
   std::string stop_reason;  // kUnreachable: the one-line why
 };
 
+// The error kind of a window request the closed loop cut as a stall.
+inline constexpr std::string_view kStallKind = "stall";
+
 // One streaming request's silence and its own pace, as the stall rule reads them.
 struct StreamSilence {
   ns_t silent_ns = 0;      // since its last token
