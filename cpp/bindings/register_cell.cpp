@@ -184,18 +184,9 @@ py::list bodies_to(const std::vector<std::string>& bodies) {
   return l;
 }
 
-}  // namespace
-
-void register_cell(py::module_& m) {
-  py::enum_<ApiKind>(m, "ApiKind")
-      .value("completions", ApiKind::kCompletions)
-      .value("chat", ApiKind::kChat);
-
-  py::class_<CellSpec>(m, "CellSpec", "What one cell sends, to where, for how long (see cell.hpp).")
-      .def(py::init<>())
-      // The HttpOptions fields, held in CellSpec::http, read and written here
-      // under their own names as before.
-      .def_property(
+// The HttpOptions fields, held in CellSpec::http, read and written under their own names.
+void def_http_fields(py::class_<CellSpec>& spec) {
+  spec.def_property(
           "url", [](const CellSpec& s) { return s.http.url; },
           [](CellSpec& s, std::string v) { s.http.url = std::move(v); })
       .def_property(
@@ -211,6 +202,66 @@ void register_cell(py::module_& m) {
           "api", [](const CellSpec& s) { return s.http.api; },
           [](CellSpec& s, ApiKind v) { s.http.api = v; })
       .def_property(
+          "connect_timeout_s", [](const CellSpec& s) { return s.http.connect_timeout_s; },
+          [](CellSpec& s, double v) { s.http.connect_timeout_s = v; })
+      .def_property(
+          "idle_timeout_s", [](const CellSpec& s) { return s.http.idle_timeout_s; },
+          [](CellSpec& s, double v) { s.http.idle_timeout_s = v; })
+      .def_property(
+          "tls_verify", [](const CellSpec& s) { return s.http.tls_verify; },
+          [](CellSpec& s, bool v) { s.http.tls_verify = v; })
+      .def_property(
+          "ca_file", [](const CellSpec& s) { return s.http.ca_file; },
+          [](CellSpec& s, std::string v) { s.http.ca_file = std::move(v); })
+      .def_property(
+          "max_event_bytes", [](const CellSpec& s) { return s.http.max_event_bytes; },
+          [](CellSpec& s, std::size_t v) { s.http.max_event_bytes = v; })
+      .def_property(
+          "record_events", [](const CellSpec& s) { return s.http.record_events; },
+          [](CellSpec& s, bool v) { s.http.record_events = v; })
+      .def_property(
+          "server_stamps", [](const CellSpec& s) { return s.http.server_stamps; },
+          [](CellSpec& s, bool v) { s.http.server_stamps = v; });
+}
+
+// CellRunner.progress(): the live counters and the latest /metrics sample.
+py::dict progress_dict(const CellRunner& runner) {
+  const CellProgress& p = runner.progress();
+  py::dict d;
+  d["tokens"] = p.tokens.load(std::memory_order_relaxed);
+  d["completed"] = p.completed.load(std::memory_order_relaxed);
+  d["errors"] = p.errors.load(std::memory_order_relaxed);
+  d["in_flight"] = p.in_flight.load(std::memory_order_relaxed);
+  d["window_start_ns"] = p.window_start_ns.load(std::memory_order_relaxed);
+  d["warmup_total"] = p.warmup_total.load(std::memory_order_relaxed);
+  d["warmup_done"] = p.warmup_done.load(std::memory_order_relaxed);
+  // The sampler's latest sample by metric name (None: absent from that
+  // scrape); empty when the cell samples no /metrics or none came yet.
+  const CellProgress::Metrics m = p.metrics();
+  py::dict latest;
+  for (std::size_t i = 0; i < m.names.size() && i < m.values.size(); ++i) {
+    if (std::isnan(m.values[i]))
+      latest[py::str(m.names[i])] = py::none();
+    else
+      latest[py::str(m.names[i])] = m.values[i];
+  }
+  d["metrics"] = latest;
+  d["metrics_t_ns"] = m.t_ns;
+  d["metrics_samples"] = m.samples;
+  d["metrics_failures"] = m.failures;
+  return d;
+}
+
+void register_cell_spec(py::module_& m) {
+  py::enum_<ApiKind>(m, "ApiKind")
+      .value("completions", ApiKind::kCompletions)
+      .value("chat", ApiKind::kChat);
+
+  py::class_<CellSpec> spec(m, "CellSpec",
+                            "What one cell sends, to where, for how long (see cell.hpp).");
+  spec.def(py::init<>());
+  def_http_fields(spec);
+  spec.def_property(
           "warmup_bodies", [](const CellSpec& s) { return bodies_to(s.warmup_bodies); },
           [](CellSpec& s, const py::iterable& v) { s.warmup_bodies = bodies_from(v); })
       .def_readwrite("warmup_timeout_s", &CellSpec::warmup_timeout_s)
@@ -239,27 +290,6 @@ void register_cell(py::module_& m) {
       .def_readwrite("precision", &CellSpec::precision)
       .def_readwrite("min_duration_s", &CellSpec::min_duration_s)
       .def_readwrite("precision_check_s", &CellSpec::precision_check_s)
-      .def_property(
-          "connect_timeout_s", [](const CellSpec& s) { return s.http.connect_timeout_s; },
-          [](CellSpec& s, double v) { s.http.connect_timeout_s = v; })
-      .def_property(
-          "idle_timeout_s", [](const CellSpec& s) { return s.http.idle_timeout_s; },
-          [](CellSpec& s, double v) { s.http.idle_timeout_s = v; })
-      .def_property(
-          "tls_verify", [](const CellSpec& s) { return s.http.tls_verify; },
-          [](CellSpec& s, bool v) { s.http.tls_verify = v; })
-      .def_property(
-          "ca_file", [](const CellSpec& s) { return s.http.ca_file; },
-          [](CellSpec& s, std::string v) { s.http.ca_file = std::move(v); })
-      .def_property(
-          "max_event_bytes", [](const CellSpec& s) { return s.http.max_event_bytes; },
-          [](CellSpec& s, std::size_t v) { s.http.max_event_bytes = v; })
-      .def_property(
-          "record_events", [](const CellSpec& s) { return s.http.record_events; },
-          [](CellSpec& s, bool v) { s.http.record_events = v; })
-      .def_property(
-          "server_stamps", [](const CellSpec& s) { return s.http.server_stamps; },
-          [](CellSpec& s, bool v) { s.http.server_stamps = v; })
       .def_readwrite("metrics_url", &CellSpec::metrics_url)
       .def_readwrite("metrics_interval_s", &CellSpec::metrics_interval_s)
       .def_readwrite("metric_names", &CellSpec::metric_names)
@@ -275,7 +305,9 @@ void register_cell(py::module_& m) {
                (s.precision > 0 ? " precision=" + std::to_string(s.precision) : "") +
                (s.http.api_key.empty() ? "" : " api_key=***") + ">";
       });
+}
 
+void register_cell_runner(py::module_& m) {
   py::class_<PyCellResult>(m, "CellResult", "Raw records and timings of one cell.")
       .def_readonly("warmup_start_ns", &PyCellResult::warmup_start_ns)
       .def_readonly("ramp_start_ns", &PyCellResult::ramp_start_ns)
@@ -328,32 +360,14 @@ void register_cell(py::module_& m) {
       .def("stop", &CellRunner::stop, py::call_guard<py::gil_scoped_release>(),
            "Ends the cell early from another thread; in-flight requests are cancelled, records "
            "kept.")
-      .def("progress", [](const CellRunner& runner) {
-        const CellProgress& p = runner.progress();
-        py::dict d;
-        d["tokens"] = p.tokens.load(std::memory_order_relaxed);
-        d["completed"] = p.completed.load(std::memory_order_relaxed);
-        d["errors"] = p.errors.load(std::memory_order_relaxed);
-        d["in_flight"] = p.in_flight.load(std::memory_order_relaxed);
-        d["window_start_ns"] = p.window_start_ns.load(std::memory_order_relaxed);
-        d["warmup_total"] = p.warmup_total.load(std::memory_order_relaxed);
-        d["warmup_done"] = p.warmup_done.load(std::memory_order_relaxed);
-        // The sampler's latest sample by metric name (None: absent from that
-        // scrape); empty when the cell samples no /metrics or none came yet.
-        const CellProgress::Metrics m = p.metrics();
-        py::dict latest;
-        for (std::size_t i = 0; i < m.names.size() && i < m.values.size(); ++i) {
-          if (std::isnan(m.values[i]))
-            latest[py::str(m.names[i])] = py::none();
-          else
-            latest[py::str(m.names[i])] = m.values[i];
-        }
-        d["metrics"] = latest;
-        d["metrics_t_ns"] = m.t_ns;
-        d["metrics_samples"] = m.samples;
-        d["metrics_failures"] = m.failures;
-        return d;
-      });
+      .def("progress", &progress_dict);
+}
+
+}  // namespace
+
+void register_cell(py::module_& m) {
+  register_cell_spec(m);
+  register_cell_runner(m);
 }
 
 }  // namespace speedmatrix::bindings

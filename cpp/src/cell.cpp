@@ -6,6 +6,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <exception>
+#include <functional>
 #include <limits>
 #include <mutex>
 #include <stdexcept>
@@ -157,38 +158,22 @@ void CellRunner::stop() noexcept {
   if (impl_->transport) impl_->transport->wake();
 }
 
-CellResult CellRunner::run() {
-  CellResult res;
-  Impl& m = *impl_;
-  const CellSpec& spec = m.spec;
-  res.metrics.names = spec.metric_names;
-  if (m.ran.exchange(true)) {
-    res.fatal_error = "CellRunner::run() may be called only once";
-    return res;
-  }
-  if (spec.http.url.empty())
-    res.fatal_error = "CellSpec.url is empty";
-  else if (spec.bodies.empty())
-    res.fatal_error = "CellSpec.bodies is empty";
-  else if (spec.mode != "closed") {
-    if (std::string why = check_open_loop(spec); !why.empty()) res.fatal_error = why;
-  } else if (spec.concurrency < 1)
-    res.fatal_error = "CellSpec.concurrency must be >= 1";
-  else if (!(spec.duration_s > 0) && spec.max_requests <= 0)
-    res.fatal_error = "CellSpec needs duration_s > 0 or max_requests > 0";
-  else if (std::isnan(spec.precision) || spec.precision < 0 || spec.precision >= 1)
-    res.fatal_error = "CellSpec.precision must be in [0, 1) (0.02 = 2%)";
-  else if (std::string why = check_url(spec.http.url); !why.empty())
-    res.fatal_error = why;
-  if (!res.fatal_error.empty()) return res;
+namespace {
 
-  HttpOptions opt = spec.http;
-  const std::int64_t streams =
-      spec.mode == "open" ? open_loop_stream_bound(spec) : std::int64_t{spec.concurrency};
-  opt.max_concurrency = static_cast<std::int32_t>(
-      std::max<std::int64_t>(streams, static_cast<std::int64_t>(spec.warmup_bodies.size())));
-  ensure_descriptors(opt.max_concurrency);
+// The spec's fields checked: "" or a one-line reason.
+std::string check_spec(const CellSpec& spec) {
+  if (spec.http.url.empty()) return "CellSpec.url is empty";
+  if (spec.bodies.empty()) return "CellSpec.bodies is empty";
+  if (spec.mode != "closed") return check_open_loop(spec);
+  if (spec.concurrency < 1) return "CellSpec.concurrency must be >= 1";
+  if (!(spec.duration_s > 0) && spec.max_requests <= 0)
+    return "CellSpec needs duration_s > 0 or max_requests > 0";
+  if (std::isnan(spec.precision) || spec.precision < 0 || spec.precision >= 1)
+    return "CellSpec.precision must be in [0, 1) (0.02 = 2%)";
+  return check_url(spec.http.url);
+}
 
+ClosedLoopPlan closed_loop_plan(const CellSpec& spec) {
   ClosedLoopPlan plan;
   plan.warmup_bodies.assign(spec.warmup_bodies.begin(), spec.warmup_bodies.end());
   plan.bodies.assign(spec.bodies.begin(), spec.bodies.end());
@@ -206,52 +191,110 @@ CellResult CellRunner::run() {
   plan.backoff.give_up_ns = seconds_to_ns(spec.unreachable_after_s);
   plan.min_duration_ns = seconds_to_ns(spec.min_duration_s);
   plan.check_interval_ns = std::max<ns_t>(seconds_to_ns(spec.precision_check_s), 100'000'000);
+  return plan;
+}
 
+// The precision stop: the figures so far, by the same function the final figures come
+// from (on the loop's thread, between polls: the records are not being written).
+std::function<bool(ns_t, ns_t)> precision_check(CellRecords& records, double target, double min_s) {
+  return [&records, target, min_s](ns_t t0, ns_t now) {
+    const std::size_t n = records.requests.size();
+    std::vector<ns_t> sent(n), first(n), done(n);
+    std::vector<std::uint8_t> outcome(n), phase(n);
+    std::vector<std::int64_t> prompt(n, -1);
+    records.requests.for_each(0, n, [&](std::size_t i, const RequestRecord& q) {
+      sent[i] = q.sent_ns;
+      first[i] = q.first_token_ns;
+      done[i] = q.done_ns;
+      outcome[i] = static_cast<std::uint8_t>(q.outcome);
+      phase[i] = static_cast<std::uint8_t>(q.phase);
+    });
+    RecordView v;
+    v.sent_ns = sent;
+    v.first_token_ns = first;
+    v.done_ns = done;
+    v.outcome = outcome;
+    v.phase = phase;
+    v.prompt_tokens = prompt;
+    // One pass over the events, spilled ones read back in blocks (records.hpp): no copy
+    // of the columns; the same figures as summarize_cell (stats.hpp PrecisionScan).
+    PrecisionScan scan(v, t0, now);
+    records.events.for_each(0, records.events.size(),
+                            [&scan](std::size_t, std::int32_t q, ns_t t, std::int32_t tokens) {
+                              scan.add(q, t, tokens);
+                            });
+    CellFigures f = scan.finish();
+    if (!scan.ordered()) {  // never from the transport; exact all the same
+      const EventColumns::Plain p = records.events.plain_copy();
+      v.ev_request = {p.request.data(), p.request.size()};
+      v.ev_t_ns = {p.t_ns.data(), p.t_ns.size()};
+      v.ev_tokens = {p.tokens.data(), p.tokens.size()};
+      f = summarize_cell(v, t0, now);
+    }
+    return precision_stop(f, target, static_cast<double>(now - t0) / 1e9, min_s);
+  };
+}
+
+const char* stop_name(StopReason r) {
+  switch (r) {
+    case StopReason::kDuration:
+      return "duration";
+    case StopReason::kPrecision:
+      return "precision";
+    case StopReason::kRequests:
+      return "requests";
+    case StopReason::kStop:
+      return "stop";
+    case StopReason::kUnreachable:
+      return "unreachable";
+  }
+  return "";
+}
+
+void copy_times(const ScheduleTimes& times, CellResult& res) {
+  res.warmup_start_ns = times.warmup_start_ns;
+  res.ramp_start_ns = times.ramp_start_ns;
+  res.window_start_ns = times.window_start_ns;
+  res.ramp_capped = times.ramp_capped;
+  res.stalls = times.stalls;
+  res.backoffs = times.backoffs;
+  res.backoff_s = static_cast<double>(times.backoff_ns) / 1e9;
+  res.stop_reason = times.stop_reason;
+  res.warmup_retried = times.warmup_retried;
+  res.stopped_by = stop_name(times.stopped_by);
+  res.window_end_ns = times.window_end_ns;
+  res.end_ns = times.end_ns;
+  res.stopped = times.stopped;
+}
+
+}  // namespace
+
+CellResult CellRunner::run() {
+  CellResult res;
+  Impl& m = *impl_;
+  const CellSpec& spec = m.spec;
+  res.metrics.names = spec.metric_names;
+  if (m.ran.exchange(true)) {
+    res.fatal_error = "CellRunner::run() may be called only once";
+    return res;
+  }
+  res.fatal_error = check_spec(spec);
+  if (!res.fatal_error.empty()) return res;
+
+  HttpOptions opt = spec.http;
+  const std::int64_t streams =
+      spec.mode == "open" ? open_loop_stream_bound(spec) : std::int64_t{spec.concurrency};
+  opt.max_concurrency = static_cast<std::int32_t>(
+      std::max<std::int64_t>(streams, static_cast<std::int64_t>(spec.warmup_bodies.size())));
+  ensure_descriptors(opt.max_concurrency);
+
+  ClosedLoopPlan plan = closed_loop_plan(spec);
   CellRecords records;
   records.events.configure_spill(spec.spill_events, spec.spill_dir);
   records.requests.configure_spill(spec.spill_requests, spec.spill_dir);
   records.events.reserve(1u << 16);
-  if (spec.precision > 0) {
-    // The figures so far, by the same function the final figures come from
-    // (on this thread, between polls: the records are not being written).
-    const double target = spec.precision, min_s = spec.min_duration_s;
-    plan.should_end = [&records, target, min_s](ns_t t0, ns_t now) {
-      const std::size_t n = records.requests.size();
-      std::vector<ns_t> sent(n), first(n), done(n);
-      std::vector<std::uint8_t> outcome(n), phase(n);
-      std::vector<std::int64_t> prompt(n, -1);
-      records.requests.for_each(0, n, [&](std::size_t i, const RequestRecord& q) {
-        sent[i] = q.sent_ns;
-        first[i] = q.first_token_ns;
-        done[i] = q.done_ns;
-        outcome[i] = static_cast<std::uint8_t>(q.outcome);
-        phase[i] = static_cast<std::uint8_t>(q.phase);
-      });
-      RecordView v;
-      v.sent_ns = sent;
-      v.first_token_ns = first;
-      v.done_ns = done;
-      v.outcome = outcome;
-      v.phase = phase;
-      v.prompt_tokens = prompt;
-      // One pass over the events, spilled ones read back in blocks (records.hpp): no copy
-      // of the columns; the same figures as summarize_cell (stats.hpp PrecisionScan).
-      PrecisionScan scan(v, t0, now);
-      records.events.for_each(0, records.events.size(),
-                              [&scan](std::size_t, std::int32_t q, ns_t t, std::int32_t tokens) {
-                                scan.add(q, t, tokens);
-                              });
-      CellFigures f = scan.finish();
-      if (!scan.ordered()) {  // never from the transport; exact all the same
-        const EventColumns::Plain p = records.events.plain_copy();
-        v.ev_request = {p.request.data(), p.request.size()};
-        v.ev_t_ns = {p.t_ns.data(), p.t_ns.size()};
-        v.ev_tokens = {p.tokens.data(), p.tokens.size()};
-        f = summarize_cell(v, t0, now);
-      }
-      return precision_stop(f, target, static_cast<double>(now - t0) / 1e9, min_s);
-    };
-  }
+  if (spec.precision > 0)
+    plan.should_end = precision_check(records, spec.precision, spec.min_duration_s);
   try {
     CurlTransport transport(opt, records, &m.progress);
     {
@@ -274,35 +317,7 @@ CellResult CellRunner::run() {
             : run_closed_loop(plan, transport, clock, records, m.stop, &m.progress);
     res.client_cpu_s = static_cast<double>(thread_cpu_ns() - cpu0) / 1e9;
     sampler.finish();
-    res.warmup_start_ns = times.warmup_start_ns;
-    res.ramp_start_ns = times.ramp_start_ns;
-    res.window_start_ns = times.window_start_ns;
-    res.ramp_capped = times.ramp_capped;
-    res.stalls = times.stalls;
-    res.backoffs = times.backoffs;
-    res.backoff_s = static_cast<double>(times.backoff_ns) / 1e9;
-    res.stop_reason = times.stop_reason;
-    res.warmup_retried = times.warmup_retried;
-    switch (times.stopped_by) {
-      case StopReason::kDuration:
-        res.stopped_by = "duration";
-        break;
-      case StopReason::kPrecision:
-        res.stopped_by = "precision";
-        break;
-      case StopReason::kRequests:
-        res.stopped_by = "requests";
-        break;
-      case StopReason::kStop:
-        res.stopped_by = "stop";
-        break;
-      case StopReason::kUnreachable:
-        res.stopped_by = "unreachable";
-        break;
-    }
-    res.window_end_ns = times.window_end_ns;
-    res.end_ns = times.end_ns;
-    res.stopped = times.stopped;
+    copy_times(times, res);
     res.loop_lag_max_ms = transport.loop_lag_max_ms();
   } catch (const std::exception& e) {
     res.fatal_error = e.what();

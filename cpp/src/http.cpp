@@ -1,3 +1,5 @@
+// CurlTransport: the cell's streams on one libcurl multi handle driven by epoll,
+// one transfer per request (http_common.hpp), finished ones filed as records.
 #include "speedmatrix/http.hpp"
 
 #include <curl/curl.h>
@@ -15,33 +17,12 @@
 #include <string_view>
 #include <unordered_map>
 
-#include "speedmatrix/cell.hpp"
-#include "speedmatrix/chunked.hpp"
-#include "speedmatrix/sse.hpp"
+#include "http_common.hpp"
 
 namespace speedmatrix {
 namespace {
 
-constexpr std::size_t kMaxCollectedBody = 64u << 10;  // error / non-SSE bodies kept for the message
 constexpr int kMaxEpollEvents = 1024;
-
-void global_init() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
-      throw std::runtime_error("curl_global_init failed");
-  });
-}
-
-// One line, bounded: error messages end up in tables and JSON.
-std::string one_line(std::string s, std::size_t max = 500) {
-  for (char& c : s) {
-    if (c == '\n' || c == '\r' || c == '\t') c = ' ';
-  }
-  while (!s.empty() && s.back() == ' ') s.pop_back();
-  if (s.size() > max) s.resize(max);
-  return s;
-}
 
 bool iequals_prefix(std::string_view s, std::string_view prefix) {
   if (s.size() < prefix.size()) return false;
@@ -51,21 +32,6 @@ bool iequals_prefix(std::string_view s, std::string_view prefix) {
     if (a != prefix[i]) return false;
   }
   return true;
-}
-
-// A body whose content type is not text/event-stream is still read as SSE
-// when it starts like one (some servers send text/plain or no type).
-bool looks_like_sse(std::string_view s) {
-  std::size_t i = 0;
-  if (s.substr(0, 3) == "\xEF\xBB\xBF") i = 3;
-  while (i < s.size() && (s[i] == '\n' || s[i] == '\r')) ++i;
-  s.remove_prefix(i);
-  if (s.empty()) return false;
-  for (std::string_view field : {"data:", ":", "event:", "id:", "retry:"}) {
-    const std::size_t n = std::min(s.size(), field.size());
-    if (s.substr(0, n) == field.substr(0, n)) return true;
-  }
-  return false;
 }
 
 // Error kind of a libcurl failure (see records.hpp).
@@ -104,117 +70,6 @@ const char* kind_of(CURLcode code, bool connected) {
 }
 
 }  // namespace
-
-ns_t parse_retry_after(std::string_view value, std::int64_t now_unix_s) {
-  while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
-  while (!value.empty() && (value.back() == '\n' || value.back() == '\r' || value.back() == ' ' ||
-                            value.back() == '\t'))
-    value.remove_suffix(1);
-  if (value.empty() || value.size() > 64) return kNever;
-  constexpr std::int64_t kMostS = 365LL * 24 * 3600;  // beyond any bound applied to it
-  if (std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-    std::int64_t s = 0;
-    for (char c : value) {
-      s = s * 10 + (c - '0');
-      if (s > kMostS) return kMostS * 1'000'000'000;
-    }
-    return s * 1'000'000'000;
-  }
-  // An HTTP-date (RFC 9110 10.2.3), read by libcurl's date parser; measured
-  // against the wall clock, so a client with a wrong clock gets a wrong wait
-  // (bounded by the caller's cap).
-  global_init();
-  const std::string date(value);
-  const time_t at = curl_getdate(date.c_str(), nullptr);
-  if (at == static_cast<time_t>(-1)) return kNever;
-  const std::int64_t s =
-      std::clamp<std::int64_t>(static_cast<std::int64_t>(at) - now_unix_s, 0, kMostS);
-  return s * 1'000'000'000;
-}
-
-std::string check_url(const std::string& url) {
-  global_init();
-  CURLU* u = curl_url();
-  if (!u) return "out of memory";
-  std::string why;
-  const CURLUcode rc = curl_url_set(u, CURLUPART_URL, url.c_str(), 0);
-  if (rc != CURLUE_OK) {
-    why = std::string("invalid URL: ") + curl_url_strerror(rc);
-  } else {
-    char* scheme = nullptr;
-    if (curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) == CURLUE_OK && scheme) {
-      const std::string_view s(scheme);
-      if (s != "http" && s != "https")
-        why = "unsupported URL scheme " + std::string(s) + " (http or https)";
-      curl_free(scheme);
-    }
-  }
-  curl_url_cleanup(u);
-  return why;
-}
-
-// ---------------------------------------------------------------------------
-// One transfer: parser state reused across requests, and an easy handle made
-// afresh for each request from the transport's template (the connection lives
-// in the multi handle's cache, not in the easy handle).
-//
-// Why a fresh handle per request: when a kept-alive connection turns out dead
-// before any response byte (a server such as llama.cpp's closes an idle one
-// after its keep-alive timeout; a request can cross that moment), libcurl
-// re-sends the request on a new connection by itself, but its retry budget
-// (5) belongs to the easy handle and libcurl 7.88 never refills it after a
-// success. A handle reused for many requests used it up, and the next such
-// close failed at once: "Connection died, tried 5 times before giving up".
-struct Transfer final : SseSink, ChunkedDecoder::Sink {
-  CurlTransport::Impl* engine = nullptr;
-  CURL* easy = nullptr;
-  std::int32_t id = -1;
-  ChunkedDecoder chunks;  // libcurl hands over the raw chunked body (see acquire())
-  bool chunked = false;   // Transfer-Encoding: chunked
-  SseParser parser;
-  OpenAIStreamDecoder decoder;
-  long status = 0;
-  bool event_stream_type = false;  // Content-Type: text/event-stream
-  enum class Body : std::uint8_t { kUnknown, kSse, kError, kNotSse } body = Body::kUnknown;
-  bool headers_started = false;
-  bool stream_finished = false;  // [DONE] or a finish reason seen
-  ns_t last_activity_ns = kNever;
-  ns_t last_read_ns = kNever;  // the clock read of the latest write callback (one libcurl read)
-  std::string collected;       // body of an error / non-SSE answer (bounded)
-  std::string err_kind;        // our own verdict, set before we abort a transfer
-  std::string err_msg;
-  std::int32_t sends = 0;  // times libcurl sent this request (> 1: re-sent on a new connection)
-  ns_t retry_after_ns = kNever;  // the answer's Retry-After (parse_retry_after), kNever: none
-  char errbuf[CURL_ERROR_SIZE];
-
-  Transfer(std::size_t max_event_bytes, ApiKind api) : parser(max_event_bytes), decoder(api) {}
-
-  void reset_for(std::int32_t new_id, ApiKind api, ns_t now) {
-    id = new_id;
-    chunks.reset();
-    chunked = false;
-    parser.reset();
-    decoder.reset(api);
-    status = 0;
-    event_stream_type = false;
-    body = Body::kUnknown;
-    headers_started = false;
-    stream_finished = false;
-    last_activity_ns = now;
-    last_read_ns = kNever;
-    collected.clear();
-    err_kind.clear();
-    err_msg.clear();
-    sends = 0;
-    retry_after_ns = kNever;
-    errbuf[0] = '\0';
-  }
-
-  bool on_event(const SseEvent& ev) override;
-  // Decoded body bytes of the current read (all stamped with last_read_ns).
-  // False: abort the transfer (err_kind, or on_event's verdict, says why).
-  bool on_data(std::string_view piece) override;
-};
 
 struct CurlTransport::Impl {
   HttpOptions opt;
@@ -375,6 +230,9 @@ struct CurlTransport::Impl {
     }
     auto t = std::make_unique<Transfer>(opt.max_event_bytes, opt.api);
     t->engine = this;
+    t->opt = &opt;
+    t->records = &records;
+    t->progress = progress;
     all.push_back(std::move(t));
     return all.back().get();
   }
@@ -563,80 +421,6 @@ struct CurlTransport::Impl {
   }
 };
 
-bool Transfer::on_data(std::string_view piece) {
-  const char* ptr = piece.data();
-  const std::size_t n = piece.size();
-  if (body == Body::kUnknown) {
-    if (status >= 400 || status < 200) {
-      body = Body::kError;
-    } else if (event_stream_type || looks_like_sse(piece)) {
-      body = Body::kSse;
-    } else {
-      body = Body::kNotSse;
-    }
-  }
-  if (body != Body::kSse) {
-    const std::size_t room = kMaxCollectedBody - std::min(kMaxCollectedBody, collected.size());
-    collected.append(ptr, std::min(room, n));
-    if (body == Body::kNotSse && collected.size() >= kMaxCollectedBody) {
-      err_kind = "not_sse";
-      return false;  // enough to say what it was; abort
-    }
-    return true;
-  }
-  switch (parser.feed(ptr, n, *this)) {
-    case SseStatus::kOk:
-      return true;
-    case SseStatus::kEventTooLarge:
-      err_kind = "event_too_large";
-      err_msg = "an event exceeded " + std::to_string(engine->opt.max_event_bytes) + " bytes";
-      return false;
-    case SseStatus::kStopped:
-      return false;  // on_event set the verdict
-  }
-  return true;
-}
-
-bool Transfer::on_event(const SseEvent& ev) {
-  CurlTransport::Impl* self = engine;
-  const ChunkResult c = decoder.decode(ev.data);
-  RequestRecord& r = self->rec(id);
-  switch (c.kind) {
-    case ChunkKind::kData:
-      if (ev.event == "error") {
-        err_kind = "stream_error";
-        err_msg = error_message_from_body(ev.data);
-        return false;
-      }
-      if (c.first_token && r.first_token_ns == kNever) r.first_token_ns = last_read_ns;
-      if (c.tokens > 0) {
-        if (self->opt.record_events) {
-          self->records.events.push(id, last_read_ns, c.tokens,
-                                    self->opt.server_stamps ? c.server_ns : kNever);
-        }
-        if (self->progress && r.phase == Phase::kWindow) {
-          self->progress->tokens.fetch_add(c.tokens, std::memory_order_relaxed);
-        }
-      }
-      if (c.finished) stream_finished = true;
-      return true;
-    case ChunkKind::kDone:
-      stream_finished = true;
-      return true;
-    case ChunkKind::kError:
-      err_kind = "stream_error";
-      err_msg = decoder.summary().error_message;
-      if (err_msg.empty()) err_msg = error_message_from_body(ev.data);
-      return false;
-    case ChunkKind::kMalformed:
-      err_kind = "malformed_event";
-      err_msg = decoder.summary().error_message;
-      if (err_msg.empty()) err_msg = "unreadable event: " + std::string(ev.data.substr(0, 120));
-      return false;
-  }
-  return true;
-}
-
 // ---------------------------------------------------------------------------
 CurlTransport::CurlTransport(HttpOptions options, CellRecords& records, CellProgress* progress) {
   if (std::string why = check_url(options.url); !why.empty()) throw std::invalid_argument(why);
@@ -808,95 +592,6 @@ double CurlTransport::loop_lag_max_ms() const noexcept { return impl_->lag_max_m
 
 std::int64_t CurlTransport::connections_opened() const noexcept {
   return impl_->connections_opened;
-}
-
-// ---------------------------------------------------------------------------
-struct HttpGetter::Impl {
-  CURL* easy = nullptr;
-  curl_slist* headers = nullptr;
-  std::string body;
-  std::string init_error;  // why the handle cannot be used; get() reports it
-  char errbuf[CURL_ERROR_SIZE];
-
-  static size_t on_write(char* ptr, size_t size, size_t nmemb, void* userp) {
-    auto* self = static_cast<Impl*>(userp);
-    const size_t n = size * nmemb;
-    if (self->body.size() + n > (64u << 20)) return 0;  // a /metrics page is never this large
-    self->body.append(ptr, n);
-    return n;
-  }
-};
-
-HttpGetter::HttpGetter(std::vector<std::string> headers, std::string api_key, double timeout_s,
-                       bool tls_verify, const std::string& ca_file)
-    : impl_(std::make_unique<Impl>()) {
-  global_init();
-  impl_->easy = curl_easy_init();
-  if (!impl_->easy) {
-    impl_->init_error = "curl_easy_init failed";
-    return;
-  }
-  if (!api_key.empty()) headers.push_back("Authorization: Bearer " + api_key);
-  for (const std::string& h : headers) {
-    curl_slist* l = curl_slist_append(impl_->headers, h.c_str());
-    if (!l) {
-      impl_->init_error = "curl_slist_append failed";
-      return;
-    }
-    impl_->headers = l;
-  }
-  CURL* e = impl_->easy;
-  CURLcode rc = CURLE_OK;
-  auto set = [&](CURLoption o, auto v) {
-    if (rc == CURLE_OK) rc = curl_easy_setopt(e, o, v);
-  };
-  set(CURLOPT_HTTPHEADER, impl_->headers);
-  set(CURLOPT_NOSIGNAL, 1L);
-  set(CURLOPT_TCP_NODELAY, 1L);
-  set(CURLOPT_TIMEOUT_MS, static_cast<long>(timeout_s * 1000));
-  set(CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(timeout_s * 1000));
-  set(CURLOPT_ACCEPT_ENCODING, "");
-  set(CURLOPT_WRITEFUNCTION, &Impl::on_write);
-  set(CURLOPT_WRITEDATA, impl_.get());
-  set(CURLOPT_ERRORBUFFER, impl_->errbuf);
-  if (!tls_verify) {
-    set(CURLOPT_SSL_VERIFYPEER, 0L);
-    set(CURLOPT_SSL_VERIFYHOST, 0L);
-  }
-  if (!ca_file.empty()) set(CURLOPT_CAINFO, ca_file.c_str());
-  if (rc != CURLE_OK)
-    impl_->init_error = std::string("curl_easy_setopt: ") + curl_easy_strerror(rc);
-}
-
-HttpGetter::~HttpGetter() {
-  if (impl_->easy) curl_easy_cleanup(impl_->easy);
-  if (impl_->headers) curl_slist_free_all(impl_->headers);
-}
-
-bool HttpGetter::get(const std::string& url, std::string* body, std::string* error) {
-  Impl& m = *impl_;
-  if (!m.init_error.empty()) {
-    if (error) *error = m.init_error;
-    return false;
-  }
-  m.body.clear();
-  m.errbuf[0] = '\0';
-  CURLcode rc = curl_easy_setopt(m.easy, CURLOPT_URL, url.c_str());
-  if (rc == CURLE_OK) rc = curl_easy_perform(m.easy);
-  if (rc != CURLE_OK) {
-    if (error)
-      *error = one_line(std::string(curl_easy_strerror(rc)) +
-                        (m.errbuf[0] ? std::string(": ") + m.errbuf : ""));
-    return false;
-  }
-  long status = 0;
-  if (curl_easy_getinfo(m.easy, CURLINFO_RESPONSE_CODE, &status) != CURLE_OK) status = 0;
-  if (status < 200 || status >= 300) {
-    if (error) *error = "HTTP " + std::to_string(status);
-    return false;
-  }
-  if (body) body->swap(m.body);
-  return true;
 }
 
 }  // namespace speedmatrix

@@ -6,6 +6,7 @@
 #include <limits>
 #include <utility>
 
+#include "loop_book.hpp"
 #include "speedmatrix/cell.hpp"
 #include "warmup.hpp"
 
@@ -18,211 +19,149 @@ ns_t s_to_ns(double s) {
   return static_cast<ns_t>(s * 1e9);
 }
 
-// In-flight bookkeeping and progress counters of one open-loop run.
+}  // namespace
+
+namespace {
+
+// One open-loop run: arrivals due on the pacer's schedule go out (through the gate when
+// the client caps its concurrency) whatever the server does; failed connections are only
+// counted (the schedule is kept, no slot waits): a server gone for give_up_ns ends the
+// cell as in the closed loop.
 class OpenLoop {
  public:
-  OpenLoop(Transport& t, CellRecords& r, const std::atomic<bool>& stop, CellProgress* p)
-      : transport_(t), records_(r), stop_(stop), p_(p) {}
+  OpenLoop(const OpenLoopPlan& plan, Pacer& pacer, Transport& transport, Clock& clock,
+           CellRecords& records, const std::atomic<bool>& stop, CellProgress* progress)
+      : plan_(plan),
+        pacer_(pacer),
+        clock_(clock),
+        records_(records),
+        progress_(progress),
+        loop_(transport, records, stop, progress),
+        backoff_(plan.backoff) {}
 
-  std::int32_t add(std::int32_t slot, std::int32_t body, Phase phase, ns_t scheduled_ns) {
-    RequestRecord rec;
-    rec.slot = slot;
-    rec.body = body;
-    rec.phase = phase;
-    rec.scheduled_ns = scheduled_ns;
-    records_.requests.push_back(std::move(rec));
-    return static_cast<std::int32_t>(records_.requests.size() - 1);
-  }
-  void start(std::int32_t id, std::string_view body) {
-    live_.push_back(id);
-    set_in_flight(static_cast<std::int32_t>(live_.size()));
-    transport_.start(id, body);
-  }
-  const std::vector<std::int32_t>& poll(ns_t deadline) {
-    finished_.clear();
-    transport_.poll(deadline, finished_);
-    for (std::int32_t id : finished_) account(id);
-    return finished_;
-  }
-  // The shape run_warmup (warmup.hpp) drives.
-  std::int32_t launch(std::int32_t slot, std::int32_t body_index, std::string_view body,
-                      Phase phase, ns_t scheduled_ns) {
-    const std::int32_t id = add(slot, body_index, phase, scheduled_ns);
-    start(id, body);
-    return id;
-  }
-  void cancel(std::int32_t id) {
-    transport_.cancel(id);
-    account(id);
-  }
-  bool stop_requested() const { return stop_.load(std::memory_order_relaxed); }
-  void cancel_all() {
-    const std::vector<std::int32_t> ids = live_;
-    for (std::int32_t id : ids) {
-      transport_.cancel(id);
-      account(id);
+  ScheduleTimes run() {
+    // Warm-up (warmup.hpp), as the closed loop does, so both modes start from
+    // the same server state.
+    if (!run_warmup(plan_.warmup_bodies, plan_.warmup_timeout_ns, plan_.warmup_retries, loop_,
+                    clock_, records_, progress_, times_, [&](std::int32_t id) { feed(id); })) {
+      loop_.cancel_all();
+      times_.stopped = true;
+      times_.stopped_by = StopReason::kStop;
+      times_.end_ns = clock_.now();
+      return times_;
     }
+    open_window();
+    while (step()) {
+    }
+    finish();
+    return times_;
   }
-  std::int32_t in_flight() const { return static_cast<std::int32_t>(live_.size()); }
 
  private:
-  void set_in_flight(std::int32_t n) {
-    if (p_) p_->in_flight.store(n, std::memory_order_relaxed);
-  }
-  void account(std::int32_t id) {
-    // live_ is short (the in-flight set); a linear erase keeps it simple.
-    auto it = std::find(live_.begin(), live_.end(), id);
-    if (it != live_.end()) live_.erase(it);
-    set_in_flight(static_cast<std::int32_t>(live_.size()));
-    if (!p_) return;
-    const RequestRecord& r = records_.requests[static_cast<std::size_t>(id)];
-    if (r.phase != Phase::kWindow) return;
-    if (r.outcome == Outcome::kOk) p_->completed.fetch_add(1, std::memory_order_relaxed);
-    if (r.outcome == Outcome::kError) p_->errors.fetch_add(1, std::memory_order_relaxed);
+  void feed(std::int32_t id) {
+    backoff_.on_finished(records_.requests[static_cast<std::size_t>(id)], records_.retry_after(id));
   }
 
-  Transport& transport_;
+  void open_window() {
+    t0_ = clock_.now();
+    times_.window_start_ns = t0_;
+    if (progress_) progress_->window_start_ns.store(t0_, std::memory_order_relaxed);
+    window_end_ = t0_ + plan_.duration_ns;
+    drain_end_ = window_end_ + std::max<ns_t>(plan_.drain_timeout_ns, 0);
+    advance();
+  }
+
+  // The next arrival's due time (kNever once the plan or the window ends).
+  void advance() {
+    const ns_t off = pacer_.due_ns(k_);
+    next_due_ = (off == kNever || t0_ + off >= window_end_) ? kNever : t0_ + off;
+  }
+
+  // Every arrival already due goes out now, in order: a late loop sends a burst rather
+  // than skipping any (the schedule is the user population).
+  void queue_due(ns_t now) {
+    const std::size_t nb = plan_.bodies.size();
+    while (next_due_ != kNever && next_due_ <= now) {
+      const auto slot = static_cast<std::int32_t>(k_);
+      const auto body = static_cast<std::int32_t>(static_cast<std::size_t>(k_) % nb);
+      gate_.push_back(loop_.add(slot, body, Phase::kWindow, next_due_));
+      ++k_;
+      advance();
+    }
+  }
+
+  void open_gate() {
+    const bool gated = plan_.max_concurrency > 0;
+    while (!gate_.empty() && (!gated || loop_.in_flight() < plan_.max_concurrency)) {
+      const std::int32_t id = gate_.front();
+      gate_.pop_front();
+      const RequestRecord& r = records_.requests[static_cast<std::size_t>(id)];
+      loop_.start(id, plan_.bodies[static_cast<std::size_t>(r.body)]);
+    }
+  }
+
+  void on_finished(std::int32_t id) {
+    feed(id);
+    ns_t done = records_.requests[static_cast<std::size_t>(id)].done_ns;
+    if (done == kNever) done = clock_.now();
+    if (times_.stopped_by != StopReason::kUnreachable && backoff_.give_up(done)) {
+      times_.stopped_by = StopReason::kUnreachable;
+      times_.stop_reason = backoff_.give_up_reason(done);
+    }
+  }
+
+  // One turn of the event loop; false when the run has ended.
+  bool step() {
+    if (loop_.stop_requested()) {
+      times_.stopped = true;
+      times_.stopped_by = StopReason::kStop;
+      return false;
+    }
+    const ns_t now = clock_.now();
+    records_.requests.spill_finished(now - kRequestSpillLag_ns);
+    queue_due(now);
+    open_gate();
+    if (next_due_ == kNever && gate_.empty() && loop_.in_flight() == 0) return false;  // all done
+    if (now >= drain_end_) return false;
+    const ns_t deadline = next_due_ != kNever ? std::min(next_due_, drain_end_) : drain_end_;
+    for (std::int32_t id : loop_.poll(deadline)) on_finished(id);
+    return times_.stopped_by != StopReason::kUnreachable;
+  }
+
+  void finish() {
+    times_.window_end_ns = times_.stopped || times_.stopped_by == StopReason::kUnreachable
+                               ? std::min(clock_.now(), window_end_)
+                               : window_end_;
+    loop_.cancel_all();
+    const ns_t end = clock_.now();
+    for (std::int32_t id : gate_) {  // never sent: the drain bound (or a stop) came first
+      RequestRecord& r = records_.requests[static_cast<std::size_t>(id)];
+      r.outcome = Outcome::kCancelled;
+      r.done_ns = end;
+    }
+    times_.end_ns = end;
+  }
+
+  const OpenLoopPlan& plan_;
+  Pacer& pacer_;
+  Clock& clock_;
   CellRecords& records_;
-  const std::atomic<bool>& stop_;
-  CellProgress* p_;
-  std::vector<std::int32_t> live_;
-  std::vector<std::int32_t> finished_;
+  CellProgress* progress_;
+  LoopBook loop_;
+  Backoff backoff_;
+  ScheduleTimes times_;
+  ns_t t0_ = kNever, window_end_ = kNever, drain_end_ = kNever;
+  std::int64_t k_ = 0;  // next arrival
+  ns_t next_due_ = kNever;
+  std::deque<std::int32_t> gate_;  // due, not yet sent (FIFO)
 };
 
 }  // namespace
 
-GammaPacer::GammaPacer(double rate_per_s, double shape, std::uint64_t seed, std::int64_t count)
-    : rng_(seed),
-      // Mean gap = shape * scale = 1 / rate.
-      gap_s_(shape > 0 ? shape : 1.0,
-             1.0 / ((shape > 0 ? shape : 1.0) * (rate_per_s > 0 ? rate_per_s : 1.0))),
-      count_(rate_per_s > 0 && shape > 0 ? count : -1) {}
-
-ns_t GammaPacer::due_ns(std::int64_t k) {
-  if (count_ < 0 || (count_ > 0 && k >= count_)) return kNever;
-  while (next_k_ <= k) {
-    if (next_k_ > 0) t_s_ += gap_s_(rng_);
-    ++next_k_;
-  }
-  return static_cast<ns_t>(std::llround(t_s_ * 1e9));
-}
-
-std::unique_ptr<Pacer> make_pacer(const std::string& arrival, double rate_per_s, double gamma_shape,
-                                  std::uint64_t seed, std::string* why) {
-  if (!(rate_per_s > 0) || !std::isfinite(rate_per_s)) {
-    *why = "rate_per_s must be > 0";
-    return nullptr;
-  }
-  if (arrival == "constant") return std::make_unique<ConstantPacer>(rate_per_s);
-  if (arrival == "poisson") return std::make_unique<PoissonPacer>(rate_per_s, seed);
-  if (arrival == "gamma") {
-    if (!(gamma_shape > 0) || !std::isfinite(gamma_shape)) {
-      *why = "gamma_shape must be > 0";
-      return nullptr;
-    }
-    return std::make_unique<GammaPacer>(rate_per_s, gamma_shape, seed);
-  }
-  *why = "arrival '" + arrival + "' is not constant, poisson or gamma";
-  return nullptr;
-}
-
 ScheduleTimes run_open_loop(const OpenLoopPlan& plan, Pacer& pacer, Transport& transport,
                             Clock& clock, CellRecords& records, const std::atomic<bool>& stop,
                             CellProgress* progress) {
-  ScheduleTimes times;
-  OpenLoop loop(transport, records, stop, progress);
-  auto stopped = [&] { return loop.stop_requested(); };
-  // Failed connections are only counted here (the schedule is kept, no slot
-  // waits): a server gone for give_up_ns ends the cell as in the closed loop.
-  Backoff backoff(plan.backoff);
-  auto feed = [&](std::int32_t id) {
-    backoff.on_finished(records.requests[static_cast<std::size_t>(id)], records.retry_after(id));
-  };
-
-  // Warm-up (warmup.hpp), as the closed loop does, so both modes start from
-  // the same server state.
-  if (!run_warmup(plan.warmup_bodies, plan.warmup_timeout_ns, plan.warmup_retries, loop, clock,
-                  records, progress, times, feed)) {
-    loop.cancel_all();
-    times.stopped = true;
-    times.stopped_by = StopReason::kStop;
-    times.end_ns = clock.now();
-    return times;
-  }
-
-  const ns_t t0 = clock.now();
-  times.window_start_ns = t0;
-  if (progress) progress->window_start_ns.store(t0, std::memory_order_relaxed);
-  const ns_t window_end = t0 + plan.duration_ns;
-  const ns_t drain_end = window_end + std::max<ns_t>(plan.drain_timeout_ns, 0);
-  const std::size_t nb = plan.bodies.size();
-  const bool gated = plan.max_concurrency > 0;
-
-  std::int64_t k = 0;  // next arrival
-  ns_t next_due = kNever;
-  auto advance = [&] {
-    const ns_t off = pacer.due_ns(k);
-    next_due = (off == kNever || t0 + off >= window_end) ? kNever : t0 + off;
-  };
-  advance();
-  std::deque<std::int32_t> gate;  // due, not yet sent (FIFO)
-  auto send = [&](std::int32_t id) {
-    const RequestRecord& r = records.requests[static_cast<std::size_t>(id)];
-    loop.start(id, plan.bodies[static_cast<std::size_t>(r.body)]);
-  };
-  auto open_gate = [&] {
-    while (!gate.empty() && (!gated || loop.in_flight() < plan.max_concurrency)) {
-      const std::int32_t id = gate.front();
-      gate.pop_front();
-      send(id);
-    }
-  };
-
-  for (;;) {
-    if (stopped()) {
-      times.stopped = true;
-      times.stopped_by = StopReason::kStop;
-      break;
-    }
-    const ns_t now = clock.now();
-    records.requests.spill_finished(now - kRequestSpillLag_ns);
-    // Every arrival already due goes out now, in order: a late loop sends a
-    // burst rather than skipping any (the schedule is the user population).
-    while (next_due != kNever && next_due <= now) {
-      const auto slot = static_cast<std::int32_t>(k);
-      const auto body = static_cast<std::int32_t>(static_cast<std::size_t>(k) % nb);
-      gate.push_back(loop.add(slot, body, Phase::kWindow, next_due));
-      ++k;
-      advance();
-    }
-    open_gate();
-    if (next_due == kNever && gate.empty() && loop.in_flight() == 0) break;  // all done
-    if (now >= drain_end) break;
-    const ns_t deadline = next_due != kNever ? std::min(next_due, drain_end) : drain_end;
-    for (std::int32_t id : loop.poll(deadline)) {
-      feed(id);
-      ns_t done = records.requests[static_cast<std::size_t>(id)].done_ns;
-      if (done == kNever) done = clock.now();
-      if (times.stopped_by != StopReason::kUnreachable && backoff.give_up(done)) {
-        times.stopped_by = StopReason::kUnreachable;
-        times.stop_reason = backoff.give_up_reason(done);
-      }
-    }
-    if (times.stopped_by == StopReason::kUnreachable) break;
-  }
-
-  times.window_end_ns = times.stopped || times.stopped_by == StopReason::kUnreachable
-                            ? std::min(clock.now(), window_end)
-                            : window_end;
-  loop.cancel_all();
-  const ns_t end = clock.now();
-  for (std::int32_t id : gate) {  // never sent: the drain bound (or a stop) came first
-    RequestRecord& r = records.requests[static_cast<std::size_t>(id)];
-    r.outcome = Outcome::kCancelled;
-    r.done_ns = end;
-  }
-  times.end_ns = end;
-  return times;
+  return OpenLoop(plan, pacer, transport, clock, records, stop, progress).run();
 }
 
 std::string check_open_loop(const CellSpec& spec) {

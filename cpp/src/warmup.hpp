@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "loop_book.hpp"
 #include "speedmatrix/cell.hpp"
 #include "speedmatrix/scheduler.hpp"
 
@@ -20,11 +21,9 @@ namespace speedmatrix {
 // progress's warm-up counters (progress may be null). Each finished request
 // is handed to on_finished(id). Returns false when a stop was requested
 // (the caller ends the cell).
-// LoopT: launch(slot, body_index, body, phase, scheduled_ns) -> id,
-// poll(deadline) -> the finished ids, cancel(id), in_flight(), stop_requested().
-template <class LoopT, class OnFinished>
+template <class OnFinished>
 bool run_warmup(const std::vector<std::string_view>& bodies, ns_t timeout_ns, std::int32_t retries,
-                LoopT& loop, Clock& clock, CellRecords& records, CellProgress* progress,
+                LoopBook& loop, Clock& clock, CellRecords& records, CellProgress* progress,
                 ScheduleTimes& times, OnFinished on_finished) {
   if (bodies.empty()) return !loop.stop_requested();
   times.warmup_start_ns = clock.now();

@@ -36,7 +36,7 @@ class CellSpec:
     steady_window: bool  # default True: the window opens at steady state (cell.hpp)
     ramp_cap_s: float  # the ramp opens the window anyway after this (CellResult.ramp_capped)
     plateau_settle_s: float
-    stall_min_s: float  # stall rule: no token for max(stall_min_s, factor x median gap)
+    stall_min_s: float  # stall rule: no token for max(stall_min_s, factor x median gap, own pace)
     stall_gap_factor: float
     stall_pause_cap_s: float  # a silence every stream shares is spared this long
     # connections failing in a row for this long (and >= 5 of them) end the cell

@@ -141,7 +141,7 @@ class Matrix:
     #: the shortest window a precision target may end (seconds)
     min_duration_s: float = 5.0
     #: stall rule: a streaming request that gets no token for max(stall_min_s,
-    #: stall_gap_factor x the cell's running median gap) is cut as a ``stall``
+    #: stall_gap_factor x the cell's running median gap, its own pace) is cut as a ``stall``
     stall_min_s: float = 2.0
     stall_gap_factor: float = 25.0
     #: the longest ramp (send of the N requests to steady state) before the window

@@ -119,6 +119,11 @@ def _check_fault_sum(shares: Mapping[str, float]) -> None:
         )
 
 
+def _url_host(host: str) -> str:
+    """host as a URL writes it: an IPv6 address in brackets."""
+    return f"[{host}]" if ":" in host else host
+
+
 def _fmt_value(v: Any) -> str:
     return v if isinstance(v, str) and not v.startswith(("{", "[")) else json.dumps(v)
 
@@ -133,6 +138,7 @@ class Sim:
     faults: shares of requests given a fault at random, keys "http500", "malformed",
         "drop", "stall" (values 0..1); seed makes them reproducible.
     overrides: profile fields to override, {"fixed_itl_ms": 10, ...}.
+    host: the numeric address to bind, IPv4 or IPv6 ("::1").
     """
 
     def __init__(
@@ -150,8 +156,10 @@ class Sim:
         start_timeout_s: float = 10.0,
         start: bool = True,
         api_key: str | None = None,
+        host: str = "127.0.0.1",
     ) -> None:
         self.profile = str(profile)
+        self.host = host
         self.port: int = port
         self.url: str = ""
         self._proc: subprocess.Popen[str] | None = None
@@ -163,6 +171,8 @@ class Sim:
             str(profile_path(profile)),
             "--port",
             str(port),
+            "--host",
+            host,
             "--watch-stdin",
         ]
         if flavour:
@@ -199,7 +209,7 @@ class Sim:
         )
         line = self._read_listen_line()
         self.port = int(line.rsplit(":", 1)[1])
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"http://{_url_host(self.host)}:{self.port}"
         # Keep draining the pipes so the child never blocks on a full one.
         self._stderr_tail: list[str] = []
         threading.Thread(target=self._drain, daemon=True).start()

@@ -270,14 +270,18 @@ TEST_F(Fixture, FailingSlotsBackOffInsteadOfSpinning) {
   transport.duration = [](const RequestRecord&) { return 1 * kMs; };  // fails at once
   transport.outcome = [](const RequestRecord&) { return Outcome::kError; };
   transport.error_kind = [](const RequestRecord&) { return std::string("http_500"); };
-  run();
+  const ScheduleTimes t = run();
   const auto w = window();
-  EXPECT_EQ(w.size(), 20u);  // one attempt per 50 ms, not one per ms
-  for (std::size_t i = 1; i < w.size(); ++i) {
-    EXPECT_EQ(w[i]->sent_ns - w[i - 1]->sent_ns, 50 * kMs);
+  // Sent at 0, 101, 302 and 703 ms: 100 ms doubled per failure from each end, not one
+  // attempt per ms (nor, as before, one every error_backoff_ns: 20).
+  ASSERT_EQ(w.size(), 4u);
+  const ns_t sent_ms[] = {0, 101, 302, 703};
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    EXPECT_EQ((w[i]->sent_ns - w[0]->sent_ns) / kMs, sent_ms[i]) << i;
     EXPECT_EQ(w[i]->scheduled_ns, w[i]->sent_ns);
   }
-  EXPECT_EQ(progress.errors.load(), 20);
+  EXPECT_EQ(progress.errors.load(), 4);
+  EXPECT_EQ(t.backoffs, 4);  // the last one runs past the window's end
 }
 
 TEST_F(Fixture, ManySlotsAllStartAtT0) {
@@ -323,44 +327,89 @@ TEST(SteadyWindowOpen, Table) {
 TEST(StallRule, Table) {
   const double nan = std::nan("");
   struct Row {
-    ns_t silent;
+    StreamSilence s;  // silent, own mean gap (0: one token so far), first token's wait
     double median_ms;
     ns_t min;
     double factor;
     bool stalled;
   } rows[] = {
-      {2'001 * kMs, 10, 2'000 * kMs, 25, true},    // max(2 s, 250 ms) = 2 s
-      {2'000 * kMs, 10, 2'000 * kMs, 25, false},   // at the limit: not yet
-      {4'000 * kMs, 200, 2'000 * kMs, 25, false},  // 25 x 200 ms = 5 s
-      {5'001 * kMs, 200, 2'000 * kMs, 25, true},
-      {3'000 * kMs, nan, 2'000 * kMs, 25, true},  // no gaps yet: the minimum
-      {99'000 * kMs, 10, 0, 25, false},           // off
+      {{2'001 * kMs, 10 * kMs, 50 * kMs}, 10, 2'000 * kMs, 25, true},   // max(2 s, 250 ms)
+      {{2'000 * kMs, 10 * kMs, 50 * kMs}, 10, 2'000 * kMs, 25, false},  // at the limit
+      {{4'000 * kMs, 0, 50 * kMs}, 200, 2'000 * kMs, 25, false},        // 25 x 200 ms = 5 s
+      {{5'001 * kMs, 0, 50 * kMs}, 200, 2'000 * kMs, 25, true},         //
+      {{3'000 * kMs, 0, 50 * kMs}, nan, 2'000 * kMs, 25, true},         // no gaps: the minimum
+      {{99'000 * kMs, 10 * kMs, 50 * kMs}, 10, 0, 25, false},           // off
+      // A server at 3 s a token: its own pace sets the limit, not the 2 s minimum.
+      {{2'900 * kMs, 0, 3'000 * kMs}, nan, 2'000 * kMs, 25, false},            // 2 x 3 s first wait
+      {{6'001 * kMs, 0, 3'000 * kMs}, nan, 2'000 * kMs, 25, true},             // ... and past it
+      {{30'000 * kMs, 3'000 * kMs, 3'000 * kMs}, 10, 2'000 * kMs, 25, false},  // 25 x 3 s
+      {{75'001 * kMs, 3'000 * kMs, 3'000 * kMs}, 10, 2'000 * kMs, 25, true},   // stopped
   };
   for (const Row& r : rows)
-    EXPECT_EQ(is_stalled(r.silent, r.median_ms, r.min, r.factor), r.stalled) << r.silent;
+    EXPECT_EQ(is_stalled(r.s, r.median_ms, r.min, r.factor), r.stalled) << r.s.silent_ns;
+  EXPECT_EQ(stall_limit_ns({0, 3'000 * kMs, 3'000 * kMs}, nan, 2'000 * kMs, 25), 75'000 * kMs);
+  EXPECT_EQ(stall_limit_ns({0, 0, 0}, nan, 0, 25), kNoDeadline);
 }
 
 TEST(StallRule, ASilenceEveryStreamSharesIsTheServersPauseNotAStall) {
   const ns_t lim = 2'000 * kMs, cap = 10'000 * kMs;
+  // streams at the cell's pace (10 ms a token, first token after 50 ms), silent this long
+  auto silent = [](std::vector<ns_t> ms) {
+    std::vector<StreamSilence> out;
+    for (ns_t t : ms) out.push_back({t * kMs, 10 * kMs, 50 * kMs});
+    return out;
+  };
   struct Row {
-    std::vector<ns_t> silent;
+    std::vector<StreamSilence> streams;
     std::size_t in_flight;
     std::vector<bool> cut;
   } rows[] = {
-      {{3'000 * kMs, 10 * kMs, 20 * kMs}, 3, {true, false, false}},  // the others still stream
-      {{3'000 * kMs, 2'500 * kMs, 20 * kMs}, 3, {true, true, false}},
-      {{3'000 * kMs, 2'500 * kMs, 4'000 * kMs}, 3, {false, false, false}},  // all wait
-      {{3'000 * kMs}, 2, {false}},  // the other request is in its prefill: the server's pause
-      {{3'000 * kMs}, 1, {true}},   // alone (N = 1): its silence is its own
-      {{11'000 * kMs, 2'500 * kMs}, 2, {true, true}},  // past the cap: a hung server
+      {silent({3'000, 10, 20}), 3, {true, false, false}},  // the others still stream
+      {silent({3'000, 2'500, 20}), 3, {true, true, false}},
+      {silent({3'000, 2'500, 4'000}), 3, {false, false, false}},  // all wait
+      {silent({3'000}), 2, {false}},  // the other request is in its prefill: the server's pause
+      {silent({3'000}), 1, {true}},   // alone (N = 1): its silence is its own
+      {silent({11'000, 2'500}), 2, {true, true}},  // past the cap: a hung server
       {{}, 0, {}},
   };
   for (const Row& r : rows)
-    EXPECT_EQ(stalled_streams(r.silent, r.in_flight, 10, lim, 25, cap), r.cut)
-        << r.silent.size() << " streaming of " << r.in_flight;
+    EXPECT_EQ(stalled_streams(r.streams, r.in_flight, 10, lim, 25, cap), r.cut)
+        << r.streams.size() << " streaming of " << r.in_flight;
   // no cap (0): a shared silence is cut like any other
-  EXPECT_EQ(stalled_streams({3'000 * kMs, 2'500 * kMs}, 2, 10, lim, 25, 0),
+  EXPECT_EQ(stalled_streams(silent({3'000, 2'500}), 2, 10, lim, 25, 0),
             (std::vector<bool>{true, true}));
+}
+
+// A server at 3 s a token (first token 3 s after the send, then one every 3 s) under the
+// default rule (2 s minimum, factor 25): its streams are measured, not cut before their
+// second token as they were; one that stops is cut at 25 x its own 3 s pace.
+TEST_F(Fixture, AUniformlySlowServerIsJudgedByItsOwnPace) {
+  plan.bodies = {"b"};
+  plan.concurrency = 1;
+  plan.duration_ns = 200'000 * kMs;
+  plan.stall_min_ns = 2'000 * kMs;
+  plan.stall_gap_factor = 25;
+  transport.itl = 3'000 * kMs;
+  transport.ttft = [](const RequestRecord&) { return 3'000 * kMs; };
+  transport.duration = [](const RequestRecord&) { return 31'000 * kMs; };  // 10 tokens
+  // the third request stops after 4 tokens (9 s after its first)
+  int n = 0;
+  transport.stall_after = [&](const RequestRecord&) { return n++ == 2 ? 10'000 * kMs : kNever; };
+  const ScheduleTimes t = run();
+  EXPECT_EQ(t.stalls, 1);
+  const auto w = window();
+  ASSERT_GE(w.size(), 4u);
+  EXPECT_EQ(w[0]->outcome, Outcome::kOk);
+  EXPECT_EQ(w[1]->outcome, Outcome::kOk);
+  ASSERT_EQ(w[2]->outcome, Outcome::kError);
+  EXPECT_EQ(w[2]->error_kind, "stall");
+  // its last token came at send + 3 s + 9 s; the limit is 25 x 3 s = 75 s (the cell's
+  // median, read from log buckets 4.4 % wide, may add up to that); ticks of 100 ms
+  const ns_t last = w[2]->sent_ns + 12'000 * kMs;
+  EXPECT_GT(w[2]->done_ns - last, 75'000 * kMs);
+  EXPECT_LE(w[2]->done_ns - last, 78'400 * kMs);
+  EXPECT_NE(w[2]->error_message.find("own pace 25 x 3000.0 ms"), std::string::npos)
+      << w[2]->error_message;
 }
 
 TEST_F(Fixture, SteadyWindowOpensWhenEverySlotStreams) {
@@ -594,8 +643,10 @@ TEST(BackoffTable, WaitsFollowThePolicy) {
   EXPECT_EQ(b.on_finished(rec(Outcome::kError, "http_429"), 1 * s), 1 * s);
   EXPECT_EQ(b.on_finished(rec(Outcome::kError, "http_429"), 30 * s), 10 * s);
   EXPECT_EQ(b.on_finished(rec(Outcome::kError, "http_503"), 3 * s), 3 * s);
-  EXPECT_EQ(b.on_finished(rec(Outcome::kError, "http_503"), kNever), 0);
-  EXPECT_EQ(b.on_finished(rec(Outcome::kError, "http_500"), 3 * s), 0);
+  // Any other error: 100 ms doubled per such error since the last success (a 503
+  // without Retry-After is one; a Retry-After on a 500 is not honoured).
+  EXPECT_EQ(b.on_finished(rec(Outcome::kError, "http_503"), kNever), 100 * kMs);
+  EXPECT_EQ(b.on_finished(rec(Outcome::kError, "http_500"), 3 * s), 200 * kMs);
   // Without Retry-After: 100 ms doubled per 429 since the last success (two so far).
   EXPECT_EQ(b.on_finished(rec(Outcome::kError, "http_429"), kNever), 400 * kMs);
   EXPECT_EQ(b.on_finished(rec(Outcome::kError, "http_429"), kNever), 800 * kMs);
@@ -610,7 +661,7 @@ TEST(BackoffTable, WaitsFollowThePolicy) {
   for (ns_t want : connect_ms)
     EXPECT_EQ(b.on_finished(rec(Outcome::kError, "connect"), kNever), want * kMs);
   EXPECT_EQ(b.connect_failures_in_a_row(), 8);
-  EXPECT_EQ(b.on_finished(rec(Outcome::kError, "http_500"), kNever), 0);
+  EXPECT_EQ(b.on_finished(rec(Outcome::kError, "http_500"), kNever), 100 * kMs);
   EXPECT_EQ(b.connect_failures_in_a_row(), 0);
   EXPECT_EQ(b.on_finished(rec(Outcome::kError, "connect_timeout"), kNever), 50 * kMs);
   // A cancellation before any answer says nothing about the server.
@@ -618,6 +669,15 @@ TEST(BackoffTable, WaitsFollowThePolicy) {
   cancelled.outcome = Outcome::kCancelled;
   EXPECT_EQ(b.on_finished(cancelled, kNever), 0);
   EXPECT_EQ(b.connect_failures_in_a_row(), 1);
+  // Other errors go on doubling to 2 s; a stall (the client's cut) neither waits nor
+  // counts; a success resets.
+  const ns_t error_ms[] = {200, 400, 800, 1'600, 2'000, 2'000};
+  for (ns_t want : error_ms) {
+    EXPECT_EQ(b.on_finished(rec(Outcome::kError, "stall"), kNever), 0);
+    EXPECT_EQ(b.on_finished(rec(Outcome::kError, "bad_stream"), kNever), want * kMs);
+  }
+  EXPECT_EQ(b.on_finished(rec(Outcome::kOk, ""), kNever), 0);
+  EXPECT_EQ(b.on_finished(rec(Outcome::kError, "http_500"), kNever), 100 * kMs);
 }
 
 TEST(BackoffTable, GivesUpAfterEnoughFailuresOverEnoughTimeAndSaysWhy) {
@@ -705,11 +765,29 @@ TEST_F(Fixture, A503IsDelayedOnlyWhenItSaysHowLong) {
   transport.retry_after = [&](const RequestRecord&) { return n++ == 0 ? 700 * kMs : kNever; };
   const ScheduleTimes t = run();
   const std::vector<ns_t> waits = slot_waits_ms(window(), 0);
-  ASSERT_GE(waits.size(), 2u);
-  EXPECT_EQ(waits[0], 700);
-  EXPECT_EQ(waits[1], 49);  // the generic pause: 50 ms from the send
-  EXPECT_EQ(t.backoffs, 1);
-  EXPECT_EQ(t.backoff_ns, 700 * kMs);
+  // 700 ms as asked, then as any other error: 100 ms doubled per error (ends at 702, 803,
+  // 1,004 and 1,405 ms; the last wait is cut by the window's end at 2 s)
+  EXPECT_EQ(waits, (std::vector<ns_t>{700, 100, 200, 400}));
+  EXPECT_EQ(t.backoffs, 5);
+  EXPECT_EQ(t.backoff_ns, (700 + 100 + 200 + 400 + 595) * kMs);
+}
+
+TEST_F(Fixture, AnyOtherErrorBacksOffAsA429AndASuccessResets) {
+  plan.bodies = {"b"};
+  plan.concurrency = 1;
+  plan.duration_ns = 10'000 * kMs;
+  transport.duration = [](const RequestRecord&) { return 1 * kMs; };
+  int n = 0;
+  // requests 0..3 end in a 500 at once, 4 succeeds, the rest fail again
+  transport.outcome = [&](const RequestRecord&) {
+    return n++ == 4 ? Outcome::kOk : Outcome::kError;
+  };
+  transport.error_kind = [](const RequestRecord&) { return std::string("http_500"); };
+  run();
+  const std::vector<ns_t> waits = slot_waits_ms(window(), 0);
+  ASSERT_GE(waits.size(), 7u);
+  const std::vector<ns_t> want = {100, 200, 400, 800, 0, 100, 200};
+  EXPECT_EQ(std::vector<ns_t>(waits.begin(), waits.begin() + 7), want);
 }
 
 TEST_F(Fixture, RefusedConnectionsBackOffThenTheCellEndsSayingWhy) {

@@ -329,9 +329,10 @@ def cli_sim(*flags: str, stop: int = signal.SIGINT):
         assert sel.select(timeout=20), "speedmatrix sim did not start"
         sel.close()
         line = proc.stdout.readline().strip()
-        assert line.startswith("speedmatrix-sim listening on 127.0.0.1:"), line
-        url = "http://127.0.0.1:" + line.rsplit(":", 1)[1]
-        yield url
+        host = flags[flags.index("--host") + 1] if "--host" in flags else "127.0.0.1"
+        shown = f"[{host}]" if ":" in host else host
+        assert line.startswith(f"speedmatrix-sim listening on {shown}:"), line
+        yield f"http://{shown}:" + line.rsplit(":", 1)[1]
         proc.send_signal(stop)
         assert proc.wait(10) == 0, proc.stderr.read()
     finally:
@@ -340,6 +341,43 @@ def cli_sim(*flags: str, stop: int = signal.SIGINT):
             proc.wait()
         for f in (proc.stdout, proc.stderr):
             f.close()
+
+
+def _has_ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _has_ipv6_loopback(), reason="this machine has no IPv6 loopback (::1)")
+def test_cli_sim_listens_on_the_ipv6_loopback():
+    # It used to refuse any IPv6 address: "cannot listen on ::1:8000: Invalid argument".
+    with cli_sim("--host", "::1") as url:
+        assert url.startswith("http://[::1]:")
+        assert get(url, "/health")[0] == 200
+        status, body = post(url, "/v1/completions", {"prompt": "a b", "max_tokens": 3})
+        assert status == 200 and body["usage"]["completion_tokens"] == 3
+    with Sim("test-fast", host="::1") as sim:
+        assert sim.url == f"http://[::1]:{sim.port}"
+        assert sim.state()["streams_open"] == 0
+
+
+def test_a_host_that_is_not_a_numeric_address_is_one_clear_line():
+    from speedmatrix.sim import _binary
+
+    r = subprocess.run(
+        [str(_binary()), "--profile", str(profile_path("test-fast")), "--host", "localhost"],
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=False,
+    )
+    assert r.returncode == 1
+    want = "speedmatrix-sim: --host wants a numeric IPv4 or IPv6 address (127.0.0.1, ::1), not "
+    assert r.stderr.strip().splitlines() == [want + "localhost"]
 
 
 def test_cli_sim_unpaced_and_stamp():
@@ -785,6 +823,40 @@ def test_queueing_by_kv_pool_and_abort_frees_capacity():
         assert wait_for(
             lambda: sim.state()["running"] == 0 and sim.state()["kv_reserved_tokens"] == 0
         )
+
+
+def _rss_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS line")
+
+
+def _abort_streams(port: int, n: int) -> None:
+    """n streams opened at once, each read until its first bytes, then dropped mid-reply."""
+    body = {"prompt": "hello world", "max_tokens": 2000, "stream": True}
+    streams = [RawStream(port, "/v1/completions", body) for _ in range(n)]
+    run_all(streams, 5.0, until=lambda: all(s.t_first_byte for s in streams))
+    for s in streams:
+        s.close()
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads VmRSS from /proc")
+def test_abandoned_streams_do_not_grow_the_engine():
+    # Each stream a client dropped mid-reply used to keep its request (~2.9 KB: 2,000 drops
+    # grew the engine by ~5.8 MB); freed, the engine stays flat however many are dropped.
+    with Sim("test-fast") as sim:
+        assert sim._proc is not None
+        pid = sim._proc.pid
+        _abort_streams(sim.port, 200)  # warm the allocator and the listen queue
+        assert wait_for(lambda: sim.state()["streams_open"] == 0)
+        before_kb = _rss_kb(pid)
+        for _ in range(20):
+            _abort_streams(sim.port, 100)
+        st = wait_for(lambda: _if(sim.state(), lambda s: s["streams_open"] == 0))
+        assert st and st["requests_aborted"] == 2200
+        grown_kb = _rss_kb(pid) - before_kb
+        assert grown_kb < 1500, f"the engine grew {grown_kb} KB over 2,000 dropped streams"
 
 
 def test_prefix_cache_skips_prefill():

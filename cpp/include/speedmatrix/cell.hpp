@@ -62,8 +62,9 @@ struct CellSpec {
   double plateau_settle_s = 1;
 
   // Stall rule: a window stream that streamed and then got no token for
-  // max(stall_min_s, stall_gap_factor x the cell's running median gap) is
-  // cancelled as error "stall" and its slot refilled. stall_min_s <= 0: off.
+  // max(stall_min_s, stall_gap_factor x the cell's running median gap, its own
+  // pace) (scheduler.hpp stall_limit_ns) is cancelled as error "stall" and its
+  // slot refilled. stall_min_s <= 0: off.
   double stall_min_s = 2;
   double stall_gap_factor = 25;
   // A silence every streaming request shares (the server paused them all: a refill's

@@ -9,40 +9,17 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <random>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "speedmatrix/clock.hpp"
+#include "speedmatrix/pacer.hpp"
 #include "speedmatrix/scheduler.hpp"
 
 namespace speedmatrix {
 
 struct CellSpec;  // cell.hpp
-
-// Gamma-distributed gaps with mean 1/rate_per_s and shape `shape`: the
-// coefficient of variation of the gaps is 1/sqrt(shape), so shape 1 is
-// Poisson, < 1 burstier, > 1 more regular (vLLM's "burstiness").
-// Reproducible by seed; request 0 is due at once.
-class GammaPacer final : public Pacer {
- public:
-  GammaPacer(double rate_per_s, double shape, std::uint64_t seed, std::int64_t count = 0);
-  ns_t due_ns(std::int64_t k) override;
-
- private:
-  std::mt19937_64 rng_;
-  std::gamma_distribution<double> gap_s_;
-  std::int64_t count_;
-  std::int64_t next_k_ = 0;
-  double t_s_ = 0;
-};
-
-// "constant" | "poisson" | "gamma" (shape used only by gamma). Returns null
-// with a one-line reason in *why for an unknown arrival, a rate <= 0 or a
-// gamma shape <= 0.
-std::unique_ptr<Pacer> make_pacer(const std::string& arrival, double rate_per_s, double gamma_shape,
-                                  std::uint64_t seed, std::string* why);
 
 struct OpenLoopPlan {
   std::vector<std::string_view> warmup_bodies;  // sent once each, all at once (as closed loop)

@@ -1,6 +1,7 @@
 // When requests are sent: the closed loop of a cell (warm-up, then N slots
-// refilled on finish for a fixed window or request count, then cancellation),
-// and the pacer interface of the open loop. No I/O: the scheduler drives a
+// refilled on finish for a fixed window or request count, then cancellation)
+// and the rules both loops share (backoff, stalls, the window's opening); the
+// open loop's arrivals are in pacer.hpp. No I/O: the scheduler drives a
 // Transport and reads a Clock, so tests run it with fakes of both.
 #pragma once
 
@@ -8,12 +9,12 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
-#include <random>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "speedmatrix/clock.hpp"
+#include "speedmatrix/pacer.hpp"
 #include "speedmatrix/records.hpp"
 
 namespace speedmatrix {
@@ -69,6 +70,10 @@ inline constexpr ns_t kNoDeadline = std::numeric_limits<ns_t>::max();
 //    retry_after_max_ns; without one, rate_limit_first_ns doubled for every
 //    429 the cell got since its last successful request, at most
 //    rate_limit_max_ns.
+//  - Any other error (a 500, a 503 without Retry-After, a broken stream; not a
+//    stall, which the client cut) makes its slot wait error_first_ns doubled for
+//    every such error since the cell's last successful request, at most
+//    error_max_ns: a server that fails at once is not hammered in a tight loop.
 //  - A request that ends connect / connect_timeout makes its slot wait
 //    connect_first_ns doubled for every such failure in a row in the cell (any
 //    other ending resets the run: a connection was made), at most
@@ -82,6 +87,8 @@ struct BackoffPolicy {
   ns_t retry_after_max_ns = 10'000'000'000;
   ns_t rate_limit_first_ns = 100'000'000;
   ns_t rate_limit_max_ns = 2'000'000'000;
+  ns_t error_first_ns = 100'000'000;
+  ns_t error_max_ns = 2'000'000'000;
   ns_t connect_first_ns = 50'000'000;
   ns_t connect_max_ns = 2'000'000'000;
   std::int32_t give_up_failures = 5;
@@ -106,6 +113,7 @@ class Backoff {
  private:
   BackoffPolicy p_;
   std::int32_t rate_limited_ = 0;      // 429s since the cell's last successful request
+  std::int32_t failed_ = 0;            // other errors since then (not 429, connect, stall)
   std::int32_t connect_failures_ = 0;  // connect / connect_timeout in a row
   bool all_refused_ = true;            // every one of them was "connect" (not a timeout)
   ns_t connect_first_ns_ = kNever;     // the first of them was sent
@@ -141,9 +149,10 @@ struct ClosedLoopPlan {
   ns_t plateau_settle_ns = 1'000'000'000;
 
   // Stalls: a window request that has streamed and then gets no token for
-  // max(stall_min_ns, stall_gap_factor x the cell's running median gap) is
-  // cancelled as error "stall" and its slot refilled at once. Judged from the
-  // token events (records.events; none when the transport keeps none).
+  // max(stall_min_ns, stall_gap_factor x the cell's running median gap, its own
+  // pace) (stall_limit_ns) is cancelled as error "stall" and its slot refilled at
+  // once. Judged from the token events (records.events; none when the transport
+  // keeps none).
   // stall_min_ns <= 0: off.
   ns_t stall_min_ns = 0;
   double stall_gap_factor = 25;
@@ -186,21 +195,37 @@ struct ScheduleTimes {
   std::string stop_reason;  // kUnreachable: the one-line why
 };
 
-// The stall rule, pure: whether a stream whose last token came `silent_ns`
-// ago has stalled, given the cell's running median gap (NaN: none yet).
-bool is_stalled(ns_t silent_ns, double median_gap_ms, ns_t stall_min_ns, double gap_factor);
+// The error kind of a window request the closed loop cut as a stall.
+inline constexpr std::string_view kStallKind = "stall";
 
-// Which of a cell's streaming requests to cut as stalls, pure. `silent_ns[i]`: how long
-// streaming request i (one that has had its first token) has gone without a token;
-// `in_flight`: the cell's requests in flight, streaming or not yet. A request is cut when
-// it is_stalled and the server is evidently still working for others: another streaming
-// request is not stalled, or it is the only request in flight. A silence that every
-// streaming request shares while others are in flight is the server's own pause (a
-// refill's prefill that blocks decode, a batch waiting on memory), which the figures must
-// count: nothing is cut while the longest silence is at most `pause_cap_ns`. Beyond it (a
-// server that hung, or streams that stalled one by one until none was left) every
-// stalled stream is cut.
-std::vector<bool> stalled_streams(const std::vector<ns_t>& silent_ns, std::size_t in_flight,
+// One streaming request's silence and its own pace, as the stall rule reads them.
+struct StreamSilence {
+  ns_t silent_ns = 0;      // since its last token
+  ns_t gap_ns = 0;         // its mean gap per token so far (0: fewer than two tokens)
+  ns_t first_wait_ns = 0;  // from its send to its first token
+};
+
+// The stall rule, pure: how long a stream may go without a token, given the cell's
+// running median gap (NaN: none yet): max(stall_min_ns, gap_factor x the cell's median
+// gap, the stream's own pace), its own pace being gap_factor x its own mean gap, or,
+// before its second token, twice its first token's wait (the next token may take as long
+// as the first did, twice over). A server that is uniformly slow (3 s a token) is judged
+// by its own pace, not cut at stall_min_ns before its second token. stall_min_ns <= 0: off
+// (kNoDeadline).
+ns_t stall_limit_ns(const StreamSilence& s, double median_gap_ms, ns_t stall_min_ns,
+                    double gap_factor);
+bool is_stalled(const StreamSilence& s, double median_gap_ms, ns_t stall_min_ns, double gap_factor);
+
+// Which of a cell's streaming requests to cut as stalls, pure. `streams[i]`: streaming
+// request i (one that has had its first token); `in_flight`: the cell's requests in
+// flight, streaming or not yet. A request is cut when it is_stalled and the server is
+// evidently still working for others: another streaming request is not stalled, or it is
+// the only request in flight. A silence that every streaming request shares while others
+// are in flight is the server's own pause (a refill's prefill that blocks decode, a batch
+// waiting on memory), which the figures must count: nothing is cut while the longest
+// silence is at most `pause_cap_ns`. Beyond it (a server that hung, or streams that
+// stalled one by one until none was left) every stalled stream is cut.
+std::vector<bool> stalled_streams(const std::vector<StreamSilence>& streams, std::size_t in_flight,
                                   double median_gap_ms, ns_t stall_min_ns, double gap_factor,
                                   ns_t pause_cap_ns);
 
@@ -218,43 +243,5 @@ ns_t steady_window_open(const std::vector<ns_t>& first_token_ns, ns_t ramp_start
 ScheduleTimes run_closed_loop(const ClosedLoopPlan& plan, Transport& transport, Clock& clock,
                               CellRecords& records, const std::atomic<bool>& stop,
                               CellProgress* progress = nullptr);
-
-// --- open loop (run_open_loop and GammaPacer: open_loop.hpp) ---------------
-// A pacer says when the k-th request of an open-loop run is due, as an offset
-// from the start. Offsets are intended send times: latency is measured from
-// them (wrk2's rule against coordinated omission). Pure and deterministic.
-class Pacer {
- public:
-  virtual ~Pacer() = default;
-  // Offset (ns since start) at which request `k` (0, 1, 2, ... called in
-  // order) is due, or kNever when the plan ends before it.
-  virtual ns_t due_ns(std::int64_t k) = 0;
-};
-
-// rate_per_s requests per second, evenly spaced; `count` > 0 bounds the plan.
-class ConstantPacer final : public Pacer {
- public:
-  explicit ConstantPacer(double rate_per_s, std::int64_t count = 0)
-      : rate_(rate_per_s), count_(count) {}
-  ns_t due_ns(std::int64_t k) override;
-
- private:
-  double rate_;
-  std::int64_t count_;
-};
-
-// Poisson arrivals at rate_per_s (exponential gaps), reproducible by seed.
-class PoissonPacer final : public Pacer {
- public:
-  PoissonPacer(double rate_per_s, std::uint64_t seed, std::int64_t count = 0);
-  ns_t due_ns(std::int64_t k) override;
-
- private:
-  std::mt19937_64 rng_;
-  std::exponential_distribution<double> gap_s_;
-  std::int64_t count_;
-  std::int64_t next_k_ = 0;
-  double t_s_ = 0;
-};
 
 }  // namespace speedmatrix

@@ -11,6 +11,8 @@
 
 namespace {
 
+using speedmatrix::sim::ServerOptions;
+
 const char kUsage[] =
     "usage: speedmatrix-sim --profile PATH.json [--host 127.0.0.1] [--port 0] [--flavour "
     "sglang|vllm]\n"
@@ -43,13 +45,15 @@ bool parse_share(const char* s, double& out) {
   return end && *end == '\0' && out >= 0.0 && out <= 1.0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  using speedmatrix::sim::ServerOptions;
-  ServerOptions opt;
+struct Args {
+  speedmatrix::sim::ServerOptions opt;
   std::string profile_path, flavour;
   std::vector<std::string> sets;
+};
+
+// Reads the command line into args; an exit status when it ends here (a usage error: 2,
+// --help: 0), -1 to go on.
+int parse_args(int argc, char** argv, Args& args) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&](const char* name) -> const char* {
@@ -67,37 +71,37 @@ int main(int argc, char** argv) {
       }
     };
     if (a == "--profile")
-      profile_path = value("--profile");
+      args.profile_path = value("--profile");
     else if (a == "--host")
-      opt.host = value("--host");
+      args.opt.host = value("--host");
     else if (a == "--port") {
       const char* v = value("--port");
-      if (!parse_port(v, opt.port)) {
+      if (!parse_port(v, args.opt.port)) {
         std::fprintf(stderr, "speedmatrix-sim: --port wants 0..65535, got '%s'\n", v);
         return 2;
       }
     } else if (a == "--api-key")
-      opt.api_key = value("--api-key");
+      args.opt.api_key = value("--api-key");
     else if (a == "--flavour" || a == "--flavor")
-      flavour = value("--flavour");
+      args.flavour = value("--flavour");
     else if (a == "--set")
-      sets.emplace_back(value("--set"));
+      args.sets.emplace_back(value("--set"));
     else if (a == "--unpaced")
-      opt.unpaced = true;
+      args.opt.unpaced = true;
     else if (a == "--stamp")
-      opt.stamp = true;
+      args.opt.stamp = true;
     else if (a == "--watch-stdin")
-      opt.watch_stdin = true;
+      args.opt.watch_stdin = true;
     else if (a == "--fault-http500")
-      share("--fault-http500", opt.fault_http500);
+      share("--fault-http500", args.opt.fault_http500);
     else if (a == "--fault-malformed")
-      share("--fault-malformed", opt.fault_malformed);
+      share("--fault-malformed", args.opt.fault_malformed);
     else if (a == "--fault-drop")
-      share("--fault-drop", opt.fault_drop);
+      share("--fault-drop", args.opt.fault_drop);
     else if (a == "--fault-stall")
-      share("--fault-stall", opt.fault_stall);
+      share("--fault-stall", args.opt.fault_stall);
     else if (a == "--seed")
-      opt.seed = std::strtoull(value("--seed"), nullptr, 10);
+      args.opt.seed = std::strtoull(value("--seed"), nullptr, 10);
     else if (a == "-h" || a == "--help") {
       std::fputs(kUsage, stdout);
       return 0;
@@ -106,8 +110,14 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (const char* k = std::getenv("SPEEDMATRIX_SIM_API_KEY"); k && *k && opt.api_key.empty())
-    opt.api_key = k;
+  return -1;
+}
+
+// What the flags cannot say alone: the key from the environment, the shares' sum.
+int check_args(Args& args) {
+  if (const char* k = std::getenv("SPEEDMATRIX_SIM_API_KEY"); k && *k && args.opt.api_key.empty())
+    args.opt.api_key = k;
+  const ServerOptions& opt = args.opt;
   double faults = opt.fault_http500 + opt.fault_malformed + opt.fault_drop + opt.fault_stall;
   if (faults > 1.0 + 1e-9) {
     std::fprintf(stderr,
@@ -116,17 +126,26 @@ int main(int argc, char** argv) {
                  faults);
     return 2;
   }
-  if (profile_path.empty()) {
+  if (args.profile_path.empty()) {
     std::fprintf(stderr, "speedmatrix-sim: --profile is required\n%s", kUsage);
     return 2;
   }
-  if (!flavour.empty()) sets.push_back("flavour=\"" + flavour + "\"");
+  return -1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args;
+  if (int status = parse_args(argc, argv, args); status >= 0) return status;
+  if (int status = check_args(args); status >= 0) return status;
+  if (!args.flavour.empty()) args.sets.push_back("flavour=\"" + args.flavour + "\"");
   try {
-    opt.profile = speedmatrix::sim::load_profile(profile_path, sets);
+    args.opt.profile = speedmatrix::sim::load_profile(args.profile_path, args.sets);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "speedmatrix-sim: %s\n", e.what());
     return 2;
   }
   raise_nofile();
-  return speedmatrix::sim::run_server(opt);
+  return speedmatrix::sim::run_server(args.opt);
 }

@@ -1,0 +1,75 @@
+// When the open loop's requests are due: a pacer gives the k-th arrival's offset
+// from the window's start. Pure and deterministic (seeded), so a plan can be
+// replayed and tested without a clock.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+
+#include "speedmatrix/clock.hpp"
+
+namespace speedmatrix {
+
+// A pacer says when the k-th request of an open-loop run is due, as an offset
+// from the start. Offsets are intended send times: latency is measured from
+// them (wrk2's rule against coordinated omission). Pure and deterministic.
+class Pacer {
+ public:
+  virtual ~Pacer() = default;
+  // Offset (ns since start) at which request `k` (0, 1, 2, ... called in
+  // order) is due, or kNever when the plan ends before it.
+  virtual ns_t due_ns(std::int64_t k) = 0;
+};
+
+// rate_per_s requests per second, evenly spaced; `count` > 0 bounds the plan.
+class ConstantPacer final : public Pacer {
+ public:
+  explicit ConstantPacer(double rate_per_s, std::int64_t count = 0)
+      : rate_(rate_per_s), count_(count) {}
+  ns_t due_ns(std::int64_t k) override;
+
+ private:
+  double rate_;
+  std::int64_t count_;
+};
+
+// Poisson arrivals at rate_per_s (exponential gaps), reproducible by seed.
+class PoissonPacer final : public Pacer {
+ public:
+  PoissonPacer(double rate_per_s, std::uint64_t seed, std::int64_t count = 0);
+  ns_t due_ns(std::int64_t k) override;
+
+ private:
+  std::mt19937_64 rng_;
+  std::exponential_distribution<double> gap_s_;
+  std::int64_t count_;
+  std::int64_t next_k_ = 0;
+  double t_s_ = 0;
+};
+
+// Gamma-distributed gaps with mean 1/rate_per_s and shape `shape`: the
+// coefficient of variation of the gaps is 1/sqrt(shape), so shape 1 is
+// Poisson, < 1 burstier, > 1 more regular (vLLM's "burstiness").
+// Reproducible by seed; request 0 is due at once.
+class GammaPacer final : public Pacer {
+ public:
+  GammaPacer(double rate_per_s, double shape, std::uint64_t seed, std::int64_t count = 0);
+  ns_t due_ns(std::int64_t k) override;
+
+ private:
+  std::mt19937_64 rng_;
+  std::gamma_distribution<double> gap_s_;
+  std::int64_t count_;
+  std::int64_t next_k_ = 0;
+  double t_s_ = 0;
+};
+
+// "constant" | "poisson" | "gamma" (shape used only by gamma). Returns null
+// with a one-line reason in *why for an unknown arrival, a rate <= 0 or a
+// gamma shape <= 0.
+std::unique_ptr<Pacer> make_pacer(const std::string& arrival, double rate_per_s, double gamma_shape,
+                                  std::uint64_t seed, std::string* why);
+
+}  // namespace speedmatrix

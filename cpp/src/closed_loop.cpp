@@ -1,0 +1,447 @@
+// The closed loop of a cell (scheduler.hpp run_closed_loop): warm-up, then N
+// slots refilled as each finishes, the window's opening, stalls, backoffs and
+// the early end, then cancellation. One ClosedLoop object per run; each step of
+// its event loop is a short method.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <queue>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "loop_book.hpp"
+#include "speedmatrix/cell.hpp"
+#include "speedmatrix/scheduler.hpp"
+#include "warmup.hpp"
+
+namespace speedmatrix {
+namespace {
+
+struct Refill {
+  ns_t due_ns;
+  std::int32_t slot;
+  ns_t since_ns;  // the failed request's end: a backoff's wait runs from there
+  bool backoff;   // imposed by the BackoffPolicy (counted in backoffs / backoff_ns)
+  bool operator>(const Refill& o) const { return due_ns > o.due_ns; }
+};
+
+// Running median of the gaps between a window request's token arrivals (ns
+// per token, weighted by tokens), in log buckets of 2^(1/16) (~4.4%): O(1)
+// per event, good enough for a threshold 25 times larger.
+class GapHistogram {
+ public:
+  void add(ns_t gap_ns, std::int64_t tokens) {
+    if (gap_ns <= 0 || tokens <= 0) return;
+    const double per = static_cast<double>(gap_ns) / static_cast<double>(tokens) / 1e3;  // us
+    const auto b = static_cast<std::int64_t>(std::floor(16 * std::log2(std::max(per, 1.0))));
+    counts_[static_cast<std::size_t>(std::clamp<std::int64_t>(b, 0, kBuckets - 1))] += tokens;
+    total_ += tokens;
+  }
+  double median_ms() const {
+    if (total_ == 0) return std::nan("");
+    std::int64_t cum = 0;
+    for (std::size_t b = 0; b < kBuckets; ++b) {
+      cum += counts_[b];
+      if (2 * cum >= total_) return std::exp2((static_cast<double>(b) + 0.5) / 16) / 1e3;
+    }
+    return std::nan("");
+  }
+
+ private:
+  static constexpr std::size_t kBuckets = 560;  // up to ~35 minutes per token
+  std::int64_t counts_[kBuckets] = {};
+  std::int64_t total_ = 0;
+};
+
+// What the stall rule knows of one streaming request from its token events.
+struct TokenPace {
+  ns_t first_ns, last_ns;
+  std::int64_t later_tokens;  // tokens after the first event's
+  StreamSilence silence(ns_t now, ns_t sent_ns) const {
+    StreamSilence s;
+    s.silent_ns = now - last_ns;
+    if (later_tokens > 0) s.gap_ns = (last_ns - first_ns) / later_tokens;
+    if (sent_ns != kNever) s.first_wait_ns = first_ns - sent_ns;
+    return s;
+  }
+};
+
+std::string ms_text(double ms) {
+  if (std::isnan(ms)) return "n/a";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f ms", ms);
+  return buf;
+}
+
+// "no token for 2100 ms (stall limit 2000 ms: max(2000 ms, 25 x median gap 10.0 ms, own
+// pace 25 x 10.0 ms))"
+std::string stall_message(const StreamSilence& s, double median_ms, const ClosedLoopPlan& plan) {
+  const ns_t limit = stall_limit_ns(s, median_ms, plan.stall_min_ns, plan.stall_gap_factor);
+  char factor[32];
+  std::snprintf(factor, sizeof factor, "%g", plan.stall_gap_factor);
+  const std::string own =
+      s.gap_ns > 0
+          ? std::string(factor) + " x " + ms_text(static_cast<double>(s.gap_ns) / 1e6)
+          : "2 x first token's wait " + ms_text(static_cast<double>(s.first_wait_ns) / 1e6);
+  return "no token for " + std::to_string(s.silent_ns / 1'000'000) + " ms (stall limit " +
+         std::to_string(limit / 1'000'000) + " ms: max(" +
+         std::to_string(plan.stall_min_ns / 1'000'000) + " ms, " + factor + " x median gap " +
+         ms_text(median_ms) + ", own pace " + own + "))";
+}
+
+class ClosedLoop {
+ public:
+  ClosedLoop(const ClosedLoopPlan& plan, Transport& transport, Clock& clock, CellRecords& records,
+             const std::atomic<bool>& stop, CellProgress* progress)
+      : plan_(plan),
+        clock_(clock),
+        records_(records),
+        progress_(progress),
+        loop_(transport, records, stop, progress),
+        backoff_(plan.backoff),
+        n_(static_cast<std::size_t>(std::max<std::int32_t>(plan.concurrency, 1))),
+        slot_request_(n_, -1),
+        slot_first_token_(n_, kNever),
+        stalls_on_(plan.stall_min_ns > 0) {
+    times_.stall_median_gap_ms = std::nan("");
+  }
+
+  ScheduleTimes run() {
+    // Warm-up (warmup.hpp): everything at once, then wait for all (or the
+    // timeout); what failed or timed out is sent again, up to warmup_retries times.
+    if (!run_warmup(plan_.warmup_bodies, plan_.warmup_timeout_ns, plan_.warmup_retries, loop_,
+                    clock_, records_, progress_, times_,
+                    [&](std::int32_t id) { backoff_after(id); })) {
+      times_.stopped = true;
+      times_.stopped_by = StopReason::kStop;
+      times_.end_ns = clock_.now();
+      return times_;
+    }
+    start_ramp();
+    while (step()) {
+    }
+    finish();
+    return times_;
+  }
+
+ private:
+  // Every finished request feeds the backoff; returns the wait it asks of the slot.
+  ns_t backoff_after(std::int32_t id) {
+    return backoff_.on_finished(records_.requests[static_cast<std::size_t>(id)],
+                                records_.retry_after(id));
+  }
+  bool may_start() const { return plan_.max_requests <= 0 || started_ < plan_.max_requests; }
+  void launch_slot(std::size_t slot, ns_t scheduled) {
+    const std::size_t b = slot % plan_.bodies.size();
+    slot_request_[slot] =
+        loop_.launch(static_cast<std::int32_t>(slot), static_cast<std::int32_t>(b), plan_.bodies[b],
+                     Phase::kWindow, scheduled);
+    ++started_;
+  }
+
+  // Window: N slots, each refilled with its own body as soon as it finishes. The
+  // ramp's start is read once, before the first hand-over: requests are timed
+  // from when they were sent, not from when the last of N was queued.
+  void start_ramp() {
+    ramp_start_ = clock_.now();
+    times_.ramp_start_ns = ramp_start_;
+    const bool steady = plan_.steady_window && plan_.max_requests <= 0;
+    if (!steady) open_window(ramp_start_);
+    for (std::size_t k = 0; k < n_ && may_start(); ++k) launch_slot(k, ramp_start_);
+    next_tick_ = ramp_start_ + plan_.tick_ns;
+    last_done_ = ramp_start_;
+  }
+
+  // The slot time of an imposed wait [since, until) that lies inside the window
+  // [t0, window end]: a wait that began in the ramp (a first wave answered 429 before
+  // the window opened) counts from t0 only.
+  ns_t window_wait_ns(ns_t since, ns_t until) const {
+    if (t0_ == kNever) return 0;
+    const ns_t from = std::max(since, t0_);
+    return until > from ? until - from : 0;
+  }
+
+  void open_window(ns_t at) {
+    t0_ = at;
+    times_.window_start_ns = t0_;
+    end_at_ = plan_.duration_ns > 0 ? t0_ + plan_.duration_ns : kNoDeadline;
+    if (plan_.should_end) next_check_ = t0_ + std::max<ns_t>(plan_.min_duration_ns, 0);
+    if (!progress_) return;
+    // the live figure counts window tokens only: the ramp's are dropped (a t0 in the
+    // past keeps the tokens that arrived since)
+    std::int64_t since = 0;
+    records_.events.for_each(0, records_.events.size(),
+                             [&](std::size_t, std::int32_t req, ns_t t, std::int32_t tokens) {
+                               const auto q = static_cast<std::size_t>(req);
+                               if (t >= t0_ && q < records_.requests.size() &&
+                                   std::as_const(records_.requests)[q].phase == Phase::kWindow)
+                                 since += tokens;
+                             });
+    progress_->tokens.store(since, std::memory_order_relaxed);
+    progress_->window_start_ns.store(t0_, std::memory_order_relaxed);
+  }
+
+  void note_streamed(const RequestRecord& rec) {
+    const auto slot = static_cast<std::size_t>(rec.slot);
+    if (rec.phase == Phase::kWindow && rec.first_token_ns != kNever &&
+        slot_first_token_[slot] == kNever)
+      slot_first_token_[slot] = rec.first_token_ns;
+  }
+
+  // During the ramp: opens the window at steady state (steady_window_open).
+  void try_open_window(ns_t now) {
+    for (std::size_t k = 0; k < n_; ++k) {
+      if (slot_request_[k] >= 0)
+        note_streamed(records_.requests[static_cast<std::size_t>(slot_request_[k])]);
+    }
+    bool capped = false;
+    ns_t at = steady_window_open(slot_first_token_, ramp_start_, now, plan_.plateau_settle_ns,
+                                 plan_.ramp_cap_ns, &capped);
+    // Nothing streams and a whole wave failed: no steady state is coming, and
+    // the window (which records the failures) should not wait for the cap.
+    if (at == kNever && ramp_failures_ >= static_cast<std::int64_t>(n_) &&
+        std::none_of(slot_first_token_.begin(), slot_first_token_.end(),
+                     [](ns_t t) { return t != kNever; }))
+      at = now;
+    if (at != kNever) {
+      times_.ramp_capped = capped;
+      open_window(at);
+    }
+  }
+
+  // Asks should_end when due; true ends the window now.
+  bool precision_says_end(ns_t now) {
+    if (t0_ == kNever || now < next_check_) return false;
+    if (plan_.should_end(t0_, now)) {
+      times_.stopped_by = StopReason::kPrecision;
+      end_at_ = now;
+      return true;
+    }
+    // The check reads every window event, so it costs more as the window grows (a second
+    // at ~400 s of 25K events/s): asked no sooner than 4x its own cost after it ends, it
+    // takes at most a fifth of the loop's time, whatever the window.
+    const ns_t checked = clock_.now();
+    next_check_ = checked + std::max<ns_t>({plan_.check_interval_ns - (checked - now),
+                                            4 * (checked - now), 1'000'000});
+    return false;
+  }
+
+  // Token events of window requests feed the stall rule: each request's pace and the
+  // cell's running median gap. Events already spilled to disk (records.hpp) are read back
+  // in blocks: a tick's worth.
+  void scan_events() {
+    const std::size_t m = records_.events.size();
+    records_.events.for_each(events_seen_, m,
+                             [&](std::size_t, std::int32_t req, ns_t t, std::int32_t tokens) {
+                               const auto q = static_cast<std::size_t>(req);
+                               // const: an event of a request finished and spilled since the last
+                               // tick is read back
+                               if (q >= records_.requests.size() ||
+                                   std::as_const(records_.requests)[q].phase != Phase::kWindow)
+                                 return;
+                               auto [it, fresh] = pace_.try_emplace(req, TokenPace{t, t, 0});
+                               if (!fresh && t > it->second.last_ns) {
+                                 gaps_.add(t - it->second.last_ns, tokens);
+                                 it->second.last_ns = t;
+                                 it->second.later_tokens += tokens;
+                               }
+                             });
+    events_seen_ = m;
+    // Every event of a request no slot holds has now been seen: it gets no more.
+    std::erase_if(pace_, [&](const auto& e) {
+      const auto slot = static_cast<std::size_t>(
+          std::as_const(records_.requests)[static_cast<std::size_t>(e.first)].slot);
+      return slot >= n_ || slot_request_[slot] != e.first;
+    });
+  }
+
+  // Cuts the streams the stall rule (stalled_streams) calls stalled; their slots are
+  // refilled at once.
+  void cut_stalls(ns_t now) {
+    scan_events();
+    const double median_ms = gaps_.median_ms();
+    std::vector<std::size_t> streaming;  // slots whose request has had a token
+    std::vector<StreamSilence> silences;
+    std::size_t in_flight = 0;
+    for (std::size_t k = 0; k < n_; ++k) {
+      const std::int32_t id = slot_request_[k];
+      if (id >= 0) ++in_flight;
+      const auto seen = id >= 0 ? pace_.find(id) : pace_.end();
+      if (seen == pace_.end()) continue;
+      streaming.push_back(k);
+      silences.push_back(
+          seen->second.silence(now, records_.requests[static_cast<std::size_t>(id)].sent_ns));
+    }
+    const std::vector<bool> cut =
+        stalled_streams(silences, in_flight, median_ms, plan_.stall_min_ns, plan_.stall_gap_factor,
+                        plan_.stall_pause_cap_ns);
+    for (std::size_t s = 0; s < streaming.size(); ++s) {
+      if (cut[s]) cut_stall(streaming[s], silences[s], median_ms, now);
+    }
+  }
+
+  void cut_stall(std::size_t slot, const StreamSilence& silence, double median_ms, ns_t now) {
+    const std::int32_t id = slot_request_[slot];
+    loop_.cancel(id);
+    RequestRecord& rec = records_.requests[static_cast<std::size_t>(id)];
+    rec.outcome = Outcome::kError;
+    rec.error_kind = kStallKind;
+    rec.error_message = stall_message(silence, median_ms, plan_);
+    if (progress_) progress_->errors.fetch_add(1, std::memory_order_relaxed);
+    ++times_.stalls;
+    backoff_after(id);
+    slot_request_[slot] = -1;
+    last_done_ = std::max(last_done_, now);
+    if (may_start()) launch_slot(slot, now);
+  }
+
+  void launch_due_refills(ns_t now) {
+    while (!refills_.empty() && refills_.top().due_ns <= now) {
+      const Refill r = refills_.top();
+      refills_.pop();
+      if (r.backoff) times_.backoff_ns += window_wait_ns(r.since_ns, r.due_ns);
+      if (may_start()) launch_slot(static_cast<std::size_t>(r.slot), r.due_ns);
+    }
+  }
+
+  ns_t poll_deadline() const {
+    ns_t deadline = std::min(end_at_, next_check_);
+    if (!refills_.empty()) deadline = std::min(deadline, refills_.top().due_ns);
+    if (t0_ == kNever || stalls_on_) deadline = std::min(deadline, next_tick_);
+    return deadline;
+  }
+
+  // A window request finished: its slot is refilled now or after the wait it is owed.
+  void on_finished(std::int32_t id) {
+    const ns_t wait = backoff_after(id);
+    const RequestRecord& rec = records_.requests[static_cast<std::size_t>(id)];
+    if (rec.phase != Phase::kWindow) return;
+    const auto slot = static_cast<std::size_t>(rec.slot);
+    if (t0_ == kNever) {
+      note_streamed(rec);
+      if (rec.outcome == Outcome::kError) ++ramp_failures_;
+    }
+    slot_request_[slot] = -1;
+    const ns_t now = clock_.now();
+    const ns_t finished_at = rec.done_ns != kNever ? rec.done_ns : now;
+    last_done_ = std::max(last_done_, finished_at);
+    if (!gave_up_ && backoff_.give_up(finished_at)) {
+      gave_up_ = true;
+      times_.stop_reason = backoff_.give_up_reason(finished_at);
+    }
+    if (gave_up_ || !may_start() || now >= end_at_ || loop_.stop_requested()) return;
+    // A failed request's slot waits at least error_backoff_ns from its send,
+    // and what the BackoffPolicy asks from its end (a 429, a refused connection).
+    ns_t due = finished_at;
+    if (rec.outcome == Outcome::kError && rec.sent_ns != kNever)
+      due = std::max(due, rec.sent_ns + plan_.error_backoff_ns);
+    const bool imposed = wait > 0 && finished_at + wait > due;
+    if (imposed) {
+      due = finished_at + wait;
+      ++times_.backoffs;
+    }
+    if (due > now) {
+      refills_.push({due, rec.slot, finished_at, imposed});
+    } else {
+      if (imposed) times_.backoff_ns += window_wait_ns(finished_at, due);
+      launch_slot(slot, finished_at);
+    }
+  }
+
+  // One turn of the event loop; false when the window has ended.
+  bool step() {
+    if (loop_.stop_requested()) {
+      times_.stopped = true;
+      times_.stopped_by = StopReason::kStop;
+      return false;
+    }
+    const ns_t now = clock_.now();
+    records_.requests.spill_finished(now - kRequestSpillLag_ns);
+    if (t0_ == kNever) try_open_window(now);
+    if (now >= end_at_) {
+      times_.stopped_by = StopReason::kDuration;
+      return false;
+    }
+    if (precision_says_end(now)) return false;
+    if (stalls_on_ && now >= next_tick_) cut_stalls(now);
+    if (now >= next_tick_) next_tick_ = now + std::max<ns_t>(plan_.tick_ns, 1'000'000);
+    launch_due_refills(now);
+    if (loop_.in_flight() == 0 && (refills_.empty() || !may_start())) {  // budget spent
+      times_.stopped_by = StopReason::kRequests;
+      return false;
+    }
+    for (std::int32_t id : loop_.poll(poll_deadline())) on_finished(id);
+    if (gave_up_) {
+      times_.stopped_by = StopReason::kUnreachable;
+      gave_up_at_ = clock_.now();
+      return false;
+    }
+    return true;
+  }
+
+  void finish() {
+    if (t0_ == kNever) open_window(ramp_start_);  // stopped or spent during the ramp
+    if (times_.stopped) {
+      times_.window_end_ns = clock_.now();
+    } else if (times_.stopped_by == StopReason::kUnreachable) {
+      times_.window_end_ns = std::max(gave_up_at_, t0_);
+    } else if (times_.stopped_by == StopReason::kDuration ||
+               times_.stopped_by == StopReason::kPrecision) {
+      times_.window_end_ns = end_at_;
+    } else {
+      times_.window_end_ns = last_done_;
+    }
+    // Backoffs still waiting at the end count up to the window's end.
+    for (; !refills_.empty(); refills_.pop()) {
+      const Refill& r = refills_.top();
+      if (r.backoff)
+        times_.backoff_ns += window_wait_ns(r.since_ns, std::min(r.due_ns, times_.window_end_ns));
+    }
+    for (std::int32_t id : slot_request_) {
+      if (id >= 0) loop_.cancel(id);
+    }
+    if (stalls_on_) times_.stall_median_gap_ms = gaps_.median_ms();
+    times_.end_ns = clock_.now();
+  }
+
+  const ClosedLoopPlan& plan_;
+  Clock& clock_;
+  CellRecords& records_;
+  CellProgress* progress_;
+  LoopBook loop_;
+  Backoff backoff_;
+  ScheduleTimes times_;
+  const std::size_t n_;
+  std::vector<std::int32_t> slot_request_;  // by slot: its request in flight, or -1
+  std::priority_queue<Refill, std::vector<Refill>, std::greater<>> refills_;
+  std::int64_t started_ = 0;
+  ns_t ramp_start_ = kNever;
+  ns_t t0_ = kNever;
+  ns_t end_at_ = kNoDeadline;
+  ns_t next_check_ = kNoDeadline;
+  ns_t next_tick_ = kNoDeadline;
+  ns_t last_done_ = kNever;
+  std::vector<ns_t> slot_first_token_;  // the ramp: first token per slot
+  std::int64_t ramp_failures_ = 0;      // window requests that failed before any slot streamed
+  const bool stalls_on_;
+  // by request id, for the requests in flight at the last scan (so it does not grow with
+  // the window: finished ones are dropped once their events have been scanned)
+  std::unordered_map<std::int32_t, TokenPace> pace_;
+  std::size_t events_seen_ = 0;
+  GapHistogram gaps_;
+  bool gave_up_ = false;
+  ns_t gave_up_at_ = kNever;
+};
+
+}  // namespace
+
+ScheduleTimes run_closed_loop(const ClosedLoopPlan& plan, Transport& transport, Clock& clock,
+                              CellRecords& records, const std::atomic<bool>& stop,
+                              CellProgress* progress) {
+  return ClosedLoop(plan, transport, clock, records, stop, progress).run();
+}
+
+}  // namespace speedmatrix
