@@ -561,7 +561,8 @@ def test_warnings_section_when_the_run_recorded_warnings(tmp_path, full):
     md, page = _meta_report(tmp_path, edit)
     block = md[md.index("## Warnings") :]
     assert "no Prometheus metrics at /metrics (start SGLang with --enable-metrics)" in block
-    assert "--api-key <redacted>" in block and "leaked-KEY-123" not in md + page
+    # "<redacted>" is escaped in Markdown, where a bare "<redacted>" is an HTML tag
+    assert "--api-key &lt;redacted&gt;" in block and "leaked-KEY-123" not in md + page
     assert "The run recorded 2 warnings: see Warnings." in md
     assert "<h2>Warnings</h2>" in page and 'href="#warnings"' in page
 
@@ -571,7 +572,7 @@ def test_errors_show_an_example_message_per_kind(full, tmp_path):
     errors = md[md.index("## Errors") :]
     assert re.search(
         r"\| http_500 × [\d,]+ \(e\.g\. “HTTP 500: internal server error "
-        r"\(upstream refused api_key=<redacted>\)”\) \|",
+        r"\(upstream refused api_key=&lt;redacted&gt;\)”\) \|",
         errors,
     ), errors
 
@@ -586,7 +587,7 @@ def test_errors_show_an_example_message_per_kind(full, tmp_path):
     md2, page2 = _meta_report(tmp_path, edit)
     assert "tok-SECRET-77" not in md2 + page2
     assert (
-        "http_401 × 3 (e.g. “HTTP 401: invalid token=<redacted> for user”); "
+        "http_401 × 3 (e.g. “HTTP 401: invalid token=&lt;redacted&gt; for user”); "
         "timeout × 2 (e.g. “no bytes in 30 s”)" in md2
     )
 

@@ -73,7 +73,6 @@ def write_report(
     """
     import json
 
-    from speedmatrix.redact import redact_known
     from speedmatrix.results import load
     from speedmatrix.schema import check
 
@@ -87,8 +86,13 @@ def write_report(
     run = load(d)
     md, page, svgs = render_report(run, charts=charts, slo=slo, attainment=attainment)
     if secrets:
-        md, page = redact_known(md, secrets), redact_known(page, secrets)
-        svgs = redact_known(svgs, secrets)
+        from html import escape
+
+        from speedmatrix.report.markdown import text
+
+        md = _redact_escaped(md, secrets, text)
+        page = _redact_escaped(page, secrets, escape)
+        svgs = {k: _redact_escaped(v, secrets, escape) for k, v in svgs.items()}
     for name, svg in svgs.items():
         atomic_write(d / PLOTS_DIR / f"{name}.svg", svg.encode("utf-8"))
     md_path, html_path = d / "report.md", d / "report.html"
@@ -99,6 +103,17 @@ def write_report(
 
         write_exports(d, run)
     return md_path, html_path
+
+
+def _redact_escaped(doc: str, secrets: list[str], escape) -> str:
+    """``doc`` without ``secrets``, also where it holds them escaped (a secret with "&", "<"
+    or "*" is written escaped, and so is the marker that replaces it); the raw form is left
+    only in verbatim blocks (the launch command)."""
+    from speedmatrix.redact import REDACTED, redact_known
+
+    for s in sorted((s for s in secrets if isinstance(s, str) and len(s) >= 4), key=len)[::-1]:
+        doc = doc.replace(escape(s), escape(REDACTED))
+    return str(redact_known(doc, secrets))
 
 
 def __getattr__(name: str):

@@ -80,8 +80,14 @@ def run_line(run: Run) -> str:
     return " · ".join(str(p) for p in parts)
 
 
+def plain(s: str) -> str:
+    """``s`` drawn as it reads: a "$" in a model id would start mathtext (and an unparsable
+    formula stops the whole report), a line break would forge another title line."""
+    return " ".join(str(s).split()).replace("$", r"\$")
+
+
 def _title(ax, run: Run, title: str) -> None:
-    ax.set_title(f"{title}\n{run_line(run)}", fontsize=8, loc="left")
+    ax.set_title(f"{plain(title)}\n{plain(run_line(run))}", fontsize=8, loc="left")
 
 
 def cell_name(run: Run, cell_id: str) -> str:
