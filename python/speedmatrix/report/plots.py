@@ -25,7 +25,9 @@ if "ipykernel" not in sys.modules and not os.environ.get("MPLBACKEND"):
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.backends.backend_agg import RendererAgg
 from matplotlib.figure import Figure
+from matplotlib.font_manager import FontProperties
 from matplotlib.lines import Line2D
 from matplotlib.patches import Polygon, Rectangle
 
@@ -86,8 +88,76 @@ def plain(s: str) -> str:
     return " ".join(str(s).split()).replace("$", r"\$")
 
 
+#: the title's size, its gap above the axes and each line's height (points)
+TITLE_PT = 8.0
+TITLE_PAD_PT = 6.0
+TITLE_LINE_PT = TITLE_PT * 1.3
+#: the longest part (model, hardware, engine) of a chart's run line, in characters
+PART_CHARS = 80
+
+
+def _text_width_px(s: str, dpi: float, size: float = TITLE_PT) -> float:
+    w, _h, _d = RendererAgg(1, 1, dpi).get_text_width_height_descent(
+        s, FontProperties(size=size), ismath=False
+    )
+    return float(w)
+
+
+def wrap_to_width(parts: list[str], width_px: float, dpi: float, sep: str = " · ") -> list[str]:
+    """``parts`` joined by ``sep`` into as few lines as fit ``width_px`` (at ``dpi``), a part
+    never split unless it alone is too wide (then at spaces, and a word too wide is cut)."""
+
+    def fits(s: str) -> bool:
+        return _text_width_px(s, dpi) <= width_px
+
+    lines: list[str] = []
+    for part in parts:
+        if lines and fits(lines[-1] + sep + part):
+            lines[-1] += sep + part
+            continue
+        line = ""
+        for word in part.split(" "):
+            cand = f"{line} {word}" if line else word
+            if fits(cand):
+                line = cand
+                continue
+            if line:
+                lines.append(line)
+            while len(word) > 1 and not fits(word):  # a word wider than the line: cut it
+                k = len(word) - 1
+                while k > 1 and not fits(word[:k]):
+                    k -= 1
+                lines.append(word[:k])
+                word = word[k:]
+            line = word
+        if line:
+            lines.append(line)
+    return lines
+
+
 def _title(ax, run: Run, title: str) -> None:
-    ax.set_title(f"{plain(title)}\n{plain(run_line(run))}", fontsize=8, loc="left")
+    """The chart's name and the run line (model · hardware · engine version · window) above
+    the axes, wrapped to the width from the axes' left edge to the figure's right edge (a
+    subtitle cut at the edge loses the version and window it exists to carry), with the room
+    above the axes grown to hold every line."""
+    fig = ax.get_figure()
+    dpi = float(fig.dpi)
+    w_in, h_in = fig.get_size_inches()
+    left_in = ax.get_position().x0 * w_in if fig.get_layout_engine() is None else 0.8
+    width_px = (w_in - left_in - 0.1) * dpi
+    parts = [_bounded(plain(p)) for p in run_line(run).split(" · ")]
+    lines = wrap_to_width([_bounded(plain(title), 2 * PART_CHARS)], width_px, dpi)
+    lines += wrap_to_width(parts, width_px, dpi)
+    ax.set_title("\n".join(lines), fontsize=TITLE_PT, loc="left", pad=TITLE_PAD_PT)
+    if fig.get_layout_engine() is None:  # fixed margins: make room for the lines above
+        need_in = (TITLE_PAD_PT + len(lines) * TITLE_LINE_PT + 6) / 72
+        top = 1 - max(need_in, 0.6) / h_in
+        if top < ax.get_position().y1:
+            fig.subplots_adjust(top=top)
+
+
+def _bounded(s: str, n: int = PART_CHARS) -> str:
+    return s if len(s) <= n else s[: n - 1] + "…"
 
 
 def cell_name(run: Run, cell_id: str) -> str:
@@ -486,7 +556,14 @@ def throughput_over_time(run: Run, cell_id: str, bin_s: float = 1.0) -> Figure:
         if b.size == 0:
             _empty(ax, f"no token records for {cell_id}")
             return fig
-        ax.step(np.arange(b.size) * bin_s, b, where="post", color="#6a51a3")
+        # the bins' edges: a remainder shorter than a bin widens the last one (Records.bins),
+        # so the window ends at its measured length, not at the last bin's start
+        edges = np.arange(b.size + 1) * bin_s
+        measured_s = run.cell(cell_id).get("measured_s")
+        if not fmt.missing(measured_s) and float(measured_s) > edges[-2]:
+            edges[-1] = float(measured_s)
+        ax.stairs(b, edges, color="#6a51a3", lw=1.5)
+        ax.set_xlim(0, edges[-1])
         ax.set_xlabel("seconds into the window")
         ax.set_ylabel("tok/s")
         _title(ax, run, f"Throughput across the window: {cell_name(run, cell_id)}")
