@@ -36,6 +36,7 @@ def _seconds(text: str) -> float:
 
 
 def main(out: str | Path = "speedmatrix-demo", duration: str = "3s", progress: bool = True) -> int:
+    from speedmatrix.report.terminal import grid_text
     from speedmatrix.results import load
     from speedmatrix.sim import Sim
     from speedmatrix.sweep import Sweep
@@ -64,7 +65,7 @@ def main(out: str | Path = "speedmatrix-demo", duration: str = "3s", progress: b
     run = load(out)
     print()
     print("Sustained decode, total tok/s (rows: context, columns: requests at once)")
-    print(run.status_table("total_tok_s").to_string())
+    print(grid_text(run))
     print()
     print(f"speedmatrix demo: done in {time.monotonic() - started:.0f} s. Files:")
     for name in ("run.json", "report.md", "report.html"):
