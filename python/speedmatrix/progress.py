@@ -23,12 +23,22 @@ second while it warms up past its estimate), plus the estimate of the cells afte
 
 from __future__ import annotations
 
+import io
 import math
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from speedmatrix._native import _core
+from speedmatrix.dryrun import CELL_OVERHEAD_S
+from speedmatrix.redact import redact, redact_known
 
 __all__ = ["NotebookView", "Progress", "fmt_eta", "in_notebook", "server_text"]
 
@@ -94,7 +104,7 @@ def in_notebook() -> bool:
     if "ipykernel" not in sys.modules:
         return False
     try:
-        from IPython import get_ipython
+        from IPython import get_ipython  # optional: IPython is there only in a notebook
     except ImportError:
         return False
     shell = get_ipython()
@@ -111,7 +121,7 @@ class NotebookView:
 
     def __init__(self, display: Any = None):
         if display is None:
-            from IPython.display import display
+            from IPython.display import display  # optional: only ever called in a notebook
         self.lines: list[str] = []
         self._handle = display({"text/plain": ""}, raw=True, display_id=True)
 
@@ -171,8 +181,6 @@ class Progress:
         self.grid.concurrency = conc
 
     def _clean(self, text: str) -> str:
-        from speedmatrix.redact import redact, redact_known
-
         return redact_known(redact(text), self.secrets)
 
     def start_cell(
@@ -248,10 +256,6 @@ class Progress:
 
     def text(self, final: bool = False, width: int = 120) -> str:
         """The view as plain text (a notebook's output, a test's reading)."""
-        import io
-
-        from rich.console import Console
-
         console = Console(file=io.StringIO(), width=width, color_system=None, highlight=False)
         console.print(self._render(final=final))
         return console.file.getvalue()  # type: ignore[attr-defined]
@@ -266,9 +270,6 @@ class Progress:
             return
         if self._rich is not None:
             return
-        from rich.console import Console
-        from rich.live import Live
-
         console = Console(file=self.stream, force_terminal=True, highlight=False)
         self._rich = Live(
             self._render(),
@@ -302,8 +303,6 @@ class Progress:
         elapsed = now - live.started
         out["elapsed_s"] = elapsed
         if live.cell_s:  # the estimate's warm-up share: the cell less its window and overhead
-            from speedmatrix.dryrun import CELL_OVERHEAD_S
-
             out["warmup_est_s"] = max(live.cell_s - live.duration_s - CELL_OVERHEAD_S, 0.0)
         window_left = live.duration_s
         runner = live.runner
@@ -314,8 +313,6 @@ class Progress:
             out.update(self._server(p.get("metrics") or {}))
             t0 = p.get("window_start_ns", -1)
             if t0 and t0 > 0:
-                from speedmatrix._native import _core
-
                 el = max((_core.now_ns() - t0) / 1e9, 1e-3)
                 out["phase"] = "window"
                 out["window_s"] = el
@@ -348,10 +345,6 @@ class Progress:
         return out
 
     def _render(self, final: bool = False):
-        from rich.console import Group
-        from rich.table import Table
-        from rich.text import Text
-
         g = self.grid
         table = Table(
             title="total tok/s",

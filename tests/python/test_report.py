@@ -23,7 +23,12 @@ SEED_SECTIONS = [
     "Sustained decode",
     "All measurements",
 ]
-EXTRA_SECTIONS = ["Confidence intervals and tails", "Flags", "Server-side view", "Capacity"]
+EXTRA_SECTIONS = [
+    "Confidence intervals and tails",
+    "Flags",
+    "Server-side view",
+    "KV capacity and limits",
+]
 
 
 # ---------------------------------------------------------------- number formatting
@@ -335,9 +340,9 @@ def test_extras_intervals_tails_flags_server_capacity(full):
         assert word in flags, word
     assert "asked 65,536, server counted 65,539" in flags
     assert "too many failed requests" in flags
-    server = md[md.index("## Server-side view") : md.index("## Capacity")]
+    server = md[md.index("## Server-side view") : md.index("## KV capacity and limits")]
     assert "| 8K | 64 | Requests queued | 64.0 | 48.0 | 48 | 16 |" in server
-    cap = md[md.index("## Capacity") :]
+    cap = md[md.index("## KV capacity and limits") :]
     assert "| KV cache capacity | 1,400,000 tokens | Probed from the server |" in cap
     assert "| Max running requests | 48 | Given by the user |" in cap
     assert "## Errors" in md and "http_500 ×" in md
@@ -596,7 +601,7 @@ def test_every_flag_the_sweep_sets_has_report_text():
     # A flag without text would reach the report as its bare identifier (flags are set by
     # the verdict).
     import speedmatrix.verdict as sweep_module
-    from speedmatrix.report.tables import FLAG_SHORT, FLAG_TEXT
+    from speedmatrix.report.cells import FLAG_SHORT, FLAG_TEXT
 
     source = Path(sweep_module.__file__).read_text()
     set_by_sweep = set(re.findall(r'flags\.append\("(\w+)"\)', source))

@@ -19,11 +19,22 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import matplotlib
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from scipy import stats
 
 from speedmatrix.report import formatting as fmt
-from speedmatrix.report.tables import Report, Section, Table, hardware_name, model_name
+from speedmatrix.report import html as html_mod
+from speedmatrix.report import markdown as md_mod
+from speedmatrix.report.metadata import hardware_name, model_name
+from speedmatrix.report.model import Report, Section, Table
+from speedmatrix.report.plots import figure_to_svg
+from speedmatrix.results import combined_status, load
+from speedmatrix.runfile import atomic_write
 
 if TYPE_CHECKING:  # pragma: no cover
     from speedmatrix.results import Run
@@ -44,7 +55,6 @@ def t_critical(df: float) -> float:
     """Two-sided 95% critical value of Student's t with ``df`` degrees of freedom."""
     if not math.isfinite(df) or df <= 0:
         return math.nan
-    from scipy import stats
 
     return float(stats.t.ppf(0.975, df))
 
@@ -52,7 +62,6 @@ def t_critical(df: float) -> float:
 def welch(a: np.ndarray, b: np.ndarray) -> tuple[float, float, bool]:
     """Welch's t statistic of ``b`` against ``a``, its degrees of freedom, and whether the
     difference is significant at 95% (scipy.stats.ttest_ind with unequal variances)."""
-    from scipy import stats
 
     a, b = np.asarray(a, float), np.asarray(b, float)
     a, b = a[np.isfinite(a)], b[np.isfinite(b)]
@@ -67,7 +76,6 @@ def welch(a: np.ndarray, b: np.ndarray) -> tuple[float, float, bool]:
 
 def _agg(run: Run) -> pd.DataFrame:
     """One row per (phase, context, concurrency): medians over repetitions, widest CI."""
-    from speedmatrix.results import combined_status
 
     c = run.cells
     if c.empty:
@@ -384,8 +392,6 @@ def ratio_heatmap(
 
     ``df`` is a :func:`compare` result to reuse (computed when not given).
     """
-    import matplotlib
-    from matplotlib.figure import Figure
 
     df = compare(run_a, run_b) if df is None else df
     dec = df[df["phase"] == "decode"]
@@ -434,9 +440,6 @@ def ratio_heatmap(
 
 def total_overlay(run_a: Run, run_b: Run, la: str = "A", lb: str = "B"):
     """Total tok/s versus concurrency for both runs (solid A, dashed B), one colour per context."""
-    import matplotlib
-    from matplotlib.figure import Figure
-    from matplotlib.lines import Line2D
 
     fig = Figure(figsize=(7, 4), layout="constrained")
     ax = fig.add_subplot()
@@ -488,13 +491,6 @@ def write_compare(
     charts: bool = True,
 ) -> tuple[Path, Path]:
     """Write ``out_dir/compare.md`` and a self-contained ``out_dir/compare.html``."""
-    import matplotlib.pyplot as plt
-
-    from speedmatrix.report import html as html_mod
-    from speedmatrix.report import markdown as md_mod
-    from speedmatrix.report.plots import figure_to_svg
-    from speedmatrix.results import load
-    from speedmatrix.runfile import atomic_write
 
     ra, rb = load(dir_a), load(dir_b)
     la, lb = labels or (ra.label, rb.label)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from speedmatrix.report.tables import Report, Section, Table
+from speedmatrix.report.model import Report, Section, Table
 
 CHART_TITLES = {
     "decode_heatmap": "Sustained decode throughput by context and concurrency",

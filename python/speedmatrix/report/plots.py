@@ -32,6 +32,9 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Polygon, Rectangle
 
 from speedmatrix.report import formatting as fmt
+from speedmatrix.report.cells import by_rate, cell_flags, decode_cells
+from speedmatrix.report.goodput import slo_capacities
+from speedmatrix.report.metadata import engine_name, hardware_name, model_name
 
 if TYPE_CHECKING:  # pragma: no cover
     from speedmatrix.results import Run
@@ -65,15 +68,13 @@ def _new(w: float = 7.0, h: float = 4.0, layout: Any = None) -> tuple[Figure, pl
 def run_line(run: Run) -> str:
     """Model · hardware · engine version · window: the second line of every chart's title,
     so a chart pasted on its own still says what was measured."""
-    from speedmatrix.report import tables
-
     meta = run.meta
     eng = meta.get("engine") or {}
-    engine = tables.engine_name(meta) or "unknown engine"
+    engine = engine_name(meta) or "unknown engine"
     if not fmt.missing(eng.get("version")):
         # the local build label (+g05c584c44) is in the report; the chart keeps the release
         engine += f" {str(eng['version']).split('+')[0]}"
-    parts = [tables.model_name(meta), tables.hardware_name(meta), engine]
+    parts = [model_name(meta), hardware_name(meta), engine]
     dur = (meta.get("run") or {}).get("duration_s")
     if fmt.missing(dur):
         dur = run.matrix_definition.get("duration_s")
@@ -337,9 +338,7 @@ def decode_heatmap(run: Run, figure: str = "total_tok_s") -> Figure:
 
 
 def _decode_flags(run: Run) -> dict[tuple[int, int], list[str]]:
-    from speedmatrix.report import tables
-
-    return {k: tables.cell_flags(v) for k, v in tables.decode_cells(run).items()}
+    return {k: cell_flags(v) for k, v in decode_cells(run).items()}
 
 
 def _decode_lines(
@@ -559,9 +558,10 @@ def throughput_over_time(run: Run, cell_id: str, bin_s: float = 1.0) -> Figure:
         # the bins' edges: a remainder shorter than a bin widens the last one (Records.bins),
         # so the window ends at its measured length, not at the last bin's start
         edges = np.arange(b.size + 1) * bin_s
-        measured_s = run.cell(cell_id).get("measured_s")
-        if not fmt.missing(measured_s) and float(measured_s) > edges[-2]:
-            edges[-1] = float(measured_s)
+        measured = run.cell(cell_id).get("measured_s")
+        measured_s = float("nan") if measured is None else float(measured)
+        if measured_s > edges[-2]:  # False for NaN: an unknown length keeps whole bins
+            edges[-1] = measured_s
         ax.stairs(b, edges, color="#6a51a3", lw=1.5)
         ax.set_xlim(0, edges[-1])
         ax.set_xlabel("seconds into the window")
@@ -658,10 +658,8 @@ def all_figures(run: Run, slo: Any = None) -> dict[str, Figure]:
     """The report's charts, by name; ``slo`` (`speedmatrix.report.goodput.SloSettings`) adds
     the attainment-versus-load chart. A request-rate run has no concurrency axis: its
     concurrency charts are left out (its grid is in the report's tables)."""
-    from speedmatrix.report import goodput
-
     figs: dict[str, Figure] = {}
-    if not goodput.by_rate(run):
+    if not by_rate(run):
         figs["decode_heatmap"] = decode_heatmap(run)
         figs["total_vs_concurrency"] = total_vs_concurrency(run)
         figs["per_request_vs_concurrency"] = per_request_vs_concurrency(run)
@@ -669,7 +667,7 @@ def all_figures(run: Run, slo: Any = None) -> dict[str, Figure]:
     if run.prefill()["prompt_tok_s"].notna().any():  # else the section says none was measured
         figs["prefill_vs_context"] = prefill_vs_context(run)
     if slo is not None:
-        caps = goodput.capacities(run, slo)
+        caps = slo_capacities(run, slo)
         if caps:
             figs["capacity_vs_load"] = capacity_vs_load(run, caps, slo.text, slo.attainment)
     cid = representative_cell(run)
