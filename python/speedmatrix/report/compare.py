@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import matplotlib
 import matplotlib.pyplot as plt
@@ -199,40 +199,53 @@ def build(run_a: Run, run_b: Run, la: str, lb: str) -> tuple[Report, pd.DataFram
         "an improvement in B, ▼ one that is a regression (lower TTFT and time between "
         "tokens are better); unmarked differences are within the noise."
     )
-    sections = []
+    sections = [
+        Section(
+            "Runs",
+            table=Table(["", f"A: {la}", f"B: {lb}"], _meta_rows(run_a, run_b)),
+            anchor="runs",
+        ),
+        _decode_section(df, note),
+        _prefill_section(df),
+        _status_section(df, la, lb),
+        _all_section(df),
+    ]
+    return Report(title, subtitle, engine_line, "", [], sections), df
 
-    def meta_rows():
-        rows = []
-        for name, path in (
-            ("Model", None),
-            ("Hardware", None),
-            ("Engine", ("engine", "name")),
-            ("Version", ("engine", "version")),
-            ("Quantization", ("engine", "quantization")),
-            ("Commit", ("engine", "commit")),
-            ("Time per measurement", ("run", "duration_s")),
-            ("Max output", ("run", "max_output")),
-        ):
-            vals = []
-            for r in (run_a, run_b):
-                if name == "Model":
-                    v = model_name(r.meta)
-                elif name == "Hardware":
-                    v = hardware_name(r.meta)
-                else:
-                    v = (r.meta.get(path[0]) or {}).get(path[1])
-                    if name == "Time per measurement":
-                        v = fmt.plain_seconds(v)
-                    elif name == "Max output":
-                        v = fmt.tokens(v)
-                vals.append(fmt.DASH if fmt.missing(v) else str(v))
-            rows.append([name, vals[0], vals[1]])
-        return rows
 
-    sections.append(
-        Section("Runs", table=Table(["", f"A: {la}", f"B: {lb}"], meta_rows()), anchor="runs")
-    )
-    # decode matrix of total tok/s
+def _meta_rows(run_a: Run, run_b: Run) -> list[list[str]]:
+    """The two runs' model, hardware, engine and settings side by side."""
+    rows = []
+    for name, path in (
+        ("Model", None),
+        ("Hardware", None),
+        ("Engine", ("engine", "name")),
+        ("Version", ("engine", "version")),
+        ("Quantization", ("engine", "quantization")),
+        ("Commit", ("engine", "commit")),
+        ("Time per measurement", ("run", "duration_s")),
+        ("Max output", ("run", "max_output")),
+    ):
+        vals = []
+        for r in (run_a, run_b):
+            v: Any = None
+            if name == "Model":
+                v = model_name(r.meta)
+            elif name == "Hardware":
+                v = hardware_name(r.meta)
+            elif path is not None:
+                v = (r.meta.get(path[0]) or {}).get(path[1])
+                if name == "Time per measurement":
+                    v = fmt.plain_seconds(v)
+                elif name == "Max output":
+                    v = fmt.tokens(v)
+            vals.append(fmt.DASH if fmt.missing(v) else str(v))
+        rows.append([name, vals[0], vals[1]])
+    return rows
+
+
+def _decode_section(df: pd.DataFrame, note: str) -> Section:
+    """The grid of total tok/s ratios, B / A, each cell marked when beyond the noise."""
     dec = df[df["phase"] == "decode"]
     ctxs = sorted(dec["context"].unique().tolist())
     concs = sorted(dec["concurrency"].unique().tolist())
@@ -267,23 +280,23 @@ def build(run_a: Run, run_b: Run, la: str, lb: str) -> tuple[Report, pd.DataFram
             cls.append("better" if b is True else "worse" if b is False else "valid")
         rows.append(row)
         classes.append(cls)
-    sections.append(
-        Section(
-            "Sustained decode",
-            table=Table(
-                ["Context"] + [str(n) for n in concs],
-                rows,
-                classes=classes,
-                caption="total tok/s, B / A · rows are context length, columns are "
-                "simultaneous requests",
-                note=note,
-            ),
-            text=[] if rows else ["Neither run has decode cells."],
-            anchor="sustained-decode",
-            charts=["ratio_heatmap", "total_overlay"],
-        )
+    return Section(
+        "Sustained decode",
+        table=Table(
+            ["Context"] + [str(n) for n in concs],
+            rows,
+            classes=classes,
+            caption="total tok/s, B / A · rows are context length, columns are "
+            "simultaneous requests",
+            note=note,
+        ),
+        text=[] if rows else ["Neither run has decode cells."],
+        anchor="sustained-decode",
+        charts=["ratio_heatmap", "total_overlay"],
     )
-    # prefill
+
+
+def _prefill_section(df: pd.DataFrame) -> Section:
     pre = df[df["phase"] == "prefill"]
     prow = [
         [
@@ -297,27 +310,27 @@ def build(run_a: Run, run_b: Run, la: str, lb: str) -> tuple[Report, pd.DataFram
         ]
         for _, r in pre.iterrows()
     ]
-    sections.append(
-        Section(
-            "Prefill",
-            table=Table(
-                [
-                    "Context",
-                    "A prompt tok/s",
-                    "B prompt tok/s",
-                    "B / A",
-                    "A TTFT",
-                    "B TTFT",
-                    "B / A",
-                ],
-                prow,
-                caption="prompt tok/s by context length",
-            ),
-            text=[] if prow else ["Neither run has prefill cells."],
-            anchor="prefill",
-        )
+    return Section(
+        "Prefill",
+        table=Table(
+            [
+                "Context",
+                "A prompt tok/s",
+                "B prompt tok/s",
+                "B / A",
+                "A TTFT",
+                "B TTFT",
+                "B / A",
+            ],
+            prow,
+            caption="prompt tok/s by context length",
+        ),
+        text=[] if prow else ["Neither run has prefill cells."],
+        anchor="prefill",
     )
-    # status changes
+
+
+def _status_section(df: pd.DataFrame, la: str, lb: str) -> Section:
     ch = df[df["status_changed"]]
     crow = [
         [
@@ -329,15 +342,16 @@ def build(run_a: Run, run_b: Run, la: str, lb: str) -> tuple[Report, pd.DataFram
         ]
         for _, r in ch.iterrows()
     ]
-    sections.append(
-        Section(
-            "Status changes",
-            table=Table(["Phase", "Context", "Requests at once", f"A: {la}", f"B: {lb}"], crow),
-            text=[] if crow else ["No cell changed status."],
-            anchor="status-changes",
-        )
+    return Section(
+        "Status changes",
+        table=Table(["Phase", "Context", "Requests at once", f"A: {la}", f"B: {lb}"], crow),
+        text=[] if crow else ["No cell changed status."],
+        anchor="status-changes",
     )
-    # every figure
+
+
+def _all_section(df: pd.DataFrame) -> Section:
+    """Every figure of every cell, A → B, with its ratio and significance."""
     arow = []
     for _, r in df.iterrows():
         if r["status_a"] == "over_capacity" and r["status_b"] == "over_capacity":
@@ -370,19 +384,16 @@ def build(run_a: Run, run_b: Run, la: str, lb: str) -> tuple[Report, pd.DataFram
             )
         line.append(parts)
         arow.append(line)
-    sections.append(
-        Section(
-            "All measurements",
-            table=Table(
-                ["Phase", "Context", "Requests at once", "Figures (A → B)"],
-                arow,
-                caption="Latencies are medians. Significance from non-overlapping 95% confidence "
-                "intervals, else a Welch test over per-second throughput bins.",
-            ),
-            anchor="all-measurements",
-        )
+    return Section(
+        "All measurements",
+        table=Table(
+            ["Phase", "Context", "Requests at once", "Figures (A → B)"],
+            arow,
+            caption="Latencies are medians. Significance from non-overlapping 95% confidence "
+            "intervals, else a Welch test over per-second throughput bins.",
+        ),
+        anchor="all-measurements",
     )
-    return Report(title, subtitle, engine_line, "", [], sections), df
 
 
 def ratio_heatmap(

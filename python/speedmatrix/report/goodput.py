@@ -176,29 +176,13 @@ def goodput_section(run: Run, s: SloSettings) -> Section:
                 cls.append(c)
                 continue
             a = att.loc[label, x]
-            lines = _goodput_lines(req.loc[label, x], tok.loc[label, x], grid.rate)
-            if st == "queued":
-                lines.append("Requests queued")
-            if fmt.missing(a):
-                unjudged += 1
-                lines.append("no requests judged")
-            else:
-                lines.append(f"{share_text(a)} met")
-                if float(a) < s.attainment:
-                    below_any = True
-                    c += " below"
-                    worst = _failed_most(cells)
-                    lines.append(
-                        f"{BELOW_MARK} below {share_text(s.attainment)}"
-                        + (f": {worst}" if worst else "")
-                    )
-            flags = cell_flags(cells)
-            if flags:
-                flagged_any = True
-                c += " flagged"
-                lines.append(f"{fmt.FLAG_MARK} " + ", ".join(FLAG_SHORT.get(f, f) for f in flags))
+            goodput = (req.loc[label, x], tok.loc[label, x])
+            lines, marks = _measured_lines(cells, st, goodput, a, s, grid.rate)
+            unjudged += fmt.missing(a)
+            below_any = below_any or "below" in marks
+            flagged_any = flagged_any or "flagged" in marks
             row.append(lines)
-            cls.append(c)
+            cls.append(" ".join([c, *marks]))
         rows.append(row)
         classes.append(cls)
     cols = ["Context"] + [f"{x:g}" if grid.rate else str(x) for x in grid.loads]
@@ -208,22 +192,7 @@ def goodput_section(run: Run, s: SloSettings) -> Section:
         f"{first} · share of requests meeting SLO {s.text} · "
         f"rows are context length, columns are {what}"
     )
-    text = [
-        "Goodput counts only the requests that met every target of the SLO: completed "
-        "requests meeting it per second of the window, and their output tokens per second. "
-        "Attainment is the share of the window's requests that met it"
-        + (
-            " (judged from the scheduled time in an open-loop cell, what a user who arrived "
-            "then waited)."
-            if grid.rate
-            else "."
-        )
-    ]
-    if below_any:
-        text.append(
-            f"{BELOW_MARK} Below target: fewer than {share_text(s.attainment)} of the cell's "
-            "requests met the SLO; the target missed most is named (error: failed requests)."
-        )
+    text = _goodput_text(grid.rate, s, below_any)
     text += status_notes(run, statuses, kinds, flagged_any)
     if skipped:
         text.append(f"{fmt.DASH}: a load the search (--search) did not need to measure.")
@@ -242,6 +211,57 @@ def goodput_section(run: Run, s: SloSettings) -> Section:
         anchor="goodput",
         css="matrix",
     )
+
+
+def _measured_lines(
+    cells: list[dict],
+    status: str,
+    goodput: tuple[Any, Any],
+    attained: Any,
+    s: SloSettings,
+    rate: bool,
+) -> tuple[list[str], list[str]]:
+    """A measured grid cell's lines (goodput, attainment, the target missed most, flags) and
+    its marks ("below", "flagged"), read from the cells' stored SLO figures and flags."""
+    lines = _goodput_lines(goodput[0], goodput[1], rate)
+    marks: list[str] = []
+    if status == "queued":
+        lines.append("Requests queued")
+    if fmt.missing(attained):
+        lines.append("no requests judged")
+    else:
+        lines.append(f"{share_text(attained)} met")
+        if float(attained) < s.attainment:
+            marks.append("below")
+            worst = _failed_most(cells)
+            lines.append(
+                f"{BELOW_MARK} below {share_text(s.attainment)}" + (f": {worst}" if worst else "")
+            )
+    flags = cell_flags(cells)
+    if flags:
+        marks.append("flagged")
+        lines.append(f"{fmt.FLAG_MARK} " + ", ".join(FLAG_SHORT.get(f, f) for f in flags))
+    return lines, marks
+
+
+def _goodput_text(rate: bool, s: SloSettings, below_any: bool) -> list[str]:
+    text = [
+        "Goodput counts only the requests that met every target of the SLO: completed "
+        "requests meeting it per second of the window, and their output tokens per second. "
+        "Attainment is the share of the window's requests that met it"
+        + (
+            " (judged from the scheduled time in an open-loop cell, what a user who arrived "
+            "then waited)."
+            if rate
+            else "."
+        )
+    ]
+    if below_any:
+        text.append(
+            f"{BELOW_MARK} Below target: fewer than {share_text(s.attainment)} of the cell's "
+            "requests met the SLO; the target missed most is named (error: failed requests)."
+        )
+    return text
 
 
 def _goodput_lines(req_s: Any, tok_s: Any, rate: bool) -> list[str]:

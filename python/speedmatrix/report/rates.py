@@ -159,6 +159,45 @@ def _tail(run: Run) -> str | None:
     return f"p{p:g}"
 
 
+def _open_loop_row(c: dict, tail: str | None, n_cols: int) -> tuple[list[Any], list[str]]:
+    """An open-loop cell's row, and the sentence saying the server could not keep up when the
+    verdict says so (``open_loop.kept_up`` false, or the ``behind`` flag)."""
+    rate = load_text(c["rate_per_s"], True)
+    st = c.get("status")
+    if st in ("over_capacity",) or fmt.missing(c.get("open_loop_arrivals")):
+        return [c["label"], rate, fmt.status_text(st)] + [fmt.DASH] * (n_cols - 3), []
+
+    def pair(name: str, stat: str) -> str:
+        a, b = _lat(c, f"{name}_sched", stat), _lat(c, name, stat)
+        return f"{fmt.ms(a)} / {fmt.ms(b)}"
+
+    unfinished = int(c.get("open_loop_failed") or 0) + int(c.get("open_loop_cancelled") or 0)
+    row = [
+        c["label"],
+        rate,
+        fmt.status_text(st),
+        f"{rate_text(c.get('open_loop_achieved_rate_per_s'))} req/s",
+        fmt.count(c.get("open_loop_arrivals")),
+        fmt.count(c.get("open_loop_completed")),
+        fmt.count(unfinished),
+        fmt.count(c.get("open_loop_in_flight_max")),
+        pair("ttft", "median"),
+        pair("e2e", "median"),
+    ]
+    if tail:
+        row.append(pair("e2e", tail))
+    kept = c.get("open_loop_kept_up")
+    kept = None if fmt.missing(kept) else bool(kept)
+    row.append(fmt.DASH if kept is None else ("yes" if kept else "no"))
+    if kept is False or "behind" in list(c.get("flags") or []):
+        reason = c.get("open_loop_reason")
+        return row, [
+            f"The server could not keep up at {c['label']} context × {rate}"
+            + (f": {reason}." if not fmt.missing(reason) else ".")
+        ]
+    return row, []
+
+
 def open_loop_section(run: Run) -> Section | None:
     """Open-loop cells: asked and achieved rate, arrivals and outcomes, and latency from the
     scheduled time beside latency from the send (wrk2's two views); the cells whose server
@@ -188,40 +227,9 @@ def open_loop_section(run: Run) -> Section | None:
     cols.append("Kept up")
     rows, behind = [], []
     for c in cells:
-        rate = load_text(c["rate_per_s"], True)
-        st = c.get("status")
-        if st in ("over_capacity",) or fmt.missing(c.get("open_loop_arrivals")):
-            rows.append([c["label"], rate, fmt.status_text(st)] + [fmt.DASH] * (len(cols) - 3))
-            continue
-
-        def pair(name: str, stat: str, c: dict = c) -> str:
-            a, b = _lat(c, f"{name}_sched", stat), _lat(c, name, stat)
-            return f"{fmt.ms(a)} / {fmt.ms(b)}"
-
-        kept = c.get("open_loop_kept_up")
-        row = [
-            c["label"],
-            rate,
-            fmt.status_text(st),
-            f"{rate_text(c.get('open_loop_achieved_rate_per_s'))} req/s",
-            fmt.count(c.get("open_loop_arrivals")),
-            fmt.count(c.get("open_loop_completed")),
-            fmt.count(int(c.get("open_loop_failed") or 0) + int(c.get("open_loop_cancelled") or 0)),
-            fmt.count(c.get("open_loop_in_flight_max")),
-            pair("ttft", "median"),
-            pair("e2e", "median"),
-        ]
-        if tail:
-            row.append(pair("e2e", tail))
-        kept = None if fmt.missing(kept) else bool(kept)
-        row.append(fmt.DASH if kept is None else ("yes" if kept else "no"))
-        if kept is False or "behind" in list(c.get("flags") or []):
-            reason = c.get("open_loop_reason")
-            behind.append(
-                f"The server could not keep up at {c['label']} context × {rate}"
-                + (f": {reason}." if not fmt.missing(reason) else ".")
-            )
+        row, said = _open_loop_row(c, tail, len(cols))
         rows.append(row)
+        behind += said
     arrival = ((run.meta.get("run") or {}).get("matrix") or {}).get("arrival")
     gate = ((run.meta.get("run") or {}).get("matrix") or {}).get("max_concurrency")
     how = []

@@ -152,6 +152,39 @@ def summary_section(run: Run) -> Section:
     return Section("Summary", items=items, table=tbl if rows else None, anchor="summary")
 
 
+def flagged_item(measured: list[list[str]]) -> tuple[str, str]:
+    """The summary's "Flagged cells" line from the flags of each measured cell."""
+    why: dict[str, int] = {}
+    for flags in measured:
+        for f in flags:
+            why[f] = why.get(f, 0) + 1
+    n_flagged = sum(1 for flags in measured if flags)
+    if not n_flagged:
+        return ("Flagged cells", f"None of {len(measured)} measured cells")
+    text = ", ".join(
+        f"{FLAG_SHORT.get(f, f)} ({n})" for f, n in sorted(why.items(), key=lambda kv: -kv[1])
+    )
+    line = f"{n_flagged} of {len(measured)} measured cells ({fmt.FLAG_MARK} in the grid): "
+    return ("Flagged cells", f"{line}{text}; see Flags")
+
+
+def _rate_row(
+    label: str, peak: Any, loads: list[Any], kept_behind_over: tuple[list, list, list]
+) -> list[str]:
+    """A context's row of the request-rate summary."""
+    kept, behind, over = kept_behind_over
+    best = int(np.nanargmax(peak)) if np.isfinite(peak).any() else None
+    return [
+        label,
+        fmt.DASH if best is None else f"{fmt.tok_s(peak[best])} at {load_text(loads[best], True)}",
+        load_text(max(kept), True) if kept else fmt.DASH,
+        load_text(min(behind), True)
+        if behind
+        else ("kept up at every rate measured" if kept else fmt.DASH),
+        load_text(min(over), True) if over else fmt.DASH,
+    ]
+
+
 def rate_summary_section(run: Run) -> Section:
     """The summary of a request-rate run: peak total tok/s and where, per context the highest
     rate the server kept up with and the first it did not, and the flagged cells."""
@@ -177,8 +210,7 @@ def rate_summary_section(run: Run) -> Section:
             )
         )
     rows = []
-    n_flagged = n_cells = 0
-    why: dict[str, int] = {}
+    measured: list[list[str]] = []  # the flags of each measured cell
     for i, ctx in enumerate(grid.contexts):
         kept: list[Any] = []
         behind: list[Any] = []
@@ -190,43 +222,12 @@ def rate_summary_section(run: Run) -> Section:
                 over.append(x)
             if st not in ("valid", "queued"):
                 continue
-            n_cells += 1
-            flags = cell_flags(cells)
-            if flags:
-                n_flagged += 1
-                for f in flags:
-                    why[f] = why.get(f, 0) + 1
-            (behind if "behind" in flags else kept).append(x)
-        peak = tot.iloc[i].to_numpy(float)
-        best = int(np.nanargmax(peak)) if np.isfinite(peak).any() else None
+            measured.append(cell_flags(cells))
+            (behind if "behind" in measured[-1] else kept).append(x)
         rows.append(
-            [
-                grid.labels[i],
-                fmt.DASH
-                if best is None
-                else f"{fmt.tok_s(peak[best])} at {load_text(grid.loads[best], True)}",
-                load_text(max(kept), True) if kept else fmt.DASH,
-                load_text(min(behind), True)
-                if behind
-                else ("kept up at every rate measured" if kept else fmt.DASH),
-                load_text(min(over), True) if over else fmt.DASH,
-            ]
+            _rate_row(grid.labels[i], tot.iloc[i].to_numpy(float), grid.loads, (kept, behind, over))
         )
-    if n_flagged:
-        text = ", ".join(
-            f"{FLAG_SHORT.get(f, f)} ({n})" for f, n in sorted(why.items(), key=lambda kv: -kv[1])
-        )
-        items.append(
-            (
-                "Flagged cells",
-                (
-                    f"{n_flagged} of {n_cells} measured cells ({fmt.FLAG_MARK} in the grid): "
-                    f"{text}; see Flags"
-                ),
-            )
-        )
-    else:
-        items.append(("Flagged cells", f"None of {n_cells} measured cells"))
+    items.append(flagged_item(measured))
     tbl = Table(
         [
             "Context",
