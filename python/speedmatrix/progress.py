@@ -256,7 +256,14 @@ class Progress:
 
     def text(self, final: bool = False, width: int = 120) -> str:
         """The view as plain text (a notebook's output, a test's reading)."""
-        console = Console(file=io.StringIO(), width=width, color_system=None, highlight=False)
+        # force_jupyter=False: in a kernel rich would display the text itself, not return it
+        console = Console(
+            file=io.StringIO(),
+            width=width,
+            color_system=None,
+            highlight=False,
+            force_jupyter=False,
+        )
         console.print(self._render(final=final))
         return console.file.getvalue()  # type: ignore[attr-defined]
 
