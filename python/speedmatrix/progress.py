@@ -39,6 +39,7 @@ from rich.text import Text
 from speedmatrix._native import _core
 from speedmatrix.dryrun import CELL_OVERHEAD_S
 from speedmatrix.redact import redact, redact_known
+from speedmatrix.report import formatting as fmt
 
 __all__ = ["NotebookView", "Progress", "fmt_eta", "in_notebook", "server_text"]
 
@@ -88,9 +89,9 @@ def cell_text(cell: dict) -> tuple[str, str]:
     if status == "error":
         return ("not run" if cell.get("not_run") else "error"), _STATUS_STYLE["error"]
     total = cell.get("total_tok_s")
-    if total is None:
-        return "—", "grey50"
-    text = f"{total / 1000:,.1f}K" if total >= 10_000 else f"{total:,.1f}"
+    if fmt.missing(total):  # None or NaN: absent, never "nan" or 0
+        return fmt.DASH, "grey50"
+    text = fmt.tok_s(total)
     if cell.get("flags"):
         text += " ⚑"
     if status == "queued":

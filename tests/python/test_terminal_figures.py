@@ -50,3 +50,12 @@ def test_the_grid_is_rounded_and_says_each_status(tmp_path):
 )  # fmt: skip
 def test_a_cell_line_prints_absent_figures_as_absent(cell, line):
     assert cell_summary(cell) == line
+
+
+@pytest.mark.parametrize(
+    ("total", "shown"), [(None, "—"), (float("nan"), "—"), (116.6666, "116.7"), (12345.6, "12.3K")]
+)
+def test_the_live_grid_prints_an_absent_figure_as_absent(total, shown):
+    from speedmatrix.progress import cell_text
+
+    assert cell_text({"status": "valid", "total_tok_s": total})[0] == shown
