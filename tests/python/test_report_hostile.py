@@ -75,13 +75,16 @@ def test_text_escapes_html_markdown_and_newlines():
         ("a | b", "a \\| b"),
         ("`code` *b* [l](u)", "\\`code\\` \\*b\\* \\[l\\](u)"),
         ("snake_case _em_", "snake_case \\_em\\_"),
-        ("- item", "\\- item"),
-        ("1. item", "1\\. item"),
+        ("- item", "- item"),  # inside a cell or an item no list starts
+        ("+5.4%", "+5.4%"),
         ("0.5.6.post3+g05c", "0.5.6.post3+g05c"),  # a version is left as it reads
         ("R&D\r\nx", "R&amp;D x"),
         ("\u202eevil\x07", "evil"),
     ):
         assert text(raw) == want, raw
+    for raw, want in (("- item", "\\- item"), ("1. item", "1\\. item"), ("+5%", "\\+5%")):
+        assert text(raw, starts_line=True) == want, raw  # a paragraph: no list, no heading
+    assert text("1.5 s", starts_line=True) == "1.5 s"
     long = text("m" * 10_000)
     assert len(long) == LINE_CHARS and long.endswith("…")
 

@@ -45,15 +45,18 @@ _LINE_START = re.compile(r"^[-+=]")
 _ORDERED = re.compile(r"^(\d+)([.)])(?=\s|$)")
 
 
-def text(v: Any, limit: int = LINE_CHARS) -> str:
+def text(v: Any, limit: int = LINE_CHARS, starts_line: bool = False) -> str:
     """``v`` as Markdown that renders as exactly its text, on one line: line breaks folded to
     spaces, invisible controls dropped, cut to ``limit`` characters (with "…"), HTML's and
-    Markdown's special characters escaped. The one way a string enters the Markdown report."""
+    Markdown's special characters escaped, and, for text that ``starts_line`` (a paragraph),
+    a leading list or heading marker too. The one way a string enters the Markdown report."""
     s = _INVISIBLE.sub("", _BREAKS.sub(" ", str(v))).replace("\t", " ").strip()
     if len(s) > limit:
         s = s[: limit - 1].rstrip() + "…"
     s = "".join(_HTML.get(ch, ch) for ch in s)
     s = _PUNCT.sub(lambda m: "\\" + m.group(0), s)
+    if not starts_line:  # inside a table cell, an item or a heading: no block starts here
+        return s
     return _ORDERED.sub(r"\1\\\2", _LINE_START.sub(lambda m: "\\" + m.group(0), s))
 
 
@@ -66,13 +69,13 @@ def _cell(v) -> str:
 def table_md(t: Table) -> list[str]:
     out = []
     if t.caption:
-        out += [text(t.caption, PARAGRAPH_CHARS), ""]
+        out += [text(t.caption, PARAGRAPH_CHARS, starts_line=True), ""]
     out.append("| " + " | ".join(text(c) for c in t.columns) + " |")
     out.append("|" + "|".join("---" for _ in t.columns) + "|")
     for row in t.rows:
         out.append("| " + " | ".join(_cell(v) for v in row) + " |")
     if t.note:
-        out += ["", text(t.note, PARAGRAPH_CHARS)]
+        out += ["", text(t.note, PARAGRAPH_CHARS, starts_line=True)]
     return out
 
 
@@ -96,7 +99,7 @@ def section_md(s: Section, chart_files: dict[str, str]) -> list[str]:
     if s.table is not None and s.table.rows:
         out += table_md(s.table) + [""]
     for p in s.text:
-        out += [text(p, PARAGRAPH_CHARS), ""]
+        out += [text(p, PARAGRAPH_CHARS, starts_line=True), ""]
     for name in s.charts:
         if name in chart_files:
             out += [f"![{text(CHART_TITLES.get(name, name))}]({chart_files[name]})", ""]
@@ -107,9 +110,9 @@ def render(report: Report, chart_files: dict[str, str] | None = None) -> str:
     """Markdown text of ``report``; ``chart_files`` maps chart names to relative image paths."""
     chart_files = chart_files or {}
     out = [f"# {text(report.title)}", "", f"**{text(report.subtitle)}**", ""]
-    out += [text(report.engine_line), ""]
+    out += [text(report.engine_line, starts_line=True), ""]
     if report.matrix_line:
-        out += [text(report.matrix_line), ""]
+        out += [text(report.matrix_line, starts_line=True), ""]
     for n in report.notes:
         out += [f"> **Note:** {text(n, PARAGRAPH_CHARS)}", ""]
     for s in report.sections:
