@@ -232,6 +232,7 @@ py::dict progress_dict(const CellRunner& runner) {
   d["completed"] = p.completed.load(std::memory_order_relaxed);
   d["errors"] = p.errors.load(std::memory_order_relaxed);
   d["in_flight"] = p.in_flight.load(std::memory_order_relaxed);
+  d["first_tokens"] = p.first_tokens.load(std::memory_order_relaxed);
   d["window_start_ns"] = p.window_start_ns.load(std::memory_order_relaxed);
   d["warmup_total"] = p.warmup_total.load(std::memory_order_relaxed);
   d["warmup_done"] = p.warmup_done.load(std::memory_order_relaxed);

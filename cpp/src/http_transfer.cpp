@@ -72,7 +72,11 @@ bool Transfer::on_event(const SseEvent& ev) {
         err_msg = error_message_from_body(ev.data);
         return false;
       }
-      if (c.first_token && r.first_token_ns == kNever) r.first_token_ns = last_read_ns;
+      if (c.first_token && r.first_token_ns == kNever) {
+        r.first_token_ns = last_read_ns;
+        if (progress && r.phase == Phase::kWindow)
+          progress->first_tokens.fetch_add(1, std::memory_order_relaxed);
+      }
       if (c.tokens > 0) {
         if (opt->record_events) {
           records->events.push(id, last_read_ns, c.tokens,

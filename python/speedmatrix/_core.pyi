@@ -109,6 +109,7 @@ class Progress(TypedDict):
     completed: int
     errors: int
     in_flight: int
+    first_tokens: int  # window requests that got their first token so far
     window_start_ns: int  # -1 during the warm-up and the ramp
     warmup_total: int
     warmup_done: int

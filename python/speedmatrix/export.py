@@ -5,8 +5,12 @@
   ``total_tok_s_lo``/``_hi``; ``errors`` and ``flags`` as JSON text). A spreadsheet opens it.
 - ``requests.parquet`` — every saved request of every cell, the raw record columns as the
   runner wrote them (``sent_ns``, ``first_token_ms`` … on the client's monotonic clock in
-  ns, ``output_tokens``, ``outcome`` …) with the cell's ``cell``, ``phase``, ``context``,
-  ``concurrency`` and ``repetition`` in front.
+  ns, ``output_tokens`` …) with the cell's ``cell``, ``phase``, ``context``,
+  ``concurrency`` and ``repetition`` in front. The coded columns are written as labels
+  (dictionary-encoded strings, categoricals in pandas): ``outcome`` (``ok``, ``cancelled``,
+  ``error``, ``pending``), ``token_source`` (``none``, ``chunks``, ``usage_final``,
+  ``usage_continuous``) and the request's own phase as ``request_phase`` (``warmup``,
+  ``window``), beside the cell's ``phase`` (``prefill``, ``decode``).
 - ``tokens.parquet`` — every token event (``request``, ``t_ns``, ``tokens``) of every cell,
   with the same cell columns.
 
@@ -30,6 +34,32 @@ TOKENS_PARQUET = "tokens.parquet"
 
 #: the cell columns put in front of every record row
 CELL_KEYS = ("cell", "phase", "context", "concurrency", "repetition")
+#: the labels of the records' coded columns, by code (cpp/include/speedmatrix/records.hpp
+#: Outcome and Phase, openai.hpp TokenSource), and the name each is exported under
+LABELS = {
+    "outcome": ("outcome", ("pending", "ok", "cancelled", "error")),
+    "token_source": ("token_source", ("none", "chunks", "usage_final", "usage_continuous")),
+    "phase": ("request_phase", ("warmup", "window")),
+}
+
+
+def labelled(name: str, codes: Any) -> tuple[str, Any]:
+    """(exported name, pyarrow array) of a record column: a coded column as its labels
+    (dictionary-encoded; an unknown code keeps its number as text), any other as it is."""
+    import numpy as np
+    import pyarrow as pa
+
+    a = np.asarray(codes)
+    if name not in LABELS:
+        return name, pa.array(a.tolist() if a.dtype.kind in "US" else a)
+    out_name, labels = LABELS[name]
+    a = a.astype(np.int64)
+    unknown = sorted(set(a[(a < 0) | (a >= len(labels))].tolist()))
+    idx = a.astype(np.int32)
+    for j, u in enumerate(unknown):
+        idx[a == u] = len(labels) + j
+    dictionary = pa.array([*labels, *(str(u) for u in unknown)])
+    return out_name, pa.DictionaryArray.from_arrays(pa.array(idx, pa.int32()), dictionary)
 
 
 def _jsonish(v: Any) -> Any:
@@ -60,7 +90,6 @@ def write_cells_csv(run, path: str | os.PathLike) -> Path:
 
 def _record_tables(run):
     """(requests, tokens) pyarrow Tables of every cell with saved records."""
-    import numpy as np
     import pyarrow as pa
 
     req_parts, ev_parts = [], []
@@ -84,8 +113,8 @@ def _record_tables(run):
             for k, v in front.items():
                 cols[k] = pa.array([v] * n)
             for k, v in arrays.items():
-                a = np.asarray(v)
-                cols[k] = pa.array(a.tolist() if a.dtype.kind in "US" else a)
+                name, col = labelled(k, v)
+                cols[name] = col
             parts.append(pa.table(cols))
     return _concat(req_parts), _concat(ev_parts)
 

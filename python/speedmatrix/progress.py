@@ -5,8 +5,11 @@ total tok/s and status as it finishes, the running cell marked), and under it th
 cell's phase (warm-up, or window seconds of D), its live tok/s, requests in flight, failed
 requests so far, the server's running / waiting requests and KV use (the cell's own /metrics
 sampler's latest sample, never a second scrape; shown only when the server has the metric),
-and the ETA of the whole matrix. Elsewhere (a log file, a pipe): a line
-per cell, as plain text.
+and the ETA of the whole matrix. While the window's requests are still prefilling, the line
+says so ("prefilling: 3 of 8 first tokens") instead of a tok/s that reads 0. In a Jupyter
+notebook: the same view as one output that updates in place (``IPython.display`` with a
+display id), the finished cells' lines above it. Elsewhere (a log file, a pipe): a line per
+cell, as plain text.
 
 A daemon thread redraws four times a second from `Progress.live`, which the sweep replaces
 at each cell; the thread only reads it (and the running cell's
@@ -20,6 +23,7 @@ second while it warms up past its estimate), plus the estimate of the cells afte
 
 from __future__ import annotations
 
+import io
 import math
 import sys
 import threading
@@ -27,7 +31,17 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Progress", "fmt_eta", "server_text"]
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from speedmatrix._native import _core
+from speedmatrix.dryrun import CELL_OVERHEAD_S
+from speedmatrix.redact import redact, redact_known
+from speedmatrix.report import formatting as fmt
+
+__all__ = ["NotebookView", "Progress", "fmt_eta", "in_notebook", "server_text"]
 
 #: the least the ETA shows while a cell is still running
 MIN_ETA_S = 1.0
@@ -75,9 +89,9 @@ def cell_text(cell: dict) -> tuple[str, str]:
     if status == "error":
         return ("not run" if cell.get("not_run") else "error"), _STATUS_STYLE["error"]
     total = cell.get("total_tok_s")
-    if total is None:
-        return "—", "grey50"
-    text = f"{total / 1000:,.1f}K" if total >= 10_000 else f"{total:,.1f}"
+    if fmt.missing(total):  # None or NaN: absent, never "nan" or 0
+        return fmt.DASH, "grey50"
+    text = fmt.tok_s(total)
     if cell.get("flags"):
         text += " ⚑"
     if status == "queued":
@@ -85,13 +99,53 @@ def cell_text(cell: dict) -> tuple[str, str]:
     return text, _STATUS_STYLE.get(str(status), "")
 
 
+def in_notebook() -> bool:
+    """True inside a Jupyter kernel (where stderr is no terminal and a live view that redraws
+    by moving the cursor cannot work)."""
+    if "ipykernel" not in sys.modules:
+        return False
+    try:
+        from IPython import get_ipython  # optional: IPython is there only in a notebook
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and hasattr(shell, "kernel")
+
+
+class NotebookView:
+    """One notebook output that the view updates in place: the finished cells' lines, then
+    the grid and the running cell's line, as plain text. ``display`` is
+    ``IPython.display.display`` (a test passes its own)."""
+
+    #: the most finished-cell lines kept above the grid (a long matrix scrolls no output away)
+    MAX_LINES = 200
+
+    def __init__(self, display: Any = None):
+        if display is None:
+            from IPython.display import display  # optional: only ever called in a notebook
+        self.lines: list[str] = []
+        self._handle = display({"text/plain": ""}, raw=True, display_id=True)
+
+    def update(self, view: str) -> None:
+        text = "\n".join([*self.lines[-self.MAX_LINES :], view]).rstrip()
+        self._handle.update({"text/plain": text}, raw=True)
+
+
 class Progress:
     """The live view on a terminal, a line per cell otherwise (see the module doc)."""
 
-    def __init__(self, enabled: bool, stream=None):
+    def __init__(self, enabled: bool, stream=None, notebook: Any = None):
+        """``notebook``: a `NotebookView` to draw into (found by itself inside a Jupyter
+        kernel; a terminal or a pipe otherwise)."""
         self.stream = stream or sys.stderr
         self.enabled = enabled
         self.tty = enabled and hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.notebook: NotebookView | None = notebook if enabled else None
+        if self.notebook is None and enabled and not self.tty and in_notebook():
+            try:
+                self.notebook = NotebookView()
+            except Exception:  # noqa: BLE001 - no display: the plain lines still work
+                self.notebook = None
         self.live = _Live()
         self.grid = _Grid()
         self._stop = threading.Event()
@@ -128,8 +182,6 @@ class Progress:
         self.grid.concurrency = conc
 
     def _clean(self, text: str) -> str:
-        from speedmatrix.redact import redact, redact_known
-
         return redact_known(redact(text), self.secrets)
 
     def start_cell(
@@ -149,7 +201,7 @@ class Progress:
         )
         if not self.enabled:
             return
-        if self.tty:
+        if self.tty or self.notebook is not None:
             self._start_live()
         else:
             print(f"[{index}/{total}] {label} (ETA {fmt_eta(eta_s)})", file=self.stream, flush=True)
@@ -162,6 +214,11 @@ class Progress:
             self.live = _Live()
             return
         line = self._clean(f"[{live.index}/{live.total}] {live.label}: {summary}")
+        if self.notebook is not None:
+            self.notebook.lines.append(line)
+            self.live = _Live()
+            self.refresh()
+            return
         if self.tty and self._rich is not None:
             self._rich.console.print(line, markup=False, highlight=False)
         else:
@@ -170,6 +227,10 @@ class Progress:
 
     def message(self, text: str) -> None:
         if not self.enabled:
+            return
+        if self.notebook is not None:
+            self.notebook.lines.append(self._clean(text))
+            self.refresh()
             return
         if self.tty and self._rich is not None:
             self._rich.console.print(self._clean(text), markup=False, highlight=False)
@@ -184,14 +245,39 @@ class Progress:
             self._rich.update(self._render(final=True), refresh=True)
             self._rich.stop()
             self._rich = None
+        if self.notebook is not None:
+            self.notebook.update(self.text(final=True))
+
+    def refresh(self) -> None:
+        """Draw the view once more (the display thread calls it four times a second)."""
+        if self._rich is not None:
+            self._rich.update(self._render(), refresh=True)
+        elif self.notebook is not None:
+            self.notebook.update(self.text())
+
+    def text(self, final: bool = False, width: int = 120) -> str:
+        """The view as plain text (a notebook's output, a test's reading)."""
+        # force_jupyter=False: in a kernel rich would display the text itself, not return it
+        console = Console(
+            file=io.StringIO(),
+            width=width,
+            color_system=None,
+            highlight=False,
+            force_jupyter=False,
+        )
+        console.print(self._render(final=final))
+        return console.file.getvalue()  # type: ignore[attr-defined]
 
     # ------------------------------------------------------------ the live view
     def _start_live(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            return
+        if self.notebook is not None:
+            self._thread = threading.Thread(target=self._loop, daemon=True)
+            self._thread.start()
+            return
         if self._rich is not None:
             return
-        from rich.console import Console
-        from rich.live import Live
-
         console = Console(file=self.stream, force_terminal=True, highlight=False)
         self._rich = Live(
             self._render(),
@@ -207,11 +293,10 @@ class Progress:
 
     def _loop(self) -> None:
         while not self._stop.wait(0.25):
-            live = self._rich
-            if live is None:
+            if self._rich is None and self.notebook is None:
                 return
             try:
-                live.update(self._render(), refresh=True)
+                self.refresh()
             except Exception as exc:  # noqa: BLE001 - a display glitch must never stop a sweep
                 self._failed = f"{type(exc).__name__}: {exc}"  # kept for a debugger, not shown
 
@@ -226,8 +311,6 @@ class Progress:
         elapsed = now - live.started
         out["elapsed_s"] = elapsed
         if live.cell_s:  # the estimate's warm-up share: the cell less its window and overhead
-            from speedmatrix.dryrun import CELL_OVERHEAD_S
-
             out["warmup_est_s"] = max(live.cell_s - live.duration_s - CELL_OVERHEAD_S, 0.0)
         window_left = live.duration_s
         runner = live.runner
@@ -238,12 +321,11 @@ class Progress:
             out.update(self._server(p.get("metrics") or {}))
             t0 = p.get("window_start_ns", -1)
             if t0 and t0 > 0:
-                from speedmatrix._native import _core
-
                 el = max((_core.now_ns() - t0) / 1e9, 1e-3)
                 out["phase"] = "window"
                 out["window_s"] = el
                 out["tok_s"] = p["tokens"] / el
+                out.update(_prefilling(p))
                 window_left = max(live.duration_s - el, 0.0)
             elif p.get("warmup_total") and p.get("warmup_done", 0) < p["warmup_total"]:
                 out["phase"] = "warm-up"
@@ -271,10 +353,6 @@ class Progress:
         return out
 
     def _render(self, final: bool = False):
-        from rich.console import Group
-        from rich.table import Table
-        from rich.text import Text
-
         g = self.grid
         table = Table(
             title="total tok/s",
@@ -302,10 +380,14 @@ class Progress:
             live = self.live
             line = Text(f"[{live.index}/{live.total}] {live.label}: ", style="bold")
             if s["phase"] == "window":
-                line.append(
-                    f"window {s['window_s']:.0f}/{live.duration_s:.0f}s · "
-                    f"{s['tok_s']:,.1f} tok/s · {s['in_flight']} in flight"
-                )
+                line.append(f"window {s['window_s']:.0f}/{live.duration_s:.0f}s · ")
+                if "first_tokens" in s:  # no tok/s yet: it would read 0 while they prefill
+                    line.append(
+                        f"prefilling: {s['first_tokens']} of {s['first_tokens_of']} first tokens"
+                    )
+                else:
+                    line.append(f"{s['tok_s']:,.1f} tok/s")
+                line.append(f" · {s['in_flight']} in flight")
             elif s["phase"] == "warm-up" and s.get("warmup_total"):
                 line.append(
                     f"warm-up: {s['warmup_done']} of {s['warmup_total']} prefilled, "
@@ -329,6 +411,21 @@ class Progress:
             line.append(f" · ETA {fmt_eta(s['eta_s'])}", style="cyan")
             parts.append(line)
         return Group(*parts)
+
+
+def _prefilling(p: dict[str, Any]) -> dict[str, int]:
+    """``first_tokens`` (n) and ``first_tokens_of`` (m) while the window's first requests are
+    still prefilling (none has finished and some have no first token yet, or no token came
+    at all), else {}: the view then says "prefilling: n of m first tokens", not 0 tok/s."""
+    in_flight = int(p.get("in_flight", 0))
+    finished = int(p.get("completed", 0)) + int(p.get("errors", 0))
+    first = p.get("first_tokens")
+    if first is None:  # a core without the count: only "no token yet" is known
+        no_token = not p.get("tokens") and in_flight > 0
+        return {"first_tokens": 0, "first_tokens_of": in_flight} if no_token else {}
+    if finished == 0 and int(first) < in_flight:
+        return {"first_tokens": int(first), "first_tokens_of": in_flight}
+    return {}
 
 
 def server_text(status: dict[str, Any]) -> str:

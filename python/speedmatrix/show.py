@@ -2,7 +2,7 @@
 
 The report's "Sustained decode" grid as text: total tok/s by context × concurrency (or
 request rate), and where a cell has no figure, its status, in the report's words
-(``report.tables.cell_lines``, so the terminal and the report never say it two ways).
+(``report.cells.cell_lines``, so the terminal and the report never say it two ways).
 Queued and flagged cells carry a mark, explained under the grid.
 """
 
@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from speedmatrix.report import formatting as fmt
-from speedmatrix.report.tables import cell_flags, cell_lines, decode_cells, error_kind, header_lines
+from speedmatrix.report.cells import cell_flags, cell_lines, decode_cells, error_kind
+from speedmatrix.report.metadata import header_lines
 from speedmatrix.results import Run
 
 #: the mark of a queued cell (the report says "Requests queued" on a second line)

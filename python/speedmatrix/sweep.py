@@ -50,6 +50,7 @@ from speedmatrix.errors import SpeedmatrixError
 from speedmatrix.matrix import Matrix
 from speedmatrix.progress import Progress
 from speedmatrix.records import Records
+from speedmatrix.report.terminal import cell_summary
 from speedmatrix.runmeta import plan_meta, run_meta, tokenizer_name, utc_now, verdict_meta
 from speedmatrix.verdict import EngineFacts, Rules
 
@@ -791,19 +792,7 @@ class Sweep:
             )
 
     def _summary(self, cell: dict) -> str:
-        if cell["phase"] == "prefill":
-            if cell.get("prompt_tok_s"):
-                return f"{cell['prompt_tok_s']:,.0f} prompt tok/s, TTFT {cell['ttft_ms']:,.0f} ms"
-            return cell["status"]
-        if cell.get("total_tok_s") is None:
-            return f"{cell['status']}" + (f" ({cell['reason']})" if cell.get("reason") else "")
-        s = (
-            f"{cell['total_tok_s']:,.1f} tok/s, TTFT {cell['ttft_ms'] or 0:,.0f} ms, "
-            f"TBT {cell['tbt_ms'] or 0:.1f} ms"
-        )
-        if cell["status"] != "valid":
-            s += f" [{cell['status']}]"
-        return s
+        return cell_summary(cell)
 
 
 def run(

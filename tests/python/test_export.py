@@ -65,7 +65,13 @@ def test_parquet_records_equal_the_npz_records(run_dir):
         rec = load_records(run_dir, c["records"])
         r = req[req["cell"] == c["id"]]
         for k, v in rec["requests"].items():
+            if k in export.LABELS:  # written as labels: their codes are the record's
+                name, labels = export.LABELS[k]
+                codes = [labels.index(x) for x in r[name].astype(str)]
+                assert codes == np.asarray(v).tolist(), (c["id"], k)
+                continue
             assert np.array_equal(r[k].to_numpy(), np.asarray(v)), (c["id"], k)
+        assert (r["phase"] == c["phase"]).all()  # the cell's phase, not overwritten
         t = tok[tok["cell"] == c["id"]]
         for k, v in rec["events"].items():
             assert np.array_equal(t[k].to_numpy(), np.asarray(v)), (c["id"], k)
@@ -144,3 +150,36 @@ def test_report_command_on_a_bad_run_json_is_one_line(tmp_path):
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and "cells[2].concurrency" in lines[0], res.stderr
     assert not (d / "report.html").exists()
+
+
+def test_coded_record_columns_read_back_as_labels(run_dir):
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(run_dir / export.REQUESTS_PARQUET)
+    req = table.to_pandas()
+    assert set(req["outcome"].astype(str)) <= {"ok", "cancelled", "error", "pending"}
+    assert "ok" in set(req["outcome"].astype(str))
+    assert set(req["request_phase"].astype(str)) == {"warmup", "window"}
+    assert set(req["phase"]) == {"prefill", "decode"}
+    assert set(req["token_source"].astype(str)) <= {
+        "none",
+        "chunks",
+        "usage_final",
+        "usage_continuous",
+    }
+    for name in ("outcome", "request_phase", "token_source"):
+        assert str(req[name].dtype) == "category", name
+    duckdb = pytest.importorskip("duckdb")
+    (n_ok,) = (
+        duckdb.connect()
+        .execute(f"SELECT count(*) FROM '{run_dir / export.REQUESTS_PARQUET}' WHERE outcome = 'ok'")
+        .fetchone()
+    )
+    assert n_ok == int((req["outcome"] == "ok").sum()) > 0
+
+
+def test_an_unknown_code_keeps_its_number_as_a_label():
+    name, col = export.labelled("outcome", np.array([1, 3, 9, 1], np.uint8))
+    assert name == "outcome" and col.to_pylist() == ["ok", "error", "9", "ok"]
+    name, col = export.labelled("phase", np.array([], np.uint8))
+    assert name == "request_phase" and col.to_pylist() == []

@@ -98,7 +98,7 @@ def test_tbt_distribution_from_records(run):
     assert med and med[0].get_xdata()[0] == pytest.approx(c["tbt_ms"])
     missing = plots.tbt_distribution(run, "decode-c8192-n128-r0")  # over capacity: no records
     assert any("no token records" in t for t in _texts(missing))
-    assert plots.throughput_over_time(run, cid).axes[0].get_lines()
+    assert plots.throughput_over_time(run, cid).axes[0].patches  # the steps of the bins
 
 
 def test_figure_to_svg_is_inline_svg(run):
@@ -142,3 +142,86 @@ def test_plots_with_only_failed_cells(tmp_path):
     fig = plots.decode_heatmap(r)
     assert "Error" in _texts(fig)
     assert any("no measured decode" in t for t in _texts(plots.total_vs_concurrency(r)))
+
+
+def test_throughput_over_time_draws_the_whole_window_with_its_last_bin(tmp_path):
+    # a 3 s window is three 1 s bins, drawn 0-3 s: the last one a step as wide as the
+    # others, not a spike at 2 s
+    synthetic.build_run(
+        tmp_path, contexts=(8192,), concurrency=(4,), prefill_contexts=(), duration_s=3.0
+    )
+    run = load(tmp_path)
+    cid = plots.representative_cell(run)
+    measured_s = float(run.cell(cid)["measured_s"])
+    b = run.bins(cid)
+    assert b.size == 3 and 2.9 < measured_s < 3.1
+    ax = plots.throughput_over_time(run, cid).axes[0]
+    assert ax.dataLim.x0 == 0 and ax.dataLim.x1 == pytest.approx(measured_s)
+    assert ax.get_xlim()[1] == pytest.approx(measured_s)
+    (steps,) = ax.patches
+    values, edges, _ = steps.get_data()
+    assert list(values) == list(b)
+    widths = np.diff(edges)
+    assert widths[-1] >= 0.9 and widths[-1] == pytest.approx(measured_s - 2)
+
+
+def test_a_window_that_ends_inside_a_bin_widens_the_last_step(tmp_path):
+    synthetic.build_run(
+        tmp_path, contexts=(8192,), concurrency=(2,), prefill_contexts=(), duration_s=2.5
+    )
+    run = load(tmp_path)
+    cid = plots.representative_cell(run)
+    measured_s = float(run.cell(cid)["measured_s"])
+    b = run.bins(cid)
+    _, edges, _ = plots.throughput_over_time(run, cid).axes[0].patches[0].get_data()
+    assert len(edges) == b.size + 1 and edges[-1] == pytest.approx(measured_s)
+    # the widened last bin's rate is over its whole width: no spike, no dip
+    assert b[-1] == pytest.approx(float(np.median(b)), rel=0.25)
+
+
+def _long_named(tmp_path):
+    d = synthetic.shared_run("full")
+    doc = json.loads((d / "run.json").read_text())
+    doc["meta"]["target"]["model_name"] = "Qwen/Qwen3-30B-A3B-Instruct-2507-FP8"
+    doc["meta"]["engine"]["simulated"] = True
+    doc["meta"]["hardware"]["gpu"] = "NVIDIA H200 NVL"
+    import shutil
+
+    shutil.copytree(d / "records", tmp_path / "records")
+    write_run(tmp_path, doc)
+    return load(tmp_path)
+
+
+def test_every_chart_title_lies_inside_its_figure(tmp_path):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    run = _long_named(tmp_path)
+    line = plots.run_line(run)
+    assert "0.5.6.post3.dev9265" in line and line.endswith("8 s window")
+    figs = plots.all_figures(run)
+    assert len(figs) == 7
+    for name, fig in figs.items():
+        FigureCanvasAgg(fig)
+        fig.canvas.draw()
+        r = fig.canvas.get_renderer()
+        (ax,) = [a for a in fig.axes if a.get_title(loc="left")]
+        title = ax._left_title
+        box = title.get_window_extent(r)
+        fb = fig.bbox
+        assert fb.x0 <= box.x0 and box.x1 <= fb.x1 and fb.y0 <= box.y0 and box.y1 <= fb.y1, (
+            name,
+            box,
+            fb,
+        )
+        assert box.y0 >= ax.bbox.y1 - 1, name  # above the axes, not over the data
+        text = title.get_text()
+        assert "0.5.6.post3.dev9265" in text and text.endswith("8 s window"), name
+
+
+def test_a_dollar_in_a_model_id_is_drawn_literally_not_as_mathtext(tmp_path):
+    d = synthetic.shared_run("full")
+    doc = json.loads((d / "run.json").read_text())
+    doc["meta"]["target"]["model_name"] = "m $x^2$ y\n## two"
+    write_run(tmp_path, doc)
+    title = plots.ttft_vs_context(load(tmp_path)).axes[0].get_title(loc="left")
+    assert r"m \$x^2\$ y ## two" in title

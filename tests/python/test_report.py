@@ -23,7 +23,12 @@ SEED_SECTIONS = [
     "Sustained decode",
     "All measurements",
 ]
-EXTRA_SECTIONS = ["Confidence intervals and tails", "Flags", "Server-side view", "Capacity"]
+EXTRA_SECTIONS = [
+    "Confidence intervals and tails",
+    "Flags",
+    "Server-side view",
+    "KV capacity and limits",
+]
 
 
 # ---------------------------------------------------------------- number formatting
@@ -335,9 +340,9 @@ def test_extras_intervals_tails_flags_server_capacity(full):
         assert word in flags, word
     assert "asked 65,536, server counted 65,539" in flags
     assert "too many failed requests" in flags
-    server = md[md.index("## Server-side view") : md.index("## Capacity")]
+    server = md[md.index("## Server-side view") : md.index("## KV capacity and limits")]
     assert "| 8K | 64 | Requests queued | 64.0 | 48.0 | 48 | 16 |" in server
-    cap = md[md.index("## Capacity") :]
+    cap = md[md.index("## KV capacity and limits") :]
     assert "| KV cache capacity | 1,400,000 tokens | Probed from the server |" in cap
     assert "| Max running requests | 48 | Given by the user |" in cap
     assert "## Errors" in md and "http_500 ×" in md
@@ -561,7 +566,8 @@ def test_warnings_section_when_the_run_recorded_warnings(tmp_path, full):
     md, page = _meta_report(tmp_path, edit)
     block = md[md.index("## Warnings") :]
     assert "no Prometheus metrics at /metrics (start SGLang with --enable-metrics)" in block
-    assert "--api-key <redacted>" in block and "leaked-KEY-123" not in md + page
+    # "<redacted>" is escaped in Markdown, where a bare "<redacted>" is an HTML tag
+    assert "--api-key &lt;redacted&gt;" in block and "leaked-KEY-123" not in md + page
     assert "The run recorded 2 warnings: see Warnings." in md
     assert "<h2>Warnings</h2>" in page and 'href="#warnings"' in page
 
@@ -571,7 +577,7 @@ def test_errors_show_an_example_message_per_kind(full, tmp_path):
     errors = md[md.index("## Errors") :]
     assert re.search(
         r"\| http_500 × [\d,]+ \(e\.g\. “HTTP 500: internal server error "
-        r"\(upstream refused api_key=<redacted>\)”\) \|",
+        r"\(upstream refused api_key=&lt;redacted&gt;\)”\) \|",
         errors,
     ), errors
 
@@ -586,7 +592,7 @@ def test_errors_show_an_example_message_per_kind(full, tmp_path):
     md2, page2 = _meta_report(tmp_path, edit)
     assert "tok-SECRET-77" not in md2 + page2
     assert (
-        "http_401 × 3 (e.g. “HTTP 401: invalid token=<redacted> for user”); "
+        "http_401 × 3 (e.g. “HTTP 401: invalid token=&lt;redacted&gt; for user”); "
         "timeout × 2 (e.g. “no bytes in 30 s”)" in md2
     )
 
@@ -594,7 +600,7 @@ def test_errors_show_an_example_message_per_kind(full, tmp_path):
 def test_every_flag_the_verdict_sets_has_report_text():
     # A flag without text would reach the report as its bare identifier (flags are set by
     # the verdict's rules, in FLAG_RULES).
-    from speedmatrix.report.tables import FLAG_SHORT, FLAG_TEXT
+    from speedmatrix.report.cells import FLAG_SHORT, FLAG_TEXT
     from speedmatrix.verdict import FLAG_RULES
 
     set_by_verdict = {flag.value for flag, _rule in FLAG_RULES}

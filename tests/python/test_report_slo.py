@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import synthetic
 from speedmatrix import slo as slo_mod
+from speedmatrix.report import cells as report_cells
 from speedmatrix.report import formatting as fmt
 from speedmatrix.report import goodput, render_report, write_report
 from speedmatrix.results import load
@@ -90,8 +91,8 @@ def _check_grid(run, md: str, share: float) -> int:
                 else:  # no cell at this load
                     assert lines[0] in (fmt.DASH, "Not measured"), (label, x, cell)
                 continue
-            r, t = goodput._rate(req.loc[label, x]), fmt.tok_s(tok.loc[label, x])
-            rate = goodput.by_rate(run)  # the headline: req/s in open loop, tok/s in closed
+            r, t = report_cells.rate_text(req.loc[label, x]), fmt.tok_s(tok.loc[label, x])
+            rate = report_cells.by_rate(run)  # the headline: req/s in open loop, tok/s in closed
             assert lines[:2] == ([r, f"{t} tok/s"] if rate else [t, f"{r} req/s"]), cell
             assert lines[2] == f"{a * 100:.1f}% met"
             is_below = a < share
@@ -108,9 +109,9 @@ def _check_capacity(run, md: str, targets: dict, share: float):
     by_label = {r[0]: r for r in rows}
     for cap in caps.values():
         row = by_label[cap["label"]]
-        assert row[1] == goodput.load_text(cap["passing"], False)
-        assert row[2] == goodput.load_text(cap["failing"], False)
-        assert row[3] == goodput._estimate_text(cap)
+        assert row[1] == report_cells.load_text(cap["passing"], False)
+        assert row[2] == report_cells.load_text(cap["failing"], False)
+        assert row[3] == goodput.estimate_text(cap)
         assert row[4] == cap["method"]
     return caps
 
@@ -234,7 +235,7 @@ def test_open_loop_report_shows_rates_goodput_and_both_latency_views(open_run):
     assert (caps[256]["passing"], caps[256]["failing"]) == (8, 60)
     _, cap_rows = _table(_section(md, "Capacity at SLO"))
     assert cap_rows[0][1:3] == ["8 req/s", "60 req/s"]
-    assert cap_rows[0][3] == goodput._estimate_text(caps[256])
+    assert cap_rows[0][3] == goodput.estimate_text(caps[256])
     sec = _section(md, "Open loop")
     _, ol = _table(sec)
     cells = {c["rate_per_s"]: c for c in run.doc["cells"] if c["phase"] == "decode"}
@@ -280,7 +281,7 @@ def test_a_search_run_reports_its_measured_points_and_its_answer(tmp_path):
     assert "Not measured" not in sec  # a sparse grid is the search's design, not a gap
     found = run.doc["meta"]["run"]["search"]["256"]
     _, rows = _table(_section(md, "Capacity at SLO"))
-    assert rows[0][1] == goodput.load_text(found["passing"], False)
+    assert rows[0][1] == report_cells.load_text(found["passing"], False)
     assert f"(--search: {found['cells']} cells, converged)" in rows[0][5]
 
 

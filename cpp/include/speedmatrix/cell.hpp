@@ -138,6 +138,7 @@ struct CellProgress {
   std::atomic<std::int64_t> completed{0};
   std::atomic<std::int64_t> errors{0};
   std::atomic<std::int32_t> in_flight{0};
+  std::atomic<std::int32_t> first_tokens{0};  // window requests that got their first token
   std::atomic<ns_t> window_start_ns{kNever};  // t0, once the ramp is over
   std::atomic<std::int32_t> warmup_total{0};  // warm-up prompts
   std::atomic<std::int32_t> warmup_done{0};   // of which prefilled (finished OK)

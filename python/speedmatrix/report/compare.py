@@ -17,13 +17,24 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import matplotlib
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from scipy import stats
 
 from speedmatrix.report import formatting as fmt
-from speedmatrix.report.tables import Report, Section, Table, hardware_name, model_name
+from speedmatrix.report import html as html_mod
+from speedmatrix.report import markdown as md_mod
+from speedmatrix.report.metadata import hardware_name, model_name
+from speedmatrix.report.model import Report, Section, Table
+from speedmatrix.report.plots import figure_to_svg
+from speedmatrix.results import combined_status, load
+from speedmatrix.runfile import atomic_write
 
 if TYPE_CHECKING:  # pragma: no cover
     from speedmatrix.results import Run
@@ -44,7 +55,6 @@ def t_critical(df: float) -> float:
     """Two-sided 95% critical value of Student's t with ``df`` degrees of freedom."""
     if not math.isfinite(df) or df <= 0:
         return math.nan
-    from scipy import stats
 
     return float(stats.t.ppf(0.975, df))
 
@@ -52,7 +62,6 @@ def t_critical(df: float) -> float:
 def welch(a: np.ndarray, b: np.ndarray) -> tuple[float, float, bool]:
     """Welch's t statistic of ``b`` against ``a``, its degrees of freedom, and whether the
     difference is significant at 95% (scipy.stats.ttest_ind with unequal variances)."""
-    from scipy import stats
 
     a, b = np.asarray(a, float), np.asarray(b, float)
     a, b = a[np.isfinite(a)], b[np.isfinite(b)]
@@ -67,7 +76,6 @@ def welch(a: np.ndarray, b: np.ndarray) -> tuple[float, float, bool]:
 
 def _agg(run: Run) -> pd.DataFrame:
     """One row per (phase, context, concurrency): medians over repetitions, widest CI."""
-    from speedmatrix.results import combined_status
 
     c = run.cells
     if c.empty:
@@ -191,40 +199,53 @@ def build(run_a: Run, run_b: Run, la: str, lb: str) -> tuple[Report, pd.DataFram
         "an improvement in B, ▼ one that is a regression (lower TTFT and time between "
         "tokens are better); unmarked differences are within the noise."
     )
-    sections = []
+    sections = [
+        Section(
+            "Runs",
+            table=Table(["", f"A: {la}", f"B: {lb}"], _meta_rows(run_a, run_b)),
+            anchor="runs",
+        ),
+        _decode_section(df, note),
+        _prefill_section(df),
+        _status_section(df, la, lb),
+        _all_section(df),
+    ]
+    return Report(title, subtitle, engine_line, "", [], sections), df
 
-    def meta_rows():
-        rows = []
-        for name, path in (
-            ("Model", None),
-            ("Hardware", None),
-            ("Engine", ("engine", "name")),
-            ("Version", ("engine", "version")),
-            ("Quantization", ("engine", "quantization")),
-            ("Commit", ("engine", "commit")),
-            ("Time per measurement", ("run", "duration_s")),
-            ("Max output", ("run", "max_output")),
-        ):
-            vals = []
-            for r in (run_a, run_b):
-                if name == "Model":
-                    v = model_name(r.meta)
-                elif name == "Hardware":
-                    v = hardware_name(r.meta)
-                else:
-                    v = (r.meta.get(path[0]) or {}).get(path[1])
-                    if name == "Time per measurement":
-                        v = fmt.plain_seconds(v)
-                    elif name == "Max output":
-                        v = fmt.tokens(v)
-                vals.append(fmt.DASH if fmt.missing(v) else str(v))
-            rows.append([name, vals[0], vals[1]])
-        return rows
 
-    sections.append(
-        Section("Runs", table=Table(["", f"A: {la}", f"B: {lb}"], meta_rows()), anchor="runs")
-    )
-    # decode matrix of total tok/s
+def _meta_rows(run_a: Run, run_b: Run) -> list[list[str]]:
+    """The two runs' model, hardware, engine and settings side by side."""
+    rows = []
+    for name, path in (
+        ("Model", None),
+        ("Hardware", None),
+        ("Engine", ("engine", "name")),
+        ("Version", ("engine", "version")),
+        ("Quantization", ("engine", "quantization")),
+        ("Commit", ("engine", "commit")),
+        ("Time per measurement", ("run", "duration_s")),
+        ("Max output", ("run", "max_output")),
+    ):
+        vals = []
+        for r in (run_a, run_b):
+            v: Any = None
+            if name == "Model":
+                v = model_name(r.meta)
+            elif name == "Hardware":
+                v = hardware_name(r.meta)
+            elif path is not None:
+                v = (r.meta.get(path[0]) or {}).get(path[1])
+                if name == "Time per measurement":
+                    v = fmt.plain_seconds(v)
+                elif name == "Max output":
+                    v = fmt.tokens(v)
+            vals.append(fmt.DASH if fmt.missing(v) else str(v))
+        rows.append([name, vals[0], vals[1]])
+    return rows
+
+
+def _decode_section(df: pd.DataFrame, note: str) -> Section:
+    """The grid of total tok/s ratios, B / A, each cell marked when beyond the noise."""
     dec = df[df["phase"] == "decode"]
     ctxs = sorted(dec["context"].unique().tolist())
     concs = sorted(dec["concurrency"].unique().tolist())
@@ -259,23 +280,23 @@ def build(run_a: Run, run_b: Run, la: str, lb: str) -> tuple[Report, pd.DataFram
             cls.append("better" if b is True else "worse" if b is False else "valid")
         rows.append(row)
         classes.append(cls)
-    sections.append(
-        Section(
-            "Sustained decode",
-            table=Table(
-                ["Context"] + [str(n) for n in concs],
-                rows,
-                classes=classes,
-                caption="total tok/s, B / A · rows are context length, columns are "
-                "simultaneous requests",
-                note=note,
-            ),
-            text=[] if rows else ["Neither run has decode cells."],
-            anchor="sustained-decode",
-            charts=["ratio_heatmap", "total_overlay"],
-        )
+    return Section(
+        "Sustained decode",
+        table=Table(
+            ["Context"] + [str(n) for n in concs],
+            rows,
+            classes=classes,
+            caption="total tok/s, B / A · rows are context length, columns are "
+            "simultaneous requests",
+            note=note,
+        ),
+        text=[] if rows else ["Neither run has decode cells."],
+        anchor="sustained-decode",
+        charts=["ratio_heatmap", "total_overlay"],
     )
-    # prefill
+
+
+def _prefill_section(df: pd.DataFrame) -> Section:
     pre = df[df["phase"] == "prefill"]
     prow = [
         [
@@ -289,27 +310,27 @@ def build(run_a: Run, run_b: Run, la: str, lb: str) -> tuple[Report, pd.DataFram
         ]
         for _, r in pre.iterrows()
     ]
-    sections.append(
-        Section(
-            "Prefill",
-            table=Table(
-                [
-                    "Context",
-                    "A prompt tok/s",
-                    "B prompt tok/s",
-                    "B / A",
-                    "A TTFT",
-                    "B TTFT",
-                    "B / A",
-                ],
-                prow,
-                caption="prompt tok/s by context length",
-            ),
-            text=[] if prow else ["Neither run has prefill cells."],
-            anchor="prefill",
-        )
+    return Section(
+        "Prefill",
+        table=Table(
+            [
+                "Context",
+                "A prompt tok/s",
+                "B prompt tok/s",
+                "B / A",
+                "A TTFT",
+                "B TTFT",
+                "B / A",
+            ],
+            prow,
+            caption="prompt tok/s by context length",
+        ),
+        text=[] if prow else ["Neither run has prefill cells."],
+        anchor="prefill",
     )
-    # status changes
+
+
+def _status_section(df: pd.DataFrame, la: str, lb: str) -> Section:
     ch = df[df["status_changed"]]
     crow = [
         [
@@ -321,15 +342,16 @@ def build(run_a: Run, run_b: Run, la: str, lb: str) -> tuple[Report, pd.DataFram
         ]
         for _, r in ch.iterrows()
     ]
-    sections.append(
-        Section(
-            "Status changes",
-            table=Table(["Phase", "Context", "Requests at once", f"A: {la}", f"B: {lb}"], crow),
-            text=[] if crow else ["No cell changed status."],
-            anchor="status-changes",
-        )
+    return Section(
+        "Status changes",
+        table=Table(["Phase", "Context", "Requests at once", f"A: {la}", f"B: {lb}"], crow),
+        text=[] if crow else ["No cell changed status."],
+        anchor="status-changes",
     )
-    # every figure
+
+
+def _all_section(df: pd.DataFrame) -> Section:
+    """Every figure of every cell, A → B, with its ratio and significance."""
     arow = []
     for _, r in df.iterrows():
         if r["status_a"] == "over_capacity" and r["status_b"] == "over_capacity":
@@ -362,19 +384,16 @@ def build(run_a: Run, run_b: Run, la: str, lb: str) -> tuple[Report, pd.DataFram
             )
         line.append(parts)
         arow.append(line)
-    sections.append(
-        Section(
-            "All measurements",
-            table=Table(
-                ["Phase", "Context", "Requests at once", "Figures (A → B)"],
-                arow,
-                caption="Latencies are medians. Significance from non-overlapping 95% confidence "
-                "intervals, else a Welch test over per-second throughput bins.",
-            ),
-            anchor="all-measurements",
-        )
+    return Section(
+        "All measurements",
+        table=Table(
+            ["Phase", "Context", "Requests at once", "Figures (A → B)"],
+            arow,
+            caption="Latencies are medians. Significance from non-overlapping 95% confidence "
+            "intervals, else a Welch test over per-second throughput bins.",
+        ),
+        anchor="all-measurements",
     )
-    return Report(title, subtitle, engine_line, "", [], sections), df
 
 
 def ratio_heatmap(
@@ -384,8 +403,6 @@ def ratio_heatmap(
 
     ``df`` is a :func:`compare` result to reuse (computed when not given).
     """
-    import matplotlib
-    from matplotlib.figure import Figure
 
     df = compare(run_a, run_b) if df is None else df
     dec = df[df["phase"] == "decode"]
@@ -434,9 +451,6 @@ def ratio_heatmap(
 
 def total_overlay(run_a: Run, run_b: Run, la: str = "A", lb: str = "B"):
     """Total tok/s versus concurrency for both runs (solid A, dashed B), one colour per context."""
-    import matplotlib
-    from matplotlib.figure import Figure
-    from matplotlib.lines import Line2D
 
     fig = Figure(figsize=(7, 4), layout="constrained")
     ax = fig.add_subplot()
@@ -488,13 +502,6 @@ def write_compare(
     charts: bool = True,
 ) -> tuple[Path, Path]:
     """Write ``out_dir/compare.md`` and a self-contained ``out_dir/compare.html``."""
-    import matplotlib.pyplot as plt
-
-    from speedmatrix.report import html as html_mod
-    from speedmatrix.report import markdown as md_mod
-    from speedmatrix.report.plots import figure_to_svg
-    from speedmatrix.results import load
-    from speedmatrix.runfile import atomic_write
 
     ra, rb = load(dir_a), load(dir_b)
     la, lb = labels or (ra.label, rb.label)

@@ -2,8 +2,8 @@
 
 The page is rendered from Jinja2 templates (``templates/page.html.j2`` and
 ``templates/table.html.j2``, CSS in ``templates/report.css``) with autoescape on: this
-module only turns a :class:`tables.Report` into plain views (rows of cells with their CSS
-class, heat colour and stacked lines); every word on the page comes from ``tables``.
+module only turns a :class:`model.Report` into plain views (rows of cells with their CSS
+class, heat colour and stacked lines); every word on the page comes from the sections.
 """
 
 from __future__ import annotations
@@ -14,10 +14,12 @@ from functools import cache
 from pathlib import Path
 from types import SimpleNamespace
 
+import jinja2
+
 from speedmatrix.report.formatting import FLAG_MARK
 from speedmatrix.report.goodput import BELOW_MARK
 from speedmatrix.report.markdown import CHART_TITLES
-from speedmatrix.report.tables import Report, Section, Table
+from speedmatrix.report.model import Report, Section, Table
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 CSS = (TEMPLATES / "report.css").read_text(encoding="utf-8")
@@ -25,8 +27,6 @@ CSS = (TEMPLATES / "report.css").read_text(encoding="utf-8")
 
 @cache
 def _env():
-    import jinja2
-
     return jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES)),
         autoescape=True,

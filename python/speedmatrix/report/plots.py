@@ -4,273 +4,60 @@ from speedmatrix.report import plots
 fig = plots.decode_heatmap(run)
 svg = plots.figure_to_svg(fig)        # inline SVG for HTML
 
-Over 500 lines: one function per chart of the report, sharing the style, the title line
-that names the run, and the SVG export; split by chart they would only import each other.
+The shared style, title line and SVG export are in `chartstyle`; the heatmap in `heatmap`.
 """
 
 from __future__ import annotations
 
-import io
-import os
-import re
-import sys
 from typing import TYPE_CHECKING, Any
 
 import matplotlib
-
-# Charts are drawn on plain Figure objects, so they never need a GUI. Outside Jupyter (where
-# the inline backend shows them) and unless the user chose a backend, use Agg: headless and safe.
-if "ipykernel" not in sys.modules and not os.environ.get("MPLBACKEND"):
-    matplotlib.use("Agg")
-
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.patches import Polygon, Rectangle
 
 from speedmatrix.report import formatting as fmt
+from speedmatrix.report.cells import by_rate
+from speedmatrix.report.chartstyle import (
+    BAND_ALPHA,
+    STYLE,
+    cell_name,
+    context_ticks,
+    empty,
+    figure_to_svg,
+    new_figure,
+    run_line,
+    set_title,
+)
+from speedmatrix.report.goodput import slo_capacities
+from speedmatrix.report.heatmap import decode_heatmap
 
 if TYPE_CHECKING:  # pragma: no cover
     from speedmatrix.results import Run
 
-FLAG_COLOR = "#8e44ad"
-#: CI bands are context, not the message: light enough that the lines stay readable
-BAND_ALPHA = 0.07
-
-_STYLE: Any = {  # rc_context is typed with literal keys
-    "svg.fonttype": "none",  # text stays text: smaller SVG, no duplicate glyph ids
-    "svg.hashsalt": "speedmatrix",
-    "font.size": 9,
-    "axes.spines.top": False,
-    "axes.spines.right": False,
-    "axes.grid": True,
-    "grid.alpha": 0.3,
-}
-
-
-def _new(w: float = 7.0, h: float = 4.0, layout: Any = None) -> tuple[Figure, plt.Axes]:
-    """A figure with one axes; fixed margins (fast) unless a layout engine is asked for."""
-    with plt.rc_context(_STYLE):
-        fig = Figure(figsize=(w, h), layout=layout)
-        if layout is None:
-            # room above for two title lines: the chart's name and the run it belongs to
-            fig.subplots_adjust(left=0.8 / w, right=1 - 0.25 / w, bottom=0.55 / h, top=1 - 0.6 / h)
-        ax = fig.add_subplot()
-    return fig, ax
-
-
-def run_line(run: Run) -> str:
-    """Model · hardware · engine version · window: the second line of every chart's title,
-    so a chart pasted on its own still says what was measured."""
-    from speedmatrix.report import tables
-
-    meta = run.meta
-    eng = meta.get("engine") or {}
-    engine = tables.engine_name(meta) or "unknown engine"
-    if not fmt.missing(eng.get("version")):
-        # the local build label (+g05c584c44) is in the report; the chart keeps the release
-        engine += f" {str(eng['version']).split('+')[0]}"
-    parts = [tables.model_name(meta), tables.hardware_name(meta), engine]
-    dur = (meta.get("run") or {}).get("duration_s")
-    if fmt.missing(dur):
-        dur = run.matrix_definition.get("duration_s")
-    if not fmt.missing(dur):
-        parts.append(f"{fmt.plain_seconds(dur)} window")
-    return " · ".join(str(p) for p in parts)
-
-
-def _title(ax, run: Run, title: str) -> None:
-    ax.set_title(f"{title}\n{run_line(run)}", fontsize=8, loc="left")
-
-
-def cell_name(run: Run, cell_id: str) -> str:
-    """``8K context × 64 requests`` for a cell id such as ``decode-c8192-n64-r0``."""
-    try:
-        c = run.cell(cell_id)
-    except KeyError:
-        return cell_id
-    n = c.get("concurrency")
-    name = f"{fmt.context_label(c.get('context'))} context × {fmt.plural(int(n or 0), 'request')}"
-    rep = int(c.get("repetition") or 0)
-    if rep > 0:
-        name += f" (repetition {rep + 1})"
-    return name
-
-
-def _context_ticks(ax, contexts) -> None:
-    """Context ticks on a log2 axis; labels closer than ~10% to the previous one are left blank."""
-    xs = sorted({float(c) for c in contexts})
-    labels: list[str] = []
-    last = None  # index of the last labelled tick
-    for k, x in enumerate(xs):
-        if last is not None and np.log2(x / xs[last]) < 0.15:
-            # too close to print apart (123K and 128K): the first tick names both
-            labels[last] += "/" + fmt.context_label(x)
-            labels.append("")
-            continue
-        labels.append(fmt.context_label(x))
-        last = k
-    ax.set_xticks(xs, labels)
-    ax.minorticks_off()
-
-
-def _empty(ax, text: str) -> None:
-    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="0.4")
-    ax.set_xticks([])
-    ax.set_yticks([])
-    ax.grid(False)
-
-
-def decode_heatmap(run: Run, figure: str = "total_tok_s") -> Figure:
-    """Context × concurrency heatmap of a decode figure, annotated with the seed's numbers.
-
-    Over-capacity cells are grey and hatched, error cells hatched red, queued
-    cells get a dashed outline, cells an interrupted run never reached are blank.
-    """
-    with plt.rc_context(_STYLE):
-        vals = run.table(figure)
-        st = run.statuses()
-        nr, nc = vals.shape
-        fig, ax = _new(max(5.0, 0.9 * nc + 2), max(2.8, 0.55 * nr + 1.6), layout="constrained")
-        ax.grid(False)
-        if nr == 0 or nc == 0:
-            _empty(ax, "no decode cells")
-            return fig
-        data = vals.to_numpy(float)
-        masked = np.ma.masked_invalid(data)
-        cmap = matplotlib.colormaps["viridis"].with_extremes(bad="white")
-        finite = data[np.isfinite(data)]
-        vmin = float(finite.min()) if finite.size else 0.0
-        vmax = float(finite.max()) if finite.size else 1.0
-        norm = (
-            matplotlib.colors.LogNorm(max(vmin, 1e-9), max(vmax, vmin * 1.0001 + 1e-9))
-            if finite.size and vmin > 0 and vmax / max(vmin, 1e-9) > 20
-            else matplotlib.colors.Normalize(vmin, vmax if vmax > vmin else vmin + 1)
-        )
-        im = ax.imshow(masked, cmap=cmap, norm=norm, aspect="auto")
-        text_fn = (
-            fmt.ms
-            if figure.startswith("ttft")
-            else (fmt.ms1 if figure.startswith("tbt") else fmt.tok_s)
-        )
-        for i in range(nr):
-            for j in range(nc):
-                s = st.iat[i, j]
-                v = data[i, j]
-                if s == "over_capacity":
-                    ax.add_patch(
-                        Rectangle(
-                            (j - 0.5, i - 0.5),
-                            1,
-                            1,
-                            facecolor="0.85",
-                            hatch="//",
-                            edgecolor="0.6",
-                            lw=0,
-                        )
-                    )
-                    ax.text(
-                        j, i, "Over\ncapacity", ha="center", va="center", fontsize=7, color="0.3"
-                    )
-                    continue
-                if s is None:
-                    ax.text(j, i, "not run", ha="center", va="center", fontsize=7, color="0.5")
-                    continue
-                if s == "error":
-                    ax.add_patch(
-                        Rectangle(
-                            (j - 0.5, i - 0.5),
-                            1,
-                            1,
-                            facecolor="none",
-                            hatch="xx",
-                            edgecolor="#c0392b",
-                            lw=0,
-                        )
-                    )
-                if s == "queued":
-                    ax.add_patch(
-                        Rectangle(
-                            (j - 0.45, i - 0.45),
-                            0.9,
-                            0.9,
-                            facecolor="none",
-                            edgecolor="#e67e22",
-                            lw=1.5,
-                            ls="--",
-                        )
-                    )
-                label = text_fn(v).replace(" ms", "") if np.isfinite(v) else "Error"
-                if s == "queued":
-                    label += "\nqueued"
-                if np.isfinite(v):
-                    rgba = cmap(norm(v))
-                    lum = 0.299 * rgba[0] + 0.587 * rgba[1] + 0.114 * rgba[2]
-                    color = "black" if lum > 0.5 else "white"
-                else:
-                    color = "#c0392b"
-                ax.text(j, i, label, ha="center", va="center", fontsize=7.5, color=color)
-        ax.set_xticks(range(nc), [str(c) for c in vals.columns])
-        ax.set_yticks(range(nr), list(vals.index))
-        ax.set_xlabel("simultaneous requests")
-        ax.set_ylabel("context length")
-        names = {
-            "total_tok_s": "total tok/s",
-            "per_request_tok_s": "per request tok/s",
-            "ttft_ms": "TTFT (ms)",
-            "tbt_ms": "time between tokens (ms)",
-        }
-        _title(ax, run, f"Sustained decode: {names.get(figure, figure)}")
-        groups = _decode_flags(run)
-        md = run.matrix_definition
-        flagged = False
-        for i, ctx in enumerate(md["contexts"]):
-            for j, n in enumerate(md["concurrency"]):
-                if st.iat[i, j] in ("valid", "queued") and groups.get((int(ctx), int(n))):
-                    flagged = True
-                    # a corner triangle: a flagged figure must not read as a clean one
-                    ax.add_patch(
-                        Polygon(
-                            [(j + 0.5, i - 0.5), (j + 0.18, i - 0.5), (j + 0.5, i - 0.18)],
-                            closed=True,
-                            facecolor=FLAG_COLOR,
-                            edgecolor="white",
-                            lw=0.5,
-                        )
-                    )
-        if flagged:
-            ax.legend(
-                handles=[
-                    Line2D(
-                        [],
-                        [],
-                        marker=">",
-                        ls="",
-                        color=FLAG_COLOR,
-                        label="flagged: see the report's Flags",
-                    )
-                ],
-                loc="upper left",
-                bbox_to_anchor=(0, -0.12),
-                fontsize=7.5,
-                frameon=False,
-            )
-        fig.colorbar(im, ax=ax, shrink=0.8, label=names.get(figure, figure))
-    return fig
-
-
-def _decode_flags(run: Run) -> dict[tuple[int, int], list[str]]:
-    from speedmatrix.report import tables
-
-    return {k: tables.cell_flags(v) for k, v in tables.decode_cells(run).items()}
+#: the charts' shared names, used from here by the report, compare and notebooks
+__all__ = [
+    "all_figures",
+    "capacity_vs_load",
+    "decode_heatmap",
+    "figure_to_svg",
+    "per_request_vs_concurrency",
+    "prefill_vs_context",
+    "representative_cell",
+    "run_line",
+    "tbt_distribution",
+    "throughput_over_time",
+    "total_vs_concurrency",
+    "ttft_vs_context",
+]
 
 
 def _decode_lines(
     run: Run, figure: str, ylabel: str, title: str, logy: bool, bands: bool = True
 ) -> Figure:
-    with plt.rc_context(_STYLE):
-        fig, ax = _new()
+    with plt.rc_context(STYLE):
+        fig, ax = new_figure()
         vals = run.table(figure)
         cells = run.cells
         dec = cells[cells["phase"] == "decode"] if "phase" in cells else cells
@@ -315,7 +102,7 @@ def _decode_lines(
                     zorder=3,
                 )
         if not plotted:
-            _empty(ax, "no measured decode cells")
+            empty(ax, "no measured decode cells")
             return fig
         ax.set_xscale("log", base=2)
         ax.set_xticks([float(c) for c in vals.columns], [str(c) for c in vals.columns])
@@ -326,7 +113,7 @@ def _decode_lines(
             ax.set_ylim(bottom=0)  # a share of single-stream speed is read off this axis
         ax.set_xlabel("simultaneous requests")
         ax.set_ylabel(ylabel)
-        _title(ax, run, title)
+        set_title(ax, run, title)
         handles, _ = ax.get_legend_handles_labels()
         if queued:  # the square's meaning, only where a cell is queued
             handles.append(
@@ -362,8 +149,8 @@ def per_request_vs_concurrency(run: Run, bands: bool = True) -> Figure:
 
 def ttft_vs_context(run: Run) -> Figure:
     """Warm TTFT of decode cells versus context (one line per concurrency) and cold prefill TTFT."""
-    with plt.rc_context(_STYLE):
-        fig, ax = _new()
+    with plt.rc_context(STYLE):
+        fig, ax = new_figure()
         vals = run.table("ttft_ms")
         md = run.matrix_definition
         x = np.array(md["contexts"], float)
@@ -389,27 +176,27 @@ def ttft_vs_context(run: Run) -> Figure:
                 label="prefill (cold)",
             )
         if not plotted:
-            _empty(ax, "no TTFT measured")
+            empty(ax, "no TTFT measured")
             return fig
         allx = sorted(set(md["contexts"]) | set(pre["context"].tolist()))
         ax.set_xscale("log", base=2)
-        _context_ticks(ax, allx)
+        context_ticks(ax, allx)
         ax.set_yscale("log")
         ax.set_xlabel("context length")
         ax.set_ylabel("TTFT (ms, median)")
-        _title(ax, run, "Time to first token")
+        set_title(ax, run, "Time to first token")
         ax.legend(fontsize=7.5, ncols=2)
     return fig
 
 
 def prefill_vs_context(run: Run) -> Figure:
     """Prefill prompt tok/s versus context, with the spread of repetitions when there are any."""
-    with plt.rc_context(_STYLE):
-        fig, ax = _new(6.5, 3.6)
+    with plt.rc_context(STYLE):
+        fig, ax = new_figure(6.5, 3.6)
         pre = run.prefill()
         pre = pre[pre["prompt_tok_s"].notna()]
         if pre.empty:
-            _empty(ax, "no prefill cells")
+            empty(ax, "no prefill cells")
             return fig
         x = pre["context"].to_numpy(float)
         y = pre["prompt_tok_s"].to_numpy(float)
@@ -440,25 +227,25 @@ def prefill_vs_context(run: Run) -> Figure:
             )
             prev_above = None if close else xi
         ax.set_xscale("log", base=2)
-        _context_ticks(ax, x)
+        context_ticks(ax, x)
         ax.set_ylim(0, float(np.nanmax(y)) * 1.18)
         ax.set_xlabel("context length")
         ax.set_ylabel("prompt tok/s")
-        _title(ax, run, "Prefill speed")
+        set_title(ax, run, "Prefill speed")
     return fig
 
 
 def tbt_distribution(run: Run, cell_id: str, bins: int = 60) -> Figure:
     """Histogram of the time between tokens inside a cell's window, median/p90/p99 marked."""
-    with plt.rc_context(_STYLE):
-        fig, ax = _new(6.5, 3.4)
+    with plt.rc_context(STYLE):
+        fig, ax = new_figure(6.5, 3.4)
         try:
             samples = run.tbt_samples(cell_id)
         except KeyError:
             samples = np.zeros(0)
         samples = samples[np.isfinite(samples)]
         if samples.size == 0:
-            _empty(ax, f"no token records for {cell_id}")
+            empty(ax, f"no token records for {cell_id}")
             return fig
         hi = float(np.percentile(samples, 99.5))
         ax.hist(np.clip(samples, 0, hi), bins=bins, color="#41ab5d", alpha=0.85)
@@ -467,23 +254,31 @@ def tbt_distribution(run: Run, cell_id: str, bins: int = 60) -> Figure:
             ax.axvline(v, color="black", ls=ls, lw=1, label=f"p{q} {fmt.ms1(v)}")
         ax.set_xlabel("time between tokens (ms)")
         ax.set_ylabel("tokens")
-        _title(ax, run, f"Time between tokens: {cell_name(run, cell_id)}")
+        set_title(ax, run, f"Time between tokens: {cell_name(run, cell_id)}")
         ax.legend(fontsize=8)
     return fig
 
 
 def throughput_over_time(run: Run, cell_id: str, bin_s: float = 1.0) -> Figure:
     """Output tok/s per second across a cell's window (shows drift and ramp-up)."""
-    with plt.rc_context(_STYLE):
-        fig, ax = _new(6.5, 3.0)
+    with plt.rc_context(STYLE):
+        fig, ax = new_figure(6.5, 3.0)
         b = run.bins(cell_id, bin_s)
         if b.size == 0:
-            _empty(ax, f"no token records for {cell_id}")
+            empty(ax, f"no token records for {cell_id}")
             return fig
-        ax.step(np.arange(b.size) * bin_s, b, where="post", color="#6a51a3")
+        # the bins' edges: a remainder shorter than a bin widens the last one (Records.bins),
+        # so the window ends at its measured length, not at the last bin's start
+        edges = np.arange(b.size + 1) * bin_s
+        measured = run.cell(cell_id).get("measured_s")
+        measured_s = float("nan") if measured is None else float(measured)
+        if measured_s > edges[-2]:  # False for NaN: an unknown length keeps whole bins
+            edges[-1] = measured_s
+        ax.stairs(b, edges, color="#6a51a3", lw=1.5)
+        ax.set_xlim(0, edges[-1])
         ax.set_xlabel("seconds into the window")
         ax.set_ylabel("tok/s")
-        _title(ax, run, f"Throughput across the window: {cell_name(run, cell_id)}")
+        set_title(ax, run, f"Throughput across the window: {cell_name(run, cell_id)}")
     return fig
 
 
@@ -496,11 +291,11 @@ def capacity_vs_load(
     """SLO attainment versus load per context (``caps``: `Run.capacity`'s answer), the target
     attainment as a dashed line and each context's interpolated estimate marked where its
     line crosses it (a vertical tick for "at least"/"below" answers has no estimate)."""
-    with plt.rc_context(_STYLE):
-        fig, ax = _new(7.0, 4.0)
+    with plt.rc_context(STYLE):
+        fig, ax = new_figure(7.0, 4.0)
         pts = {ctx: cap.get("points") or [] for ctx, cap in caps.items()}
         if not any(pts.values()):
-            _empty(ax, "no decode cell judged against the SLO")
+            empty(ax, "no decode cell judged against the SLO")
             return fig
         rate = any(cap.get("by") == "rate" for cap in caps.values())
         colors = matplotlib.colormaps["viridis"](np.linspace(0, 0.9, max(1, len(caps))))
@@ -543,7 +338,7 @@ def capacity_vs_load(
         ax.set_ylim(-3, 103)
         ax.set_xlabel("request rate (req/s)" if rate else "simultaneous requests")
         ax.set_ylabel("requests meeting the SLO (%)")
-        _title(ax, run, f"SLO attainment versus load: {slo_text}")
+        set_title(ax, run, f"SLO attainment versus load: {slo_text}")
         handles, _ = ax.get_legend_handles_labels()
         handles.append(
             Line2D([], [], color="#c0392b", ls="--", lw=1, label=f"target {attainment:.0%}")
@@ -575,10 +370,8 @@ def all_figures(run: Run, slo: Any = None) -> dict[str, Figure]:
     """The report's charts, by name; ``slo`` (`speedmatrix.report.goodput.SloSettings`) adds
     the attainment-versus-load chart. A request-rate run has no concurrency axis: its
     concurrency charts are left out (its grid is in the report's tables)."""
-    from speedmatrix.report import goodput
-
     figs: dict[str, Figure] = {}
-    if not goodput.by_rate(run):
+    if not by_rate(run):
         figs["decode_heatmap"] = decode_heatmap(run)
         figs["total_vs_concurrency"] = total_vs_concurrency(run)
         figs["per_request_vs_concurrency"] = per_request_vs_concurrency(run)
@@ -586,7 +379,7 @@ def all_figures(run: Run, slo: Any = None) -> dict[str, Figure]:
     if run.prefill()["prompt_tok_s"].notna().any():  # else the section says none was measured
         figs["prefill_vs_context"] = prefill_vs_context(run)
     if slo is not None:
-        caps = goodput.capacities(run, slo)
+        caps = slo_capacities(run, slo)
         if caps:
             figs["capacity_vs_load"] = capacity_vs_load(run, caps, slo.text, slo.attainment)
     cid = representative_cell(run)
@@ -594,26 +387,3 @@ def all_figures(run: Run, slo: Any = None) -> dict[str, Figure]:
         figs["tbt_distribution"] = tbt_distribution(run, cid)
         figs["throughput_over_time"] = throughput_over_time(run, cid)
     return figs
-
-
-_XML_HEAD = re.compile(r"^.*?(?=<svg)", re.DOTALL)
-
-
-def figure_to_svg(fig: Figure, id_prefix: str | None = None) -> str:
-    """The figure as an inline ``<svg>`` element (no XML prolog or DOCTYPE).
-
-    ``id_prefix`` namespaces every ``id`` (and the references to it), so that several
-    charts inlined in one HTML page never share an id.
-    """
-    buf = io.StringIO()
-    with plt.rc_context(_STYLE):
-        fig.savefig(buf, format="svg")
-    svg = _XML_HEAD.sub("", buf.getvalue(), count=1)
-    # metadata block carries the date; drop it so reports are reproducible
-    svg = re.sub(r"<metadata>.*?</metadata>\s*", "", svg, flags=re.DOTALL)
-    if id_prefix:
-        p = re.sub(r"[^A-Za-z0-9_-]", "-", id_prefix)
-        svg = re.sub(r'\bid="([^"]+)"', rf'id="{p}-\1"', svg)
-        svg = re.sub(r"url\(#([^)]+)\)", rf"url(#{p}-\1)", svg)
-        svg = re.sub(r'href="#([^"]+)"', rf'href="#{p}-\1"', svg)
-    return svg.strip()
