@@ -219,10 +219,10 @@ def _synthetic(seed: int, n_req: int = 240, n_reads: int = 30_000, tie_ms: bool 
 
 def _figures_equal(a: dict, b: dict) -> None:
     assert a.keys() == b.keys()
-    for k in a:
-        x, y = np.asarray(a[k], dtype=float), np.asarray(b[k], dtype=float)
+    for k, va in a.items():
+        x, y = np.asarray(va, dtype=float), np.asarray(b[k], dtype=float)
         assert x.shape == y.shape, k
-        assert np.array_equal(x, y, equal_nan=True), (k, a[k], b[k])
+        assert np.array_equal(x, y, equal_nan=True), (k, va, b[k])
 
 
 @pytest.mark.parametrize("seed,tie_ms", [(1, False), (2, True), (3, False), (4, True)])
