@@ -15,7 +15,12 @@ prints:
   descriptors before, at the peak, and after the cell (target: back to the start: no leak);
   tokens counted by the client vs tokens the engine says it sent (GET /sim/state): the
   difference is tokens written to sockets the client had already closed at the window's end,
-  at most one event's worth per stream.
+  at most one event's worth per stream;
+  the end of the cell, as a run does it (the records of the result, the verdict's figures
+  from summarize_cell, its latency distributions, the records saved as .npz, the Parquet
+  export), RSS sampled every 20 ms: the peak of each step and of them all, against the
+  in-window peak (target: within 1.5x; the events are read from their spill mappings, never
+  copied whole, docs/RELIABILITY.md).
 A benchmark prints figures; it does not fail on a slow machine. docs/RELIABILITY.md holds
 the latest figures.
 """
@@ -35,8 +40,18 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "python"))
 
+import tempfile
+from types import SimpleNamespace
+
 import numpy as np
+
+# what a run has loaded before its first cell (the end of a cell uses them): imported before
+# the window, so that the in-window RSS counts their code as a run's does
+import pandas as pd
+import pyarrow.parquet  # noqa: F401
+from speedmatrix import export, latency, runfile
 from speedmatrix._native import _core
+from speedmatrix.records import Records
 from speedmatrix.sim import Sim
 
 
@@ -104,6 +119,78 @@ def heap_mb() -> tuple[float, float, float]:
     return m.uordblks / 2**20, m.fordblks / 2**20, m.hblkhd / 2**20
 
 
+class PeakRss:
+    """The largest RSS seen while a step runs, sampled every 20 ms on a thread."""
+
+    def __init__(self) -> None:
+        self.peak = rss_mb()
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._watch, daemon=True)
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.02):
+            self.peak = max(self.peak, rss_mb())
+
+    def __enter__(self):
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._t.join()
+        self.peak = max(self.peak, rss_mb())
+
+
+def end_of_cell(res) -> dict[str, float]:
+    """The end of a measured cell as `speedmatrix.sweep` runs it, step by step: peak RSS (MB)
+    and seconds of each, and their overall peak."""
+    out: dict[str, float] = {"rss_mb_before_end_of_cell": round(rss_mb(), 1)}
+    with tempfile.TemporaryDirectory(prefix="soak-") as d:
+        box: dict = {}
+        rec = Records.from_result(res)
+        t0, t1 = int(rec.window_start_ns), int(rec.window_end_ns)
+        steps = {
+            "summarize_cell": lambda: _core.summarize_cell(
+                rec.requests, rec.events, t0, t1, 1.0, t0, int(rec.ramp_start_ns)
+            ),
+            "latency": lambda: latency.cell_latency(rec.requests, rec.events, t0, t1),
+            "save_records": lambda: box.update(
+                rel=runfile.save_records(
+                    d, "soak", rec.requests, rec.events, dict(rec.metrics), stamps=rec.stamps()
+                )
+            ),
+            "parquet_export": lambda: export.write_parquet(
+                SimpleNamespace(
+                    cells=pd.DataFrame({"id": ["soak"]}),
+                    doc={
+                        "cells": [
+                            {
+                                "phase": "decode",
+                                "context": 0,
+                                "concurrency": 1,
+                                "records": box["rel"],
+                            }
+                        ]
+                    },
+                    path=Path(d),
+                    _records_cache={},
+                    records=lambda _cid: Records.from_loaded(runfile.load_records(d, box["rel"])),
+                ),
+                d,
+            ),
+        }
+        peak = 0.0
+        for name, step in steps.items():
+            t = time.monotonic()
+            with PeakRss() as p:
+                step()
+            out[f"end_{name}_peak_mb"] = round(p.peak, 1)
+            out[f"end_{name}_s"] = round(time.monotonic() - t, 2)
+            peak = max(peak, p.peak)
+        out["end_of_cell_peak_mb"] = round(peak, 1)
+    return out
+
+
 def fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
@@ -121,6 +208,12 @@ def main() -> int:
         help="CellSpec.spill_requests (0 = keep every request record in memory, as before)",
     )
     ap.add_argument("--json", help="also write the figures to this file")
+    ap.add_argument(
+        "--no-end-of-cell",
+        dest="end_of_cell",
+        action="store_false",
+        help="skip the end-of-cell steps (summary, latency, .npz, Parquet) and their peak RSS",
+    )
     ap.add_argument(
         "--smaps", action="store_true", help="name the mappings whose RSS grew after settling"
     )
@@ -165,6 +258,7 @@ def main() -> int:
                     maps_end = maps_end or smaps()
             worker.join(1.0)
         res = box["res"]
+        end = end_of_cell(res) if a.end_of_cell else {}
         if sim.wait_idle(60) is False:
             print("soak: the engine did not go idle within 60 s", file=sys.stderr)
         sent = sim.state()["tokens_sent"] - sent0
@@ -207,7 +301,13 @@ def main() -> int:
         "tokens_sent_by_engine": sent,
         "tokens_unaccounted": sent - counted,
         "tokens_unaccounted_per_stream": round((sent - counted) / a.streams, 2),
+        "rss_mb_max_in_window": round(max(s[1] for s in samples), 1),
+        **end,
     }
+    if end:
+        figures["end_of_cell_over_in_window"] = round(
+            end["end_of_cell_peak_mb"] / figures["rss_mb_max_in_window"], 2
+        )
     print(f"soak: {a.streams} streams, {a.duration:g} s window, load {os.getloadavg()[0]:.2f}")
     for k, v in figures.items():
         print(f"  {k:32s} {v}")
@@ -215,6 +315,12 @@ def main() -> int:
         f"  verdicts: RSS growth {'<' if growth < 5 else '>='} 5 %, descriptors "
         f"{'back to start' if fd_after <= fd0 else 'LEAKED'}, tokens "
         f"{'accounted' if 0 <= sent - counted <= a.streams * 4 else 'NOT accounted'}"
+        + (
+            f", end-of-cell peak {figures['end_of_cell_over_in_window']}x the in-window peak "
+            f"({'within' if figures['end_of_cell_over_in_window'] <= 1.5 else 'OVER'} 1.5x)"
+            if end
+            else ""
+        )
     )
     if a.smaps and maps_settled and maps_end:
         grew = sorted(
