@@ -29,6 +29,7 @@ the sample is NaN on that side.
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any
 
@@ -133,6 +134,72 @@ def _col(d: dict, name: str) -> np.ndarray:
     return np.asarray(d[name])
 
 
+#: events per slice when the event columns are read in time order (`_time_slices`): the
+#: end of a cell holds one slice's intermediates, not the window's (issue 25)
+SLICE_EVENTS = 1 << 18
+
+
+def _time_slices(t: np.ndarray, size: int | None = None):
+    """(start, end) slices of the event columns, cut only where ``t`` changes (one socket
+    read's events stay together), or None when ``t`` goes back somewhere: records not in the
+    loop's order are read whole, as before."""
+    size = size or SLICE_EVENTS
+    n = len(t)
+    prev = None
+    for s in range(0, n, size):
+        chunk = t[s : s + size + 1]
+        if np.any(chunk[1:] < chunk[:-1]) or (prev is not None and chunk[0] < prev):
+            return None
+        prev = chunk[-1]
+    cuts = [0]
+    while cuts[-1] < n:
+        end = min(cuts[-1] + size, n)
+        # move the cut forward to the next change of time
+        while 0 < end < n and t[end] == t[end - 1]:
+            step = t[end : end + size]
+            same = np.flatnonzero(step != t[end - 1])
+            end = end + int(same[0]) if len(same) else min(end + size, n)
+        cuts.append(end)
+    return list(itertools.pairwise(cuts))
+
+
+def _event_reductions(events: dict, n: int):
+    """Per request: the longest gap between consecutive events (ms; NaN with fewer than
+    two), the tokens received (float) and the last event's time (-1 = none)."""
+    q_all, t_all = _col(events, "request"), _col(events, "t_ns")
+    tok_all = _col(events, "tokens")
+    slices = _time_slices(t_all)
+    if slices is None:
+        slices = [(0, len(t_all))]
+        whole = True
+    else:
+        whole = False
+    mx = np.full(n, -np.inf)
+    seen = np.zeros(n)
+    last = np.full(n, -1, dtype=np.int64)
+    had = np.zeros(n, dtype=bool)
+    for s, e in slices:
+        req = q_all[s:e].astype(np.int64)
+        t = t_all[s:e].astype(np.int64)
+        order = np.lexsort((t, req)) if whole else np.argsort(req, kind="stable")
+        req, t = req[order], t[order]
+        # each request's previous event: the one before it here, else its last one so far
+        head = np.ones(len(req), dtype=bool)
+        head[1:] = req[1:] != req[:-1]
+        prev = np.empty_like(t)
+        prev[1:] = t[:-1]
+        prev[head] = last[req[head]]
+        has = ~head | had[req]
+        if has.any():
+            np.maximum.at(mx, req[has], (t[has] - prev[has]) / 1e6)
+        seen += np.bincount(req, weights=tok_all[s:e][order], minlength=n)[:n]
+        tail = np.ones(len(req), dtype=bool)
+        tail[:-1] = req[:-1] != req[1:]
+        np.maximum.at(last, req[tail], t[tail])
+        had[req[tail]] = True
+    return np.where(np.isfinite(mx), mx, np.nan), seen, last
+
+
 def per_request(requests: dict, events: dict | None = None) -> dict[str, np.ndarray]:
     """Per-request latencies in ms (NaN where undefined) for every record, aligned with the
     records: e2e_ms, ttft_ms, tpot_ms, e2e_sched_ms, ttft_sched_ms, queue_ms, and from
@@ -157,21 +224,7 @@ def per_request(requests: dict, events: dict | None = None) -> dict[str, np.ndar
     tbt_max = np.full(n, np.nan)
     tpot_so_far = np.full(n, np.nan)
     if events is not None and len(_col(events, "t_ns")):
-        req = _col(events, "request").astype(np.int64)
-        t = _col(events, "t_ns").astype(np.int64)
-        order = np.lexsort((t, req))
-        req, t = req[order], t[order]
-        gaps = np.diff(t) / 1e6
-        same = req[1:] == req[:-1]
-        if same.any():
-            g_req, g = req[1:][same], gaps[same]
-            mx = np.full(n, -np.inf)
-            np.maximum.at(mx, g_req, g)
-            tbt_max = np.where(np.isfinite(mx), mx, np.nan)
-        # A request cut before its end: its pace so far, from its first to its last token.
-        seen = np.bincount(req, weights=_col(events, "tokens")[order], minlength=n)[:n]
-        last = np.full(n, -1, dtype=np.int64)
-        np.maximum.at(last, req, t)
+        tbt_max, seen, last = _event_reductions(events, n)
         with np.errstate(invalid="ignore", divide="ignore"):
             tpot_so_far = np.where(
                 (seen >= 2) & (first >= 0), (last - first) / 1e6 / (seen - 1), np.nan
@@ -211,27 +264,48 @@ def counted_mask(requests: dict, t0_ns: int, t1_ns: int, open_loop: bool) -> np.
 
 def _tbt_samples(requests: dict, events: dict | None, mask: np.ndarray) -> np.ndarray:
     """Per-token gaps (ms) of the masked requests' streams: a chunk's gap since the request's
-    previous arrival, spread over the chunk's tokens, one sample per token."""
+    previous arrival, spread over the chunk's tokens, one sample per token (in no particular
+    order: `distribution` sorts them)."""
     if events is None or not len(_col(events, "t_ns")):
         return np.empty(0)
-    req = _col(events, "request").astype(np.int64)
-    t = _col(events, "t_ns").astype(np.int64)
-    tok = _col(events, "tokens").astype(np.int64)
-    keep = mask[req]
-    req, t, tok = req[keep], t[keep], tok[keep]
-    order = np.lexsort((t, req))
-    req, t, tok = req[order], t[order], tok[order]
-    # Events of one request at the same instant are one arrival (one socket read).
-    if len(t):
-        new = np.ones(len(t), dtype=bool)
-        new[1:] = (req[1:] != req[:-1]) | (t[1:] != t[:-1])
-        idx = np.cumsum(new) - 1
-        tok = np.bincount(idx, weights=tok).astype(np.int64)
-        req, t = req[new], t[new]
-    same = req[1:] == req[:-1]
-    gap = (np.diff(t) / 1e6)[same]
-    ntok = np.maximum(tok[1:][same], 1)
-    return np.repeat(gap / ntok, ntok)
+    q_all, t_all = _col(events, "request"), _col(events, "t_ns")
+    tok_all = _col(events, "tokens")
+    slices = _time_slices(t_all)
+    whole = slices is None
+    slices = [(0, len(t_all))] if slices is None else slices
+    n = len(mask)
+    last = np.zeros(n, dtype=np.int64)  # each request's previous arrival, once `had`
+    had = np.zeros(n, dtype=bool)
+    pieces = []
+    for s, e in slices:
+        req = q_all[s:e].astype(np.int64)
+        keep = mask[req]
+        req = req[keep]
+        t = t_all[s:e][keep].astype(np.int64)
+        tok = tok_all[s:e][keep].astype(np.int64)
+        order = np.lexsort((t, req)) if whole else np.argsort(req, kind="stable")
+        req, t, tok = req[order], t[order], tok[order]
+        # Events of one request at the same instant are one arrival (one socket read).
+        if len(t):
+            new = np.ones(len(t), dtype=bool)
+            new[1:] = (req[1:] != req[:-1]) | (t[1:] != t[:-1])
+            idx = np.cumsum(new) - 1
+            tok = np.bincount(idx, weights=tok).astype(np.int64)
+            req, t = req[new], t[new]
+        head = np.ones(len(req), dtype=bool)
+        head[1:] = req[1:] != req[:-1]
+        prev = np.empty_like(t)
+        prev[1:] = t[:-1]
+        prev[head] = last[req[head]]
+        has = ~head | had[req]
+        gap = (t[has] - prev[has]) / 1e6
+        ntok = np.maximum(tok[has], 1)
+        pieces.append(np.repeat(gap / ntok, ntok))
+        tail = np.ones(len(req), dtype=bool)
+        tail[:-1] = req[:-1] != req[1:]
+        last[req[tail]] = t[tail]
+        had[req[tail]] = True
+    return np.concatenate(pieces) if pieces else np.empty(0)
 
 
 def cell_latency(

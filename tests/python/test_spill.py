@@ -220,6 +220,9 @@ def _synthetic(seed: int, n_req: int = 240, n_reads: int = 30_000, tie_ms: bool 
 def _figures_equal(a: dict, b: dict) -> None:
     assert a.keys() == b.keys()
     for k, va in a.items():
+        if isinstance(va, dict):
+            _figures_equal(va, b[k])
+            continue
         x, y = np.asarray(va, dtype=float), np.asarray(b[k], dtype=float)
         assert x.shape == y.shape, k
         assert np.array_equal(x, y, equal_nan=True), (k, va, b[k])
@@ -284,3 +287,102 @@ def test_the_end_of_cell_summary_holds_no_copy_of_the_events():
     grew = hwm_mb() - before
     assert fig["output_tokens"] == n_ev
     assert grew < 40, f"the summary grew the process by {grew:.0f} MB for {n_ev:,} events"
+
+
+def _old_tbt_samples(events: dict, mask: np.ndarray) -> np.ndarray:
+    """latency._tbt_samples before issue 25 (one sorted copy of every event): the reference."""
+    req = np.asarray(events["request"]).astype(np.int64)
+    t = np.asarray(events["t_ns"]).astype(np.int64)
+    tok = np.asarray(events["tokens"]).astype(np.int64)
+    keep = mask[req]
+    req, t, tok = req[keep], t[keep], tok[keep]
+    order = np.lexsort((t, req))
+    req, t, tok = req[order], t[order], tok[order]
+    if len(t):
+        new = np.ones(len(t), dtype=bool)
+        new[1:] = (req[1:] != req[:-1]) | (t[1:] != t[:-1])
+        idx = np.cumsum(new) - 1
+        tok = np.bincount(idx, weights=tok).astype(np.int64)
+        req, t = req[new], t[new]
+    same = req[1:] == req[:-1]
+    gap = (np.diff(t) / 1e6)[same]
+    ntok = np.maximum(tok[1:][same], 1)
+    return np.repeat(gap / ntok, ntok)
+
+
+def _old_event_reductions(events: dict, n: int):
+    """latency.per_request's event part before issue 25: the reference."""
+    req = np.asarray(events["request"]).astype(np.int64)
+    t = np.asarray(events["t_ns"]).astype(np.int64)
+    order = np.lexsort((t, req))
+    req, t = req[order], t[order]
+    gaps = np.diff(t) / 1e6
+    same = req[1:] == req[:-1]
+    mx = np.full(n, -np.inf)
+    np.maximum.at(mx, req[1:][same], gaps[same])
+    seen = np.bincount(req, weights=np.asarray(events["tokens"])[order], minlength=n)[:n]
+    last = np.full(n, -1, dtype=np.int64)
+    np.maximum.at(last, req, t)
+    return np.where(np.isfinite(mx), mx, np.nan), seen, last
+
+
+@pytest.mark.parametrize("seed,tie_ms", [(1, False), (2, True)])
+@pytest.mark.parametrize("slice_events", [97, 1 << 18])
+def test_latency_reads_events_in_slices_with_the_figures_of_one_sorted_copy(
+    monkeypatch, seed, tie_ms, slice_events
+):
+    """The latency distributions read the event columns a time-ordered slice at a time
+    (cut only where t_ns changes); per-request tbt_max / tokens / last time and the TBT
+    samples' distribution must equal those of the one sorted copy they used to make, to the
+    bit, whatever the slice size (97: slices cut inside runs of equal t_ns) and for events
+    not in time order (read whole, as before)."""
+    from speedmatrix import latency
+
+    monkeypatch.setattr(latency, "SLICE_EVENTS", slice_events)
+    req, ev = _synthetic(seed, tie_ms=tie_ms)
+    n = len(req["sent_ns"])
+    mask = np.random.default_rng(seed).random(n) > 0.3
+    grouped = np.argsort(ev["request"], kind="stable")
+    for events in (ev, {k: v[grouped] for k, v in ev.items()}):
+        for mine, ref in zip(
+            latency._event_reductions(events, n), _old_event_reductions(events, n), strict=True
+        ):
+            assert np.array_equal(mine, ref, equal_nan=True)
+        samples = latency._tbt_samples(req, events, mask)
+        ref = _old_tbt_samples(events, mask)
+        assert len(ref) > 1000 and np.array_equal(np.sort(samples), np.sort(ref))
+        _figures_equal(latency.distribution(samples), latency.distribution(ref))
+
+
+def test_the_latency_distributions_hold_no_copy_of_the_events():
+    """latency.cell_latency over 3 M time-ordered events: it held ~72 bytes an event in
+    sorted copies (215 MB traced); now one slice's intermediates and the per-token samples
+    (8 bytes a token) that its distribution sorts. numpy's allocations, traced."""
+    import tracemalloc
+
+    from speedmatrix import latency
+
+    n_ev, n_req = 3_000_000, 1_500
+    rng = np.random.default_rng(5)
+    ev = {
+        "request": rng.integers(0, n_req, n_ev).astype(np.int32),
+        "t_ns": np.sort(rng.integers(0, 120_000_000_000, n_ev)).astype(np.int64),
+        "tokens": np.ones(n_ev, np.int32),
+    }
+    req = {
+        "scheduled_ns": np.zeros(n_req, np.int64),
+        "sent_ns": np.zeros(n_req, np.int64),
+        "first_token_ns": np.zeros(n_req, np.int64),
+        "done_ns": np.full(n_req, 120_000_000_000, np.int64),
+        "outcome": np.ones(n_req, np.uint8),
+        "phase": np.ones(n_req, np.uint8),
+        "output_tokens": np.full(n_req, 2000, np.int64),
+    }
+    tracemalloc.start()
+    try:
+        out = latency.cell_latency(req, ev, 0, 120_000_000_000)
+        peak_mb = tracemalloc.get_traced_memory()[1] / 2**20
+    finally:
+        tracemalloc.stop()
+    assert out["tbt_ms"]["n"] == n_ev - n_req
+    assert peak_mb < 100, f"cell_latency held {peak_mb:.0f} MB for {n_ev:,} events"
