@@ -124,12 +124,14 @@ class PeakRss:
 
     def __init__(self) -> None:
         self.peak = rss_mb()
+        self.peak_anon = rss_split_mb()[0]
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._watch, daemon=True)
 
     def _watch(self) -> None:
         while not self._stop.wait(0.02):
             self.peak = max(self.peak, rss_mb())
+            self.peak_anon = max(self.peak_anon, rss_split_mb()[0])
 
     def __enter__(self):
         self._t.start()
@@ -139,12 +141,16 @@ class PeakRss:
         self._stop.set()
         self._t.join()
         self.peak = max(self.peak, rss_mb())
+        self.peak_anon = max(self.peak_anon, rss_split_mb()[0])
 
 
 def end_of_cell(res) -> dict[str, float]:
     """The end of a measured cell as `speedmatrix.sweep` runs it, step by step: peak RSS (MB)
     and seconds of each, and their overall peak."""
-    out: dict[str, float] = {"rss_mb_before_end_of_cell": round(rss_mb(), 1)}
+    out: dict[str, float] = {
+        "rss_mb_before_end_of_cell": round(rss_mb(), 1),
+        "rss_anon_mb_before_end_of_cell": round(rss_split_mb()[0], 1),
+    }
     with tempfile.TemporaryDirectory(prefix="soak-") as d:
         box: dict = {}
         rec = Records.from_result(res)
@@ -179,15 +185,19 @@ def end_of_cell(res) -> dict[str, float]:
                 d,
             ),
         }
-        peak = 0.0
+        peak = peak_anon = 0.0
         for name, step in steps.items():
             t = time.monotonic()
             with PeakRss() as p:
                 step()
+            # RSS, and of it the anonymous memory: the spill mappings' pages that a step
+            # reads are file-backed (counted in RSS, dropped by the kernel under pressure)
             out[f"end_{name}_peak_mb"] = round(p.peak, 1)
+            out[f"end_{name}_peak_anon_mb"] = round(p.peak_anon, 1)
             out[f"end_{name}_s"] = round(time.monotonic() - t, 2)
-            peak = max(peak, p.peak)
+            peak, peak_anon = max(peak, p.peak), max(peak_anon, p.peak_anon)
         out["end_of_cell_peak_mb"] = round(peak, 1)
+        out["end_of_cell_peak_anon_mb"] = round(peak_anon, 1)
     return out
 
 
@@ -302,11 +312,15 @@ def main() -> int:
         "tokens_unaccounted": sent - counted,
         "tokens_unaccounted_per_stream": round((sent - counted) / a.streams, 2),
         "rss_mb_max_in_window": round(max(s[1] for s in samples), 1),
+        "rss_anon_mb_max_in_window": round(max(x[0] for x in split), 1),
         **end,
     }
     if end:
         figures["end_of_cell_over_in_window"] = round(
             end["end_of_cell_peak_mb"] / figures["rss_mb_max_in_window"], 2
+        )
+        figures["end_of_cell_anon_over_in_window"] = round(
+            end["end_of_cell_peak_anon_mb"] / figures["rss_anon_mb_max_in_window"], 2
         )
     print(f"soak: {a.streams} streams, {a.duration:g} s window, load {os.getloadavg()[0]:.2f}")
     for k, v in figures.items():
@@ -317,7 +331,8 @@ def main() -> int:
         f"{'accounted' if 0 <= sent - counted <= a.streams * 4 else 'NOT accounted'}"
         + (
             f", end-of-cell peak {figures['end_of_cell_over_in_window']}x the in-window peak "
-            f"({'within' if figures['end_of_cell_over_in_window'] <= 1.5 else 'OVER'} 1.5x)"
+            f"({'within' if figures['end_of_cell_over_in_window'] <= 1.5 else 'OVER'} 1.5x; "
+            f"anonymous {figures['end_of_cell_anon_over_in_window']}x)"
             if end
             else ""
         )
