@@ -2,7 +2,7 @@
 engine, watching the client's memory and descriptors and accounting for every token.
 
     PYTHONPATH=python python3 bench/soak.py [--streams 1024] [--duration 600] [--max-tokens 2000]
-        [--spill-requests N] [--smaps] [--json FILE]
+        [--spill-requests N] [--unpaced] [--no-end-of-cell] [--smaps] [--json FILE]
 
 One cell (closed loop: each stream sends its next request when one ends, so connections
 and requests turn over all the time) runs on a worker thread while this thread samples, once
@@ -212,6 +212,9 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=2000, help="per request (20 ms each)")
     ap.add_argument("--profile", default="fixed")
     ap.add_argument(
+        "--unpaced", action="store_true", help="the engine sends as fast as it can (no 20 ms ITL)"
+    )
+    ap.add_argument(
         "--spill-requests",
         type=int,
         default=None,
@@ -235,7 +238,7 @@ def main() -> int:
         {"prompt": "hello", "max_tokens": a.max_tokens, "ignore_eos": True, "stream": True}
     ).encode()
     samples: list[tuple[float, float, int]] = []
-    with Sim(a.profile) as sim:
+    with Sim(a.profile, unpaced=a.unpaced) as sim:
         sent0 = sim.state()["tokens_sent"]
         fd0 = fds()
         spec = _core.CellSpec()
