@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import gc
 import json
 import os
 import resource
@@ -144,16 +145,18 @@ class PeakRss:
         self.peak_anon = max(self.peak_anon, rss_split_mb()[0])
 
 
-def end_of_cell(res) -> dict[str, float]:
+def end_of_cell(held: dict) -> dict[str, float]:
     """The end of a measured cell as `speedmatrix.sweep` runs it, step by step: peak RSS (MB)
-    and seconds of each, and their overall peak."""
+    and seconds of each, and their overall peak. Takes the cell's result out of ``held``: as
+    in a run, the records (and the spill mappings under them) are released once saved,
+    before the export."""
     out: dict[str, float] = {
         "rss_mb_before_end_of_cell": round(rss_mb(), 1),
         "rss_anon_mb_before_end_of_cell": round(rss_split_mb()[0], 1),
     }
     with tempfile.TemporaryDirectory(prefix="soak-") as d:
         box: dict = {}
-        rec = Records.from_result(res)
+        rec = Records.from_result(held.pop("res"))
         t0, t1 = int(rec.window_start_ns), int(rec.window_end_ns)
         steps = {
             "summarize_cell": lambda: _core.summarize_cell(
@@ -165,6 +168,7 @@ def end_of_cell(res) -> dict[str, float]:
                     d, "soak", rec.requests, rec.events, dict(rec.metrics), stamps=rec.stamps()
                 )
             ),
+            "release_records": lambda: release(),
             "parquet_export": lambda: export.write_parquet(
                 SimpleNamespace(
                     cells=pd.DataFrame({"id": ["soak"]}),
@@ -185,6 +189,12 @@ def end_of_cell(res) -> dict[str, float]:
                 d,
             ),
         }
+
+        def release() -> None:
+            nonlocal rec
+            rec = None
+            gc.collect()
+
         peak = peak_anon = 0.0
         for name, step in steps.items():
             t = time.monotonic()
@@ -271,22 +281,34 @@ def main() -> int:
                     maps_end = maps_end or smaps()
             worker.join(1.0)
         res = box["res"]
-        end = end_of_cell(res) if a.end_of_cell else {}
+        counted = int(np.asarray(res.events["tokens"], dtype=np.int64).sum())
+        got = SimpleNamespace(
+            requests=len(res.requests["outcome"]),
+            errors=int(np.sum(res.requests["outcome"] == 3)),
+            events=len(res.events["t_ns"]),
+            events_note=res.events_note,
+            requests_spilled=res.requests_spilled,
+            requests_note=res.requests_note,
+            loop_lag_max_ms=res.loop_lag_max_ms,
+            client_cpu_s=res.client_cpu_s,
+        )
+        del res
+        end = end_of_cell(box) if a.end_of_cell else {}
+        box.clear()
         if sim.wait_idle(60) is False:
             print("soak: the engine did not go idle within 60 s", file=sys.stderr)
         sent = sim.state()["tokens_sent"] - sent0
     fd_after = fds()
-    counted = int(np.asarray(res.events["tokens"], dtype=np.int64).sum())
-    errors = int(np.sum(res.requests["outcome"] == 3))
+    errors = got.errors
     after_first = [s for s in samples if s[0] >= settle_s] or samples
     rss_start, rss_end = after_first[0][1], samples[-1][1]
     growth = (rss_end - rss_start) / rss_start * 100
     figures = {
         "streams": a.streams,
         "window_s": a.duration,
-        "requests": len(res.requests["outcome"]),
+        "requests": got.requests,
         "errors": errors,
-        "events": len(res.events["t_ns"]),
+        "events": got.events,
         "rss_mb_after_settle": round(rss_start, 1),
         "rss_mb_end": round(rss_end, 1),
         "rss_growth_pct": round(growth, 2),
@@ -299,12 +321,12 @@ def main() -> int:
             round(x, 1) for x in heap[len(samples) - len(after_first)]
         ),
         "heap_used_free_mmap_mb_end": tuple(round(x, 1) for x in heap[-1]),
-        "events_note": res.events_note or "(spilled as planned)",
-        "requests_spilled": res.requests_spilled,
-        "requests_note": res.requests_note
+        "events_note": got.events_note or "(spilled as planned)",
+        "requests_spilled": got.requests_spilled,
+        "requests_note": got.requests_note
         or ("(all in memory: --spill-requests 0)" if a.spill_requests == 0 else "(as planned)"),
-        "loop_lag_max_ms": round(res.loop_lag_max_ms, 1),
-        "client_cpu_s": round(res.client_cpu_s, 1),
+        "loop_lag_max_ms": round(got.loop_lag_max_ms, 1),
+        "client_cpu_s": round(got.client_cpu_s, 1),
         "load_start_end": f"{load0:.2f} / {os.getloadavg()[0]:.2f}",
         "settle_s": settle_s,
         "fds_before": fd0,

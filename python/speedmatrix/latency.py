@@ -103,7 +103,9 @@ def _quantile_ci(sorted_v: np.ndarray, q: float) -> list[float]:
 def distribution(values: Any, percentiles: tuple[float, ...] = DEFAULT_PERCENTILES) -> dict:
     """Summary of one sample: ``{"n", "mean", "mean_ci", "median", "median_ci",
     "p50": v, ..., "ci": {"p50": [lo, hi], ...}}``; NaN figures for an empty sample."""
-    v = np.sort(np.asarray(values, dtype=float)[np.isfinite(np.asarray(values, dtype=float))])
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]  # a copy, sorted in place: one sample per token may be many
+    v.sort()
     n = len(v)
     out: dict[str, Any] = {"n": n}
     if n == 0:
