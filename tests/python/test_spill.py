@@ -386,3 +386,29 @@ def test_the_latency_distributions_hold_no_copy_of_the_events():
         tracemalloc.stop()
     assert out["tbt_ms"]["n"] == n_ev - n_req
     assert peak_mb < 100, f"cell_latency held {peak_mb:.0f} MB for {n_ev:,} events"
+
+
+@pytest.mark.e2e
+def test_a_spilled_cells_figures_read_in_place_equal_those_of_a_sorted_copy():
+    """A real cell whose events spilled (the arrays are mappings of the spill files): the
+    end-of-cell figures read in place from the mappings (summarize_cell streamed, latency in
+    slices) equal, to the bit, those of in-memory copies of the same records put out of time
+    order (the sorted derivations the end of a cell used before)."""
+    from speedmatrix import latency
+
+    with Sim("test-fast") as sim:
+        res = _core.CellRunner(_spec(sim.url + "/v1/completions", spill_events=50)).run()
+    assert res.fatal_error == "" and res.events_note == ""
+    assert _spill_mappings() >= 4
+    req, ev = res.requests, res.events
+    t = np.asarray(ev["t_ns"])
+    t0, t1 = int(t[len(t) // 10]), int(t[-1])
+    grouped = np.argsort(np.asarray(ev["request"]), kind="stable")
+    copy = {k: np.asarray(v)[grouped] for k, v in ev.items()}
+    assert np.any(np.diff(copy["t_ns"]) < 0)
+    fig = _core.summarize_cell(req, ev, t0, t1, 0.5, t0, t0)
+    assert fig["output_tokens"] > 100 and np.isfinite(fig["tbt_p99_ms"])
+    _figures_equal(fig, _core.summarize_cell(req, copy, t0, t1, 0.5, t0, t0))
+    tbt = latency.cell_latency(req, ev, t0, t1)["tbt_ms"]
+    assert tbt["n"] > 100
+    _figures_equal(tbt, latency.cell_latency(req, copy, t0, t1)["tbt_ms"])
