@@ -106,6 +106,11 @@ def distribution(values: Any, percentiles: tuple[float, ...] = DEFAULT_PERCENTIL
     v = np.asarray(values, dtype=float)
     v = v[np.isfinite(v)]  # a copy, sorted in place: one sample per token may be many
     v.sort()
+    return _sorted_distribution(v, percentiles)
+
+
+def _sorted_distribution(v: np.ndarray, percentiles: tuple[float, ...]) -> dict:
+    """`distribution` of ``v``, finite and sorted already (read, not copied)."""
     n = len(v)
     out: dict[str, Any] = {"n": n}
     if n == 0:
@@ -328,7 +333,12 @@ def cell_latency(
     if open_loop:
         names += ["e2e_sched_ms", "ttft_sched_ms", "queue_ms"]
     out = {name: distribution(lat[name][ok], percentiles) for name in names}
-    out["tbt_ms"] = distribution(_tbt_samples(requests, events, ok), percentiles)
+    # one sample per token: sorted in place, not copied (the gaps are finite by construction)
+    samples = _tbt_samples(requests, events, ok)
+    if not np.isfinite(samples).all():
+        samples = samples[np.isfinite(samples)]
+    samples.sort()
+    out["tbt_ms"] = _sorted_distribution(samples, percentiles)
     return out
 
 
