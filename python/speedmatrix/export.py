@@ -180,10 +180,17 @@ def _records_file(run, rel) -> Path | None:
     return path if base in path.parents and path.is_file() else None
 
 
-def _open_columns(path, rec, group: str, prefix: str, stack) -> dict[str, _Column]:
+def _open_columns(run, cid, path, rec, group: str, prefix: str, stack) -> dict[str, _Column]:
     if rec is not None:
         return _memory_columns(rec[group] or {})
-    return _npz_columns(path, prefix, stack)
+    import zipfile
+
+    try:
+        return _npz_columns(path, prefix, stack)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile):
+        # unreadable: Run.records says so once (a warning) and the cell has no rows
+        rec = run.records(cid)
+        return _memory_columns(rec[group] or {}) if rec is not None else {}
 
 
 def _write_group(run, group: str, prefix: str, dest: Path) -> None:
@@ -196,9 +203,9 @@ def _write_group(run, group: str, prefix: str, dest: Path) -> None:
 
     # the columns of every cell first (the file has one schema): from the arrays' headers
     fields: dict[str, Any] = {}
-    for _cid, _c, path, rec in _cells(run):
+    for cid, _c, path, rec in _cells(run):
         with contextlib.ExitStack() as stack:
-            for k, col in _open_columns(path, rec, group, prefix, stack).items():
+            for k, col in _open_columns(run, cid, path, rec, group, prefix, stack).items():
                 fields.setdefault(k, _arrow_type(col.dtype))
     # a records column of a front column's name (the requests' own ``phase``) takes its place
     front_fields = [fields.pop(f.name, f.type) for f in _front_schema()]
@@ -217,7 +224,7 @@ def _write_group(run, group: str, prefix: str, dest: Path) -> None:
                 "repetition": int(c.get("repetition") or 0),
             }
             with contextlib.ExitStack() as stack:
-                cols = _open_columns(path, rec, group, prefix, stack)
+                cols = _open_columns(run, cid, path, rec, group, prefix, stack)
                 if not cols:
                     continue
                 n = min(col.n for col in cols.values())

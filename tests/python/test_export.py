@@ -189,3 +189,20 @@ def test_the_parquet_export_holds_one_row_group_not_the_run(tmp_path):
     assert np.array_equal(mine["t_ns"].to_numpy(), events["t_ns"])
     assert int(mine["tokens"].to_numpy().sum()) == n
     assert grew < 80, f"the export grew the process by {grew:.0f} MB for {n:,} token events"
+
+
+def test_an_unreadable_records_file_loses_only_its_own_rows(tmp_path):
+    """A cell's .npz that cannot be read (truncated) gives one warning and no rows for that
+    cell; the other cells' rows are exported (as when the export read every file whole)."""
+    import pyarrow.parquet as pq
+
+    d = tmp_path / "r"
+    shutil.copytree(synthetic.shared_run("full"), d)
+    doc = json.loads((d / "run.json").read_text())
+    cells = [c for c in doc["cells"] if c.get("records")]
+    bad = d / cells[0]["records"]
+    bad.write_bytes(bad.read_bytes()[:100])
+    with pytest.warns(UserWarning, match="unreadable"):
+        export.write_exports(d)
+    got = set(pq.read_table(d / export.TOKENS_PARQUET, columns=["cell"])["cell"].to_pylist())
+    assert cells[0]["id"] not in got and cells[1]["id"] in got
