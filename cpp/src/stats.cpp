@@ -1,8 +1,10 @@
 #include "speedmatrix/stats.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
+#include <deque>
 #include <limits>
 #include <numeric>
 #include <utility>
@@ -429,6 +431,317 @@ CellFigures PrecisionScan::finish() {
   return f;
 }
 
+namespace {
+
+// Per request: its last arrival (any time), and its first and last arrival inside the
+// window with the tokens after the first (decode speed).
+struct Span {
+  ns_t last = kNever;
+  ns_t first_in = kNever;
+  ns_t last_in = kNever;
+  std::int64_t tokens_after = 0;
+};
+
+// What summarize_cell reads from the events: window tokens per bin, the weighted
+// quantiles of the gaps, each non-empty bin's weighted median gap (in bin order) and the
+// per-request spans.
+struct WindowEvents {
+  std::int64_t output_tokens = 0;
+  std::vector<std::int64_t> bin_tokens;
+  double tbt_ms = kNaN, tbt_p90_ms = kNaN, tbt_p99_ms = kNaN;
+  std::vector<double> bin_medians;
+  std::vector<Span> spans;
+};
+
+bool failed_request(const RecordView& r, std::size_t i) {
+  return i < r.outcome.size() && r.outcome[i] == static_cast<std::uint8_t>(Outcome::kError);
+}
+
+std::int64_t bin_index(ns_t t, ns_t t0, ns_t bin_ns, std::int64_t n_bins) {
+  return std::min<std::int64_t>(n_bins - 1, (t - t0) / bin_ns);
+}
+
+// From token_arrivals' sorted copy (~90 bytes an event at the peak): any event order.
+WindowEvents window_events_sorted(const RecordView& r, ns_t t0, ns_t t1, ns_t bin_ns,
+                                  std::int64_t n_bins) {
+  WindowEvents w;
+  w.bin_tokens.assign(static_cast<std::size_t>(n_bins), 0);
+  w.spans.resize(r.sent_ns.size());
+  auto in_window = [&](ns_t t) { return t != kNever && t >= t0 && t <= t1; };
+  std::vector<std::pair<double, std::int64_t>> gaps;  // (ms per token, tokens)
+  std::vector<std::pair<std::int64_t, std::pair<double, std::int64_t>>> bin_gaps;
+  {
+    const std::vector<Arrival> arrivals = token_arrivals(r);
+    for (const Arrival& a : arrivals) {
+      const auto q = static_cast<std::size_t>(a.request);
+      Span& s = w.spans[q];
+      s.last = a.t_ns;
+      if (!in_window(a.t_ns)) continue;
+      const std::int64_t bin = bin_index(a.t_ns, t0, bin_ns, n_bins);
+      w.output_tokens += a.tokens;
+      w.bin_tokens[static_cast<std::size_t>(bin)] += a.tokens;
+      if (failed_request(r, q)) continue;  // a failed stream's silence is not the server's decode
+      if (s.first_in == kNever) {
+        s.first_in = a.t_ns;
+      } else {
+        s.tokens_after += a.tokens;
+        s.last_in = a.t_ns;
+      }
+      if (!std::isnan(a.gap_ms)) {
+        gaps.emplace_back(a.gap_ms, a.tokens);
+        bin_gaps.push_back({bin, {a.gap_ms, a.tokens}});
+      }
+    }
+  }
+  std::sort(gaps.begin(), gaps.end());
+  if (!gaps.empty()) {
+    w.tbt_ms = sorted_weighted_quantile(gaps, 0, gaps.size(), 0.5);
+    w.tbt_p90_ms = sorted_weighted_quantile(gaps, 0, gaps.size(), 0.90);
+    w.tbt_p99_ms = sorted_weighted_quantile(gaps, 0, gaps.size(), 0.99);
+  }
+  w.bin_medians = group_medians(bin_gaps);
+  return w;
+}
+
+// Whether the events are in the order the transport writes them: t_ns never goes back
+// (one loop thread reads one monotonic clock). Then each request's events come in time
+// order, and an arrival (a request's delivery) is whole once an event kDeliveryNs after
+// its first shows.
+bool time_ordered(const RecordView& r) {
+  const std::size_t n = std::min({r.ev_request.size(), r.ev_t_ns.size(), r.ev_tokens.size()});
+  for (std::size_t e = 1; e < n; ++e) {
+    if (r.ev_t_ns[e] < r.ev_t_ns[e - 1]) return false;
+  }
+  return true;
+}
+
+// token_arrivals' arrivals of `phase` requests, usage-scaled the same way, handed to
+// `on_arrival(request, t_ns, tokens, gap_ms)` in time order, from one pass over the event
+// columns in record order. REQUIRES time_ordered(r). Memory: O(requests).
+template <class OnArrival>
+void stream_arrivals(const RecordView& r, int phase, OnArrival&& on_arrival) {
+  const std::size_t n_req = r.sent_ns.size();
+  const std::size_t n_ev = std::min({r.ev_request.size(), r.ev_t_ns.size(), r.ev_tokens.size()});
+  // usage_scaled_tokens, event by event: the per-request chunk sums first
+  const std::size_t n_usage = std::min(r.output_tokens.size(), r.token_source.size());
+  std::vector<std::int64_t> chunk_sum(n_usage, 0), seen(n_usage, 0);
+  for (std::size_t e = 0; n_usage > 0 && e < n_ev; ++e) {
+    const auto q = static_cast<std::size_t>(r.ev_request[e]);
+    if (q < n_usage && r.ev_tokens[e] > 0) chunk_sum[q] += r.ev_tokens[e];
+  }
+  auto scaled = [&](std::size_t e) -> std::int32_t {
+    const std::int32_t tok = r.ev_tokens[e];
+    const auto q = static_cast<std::size_t>(r.ev_request[e]);
+    if (q >= n_usage || tok <= 0 || chunk_sum[q] <= 0) return tok;
+    if (!scaled_to_usage(static_cast<TokenSource>(r.token_source[q]))) return tok;
+    const std::int64_t total = r.output_tokens[q];
+    if (total <= 0 || total == chunk_sum[q]) return tok;
+    const double scale = static_cast<double>(total) / static_cast<double>(chunk_sum[q]);
+    const auto before = std::llround(static_cast<double>(seen[q]) * scale);
+    seen[q] += tok;
+    const auto after = std::llround(static_cast<double>(seen[q]) * scale);
+    return static_cast<std::int32_t>(after - before);
+  };
+  struct Open {
+    ns_t prev = kNever, cur = kNever;  // the previous arrival; the one being merged
+    std::int64_t tokens = 0;
+    bool merging = false;
+  };
+  std::vector<Open> open(n_req);
+  // Requests whose arrival may still grow, in the order their arrivals began (t_ns never
+  // goes back, so by `cur`): one delivery is every event of a request less than
+  // kDeliveryNs after its first, as token_arrivals merges them.
+  std::deque<std::int32_t> merging;
+  auto close = [&](std::int32_t q) {
+    Open& o = open[static_cast<std::size_t>(q)];
+    o.merging = false;
+    double gap = kNaN;
+    if (o.prev != kNever) {
+      gap = static_cast<double>(o.cur - o.prev);
+      gap = gap * 1e-6 / static_cast<double>(o.tokens);  // token_arrivals' arithmetic
+    }
+    on_arrival(q, o.cur, o.tokens, gap);
+  };
+  for (std::size_t e = 0; e < n_ev; ++e) {
+    const std::int32_t q = r.ev_request[e];
+    const std::int32_t tok = scaled(e);
+    if (q < 0 || static_cast<std::size_t>(q) >= n_req || tok <= 0) continue;
+    if (phase >= 0 && (static_cast<std::size_t>(q) >= r.phase.size() ||
+                       r.phase[static_cast<std::size_t>(q)] != static_cast<std::uint8_t>(phase)))
+      continue;
+    const ns_t t = r.ev_t_ns[e];
+    // every arrival begun kDeliveryNs or more before t is whole
+    while (!merging.empty() &&
+           t - open[static_cast<std::size_t>(merging.front())].cur >= kDeliveryNs) {
+      close(merging.front());
+      merging.pop_front();
+    }
+    Open& o = open[static_cast<std::size_t>(q)];
+    if (o.merging) {  // less than kDeliveryNs after its first: the same delivery
+      o.tokens += tok;
+      continue;
+    }
+    o.prev = o.cur;
+    o.cur = t;
+    o.tokens = tok;
+    o.merging = true;
+    merging.push_back(q);
+  }
+  for (std::int32_t p : merging) close(p);
+}
+
+// Exact weighted quantiles of positive doubles without holding them: the values are
+// presented again for each pass, and each pass fixes 16 more bits of each wanted rank's
+// value (the bits of positive doubles order as the values do). Memory: one 65,536-count
+// histogram per distinct prefix wanted (at most one per rank).
+class RankSelect {
+ public:
+  static constexpr int kPasses = 4;
+  void add(double v, std::int64_t w) {
+    const auto key = std::bit_cast<std::uint64_t>(v);
+    if (pass_ == 0) {
+      first_[key >> 48] += w;
+      return;
+    }
+    const int shift = 64 - 16 * pass_;
+    for (Hist& h : hists_) {
+      if ((key >> shift) == h.prefix) {
+        h.counts[(key >> (shift - 16)) & 0xFFFF] += w;
+        break;
+      }
+    }
+  }
+  // After the first pass: the ranks (0-based, in the multiset with each value repeated
+  // its weight) to find.
+  void want(const std::vector<std::int64_t>& ranks) {
+    for (std::int64_t rank : ranks) wants_.push_back({0, rank});
+    narrow(first_);
+    first_.clear();
+    first_.shrink_to_fit();
+  }
+  bool done() const { return pass_ >= kPasses; }
+  // After each later pass.
+  void end_pass() {
+    for (Want& w : wants_) {
+      for (const Hist& h : hists_)
+        if (h.prefix == w.prefix) digit(w, h.counts);
+    }
+    ++pass_;
+    prepare();
+  }
+  double value(std::size_t i) const { return std::bit_cast<double>(wants_[i].prefix); }
+
+ private:
+  struct Want {
+    std::uint64_t prefix;  // the bits fixed so far
+    std::int64_t rank;     // its rank among the values with that prefix
+  };
+  struct Hist {
+    std::uint64_t prefix;
+    std::vector<std::int64_t> counts;
+  };
+  static void digit(Want& w, const std::vector<std::int64_t>& counts) {
+    std::int64_t cum = 0;
+    std::size_t d = 0;
+    while (d + 1 < counts.size() && cum + counts[d] <= w.rank) cum += counts[d++];
+    w.rank -= cum;
+    w.prefix = (w.prefix << 16) | d;
+  }
+  void narrow(const std::vector<std::int64_t>& counts) {
+    for (Want& w : wants_) digit(w, counts);
+    pass_ = 1;
+    prepare();
+  }
+  void prepare() {
+    hists_.clear();
+    if (done()) return;
+    for (const Want& w : wants_) {
+      bool have = false;
+      for (const Hist& h : hists_) have = have || h.prefix == w.prefix;
+      if (!have) hists_.push_back({w.prefix, std::vector<std::int64_t>(65536, 0)});
+    }
+  }
+  int pass_ = 0;
+  std::vector<std::int64_t> first_ = std::vector<std::int64_t>(65536, 0);
+  std::vector<Want> wants_;
+  std::vector<Hist> hists_;
+};
+
+// The same figures as window_events_sorted, read in passes over the event columns
+// (REQUIRES time_ordered(r)): O(requests + bins) plus one bin's gaps at a time and the
+// rank selection's histograms (a few MB), however many events.
+WindowEvents window_events_streamed(const RecordView& r, ns_t t0, ns_t t1, ns_t bin_ns,
+                                    std::int64_t n_bins) {
+  WindowEvents w;
+  w.bin_tokens.assign(static_cast<std::size_t>(n_bins), 0);
+  w.spans.resize(r.sent_ns.size());
+  auto in_window = [&](ns_t t) { return t != kNever && t >= t0 && t <= t1; };
+  // Arrivals come in time order, so bins fill one after another: one bin's gaps at a time.
+  std::vector<std::pair<double, std::int64_t>> bin_gaps;
+  std::int64_t bin_now = -1, total = 0;
+  auto flush_bin = [&] {
+    if (bin_gaps.empty()) return;
+    std::sort(bin_gaps.begin(), bin_gaps.end());
+    w.bin_medians.push_back(sorted_weighted_quantile(bin_gaps, 0, bin_gaps.size(), 0.5));
+    bin_gaps.clear();
+  };
+  RankSelect select;
+  stream_arrivals(r, 1, [&](std::int32_t request, ns_t t, std::int64_t tokens, double gap) {
+    const auto q = static_cast<std::size_t>(request);
+    Span& s = w.spans[q];
+    s.last = t;
+    if (!in_window(t)) return;
+    const std::int64_t bin = bin_index(t, t0, bin_ns, n_bins);
+    w.output_tokens += tokens;
+    w.bin_tokens[static_cast<std::size_t>(bin)] += tokens;
+    if (failed_request(r, q)) return;  // a failed stream's silence is not the server's decode
+    if (s.first_in == kNever) {
+      s.first_in = t;
+    } else {
+      s.tokens_after += tokens;
+      s.last_in = t;
+    }
+    if (std::isnan(gap)) return;
+    if (bin != bin_now) {
+      flush_bin();
+      bin_now = bin;
+    }
+    bin_gaps.emplace_back(gap, tokens);
+    select.add(gap, tokens);
+    total += tokens;
+  });
+  flush_bin();
+  std::vector<std::pair<double, std::int64_t>>().swap(bin_gaps);
+  if (total <= 0) return w;
+  // sorted_weighted_quantile's ranks: q (total - 1), and the next one to interpolate
+  const double qs[] = {0.5, 0.90, 0.99};
+  std::vector<std::int64_t> ranks;
+  for (double q : qs) {
+    const double pos = q * static_cast<double>(total - 1);
+    const auto lo = static_cast<std::int64_t>(std::floor(pos));
+    ranks.push_back(lo);
+    ranks.push_back(std::min(lo + 1, total - 1));
+  }
+  select.want(ranks);
+  while (!select.done()) {
+    stream_arrivals(r, 1, [&](std::int32_t request, ns_t t, std::int64_t tokens, double gap) {
+      if (in_window(t) && !std::isnan(gap) && !failed_request(r, static_cast<std::size_t>(request)))
+        select.add(gap, tokens);
+    });
+    select.end_pass();
+  }
+  double* out[] = {&w.tbt_ms, &w.tbt_p90_ms, &w.tbt_p99_ms};
+  for (std::size_t i = 0; i < 3; ++i) {
+    const double pos = qs[i] * static_cast<double>(total - 1);
+    const double frac = pos - std::floor(pos);
+    const double lo = select.value(2 * i);
+    *out[i] = frac == 0 ? lo : lo + frac * (select.value(2 * i + 1) - lo);
+  }
+  return w;
+}
+
+}  // namespace
+
 CellFigures summarize_cell(const RecordView& r, ns_t t0, ns_t t1, double bin_s, ns_t steady_from_ns,
                            ns_t ttft_from_ns) {
   CellFigures f = empty_figures();
@@ -444,68 +757,36 @@ CellFigures summarize_cell(const RecordView& r, ns_t t0, ns_t t1, double bin_s, 
            static_cast<std::size_t>(i) < r.phase.size() &&
            r.phase[static_cast<std::size_t>(i)] == static_cast<std::uint8_t>(Phase::kWindow);
   };
-  auto failed = [&](std::size_t i) {
-    return i < r.outcome.size() && r.outcome[i] == static_cast<std::uint8_t>(Outcome::kError);
-  };
 
   // Bins of bin_s from t0; the remainder of D that does not fill a bin is
   // added to the last one, so every bin spans at least bin_s.
   if (!(bin_s > 0)) bin_s = 1.0;
   const ns_t bin_ns = std::max<ns_t>(1'000'000, std::llround(bin_s * 1e9));  // >= 1 ms bins
   const std::int64_t n_bins = std::max<std::int64_t>(1, span_ns / bin_ns);
-  auto bin_of = [&](ns_t t) { return std::min<std::int64_t>(n_bins - 1, (t - t0) / bin_ns); };
   auto bin_width_s = [&](std::int64_t k) {
     const ns_t w = k < n_bins - 1 ? bin_ns : span_ns - (n_bins - 1) * bin_ns;
     return static_cast<double>(w) * 1e-9;
   };
 
   // --- tokens in the window, per bin, and the gaps between arrivals ---
-  const std::vector<Arrival> arrivals = token_arrivals(r);
-  std::vector<std::int64_t> bin_tokens(static_cast<std::size_t>(n_bins), 0);
-  std::vector<std::pair<double, std::int64_t>> gaps;  // (ms per token, tokens)
-  std::vector<std::pair<std::int64_t, std::pair<double, std::int64_t>>> bin_gaps;
-  // Per request: its last arrival (any time), and its first and last arrival
-  // inside the window with the tokens after the first (decode speed).
-  struct Span {
-    ns_t last = kNever;
-    ns_t first_in = kNever;
-    ns_t last_in = kNever;
-    std::int64_t tokens_after = 0;
-  };
-  std::vector<Span> spans(n_req);
-  for (const Arrival& a : arrivals) {
-    const auto q = static_cast<std::size_t>(a.request);
-    spans[q].last = a.t_ns;
-    if (!in_window(a.t_ns)) continue;
-    f.output_tokens += a.tokens;
-    bin_tokens[static_cast<std::size_t>(bin_of(a.t_ns))] += a.tokens;
-    if (failed(q)) continue;  // a failed stream's silence is not the server's decode
-    if (spans[q].first_in == kNever) {
-      spans[q].first_in = a.t_ns;
-    } else {
-      spans[q].tokens_after += a.tokens;
-      spans[q].last_in = a.t_ns;
-    }
-    if (!std::isnan(a.gap_ms)) {
-      gaps.emplace_back(a.gap_ms, a.tokens);
-      bin_gaps.push_back({bin_of(a.t_ns), {a.gap_ms, a.tokens}});
-    }
-  }
+  // Read straight from the event columns when they are in the transport's order (bounded
+  // memory however many events, which may be spilled mappings); else from a sorted copy.
+  WindowEvents w = time_ordered(r) ? window_events_streamed(r, t0, t1, bin_ns, n_bins)
+                                   : window_events_sorted(r, t0, t1, bin_ns, n_bins);
+  f.output_tokens = w.output_tokens;
+  const std::vector<Span>& spans = w.spans;
+  const std::vector<std::int64_t>& bin_tokens = w.bin_tokens;
   f.total_tok_s = static_cast<double>(f.output_tokens) / d_s;
   f.bin_tok_s.resize(static_cast<std::size_t>(n_bins));
   for (std::int64_t k = 0; k < n_bins; ++k) {
     f.bin_tok_s[static_cast<std::size_t>(k)] =
         static_cast<double>(bin_tokens[static_cast<std::size_t>(k)]) / bin_width_s(k);
   }
-
-  std::sort(gaps.begin(), gaps.end());
-  if (!gaps.empty()) {
-    f.tbt_ms = sorted_weighted_quantile(gaps, 0, gaps.size(), 0.5);
-    f.tbt_p90_ms = sorted_weighted_quantile(gaps, 0, gaps.size(), 0.90);
-    f.tbt_p99_ms = sorted_weighted_quantile(gaps, 0, gaps.size(), 0.99);
-    f.per_request_tok_s = 1000.0 / f.tbt_ms;
-  }
-  f.tbt_ms_ci = mean_interval_autocorrelated(group_medians(bin_gaps));
+  f.tbt_ms = w.tbt_ms;
+  f.tbt_p90_ms = w.tbt_p90_ms;
+  f.tbt_p99_ms = w.tbt_p99_ms;
+  if (!std::isnan(f.tbt_ms)) f.per_request_tok_s = 1000.0 / f.tbt_ms;
+  f.tbt_ms_ci = mean_interval_autocorrelated(w.bin_medians);
   std::vector<double> decode_rates;
   for (const Span& a : spans) {
     if (a.last_in == kNever || a.last_in <= a.first_in) continue;

@@ -34,6 +34,8 @@ TOKENS_PARQUET = "tokens.parquet"
 
 #: the cell columns put in front of every record row
 CELL_KEYS = ("cell", "phase", "context", "concurrency", "repetition")
+
+
 #: the labels of the records' coded columns, by code (cpp/include/speedmatrix/records.hpp
 #: Outcome and Phase, openai.hpp TokenSource), and the name each is exported under
 LABELS = {
@@ -88,43 +90,208 @@ def write_cells_csv(run, path: str | os.PathLike) -> Path:
     return path
 
 
-def _record_tables(run):
-    """(requests, tokens) pyarrow Tables of every cell with saved records."""
+#: rows per Parquet row group, and per slice of a column read from a records file: the
+#: export holds one slice of one cell at a time, whatever the window's length (peak growth
+#: for a 2M-event cell: ~45 MB at 64K rows, ~96 MB at 256K; 246 MB for the whole table)
+ROWS_PER_GROUP = 1 << 16
+
+_GROUPS = (("requests", "req_", REQUESTS_PARQUET), ("events", "ev_", TOKENS_PARQUET))
+
+
+def _front_schema():
     import pyarrow as pa
 
-    req_parts, ev_parts = [], []
+    return [
+        pa.field("cell", pa.string()),
+        pa.field("phase", pa.string()),
+        pa.field("context", pa.int64()),
+        pa.field("concurrency", pa.int64()),
+        pa.field("repetition", pa.int64()),
+    ]
+
+
+def _arrow_type(dtype):
+    import numpy as np
+    import pyarrow as pa
+
+    dtype = np.dtype(dtype)
+    if dtype.kind == "U":
+        return pa.string()
+    if dtype.kind == "S":
+        return pa.binary()
+    return pa.from_numpy_dtype(dtype)
+
+
+class _Column:
+    """One 1-D array of a cell's records, read in slices of rows: a member of the cell's
+    ``.npz`` read piece by piece from the zip stream (the file holds it compressed: loading
+    it whole would hold the cell's every row), or an array already in memory."""
+
+    def __init__(self, dtype, n: int, read):
+        self.dtype, self.n, self._read = dtype, n, read
+
+    def take(self, rows: int):
+        return self._read(rows)
+
+
+def _npz_columns(path: Path, prefix: str, stack) -> dict[str, _Column]:
+    import zipfile
+
+    import numpy as np
+    from numpy.lib import format as npformat
+
+    z = stack.enter_context(zipfile.ZipFile(path))
+    cols: dict[str, _Column] = {}
+    for info in z.infolist():
+        name = info.filename
+        if not (name.startswith(prefix) and name.endswith(".npy")):
+            continue
+        f = stack.enter_context(z.open(info))
+        version = npformat.read_magic(f)
+        read_header = (
+            npformat.read_array_header_1_0 if version == (1, 0) else npformat.read_array_header_2_0
+        )
+        shape, _fortran, dtype = read_header(f)
+        if len(shape) != 1 or dtype.hasobject:
+            continue  # load_records would refuse it too (allow_pickle=False)
+
+        def read(rows: int, f=f, dtype=dtype):
+            data = f.read(rows * dtype.itemsize)
+            return np.frombuffer(data, dtype=dtype)
+
+        cols[name[len(prefix) : -len(".npy")]] = _Column(dtype, int(shape[0]), read)
+    return cols
+
+
+def _memory_columns(arrays: dict) -> dict[str, _Column]:
+    import numpy as np
+
+    cols: dict[str, _Column] = {}
+    for k, v in arrays.items():
+        a = np.asarray(v)
+        pos = [0]
+
+        def read(rows: int, a=a, pos=pos):
+            out = a[pos[0] : pos[0] + rows]
+            pos[0] += rows
+            return out
+
+        cols[k] = _Column(a.dtype, len(a), read)
+    return cols
+
+
+def _cells(run):
+    """(cell id, cell dict, records file or None, records in memory or None) of each cell
+    with saved records, without filling the run's records cache (a report may have)."""
+    cache = getattr(run, "_records_cache", {})
     # Run.cells has one row per run.json cell, in order, with the id the records go by
     for cid, c in zip(run.cells["id"].tolist(), run.doc.get("cells") or []):
-        rec = run.records(cid)
-        if rec is None:
+        if cid in cache:
+            if cache[cid] is not None:
+                yield cid, c, None, cache[cid]
             continue
-        front = {
-            "cell": cid,
-            "phase": c.get("phase"),
-            "context": int(c.get("context")),
-            "concurrency": int(c.get("concurrency")),
-            "repetition": int(c.get("repetition") or 0),
-        }
-        for arrays, parts in ((rec["requests"], req_parts), (rec["events"], ev_parts)):
-            if not arrays:
-                continue
-            n = len(next(iter(arrays.values())))
-            cols: dict[str, Any] = {}
-            for k, v in front.items():
-                cols[k] = pa.array([v] * n)
-            for k, v in arrays.items():
-                name, col = labelled(k, v)
-                cols[name] = col
-            parts.append(pa.table(cols))
-    return _concat(req_parts), _concat(ev_parts)
+        rel = c.get("records")
+        path = _records_file(run, rel)
+        if path is not None:
+            yield cid, c, path, None
+        elif rel:
+            rec = run.records(cid)  # its checks and warnings (a path outside records/)
+            if rec is not None:
+                yield cid, c, None, rec
 
 
-def _concat(parts):
+def _records_file(run, rel) -> Path | None:
+    """The records file ``rel`` names when it is one inside the run's ``records/``
+    (`speedmatrix.runfile.load_records`' rule), else None."""
+    from speedmatrix.runfile import RECORDS_DIR
+
+    if not rel or run.path is None or Path(str(rel)).is_absolute():
+        return None
+    base = (run.path / RECORDS_DIR).resolve()
+    path = (run.path / str(rel)).resolve()
+    return path if base in path.parents and path.is_file() else None
+
+
+def _open_columns(run, cid, path, rec, group: str, prefix: str, stack) -> dict[str, _Column]:
+    if rec is not None:
+        return _memory_columns(rec[group] or {})
+    import zipfile
+
+    try:
+        return _npz_columns(path, prefix, stack)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile):
+        # unreadable: Run.records says so once (a warning) and the cell has no rows
+        rec = run.records(cid)
+        return _memory_columns(rec[group] or {}) if rec is not None else {}
+
+
+def _write_group(run, group: str, prefix: str, dest: Path) -> None:
+    """One Parquet file of every cell's ``group`` rows, written a row group at a time."""
+    import contextlib
+
+    import numpy as np
     import pyarrow as pa
+    import pyarrow.parquet as pq
 
-    if not parts:
-        return pa.table({k: pa.array([], pa.string()) for k in CELL_KEYS})
-    return pa.concat_tables(parts, promote_options="default")
+    # the columns of every cell first (the file has one schema): from the arrays' headers
+    fields: dict[str, Any] = {}
+    source: dict[str, str] = {}  # exported name -> records column (a coded one as labels)
+    for cid, _c, path, rec in _cells(run):
+        with contextlib.ExitStack() as stack:
+            for k, col in _open_columns(run, cid, path, rec, group, prefix, stack).items():
+                name = LABELS[k][0] if k in LABELS else k
+                source.setdefault(name, k)
+                kind = pa.dictionary(pa.int32(), pa.string()) if k in LABELS else None
+                fields.setdefault(name, kind or _arrow_type(col.dtype))
+    schema = pa.schema(_front_schema() + [pa.field(k, t) for k, t in fields.items()])
+    with pq.ParquetWriter(str(dest), schema, compression="zstd") as writer:
+        for cid, c, path, rec in _cells(run):
+            front = {
+                "cell": cid,
+                "phase": c.get("phase"),
+                "context": int(c.get("context")),
+                "concurrency": int(c.get("concurrency")),
+                "repetition": int(c.get("repetition") or 0),
+            }
+            with contextlib.ExitStack() as stack:
+                cols = _open_columns(run, cid, path, rec, group, prefix, stack)
+                if not cols:
+                    continue
+                n = min(col.n for col in cols.values())
+                for start in range(0, n, ROWS_PER_GROUP):
+                    rows = min(ROWS_PER_GROUP, n - start)
+                    arrays = []
+                    for field in schema:
+                        src = source.get(field.name, "")
+                        if field.name in front:
+                            arrays.append(pa.array([front[field.name]] * rows, field.type))
+                        elif src in cols and src in LABELS:
+                            arrays.append(labelled(src, cols[src].take(rows))[1])
+                        elif src in cols:
+                            a = cols[src].take(rows)
+                            v = a.tolist() if a.dtype.kind in "US" else np.ascontiguousarray(a)
+                            arrays.append(pa.array(v).cast(field.type))
+                        else:
+                            arrays.append(pa.nulls(rows, field.type))
+                    writer.write_table(pa.Table.from_arrays(arrays, schema=schema))
+
+
+def write_parquet(run, run_dir: str | os.PathLike) -> tuple[Path, Path]:
+    """Write ``requests.parquet`` and ``tokens.parquet`` into ``run_dir``, a cell and a row
+    group at a time (each file replaced whole: temp file, rename)."""
+    d = Path(run_dir)
+    out = []
+    for group, prefix, name in _GROUPS:
+        path = d / name
+        tmp = path.with_name(f".{path.name}.tmp")
+        try:
+            _write_group(run, group, prefix, tmp)
+            os.replace(tmp, path)
+        finally:
+            if tmp.exists():
+                tmp.unlink()
+        out.append(path)
+    return out[0], out[1]
 
 
 def _write_bytes(path: Path, data: bytes) -> None:
@@ -132,22 +299,6 @@ def _write_bytes(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_bytes(data)
     os.replace(tmp, path)
-
-
-def write_parquet(run, run_dir: str | os.PathLike) -> tuple[Path, Path]:
-    """Write ``requests.parquet`` and ``tokens.parquet`` into ``run_dir``."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    d = Path(run_dir)
-    out = []
-    for table, name in zip(_record_tables(run), (REQUESTS_PARQUET, TOKENS_PARQUET)):
-        sink = pa.BufferOutputStream()
-        pq.write_table(table, sink, compression="zstd")
-        path = d / name
-        _write_bytes(path, sink.getvalue().to_pybytes())
-        out.append(path)
-    return out[0], out[1]
 
 
 def write_exports(run_dir: str | os.PathLike, run=None, parquet: bool = True) -> list[Path]:

@@ -91,7 +91,13 @@ def distribution(values: Any, percentiles: tuple[float, ...] = DEFAULT_PERCENTIL
     """Summary of one sample: ``{"n", "mean", "mean_ci", "median", "median_ci",
     "p50": v, ..., "ci": {"p50": [lo, hi], ...}}``; NaN figures for an empty sample."""
     v = np.asarray(values, dtype=float)
-    v = v[np.isfinite(v)]
+    v = v[np.isfinite(v)]  # a copy, sorted in place: one sample per token may be many
+    v.sort()
+    return _sorted_distribution(v, percentiles)
+
+
+def _sorted_distribution(v: np.ndarray, percentiles: tuple[float, ...]) -> dict:
+    """`distribution` of ``v``, finite and sorted already (read, not copied)."""
     n = len(v)
     out: dict[str, Any] = {"n": n}
     if n == 0:
@@ -229,7 +235,10 @@ def cell_latency(
     out = {name: distribution(lat[name][ok], percentiles) for name in names}
     # TBT has one sample set, the core's: the window's token arrivals (`records.tbt_samples`,
     # the multiset whose median is the cell's tbt_ms), not the gaps of the requests above
-    tbt = distribution(tbt_samples(requests, events, t0_ns, t1_ns), percentiles)
+    samples = np.asarray(tbt_samples(requests, events, t0_ns, t1_ns), dtype=float)
+    samples = samples[np.isfinite(samples)]
+    samples.sort()
+    tbt = _sorted_distribution(samples, percentiles)
     # Its samples are a stream's successive gaps (a read's tokens share one), not independent
     # draws: an interval that assumes they are is too narrow. The one interval of tbt_ms is
     # the core's (run.json ci.tbt_ms, over per-second bins); none is written here.

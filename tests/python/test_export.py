@@ -183,3 +183,65 @@ def test_an_unknown_code_keeps_its_number_as_a_label():
     assert name == "outcome" and col.to_pylist() == ["ok", "error", "9", "ok"]
     name, col = export.labelled("phase", np.array([], np.uint8))
     assert name == "request_phase" and col.to_pylist() == []
+
+
+def test_the_parquet_export_holds_one_row_group_not_the_run(tmp_path):
+    """A cell of 2 M token events (a 80 s window at 512 streams) is exported a row group at a
+    time from the compressed records file: the process must not grow by a copy of its rows
+    (before: the whole run's rows as Arrow tables with their cell columns, the Parquet file
+    in memory and a bytes copy of it, ~300 MB here). Peak RSS (VmHWM, reset first) over the
+    RSS before; the rows must still equal the records'."""
+    import pyarrow.parquet as pq
+    from speedmatrix.runfile import save_records
+
+    d = tmp_path / "r"
+    shutil.copytree(synthetic.shared_run("full"), d)
+    doc = json.loads((d / "run.json").read_text())
+    cell = next(c for c in doc["cells"] if c.get("records"))
+    rec = load_records(d, cell["records"])
+    n = 2_000_000
+    rng = np.random.default_rng(3)
+    events = {
+        "request": rng.integers(0, len(rec["requests"]["sent_ns"]), n).astype(np.int32),
+        "t_ns": np.cumsum(rng.integers(0, 80_000, n)).astype(np.int64),
+        "tokens": np.ones(n, np.int32),
+        "server_ns": np.full(n, -1, np.int64),
+    }
+    save_records(d, cell["id"], rec["requests"], events, rec["metrics"])
+    del rec
+
+    def status_mb(key: str) -> float:
+        with open("/proc/self/status") as f:
+            return next(int(x.split()[1]) for x in f if x.startswith(key)) / 1024
+
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # resets VmHWM to the current RSS
+    except OSError:
+        pytest.skip("this kernel cannot reset the peak RSS")
+    before = status_mb("VmRSS")
+    export.write_exports(d)
+    grew = status_mb("VmHWM") - before
+    mine = pq.read_table(
+        d / export.TOKENS_PARQUET, filters=[("cell", "=", cell["id"])], columns=["t_ns", "tokens"]
+    )
+    assert np.array_equal(mine["t_ns"].to_numpy(), events["t_ns"])
+    assert int(mine["tokens"].to_numpy().sum()) == n
+    assert grew < 80, f"the export grew the process by {grew:.0f} MB for {n:,} token events"
+
+
+def test_an_unreadable_records_file_loses_only_its_own_rows(tmp_path):
+    """A cell's .npz that cannot be read (truncated) gives one warning and no rows for that
+    cell; the other cells' rows are exported (as when the export read every file whole)."""
+    import pyarrow.parquet as pq
+
+    d = tmp_path / "r"
+    shutil.copytree(synthetic.shared_run("full"), d)
+    doc = json.loads((d / "run.json").read_text())
+    cells = [c for c in doc["cells"] if c.get("records")]
+    bad = d / cells[0]["records"]
+    bad.write_bytes(bad.read_bytes()[:100])
+    with pytest.warns(UserWarning, match="unreadable"):
+        export.write_exports(d)
+    got = set(pq.read_table(d / export.TOKENS_PARQUET, columns=["cell"])["cell"].to_pylist())
+    assert cells[0]["id"] not in got and cells[1]["id"] in got

@@ -178,3 +178,183 @@ def test_spilled_request_records_reach_python_whole():
         )["total_tok_s"]
 
     assert rate(res) == pytest.approx(rate(kept), rel=0.1)
+
+
+# ---- the end of a cell: figures read from the event columns in bounded memory (issue 25) ----
+
+
+def _synthetic(seed: int, n_req: int = 240, n_reads: int = 30_000, tie_ms: bool = False):
+    """Records as a loop writes them: one clock read per socket read (t_ns never goes back;
+    several requests' reads may share a t_ns), 1-3 events a read, counts 0-6, some requests
+    failed, some of the warm-up, some usage-counted (their events scaled to the usage total)."""
+    rng = np.random.default_rng(seed)
+    req = {
+        "sent_ns": np.zeros(n_req, np.int64),
+        "first_token_ns": np.full(n_req, -1, np.int64),
+        "done_ns": np.full(n_req, -1, np.int64),
+        "outcome": rng.choice([1, 1, 1, 1, 2, 3], n_req).astype(np.uint8),
+        "phase": (rng.random(n_req) > 0.1).astype(np.uint8),
+        "prompt_tokens": np.full(n_req, 100, np.int64),
+        "token_source": rng.choice([1, 2], n_req).astype(np.uint8),
+        "slot": (np.arange(n_req) % 16).astype(np.int32),
+    }
+    step = rng.integers(0, 3, n_reads) * (1_000_000 if tie_ms else rng.integers(1, 4_000_000))
+    t_read = np.cumsum(step) + 1_000_000_000
+    q_read = rng.integers(0, n_req, n_reads)
+    per = rng.integers(1, 4, n_reads)
+    q = np.repeat(q_read, per).astype(np.int32)
+    t = np.repeat(t_read, per).astype(np.int64)
+    tok = rng.integers(0, 7, len(q)).astype(np.int32)
+    chunk = np.bincount(q, weights=tok, minlength=n_req).astype(np.int64)
+    req["output_tokens"] = chunk + rng.integers(-5, 30, n_req)
+    for i in range(n_req):
+        mine = t[q == i]
+        if len(mine):
+            req["sent_ns"][i] = mine[0] - 5_000_000
+            req["first_token_ns"][i] = mine[0]
+            req["done_ns"][i] = mine[-1]
+    ev = {"request": q, "t_ns": t, "tokens": tok}
+    return req, ev
+
+
+def _figures_equal(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for k, va in a.items():
+        if isinstance(va, dict):
+            _figures_equal(va, b[k])
+            continue
+        x, y = np.asarray(va, dtype=float), np.asarray(b[k], dtype=float)
+        assert x.shape == y.shape, k
+        assert np.array_equal(x, y, equal_nan=True), (k, va, b[k])
+
+
+@pytest.mark.parametrize("seed,tie_ms", [(1, False), (2, True), (3, False), (4, True)])
+def test_the_streamed_summary_gives_the_figures_of_the_sorted_one(seed, tie_ms):
+    """Events in the loop's order are summarised in passes over the columns (the streamed
+    path); the same events grouped by request (time goes back between requests) take the
+    sorted copy, the derivation as it was before. Every figure must be identical, to the bit:
+    gaps tied (whole ms) or not, usage scaling, failed and warm-up requests, bins of 1 s and
+    of 0.25 s, windows cutting arrivals off at both ends."""
+    req, ev = _synthetic(seed, tie_ms=tie_ms)
+    grouped = np.argsort(ev["request"], kind="stable")
+    ev_grouped = {k: v[grouped] for k, v in ev.items()}
+    assert np.any(np.diff(ev_grouped["t_ns"]) < 0)  # the sorted path, surely
+    t = ev["t_ns"]
+    for t0, t1, bin_s in (
+        (int(t[0]), int(t[-1]), 1.0),
+        (int(t[len(t) // 5]) + 1, int(t[-len(t) // 7]), 0.25),
+    ):
+        streamed = _core.summarize_cell(req, ev, t0, t1, bin_s, t0 + 2_000_000_000, t0)
+        sorted_ = _core.summarize_cell(req, ev_grouped, t0, t1, bin_s, t0 + 2_000_000_000, t0)
+        assert streamed["output_tokens"] > 0 and np.isfinite(streamed["tbt_p99_ms"])
+        _figures_equal(streamed, sorted_)
+
+
+def test_the_end_of_cell_summary_holds_no_copy_of_the_events():
+    """The summary of a cell with 3 M token events (the 512-stream, 120 s soak's count) must
+    not grow the process by a copy of them: it read ~90 bytes an event (a sorted copy, the
+    arrivals, the gaps twice), 270 MB here; now a few MB (per-request state, one bin's gaps,
+    the rank selection's histograms). Peak RSS (VmHWM, reset first) over the RSS before."""
+    n_ev, n_req = 3_000_000, 6_000
+    rng = np.random.default_rng(5)
+    q = rng.integers(0, n_req, n_ev).astype(np.int32)
+    t = np.sort(rng.integers(0, 120_000_000_000, n_ev)).astype(np.int64)
+    ev = {"request": q, "t_ns": t, "tokens": np.ones(n_ev, np.int32)}
+    req = {
+        "sent_ns": np.zeros(n_req, np.int64),
+        "first_token_ns": np.zeros(n_req, np.int64),
+        "done_ns": np.full(n_req, 120_000_000_000, np.int64),
+        "outcome": np.ones(n_req, np.uint8),
+        "phase": np.ones(n_req, np.uint8),
+        "prompt_tokens": np.full(n_req, 100, np.int64),
+    }
+
+    def hwm_mb() -> float:
+        with open("/proc/self/status") as f:
+            return next(int(x.split()[1]) for x in f if x.startswith("VmHWM")) / 1024
+
+    def rss_mb() -> float:
+        with open("/proc/self/status") as f:
+            return next(int(x.split()[1]) for x in f if x.startswith("VmRSS")) / 1024
+
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # resets VmHWM to the current RSS
+    except OSError:
+        pytest.skip("this kernel cannot reset the peak RSS")
+    before = rss_mb()
+    fig = _core.summarize_cell(req, ev, 0, 120_000_000_000, 1.0)
+    grew = hwm_mb() - before
+    assert fig["output_tokens"] == n_ev
+    assert grew < 40, f"the summary grew the process by {grew:.0f} MB for {n_ev:,} events"
+
+
+def test_the_latency_distributions_hold_no_copy_of_the_events():
+    """latency.cell_latency over 3 M time-ordered events: it held ~72 bytes an event in
+    sorted copies (216 MB traced); now the core's arrivals (`_core.token_arrivals`, the one
+    derivation of per-token gaps) and the per-token samples its distribution sorts in place.
+    numpy's allocations, traced."""
+    import tracemalloc
+
+    from speedmatrix import latency
+
+    n_ev, n_req = 3_000_000, 1_500
+    rng = np.random.default_rng(5)
+    ev = {
+        "request": rng.integers(0, n_req, n_ev).astype(np.int32),
+        "t_ns": np.sort(rng.integers(0, 120_000_000_000, n_ev)).astype(np.int64),
+        "tokens": np.ones(n_ev, np.int32),
+    }
+    req = {
+        "scheduled_ns": np.zeros(n_req, np.int64),
+        "sent_ns": np.zeros(n_req, np.int64),
+        "first_token_ns": np.zeros(n_req, np.int64),
+        "done_ns": np.full(n_req, 120_000_000_000, np.int64),
+        "outcome": np.ones(n_req, np.uint8),
+        "phase": np.ones(n_req, np.uint8),
+        "output_tokens": np.full(n_req, 2000, np.int64),
+    }
+    tracemalloc.start()
+    try:
+        out = latency.cell_latency(req, ev, 0, 120_000_000_000)
+        peak_mb = tracemalloc.get_traced_memory()[1] / 2**20
+    finally:
+        tracemalloc.stop()
+    # one sample per token of every arrival after a request's first (the core's arrivals:
+    # events of a request less than 1 ms apart are one delivery)
+    full = {
+        **req,
+        "prompt_tokens": np.zeros(n_req, np.int64),
+        "token_source": np.ones(n_req, np.uint8),
+    }
+    a = _core.token_arrivals(full, ev, 1)
+    assert out["tbt_ms"]["n"] == int(a["tokens"][np.isfinite(a["gap_ms"])].sum()) > 0.99 * n_ev
+    # 172 MB measured: the core's arrivals (24 bytes each, as numpy arrays) and the samples;
+    # the old per-request sorted copies held 216 MB. Left: a per-request reduction in the core.
+    assert peak_mb < 200, f"cell_latency held {peak_mb:.0f} MB for {n_ev:,} events"
+
+
+@pytest.mark.e2e
+def test_a_spilled_cells_figures_read_in_place_equal_those_of_a_sorted_copy():
+    """A real cell whose events spilled (the arrays are mappings of the spill files): the
+    end-of-cell figures read in place from the mappings (summarize_cell streamed, latency in
+    slices) equal, to the bit, those of in-memory copies of the same records put out of time
+    order (the sorted derivations the end of a cell used before)."""
+    from speedmatrix import latency
+
+    with Sim("test-fast") as sim:
+        res = _core.CellRunner(_spec(sim.url + "/v1/completions", spill_events=50)).run()
+    assert res.fatal_error == "" and res.events_note == ""
+    assert _spill_mappings() >= 4
+    req, ev = res.requests, res.events
+    t = np.asarray(ev["t_ns"])
+    t0, t1 = int(t[len(t) // 10]), int(t[-1])
+    grouped = np.argsort(np.asarray(ev["request"]), kind="stable")
+    copy = {k: np.asarray(v)[grouped] for k, v in ev.items()}
+    assert np.any(np.diff(copy["t_ns"]) < 0)
+    fig = _core.summarize_cell(req, ev, t0, t1, 0.5, t0, t0)
+    assert fig["output_tokens"] > 100 and np.isfinite(fig["tbt_p99_ms"])
+    _figures_equal(fig, _core.summarize_cell(req, copy, t0, t1, 0.5, t0, t0))
+    tbt = latency.cell_latency(req, ev, t0, t1)["tbt_ms"]
+    assert tbt["n"] > 100
+    _figures_equal(tbt, latency.cell_latency(req, copy, t0, t1)["tbt_ms"])

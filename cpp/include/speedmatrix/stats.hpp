@@ -102,6 +102,10 @@ struct CellFigures {
 // ttft_from_ns: TTFT counts window requests sent in [ttft_from_ns, t1]; kNever
 // = t0. A steady-state window passes the ramp's start, so the first wave
 // (sent before t0) counts.
+// Memory: when the events' t_ns never goes back (the loop's order) they are read in place,
+// in five passes, holding O(requests + bins) plus one bin's gaps and a few MB of histograms
+// (the exact gap quantiles by radix selection); in any other order, from a sorted copy
+// (~90 bytes an event). The figures are the same either way.
 // Only requests that did not fail count for tbt, TTFT and per-request speed
 // (a stalled stream's silence is not a gap of the server's decode); every
 // token that arrived in the window counts for total_tok_s.
