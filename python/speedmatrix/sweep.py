@@ -91,8 +91,11 @@ class Sweep:
         target=None,
         resume_doc: dict | None = None,
         tokenizer=None,
+        probe_running: bool = True,
     ):
         self.url = url.rstrip("/")
+        #: a short load probe may learn the running cap where the server does not say it
+        self.probe_running = probe_running
         self.matrix = matrix
         self.out = Path(out)
         self.api_key = api_key
@@ -128,7 +131,7 @@ class Sweep:
         run to its end, 130 when interrupted, 1 when the server stopped answering (the
         cells left are marked `error`, "server unreachable"; `--resume` redoes them)."""
         from speedmatrix.adapters import discover
-        from speedmatrix.plan import plan
+        from speedmatrix.adapters.running import plan_learning_running
 
         self.out.mkdir(parents=True, exist_ok=True)
         given_tokenizer = None
@@ -141,7 +144,10 @@ class Sweep:
             self.target = discover(
                 self.url, api_key=self.api_key, model=self.model, overrides=self.overrides
             )
-        planned = plan(self.matrix, self.target)
+        # the running cap vLLM does not publish: launch command, else a load probe
+        planned = plan_learning_running(
+            self.matrix, self.target, self.info.get("launch_command"), self.probe_running
+        )
         self.facts = EngineFacts.of_target(self.target)
         roles = {
             "running": self.facts.metric_running,

@@ -107,6 +107,8 @@ class EngineFacts:
     metric_running: str | None = None
     metric_waiting: str | None = None
     metric_kv_usage: str | None = None
+    #: the engine's preemption counter (speedmatrix.verdict_preemption)
+    metric_preemptions: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -126,10 +128,12 @@ class EngineFacts:
             metric_running=m.running if has else None,
             metric_waiting=m.waiting if has else None,
             metric_kv_usage=m.kv_usage if has else None,
+            metric_preemptions=getattr(m, "preemptions", None) if has else None,
         )
 
     def metric_names(self) -> list[str]:
-        return [n for n in (self.metric_running, self.metric_waiting, self.metric_kv_usage) if n]
+        names = (self.metric_running, self.metric_waiting, self.metric_kv_usage)
+        return [n for n in (*names, self.metric_preemptions) if n]
 
 
 class _Shape(Protocol):
@@ -161,6 +165,8 @@ class CellShape:
     rate_per_s: float | None = None
     arrival: str = "poisson"
     prompts_file: str = ""
+    #: "measured": the plan left the capacity verdict to the measurement
+    capacity_check: str = ""
 
     @classmethod
     def from_cell(cls, cell: dict) -> CellShape:
@@ -174,6 +180,7 @@ class CellShape:
             rate_per_s=cell.get("rate_per_s"),
             arrival=cell.get("arrival") or "poisson",
             prompts_file=cell.get("prompts_file") or "",
+            capacity_check=cell.get("capacity_check") or "",
         )
 
 
@@ -521,6 +528,13 @@ def decode_cell(
     base["status"] = status
     if reason:
         base["reason"] = reason
+    from speedmatrix import verdict_preemption as vp
+
+    vp.apply_preemptions(
+        base,
+        vp.preemptions_in(records.metrics, facts.metric_preemptions),
+        vp.capacity_check_of(shape),
+    )
     return base
 
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from speedmatrix import verdict_preemption as _vp
 from speedmatrix.naming import display_model_name, precision_label
 from speedmatrix.redact import redact
 from speedmatrix.report import formatting as fmt
@@ -61,7 +62,9 @@ FLAG_TEXT = {
         "the drain bound; see the cell's open_loop.reason)."
     ),
 }
+FLAG_TEXT[_vp.FLAG] = _vp.FLAG_TEXT
 FLAG_SHORT = {
+    _vp.FLAG: _vp.FLAG_SHORT,
     "busy_at_start": "Busy at start",
     "drift": "Drift",
     "prompt_mismatch": "Prompt mismatch",

@@ -1,0 +1,87 @@
+"""Preemptions during a cell, and what they mean for its verdict. Pure: no I/O.
+
+An engine that runs out of KV blocks mid-decode preempts requests (vLLM recomputes or
+swaps them later): the cell's figures then include work done twice and requests that
+stalled, so they are not a clean measurement of the load asked for. The count is the
+increase of the engine's preemption counter (`MetricsSpec.preemptions`) over the cell's
+metric samples.
+
+Where the capacity rule could not decide the cell beforehand (max running unknown,
+`PlannedCell.capacity_check` "measured"), the preemptions decide it: some = the requests
+the server ran at once did not fit its KV cache = ``over_capacity``; none = the cell keeps
+the status its queue and errors gave it. Either way the cell says so
+(``capacity_decided_by``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["FLAG", "FLAG_SHORT", "FLAG_TEXT", "apply_preemptions", "preemptions_in"]
+
+FLAG = "preempted"
+FLAG_SHORT = "Preempted"
+FLAG_TEXT = (
+    "Preempted: the server preempted requests during the cell (its KV cache could not hold "
+    "every running request), so some work was done twice and the figures are not those of "
+    "a clean run at this load (see the cell's server.preemptions)."
+)
+
+
+def preemptions_in(metrics: dict, name: str | None) -> int | None:
+    """Requests preempted over the cell's samples of the counter ``name``: the sum of its
+    increases (a counter that went down was reset: its new value counts). None when the
+    counter was not sampled."""
+    names = list(metrics.get("names") or [])
+    if not name or name not in names or len(metrics.get("t_ns", ())) == 0:
+        return None
+    t = np.asarray(metrics["t_ns"])
+    values = np.asarray(metrics["values"], dtype=float).reshape(len(t), len(names))
+    col = values[:, names.index(name)]
+    col = col[np.isfinite(col)]
+    if len(col) == 0:
+        return None
+    steps = np.diff(col)
+    total = np.where(steps >= 0, steps, col[1:]).sum() if len(steps) else 0.0
+    return round(float(total))
+
+
+def apply_preemptions(cell: dict, preempted: int | None, capacity_check: str = "") -> None:
+    """Writes the count into ``cell["server"]["preemptions"]``, flags a cell with
+    preemptions, and settles a cell whose capacity was left to the measurement."""
+    if preempted is not None:
+        if isinstance(cell.get("server"), dict):
+            cell["server"]["preemptions"] = preempted
+        else:
+            cell["preemptions"] = preempted
+        if preempted > 0:
+            flags = cell.setdefault("flags", [])
+            if FLAG not in flags:
+                flags.append(FLAG)
+    if capacity_check != "measured":
+        return
+    cell["capacity_check"] = "measured"
+    if preempted is None:
+        cell["capacity_decided_by"] = (
+            "measurement, inconclusive: the preemption counter was not sampled"
+        )
+        return
+    if preempted > 0 and cell.get("status") in ("valid", "queued"):
+        cell["status"] = "over_capacity"
+        cell["reason"] = (
+            f"the server preempted {preempted} request{'s' if preempted != 1 else ''}: the "
+            "requests it ran at once did not fit its KV cache (max running unknown, so "
+            "decided by measurement)"
+        )
+        cell["capacity_decided_by"] = f"measurement: {preempted} preemptions"
+    elif preempted > 0:
+        cell["capacity_decided_by"] = f"measurement: {preempted} preemptions (cell failed)"
+    else:
+        cell["capacity_decided_by"] = "measurement: no preemptions, the requests fit"
+
+
+def capacity_check_of(shape: Any) -> str:
+    """The shape's capacity check ("measured" or ""), from a PlannedCell or a CellShape."""
+    return str(getattr(shape, "capacity_check", "") or "")
