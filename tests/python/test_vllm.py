@@ -415,7 +415,9 @@ def test_figures_agree_with_vllms_counters(small_pool, api, tmp_path, capsys):
     m1 = metrics(small_pool.url)
     _check_clean(result)
     (cell,) = [c for c in result.doc["cells"] if c["phase"] == "decode"]
-    assert cell["status"] == "queued" and cell["flags"] == [], cell
+    # drift: throughput that moved across the window, which 2 cores shared with other
+    # work cause; any other flag is a fault
+    assert cell["status"] == "queued" and set(cell["flags"]) <= {"drift"}, cell
     t0, t1 = cell["t0_ns"], cell["t1_ns"]
 
     generated = sampler.at("vllm:generation_tokens_total", t1) - sampler.at(
