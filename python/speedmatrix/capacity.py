@@ -54,6 +54,9 @@ class Fit:
     #: "" when the rule decided; "measured" when it could not (max running unknown) and
     #: the cell is run and judged from the server's running, waiting and preemptions
     judged: str = ""
+    #: the share of the pool one request's prompt takes (whole blocks): a server whose
+    #: free KV stays below it while requests wait is out of KV, not of running slots
+    admit_share: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,7 @@ class CapacityModel:
                     False,
                     need,
                     judged="measured",
+                    admit_share=self.held(context) / self.pool_tokens,
                 )
             if self.slots and n > self.slots:
                 who = "slots" if self.family == "unified_slots" else "max running"
@@ -229,13 +233,16 @@ def model_for(
                 slots=run,
                 sources={"pool_tokens": pool_src, "slots": run_src, "layout": how},
             )
+        # Unknown layout: split slots hold slots × ctx, a unified pool only ctx; planning
+        # for the pool never runs a cell the server would refuse (it may refuse one that
+        # split slots would hold: the note says how to settle it).
         return CapacityModel(
-            "per_slot",
-            slot_tokens=ctx,
+            "unified_slots",
+            pool_tokens=ctx,
             slots=run,
-            sources={"slot_tokens": ctx_src, "slots": run_src, "layout": how or "unknown"},
-            note="llama.cpp did not say whether its KV cache is unified: only the per-slot "
-            "rule is applied (give --kv-capacity for the pool)",
+            sources={"pool_tokens": ctx_src, "slots": run_src, "layout": how or "unknown"},
+            note="llama.cpp did not say whether its KV cache is unified: planned as one pool "
+            "of the slot context, the smaller reading (give --launch-command or --kv-capacity)",
         )
     if engine in ("tgi", "ollama"):
         sources = {"slot_tokens": ctx_src, "slots": run_src}

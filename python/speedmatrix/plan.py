@@ -99,6 +99,8 @@ class PlannedCell:
     #: is run and its verdict judges it from preemptions (`capacity_note` says why)
     capacity_check: str = ""
     capacity_note: str = ""
+    #: for a "measured" cell: the share of the KV pool one prompt needs to be admitted
+    kv_admit_share: float = 0.0
     #: the cell's time limit (s): a decode cell's measurement window; a prefill cell's
     #: bound on its one cold request
     duration_s: float = 0.0
@@ -384,4 +386,5 @@ def _cell(
         cell.expect_queued = True
     if fit.judged:
         cell.capacity_check, cell.capacity_note = fit.judged, fit.reason
+        cell.kv_admit_share = fit.admit_share
     return cell

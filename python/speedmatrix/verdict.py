@@ -167,6 +167,7 @@ class CellShape:
     prompts_file: str = ""
     #: "measured": the plan left the capacity verdict to the measurement
     capacity_check: str = ""
+    kv_admit_share: float = 0.0
 
     @classmethod
     def from_cell(cls, cell: dict) -> CellShape:
@@ -181,6 +182,7 @@ class CellShape:
             arrival=cell.get("arrival") or "poisson",
             prompts_file=cell.get("prompts_file") or "",
             capacity_check=cell.get("capacity_check") or "",
+            kv_admit_share=float(cell.get("kv_admit_share") or 0.0),
         )
 
 
@@ -534,6 +536,8 @@ def decode_cell(
         base,
         vp.preemptions_in(records.metrics, facts.metric_preemptions),
         vp.capacity_check_of(shape),
+        vp.waited_for_kv(records.metrics, facts, getattr(shape, "kv_admit_share", 0.0)),
+        getattr(shape, "kv_admit_share", 0.0),
     )
     return base
 

@@ -15,7 +15,7 @@ from speedmatrix.adapters.types import MetricsSpec
 from speedmatrix.capacity import model_for
 from speedmatrix.matrix import Matrix
 from speedmatrix.plan import plan
-from speedmatrix.verdict_preemption import apply_preemptions, preemptions_in
+from speedmatrix.verdict_preemption import apply_preemptions, preemptions_in, waited_for_kv
 
 
 def vllm_target(kv=4096, block=128, running=None, preemptions=True, at_least=None) -> Target:
@@ -170,7 +170,7 @@ VERDICTS = [
 @pytest.mark.parametrize(("before", "count", "check", "status", "flagged", "decided"), VERDICTS)
 def test_apply_preemptions(before, count, check, status, flagged, decided):
     cell = {"status": before, "flags": [], "server": {"running_mean": 1.0}}
-    apply_preemptions(cell, count, check)
+    apply_preemptions(cell, count, check, kv_wait=False)
     assert cell["status"] == status
     assert ("preempted" in cell["flags"]) is flagged
     if count is not None:
@@ -181,3 +181,94 @@ def test_apply_preemptions(before, count, check, status, flagged, decided):
         assert cell["capacity_decided_by"].startswith(decided)
     if status == "over_capacity":
         assert "preempted" in cell["reason"] and "decided by measurement" in cell["reason"]
+
+
+class _Facts:
+    metric_waiting = "w"
+    metric_kv_usage = "kv"
+
+
+def _kv_metrics(waiting, usage):
+    values = np.array([[w, u] for w, u in zip(waiting, usage, strict=True)]).ravel()
+    return {"names": ["w", "kv"], "t_ns": np.arange(len(waiting)), "values": values}
+
+
+# (waiting, kv usage) samples, the prompt's share of the pool -> waited for KV
+KV_WAITS = [
+    ([1, 1, 1], [0.75, 0.75, 0.75], 8 / 24, True),  # 6 free blocks of 24 < 8 a prompt needs
+    ([1, 1, 1], [0.5, 0.5, 0.5], 8 / 24, False),  # 12 free: waiting for a running slot
+    ([0, 1, 0], [0.9, 0.9, 0.9], 8 / 24, False),  # waited in one sample only
+    ([1, 1], [0.75, 0.75], 0.0, None),  # no share known
+]
+
+
+@pytest.mark.parametrize(("waiting", "usage", "share", "expected"), KV_WAITS)
+def test_waited_for_kv(waiting, usage, share, expected):
+    assert waited_for_kv(_kv_metrics(waiting, usage), _Facts(), share) is expected
+
+
+def test_a_measured_cell_that_waited_for_kv_is_over_capacity():
+    cell = {"status": "queued", "flags": [], "server": {}}
+    apply_preemptions(cell, 0, "measured", kv_wait=True)
+    assert cell["status"] == "over_capacity"
+    assert cell["capacity_decided_by"] == "measurement: requests waited for KV blocks"
+    assert "give --max-running" in cell["reason"]
+    # the rule decided the cell: the wait is the queue's, not a verdict on capacity
+    ruled = {"status": "queued", "flags": [], "server": {}}
+    apply_preemptions(ruled, 0, "", kv_wait=True)
+    assert ruled["status"] == "queued"
+
+
+def test_plan_gives_measured_cells_the_prompt_share():
+    m = Matrix(contexts=[1280], concurrency=[3], max_output=48, prefill_contexts=[])
+    (cell,) = plan(m, vllm_target())
+    assert cell.kv_admit_share == pytest.approx(1280 / 4096)
+
+
+LAYOUTS = [
+    ("llama-server -m m.gguf -np 2 -c 12288 --kv-unified", True),
+    ("llama-server -m m.gguf -np 2 -c 12288 -kvu", True),
+    ("llama-server -m m.gguf --parallel 4 -c 8192", False),
+    ("llama-server -m m.gguf --parallel=4 -c 8192", False),
+    ("llama-server -m m.gguf -np 4 --no-kv-unified", False),
+    ("llama-server -m m.gguf -np 4 -kvu -no-kvu", False),  # the last one wins
+    ("llama-server -m m.gguf -c 8192", None),  # auto slots: the server's default
+    ("llama-server -m m.gguf -np 1", None),
+    (None, None),
+]
+
+
+@pytest.mark.parametrize(("command", "unified"), LAYOUTS)
+def test_llamacpp_layout_from_launch(command, unified):
+    from speedmatrix.adapters.llamacpp import layout_from_launch
+
+    got = layout_from_launch(command)
+    assert (got or {}).get("unified") == unified
+
+
+def _llamacpp_unknown() -> Target:
+    t = Target("http://h:1", engine="llamacpp", model="m")
+    t.set_capacity("context_length", 6144, "probed", "/props n_ctx")
+    t.set_capacity("max_running", 2, "probed", "/props total_slots")
+    t.info["kv_layout"] = {"unified": None, "source": "unknown"}
+    return t
+
+
+def test_llamacpp_unknown_layout_settled_by_the_launch_command():
+    from speedmatrix.adapters.running import learn_layout
+
+    m = Matrix(contexts=[3072], concurrency=[1, 2], max_output=64, prefill_contexts=[])
+    # unknown: one pool of 6144, so 2 × 3136 does not fit
+    statuses = [c.status for c in plan(m, _llamacpp_unknown())]
+    assert statuses == [None, "over_capacity"]
+    split = _llamacpp_unknown()
+    learn_layout(split, "llama-server -np 2 -c 12288")
+    assert split.info["kv_layout"]["unified"] is False and split.kv_tokens == 12288
+    assert [c.status for c in plan(m, split)] == [None, None]
+    unified = _llamacpp_unknown()
+    learn_layout(unified, "llama-server -np 2 -c 6144 --kv-unified")
+    assert unified.info["kv_layout"] == {
+        "unified": True,
+        "source": "given: launch command --kv-unified",
+    }
+    assert [c.status for c in plan(m, unified)] == [None, "over_capacity"]

@@ -324,25 +324,43 @@ def test_statuses_exact_with_max_running_from_the_launch_command(big_pool, tmp_p
     _check_clean(result)
 
 
-def test_unknown_max_running_is_decided_by_preemptions(small_pool, tmp_path, capsys):
-    """No probe, no launch command: the cell that fits only if fewer than N run is run,
-    and vLLM's preemptions make it over capacity (flagged, with the count)."""
-    m = _matrix(contexts=[1280], concurrency=[2, 3])
+def test_unknown_max_running_is_decided_by_measurement(small_pool, tmp_path, capsys):
+    """No probe, no launch command: the cells that fit only if fewer than N run are run
+    and judged from what vLLM did. 1280 × 3: the three prompts (10 blocks each) are
+    admitted, then outgrow the 32 blocks: vLLM preempts. 1536 × 3: only two prompts (12
+    blocks each) fit, the third waits for blocks that never free up while they run."""
+    # 100 output tokens (the same blocks as 48): requests that live longer keep the wait
+    # in view of the 0.25 s metric samples on a loaded machine
+    out = 100
+    m = _matrix(contexts=[1280, 1536], concurrency=[2, 3], max_output=out)
     before = total(metrics(small_pool.url), "vllm:num_preemptions_total")
     result = run(
         small_pool.url, m, out=tmp_path / "run", progress=False, report=False, probe_running=False
     )
     after = total(metrics(small_pool.url), "vllm:num_preemptions_total")
-    cells = {c["concurrency"]: c for c in result.doc["cells"] if c["phase"] == "decode"}
+    cells = {
+        (c["context"], c["concurrency"]): c for c in result.doc["cells"] if c["phase"] == "decode"
+    }
     _show(capsys, "small_pool, max running unknown", cells.values())
-    assert cells[2]["status"] == "valid" and "capacity_check" not in cells[2]
-    three = cells[3]
-    assert three["capacity_check"] == "measured"
-    assert three["status"] == "over_capacity", three
-    assert "preempted" in three["flags"]
-    assert three["server"]["preemptions"] >= 1
-    assert three["capacity_decided_by"].startswith("measurement:")
-    assert after - before >= three["server"]["preemptions"]
+    for c in (1280, 1536):  # 2 × 11 and 2 × 13 blocks fit: the rule decides
+        assert cells[(c, 2)]["status"] == "valid" and "capacity_check" not in cells[(c, 2)]
+    preempted = cells[(1280, 3)]
+    assert preempted["capacity_check"] == "measured"
+    assert preempted["status"] == "over_capacity", preempted
+    assert "preempted" in preempted["flags"]
+    assert preempted["server"]["preemptions"] >= 1
+    assert preempted["capacity_decided_by"].startswith("measurement:")
+    assert after - before >= preempted["server"]["preemptions"]
+    waited = cells[(1536, 3)]
+    assert waited["status"] == "over_capacity", waited
+    assert waited["capacity_decided_by"] in (
+        "measurement: requests waited for KV blocks",
+        f"measurement: {(waited.get('server') or {}).get('preemptions')} preemptions",
+    )
+    # what the rule says with max_num_seqs known, the measurement found without it
+    for (c, n), cell in cells.items():
+        want = expected_status(c, n, out, small_pool.max_num_seqs, small_pool.blocks * BLOCK)
+        assert cell["status"] == want, (c, n)
 
 
 # ---- figures against vLLM's own counters -----------------------------------------------------

@@ -184,6 +184,26 @@ def learn_max_running(
     return f"max running not found ({reading.detail})"
 
 
+def learn_layout(target: Any, launch_command: str | None) -> None:
+    """llama.cpp: a KV layout discovery could not read, from the launch command."""
+    from speedmatrix.adapters.llamacpp import layout_from_launch
+
+    layout = target.info.get("kv_layout") if isinstance(target.info, dict) else None
+    if str(target.engine) != "llamacpp" or not isinstance(layout, dict):
+        return
+    if layout.get("unified") is not None:
+        return
+    given = layout_from_launch(launch_command)
+    if given is None:
+        return
+    target.info["kv_layout"] = given
+    ctx, slots = target.context_length, target.max_running
+    kv = target.capacity.get("kv_tokens")
+    if ctx and slots and (kv is None or kv.source != "given"):
+        pool = ctx if given["unified"] else ctx * slots
+        target.set_capacity("kv_tokens", pool, "given", given["source"].removeprefix("given: "))
+
+
 def plan_learning_running(
     matrix: Any, target: Any, launch_command: str | None = None, probe: bool = True
 ) -> Any:
@@ -192,6 +212,7 @@ def plan_learning_running(
     a load probe of max N + 1 requests) and the matrix planned again."""
     from speedmatrix.plan import plan
 
+    learn_layout(target, launch_command)
     planned = plan(matrix, target)
     if not any(c.capacity_check == "measured" for c in planned):
         return planned
