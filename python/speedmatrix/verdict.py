@@ -539,6 +539,7 @@ def decode_cell(
         vp.waited_for_kv(records.metrics, facts, getattr(shape, "kv_admit_share", 0.0)),
         getattr(shape, "kv_admit_share", 0.0),
     )
+    vp.apply_refusal(base)
     return base
 
 

@@ -125,3 +125,45 @@ def apply_preemptions(
 def capacity_check_of(shape: Any) -> str:
     """The shape's capacity check ("measured" or ""), from a PlannedCell or a CellShape."""
     return str(getattr(shape, "capacity_check", "") or "")
+
+
+#: what servers say when a request does not fit their KV cache (lower case): llama.cpp's
+#: slot context ("the request exceeds the available context size", "Context size has been
+#: exceeded"), KV pool refusals. A prompt longer than the model's context length (vLLM
+#: "maximum context length", "longer than the maximum model length") is not among them:
+#: that is the plan's `error` (does not fit the context length), not a capacity verdict.
+REFUSAL_PATTERNS = (
+    "context size has been exceeded",
+    "exceeds the available context size",
+    "not enough kv cache",
+    "exceeds the kv cache",
+)
+
+
+def refusal_text(cell: dict) -> str | None:
+    """The server's own words when every failed request of an `error` cell was refused
+    for lack of context or KV space; None when any failure was something else."""
+    examples = cell.get("error_examples") or {}
+    errors = cell.get("errors") or {}
+    if not errors or set(errors) - set(examples):
+        return None
+    words = []
+    for kind in errors:
+        text = str(examples.get(kind) or "")
+        if not any(p in text.lower() for p in REFUSAL_PATTERNS):
+            return None
+        words.append(text)
+    return words[0] if words else None
+
+
+def apply_refusal(cell: dict) -> None:
+    """An `error` cell whose requests the server refused for lack of context or KV is
+    over capacity: the refusal is the verdict, in the server's words (issue 21)."""
+    if cell.get("status") != "error":
+        return
+    text = refusal_text(cell)
+    if text is None:
+        return
+    cell["status"] = "over_capacity"
+    cell["reason"] = f"the server refused the requests for lack of context or KV space: {text}"
+    cell["capacity_decided_by"] = "the server's refusal"

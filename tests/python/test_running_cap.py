@@ -272,3 +272,38 @@ def test_llamacpp_unknown_layout_settled_by_the_launch_command():
         "source": "given: launch command --kv-unified",
     }
     assert [c.status for c in plan(m, unified)] == [None, "over_capacity"]
+
+
+# an error cell's failures -> over capacity by the server's refusal, or still an error
+REFUSALS = [
+    (
+        {"http_400": "the request exceeds the available context size, try increasing it"},
+        "over_capacity",
+    ),
+    # longer than the model's context length: the plan's `error`, not a capacity verdict
+    ({"http_400": "This model's maximum context length is 2048 tokens."}, "error"),
+    ({"stream_error": "Context size has been exceeded."}, "over_capacity"),
+    ({"http_500": "internal error"}, "error"),
+    ({"http_400": "Context size has been exceeded.", "connect": "refused"}, "error"),
+]
+
+
+@pytest.mark.parametrize(("examples", "status"), REFUSALS)
+def test_a_refusal_for_lack_of_context_is_over_capacity(examples, status):
+    from speedmatrix.verdict_preemption import apply_refusal
+
+    cell = {
+        "status": "error",
+        "errors": dict.fromkeys(examples, 3),
+        "error_examples": examples,
+        "reason": "3 of 3 requests failed",
+    }
+    apply_refusal(cell)
+    assert cell["status"] == status
+    if status == "over_capacity":
+        assert cell["reason"].endswith(next(iter(examples.values())))
+        assert cell["capacity_decided_by"] == "the server's refusal"
+    # a cell that measured fine is never touched
+    ok = {"status": "valid", "errors": {}, "error_examples": {}}
+    apply_refusal(ok)
+    assert ok["status"] == "valid"
