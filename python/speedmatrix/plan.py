@@ -95,6 +95,12 @@ class PlannedCell:
     kv_needed: int = 0
     #: N is above the server's running cap: the cell is expected to queue
     expect_queued: bool = False
+    #: "measured": the capacity rule could not decide (max running unknown), so the cell
+    #: is run and its verdict judges it from preemptions (`capacity_note` says why)
+    capacity_check: str = ""
+    capacity_note: str = ""
+    #: for a "measured" cell: the share of the KV pool one prompt needs to be admitted
+    kv_admit_share: float = 0.0
     #: the cell's time limit (s): a decode cell's measurement window; a prefill cell's
     #: bound on its one cold request
     duration_s: float = 0.0
@@ -414,4 +420,7 @@ def _cell(
         return cell
     if fit.queued or (cap is not None and n > cap):
         cell.expect_queued = True
+    if fit.judged:
+        cell.capacity_check, cell.capacity_note = fit.judged, fit.reason
+        cell.kv_admit_share = fit.admit_share
     return cell

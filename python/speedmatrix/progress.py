@@ -122,7 +122,10 @@ class NotebookView:
 
     def __init__(self, display: Any = None):
         if display is None:
-            from IPython.display import display  # optional: only ever called in a notebook
+            try:
+                from IPython.display import display  # optional: only ever called in a notebook
+            except ImportError as e:  # made only where in_notebook() found IPython
+                raise RuntimeError("the notebook view needs IPython") from e
         self.lines: list[str] = []
         self._handle = display({"text/plain": ""}, raw=True, display_id=True)
 

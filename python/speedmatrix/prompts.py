@@ -262,7 +262,10 @@ WORDS: tuple[str, ...] = (
 )
 
 SALT_WORDS = 8  # words (or ids) of per-request salt
-_MAX_FIT_ROUNDS = 8
+#: tokenize requests one prompt's length may take (a bracketed search needs a handful)
+_MAX_FIT_ROUNDS = 16
+#: short words that are one token each in most vocabularies: what closes the last gap
+_TAIL_WORDS = ("a", "the", "of", "and")
 
 
 class PromptError(SpeedmatrixError):
@@ -497,9 +500,9 @@ class PromptFactory:
         prefix_words = self._filler("prefix-words", self._prefix_word_count(cal), cal)
         salt = _salt_words(self.seed, index)
 
-        def make(k: int) -> str | list[dict[str, str]]:
+        def make(k: int, tail: tuple[str, ...] = ()) -> str | list[dict[str, str]]:
             filler = self._filler("filler-words", k, cal)
-            text = " ".join(prefix_words + salt + filler)
+            text = " ".join(prefix_words + salt + filler + list(tail))
             if self.api == "chat":
                 return [{"role": "user", "content": text}]
             return text
@@ -515,9 +518,9 @@ class PromptFactory:
         k0 = self._filler_words
         if k0 is None:
             k0 = self.context - cal.overhead - fixed
-        k = self._fit(make, count, max(k0, 0))
+        k, tail = self._fit(make, count, max(k0, 0))
         self._filler_words = k
-        return Prompt(make(k), self.context, cal.method, True, index, self.shared_prefix)
+        return Prompt(make(k, tail), self.context, cal.method, True, index, self.shared_prefix)
 
     def _filler(self, kind: str, k: int, cal: _Calibration) -> list:
         """The first k items of this factory's ``kind`` sequence (seeded, fixed per factory)."""
@@ -556,20 +559,56 @@ class PromptFactory:
 
         return count_remote
 
-    def _fit(self, make: Callable[[int], Any], count: Callable[[Any], int], k: int) -> int:
-        """Filler words k such that count(make(k)) == context."""
+    def _fit(
+        self, make: Callable[..., Any], count: Callable[[Any], int], k: int
+    ) -> tuple[int, tuple[str, ...]]:
+        """Filler words k (and a tail of short words) such that count(make(k, tail)) ==
+        context, from any start.
+
+        Counts grow with k, so the search keeps the largest k known short and the smallest
+        known long, steps by the tokens per word seen so far (a chat template's fixed
+        tokens and a tokenizer that splits words into several tokens included), and stays
+        inside that bracket. Where the bracket closes with no exact count (the next word
+        adds several tokens), the d tokens missing are made of d short common words, each
+        one token in most vocabularies, checked by the count."""
+        target = self.context
         seen: dict[int, int] = {}
+        lo: tuple[int, int] | None = None  # (k, count) short of the target
+        hi: tuple[int, int] | None = None  # (k, count) past it
+        last: tuple[int, int] | None = None
         for _ in range(_MAX_FIT_ROUNDS):
             n = count(make(k))
             seen[k] = n
-            if n == self.context:
-                return k
-            step = self.context - n
-            k_next = max(0, k + step)
-            if k_next in seen:  # oscillating: walk one word at a time
-                k_next = k + (1 if step > 0 else -1)
-                if k_next in seen or k_next < 0:
+            if n == target:
+                return k, ()
+            if n < target and (lo is None or k > lo[0]):
+                lo = (k, n)
+            if n > target and (hi is None or k < hi[0]):
+                hi = (k, n)
+            if lo is not None and hi is not None:
+                if hi[0] - lo[0] <= 1:
+                    for word in _TAIL_WORDS:
+                        tail = (word,) * (target - lo[1])
+                        n = count(make(lo[0], tail))
+                        seen[-len(seen) - 1] = n
+                        if n == target:
+                            return lo[0], tail
                     break
+                slope = (hi[1] - lo[1]) / (hi[0] - lo[0])
+                k_next = lo[0] + round((target - lo[1]) / slope)
+                k_next = min(max(k_next, lo[0] + 1), hi[0] - 1)
+                if k_next in seen:
+                    k_next = (lo[0] + hi[0]) // 2
+            else:
+                slope = 1.0  # a token a word until two counts say otherwise
+                if last is not None and last[0] != k and n != last[1]:
+                    slope = max((n - last[1]) / (k - last[0]), 0.1)
+                k_next = max(0, k + round((target - n) / slope))
+                if k_next == k or k_next in seen:
+                    k_next = k + (1 if n < target else -1)
+                if k_next < 0 or k_next in seen:
+                    break
+            last = (k, n)
             k = k_next
         raise PromptError(
             f"could not make a prompt of exactly {self.context} tokens "

@@ -97,8 +97,11 @@ class Sweep:
         target=None,
         resume_doc: dict | None = None,
         tokenizer=None,
+        probe_running: bool = True,
     ):
         self.url = url.rstrip("/")
+        #: a short load probe may learn the running cap where the server does not say it
+        self.probe_running = probe_running
         self.matrix = matrix
         self.out = Path(out)
         self.api_key = api_key
@@ -134,7 +137,7 @@ class Sweep:
         run to its end, 130 when interrupted, 1 when the server stopped answering (the
         cells left are marked `error`, "server unreachable"; `--resume` redoes them)."""
         from speedmatrix.adapters import discover
-        from speedmatrix.plan import plan
+        from speedmatrix.adapters.running import plan_learning_running
 
         self.out.mkdir(parents=True, exist_ok=True)
         given_tokenizer = None
@@ -147,7 +150,10 @@ class Sweep:
             self.target = discover(
                 self.url, api_key=self.api_key, model=self.model, overrides=self.overrides
             )
-        planned = plan(self.matrix, self.target)
+        # the running cap vLLM does not publish: launch command, else a load probe
+        planned = plan_learning_running(
+            self.matrix, self.target, self.info.get("launch_command"), self.probe_running
+        )
         self._begin(planned, given_tokenizer)
 
         todo = [c for c in planned if c.runnable and not self._done(c.id)]

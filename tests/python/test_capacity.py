@@ -97,9 +97,12 @@ def test_families_chosen_per_engine():
     assert model_for(split).family == "per_slot"
 
 
-def test_llamacpp_layout_unknown_uses_the_per_slot_rule_and_says_so():
+def test_llamacpp_layout_unknown_is_planned_as_one_pool_and_says_so():
+    # split slots would hold 4 × 2048, a unified pool 2048: the smaller reading is planned
+    # (issue 21: `-np 2 -c 12288 --kv-unified` taken for split slots ran cells that failed)
     m = model_for(target("llamacpp", context_length=2048, max_running=4))
-    assert m.family == "per_slot" and m.slot_tokens == 2048
+    assert m.family == "unified_slots" and m.pool_tokens == 2048
+    assert m.check(1024, 2, 64).status == "over_capacity"
     assert "did not say" in m.note
     # a given pool settles the layout: smaller than the slots together = shared
     g = model_for(target("llamacpp", context_length=2048, max_running=4), kv_tokens=4096)

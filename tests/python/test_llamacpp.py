@@ -155,11 +155,14 @@ def test_discovery_reads_what_the_server_says(server):
     assert t.info["n_ctx_train"] == N_CTX_TRAIN
     assert t.quantization and "F32" in t.quantization
     unified = server.mode == "unified"
-    assert t.info["kv_layout"]["unified"] is unified, t.info["kv_layout"]
     if unified:
+        assert t.info["kv_layout"]["unified"] is True, t.info["kv_layout"]
         assert t.context_length == N_CTX_TRAIN and t.kv_tokens == N_CTX_TRAIN
     else:
-        assert t.context_length == 8192 // SLOTS and t.kv_tokens == 8192
+        # slots below the trained context: split, or unified with -c below it; the server
+        # does not say which, so the layout stays unknown until the launch command says
+        assert t.info["kv_layout"]["unified"] is None, t.info["kv_layout"]
+        assert t.context_length == 8192 // SLOTS and t.kv_tokens is None
     # the served name is the model file's stem, never the server's path
     assert t.info["model_path"].endswith("tiny-llama-f32.gguf")
 
@@ -179,7 +182,14 @@ def _matrix(api: str) -> Matrix:
 @pytest.mark.parametrize("api", ["completions", "chat"])
 def test_matrix_end_to_end(server, api, tmp_path, capsys):
     before = _metrics(server.url)
-    result = run(server.url, _matrix(api), out=tmp_path / "run", progress=False, report=False)
+    result = run(
+        server.url,
+        _matrix(api),
+        out=tmp_path / "run",
+        progress=False,
+        report=False,
+        info={"launch_command": " ".join(server.cmd)},  # settles the split layout
+    )
     after = _metrics(server.url)
     cells = {c["id"]: c for c in result.doc["cells"]}
     # the CI log shows the matrix measured (pytest -q captures print otherwise)
@@ -263,6 +273,8 @@ def test_context_beyond_the_slot_is_refused_before_any_request(server, tmp_path)
         str(tmp_path / "run"),
         "--quiet",
         "--no-report",
+        "--launch-command",
+        " ".join(server.cmd),
     ]
     proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=120)
     after = _metrics(server.url)
@@ -301,3 +313,33 @@ def test_speed_agrees_with_the_servers_timings(server, tmp_path, capsys):
             f"{server_tok_s:.0f} tok/s by llama.cpp ({len(done)} requests)"
         )
     assert abs(ours - server_tok_s) <= 0.10 * server_tok_s
+
+
+def test_unified_pool_below_the_trained_context_is_not_taken_for_split_slots(
+    binary, tiny_model, tmp_path, capsys
+):
+    """Issue 21: ``-np 2 -c 2048 --kv-unified`` looks like split slots (a slot context
+    below the trained 4096) but holds one 2048-token pool. With no launch command the
+    layout is unknown and planned as that pool: 1024 × 2 is over capacity, not run into
+    "context size exceeded" errors; 1024 × 1 runs."""
+    s = LlamaServer(
+        binary, tiny_model, ["--parallel", "2", "-c", "2048", "--kv-unified"], tmp_path / "l.log"
+    )
+    try:
+        t = discover(s.url)
+        assert t.info["kv_layout"]["unified"] is None, t.info["kv_layout"]
+        m = Matrix(
+            contexts=[1024], concurrency=[1, 2], prefill_contexts=[], max_output=64, duration_s=1.0
+        )
+        result = run(s.url, m, out=tmp_path / "run", progress=False, report=False)
+    finally:
+        s.stop()
+    cells = {c["concurrency"]: c for c in result.doc["cells"] if c["phase"] == "decode"}
+    with capsys.disabled():
+        print(
+            f"\nllamacpp: unified below n_ctx_train: {[(n, c['status']) for n, c in cells.items()]}"
+        )
+    assert cells[1]["status"] == "valid", cells[1]
+    assert cells[2]["status"] == "over_capacity", cells[2]
+    assert "unified KV pool 2,048" in cells[2]["reason"]
+    assert (result.requests["outcome"] != "error").all()

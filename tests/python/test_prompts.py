@@ -413,3 +413,18 @@ def test_prompts_are_exact_on_the_built_in_engine(sim, api):
                 "/v1/chat/completions" if api == "chat" else "/v1/completions", body
             )
             assert answer["usage"]["prompt_tokens"] == context, (p.method, context)
+
+
+# A vocabulary where most words are several tokens (a tiny BPE, a model the tests do not
+# ship) and a chat template that adds ~40 tokens: the fit converges from any start, and
+# the last gap (the next word adds several tokens) is closed by one-token words.
+def _multi_token_words(text: str) -> int:
+    return 40 + sum(1 if w in ("a", "the") else 2 + len(w) % 3 for w in text.split())
+
+
+@pytest.mark.parametrize("context", [256, 257, 1001, 1280, 3000])
+def test_fit_converges_on_a_multi_token_vocabulary(context):
+    with FakeEngine(ids=False, tokenize=False) as eng:
+        target = eng.target(tokenize=False)
+        (prompt,) = build_prompts(target, context, 1, tokenizer=_multi_token_words)
+        assert _multi_token_words(prompt.payload) == context

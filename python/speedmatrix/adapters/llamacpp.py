@@ -6,10 +6,11 @@ context (``n_ctx_train``). Metrics need ``--metrics`` and carry no labels.
 KV layout (capacity.py): with ``--parallel K`` each slot has its own cache of n_ctx / K
 tokens (split); launched without it, this llama.cpp runs 4 slots over one unified pool and
 each slot may use all of it, so ``/props`` n_ctx is the whole pool. The server does not say
-which (only its log does), so the layout is inferred: more than one slot whose context is
-the model's trained context is llama.cpp's default unified launch (the pool is sized to the
-trained context); a slot context below it is split slots. A given ``--kv-capacity`` settles
-it (capacity.model_for). Slot caches are emptied with ``POST /slots/{id}?action=erase``."""
+which (only its log does): more than one slot whose context is the model's trained context is
+llama.cpp's default unified launch (the pool is sized to the trained context); a slot context
+below it is either layout, so it stays unknown unless the launch command says
+(`layout_from_launch`) or a given ``--kv-capacity`` settles it (capacity.model_for); unknown
+is planned as one pool of the slot context, the smaller reading. Slot caches are emptied with ``POST /slots/{id}?action=erase``."""
 
 from __future__ import annotations
 
@@ -43,13 +44,46 @@ def kv_layout(n_ctx: int | None, slots: int | None, n_ctx_train: int | None) -> 
             "source": f"inferred: {slots} slots each of the trained context {n_ctx_train} "
             "(llama.cpp's default launch: one unified pool)",
         }
-    if n_ctx_train:
-        return {
-            "unified": False,
-            "source": f"inferred: slot context {n_ctx} below the trained context "
-            f"{n_ctx_train} (--parallel {slots}: split slot caches)",
-        }
-    return {"unified": None, "source": "n_ctx_train unknown: layout not inferred"}
+    # A slot context below the trained context is split slots (--parallel K -c X: X / K
+    # each) or a unified pool launched with -c below the trained context: the server does
+    # not say which, so the layout stays unknown (the launch command can settle it).
+    return {
+        "unified": None,
+        "source": f"unknown: slot context {n_ctx}"
+        + (f" below the trained context {n_ctx_train}" if n_ctx_train else "")
+        + f" with {slots} slots is split caches (--parallel {slots}) or one unified pool "
+        "(--kv-unified -c below it); the server does not say which",
+    }
+
+
+def layout_from_launch(command: str | None) -> dict[str, Any] | None:
+    """The KV layout a llama-server launch command sets, or None when it does not say:
+    ``-kvu``/``--kv-unified`` unified, ``-no-kvu``/``--no-kv-unified`` split, an explicit
+    ``-np``/``--parallel`` K > 1 without either split (unified is the default only when
+    the slot count is auto)."""
+    import shlex
+
+    if not command:
+        return None
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        words = command.split()
+    names = [w.partition("=")[0] for w in words]
+    for flag in reversed(names):  # the last one wins
+        if flag in ("-kvu", "--kv-unified"):
+            return {"unified": True, "source": f"given: launch command {flag}"}
+        if flag in ("-no-kvu", "--no-kv-unified"):
+            return {"unified": False, "source": f"given: launch command {flag}"}
+    for i, flag in enumerate(names):
+        if flag in ("-np", "--parallel"):
+            value = words[i].partition("=")[2] or (words[i + 1] if i + 1 < len(words) else "")
+            if value.isdigit() and int(value) > 1:
+                return {
+                    "unified": False,
+                    "source": f"given: launch command {flag} {value} without --kv-unified",
+                }
+    return None
 
 
 class LlamaCppAdapter(Adapter):
@@ -105,8 +139,9 @@ class LlamaCppAdapter(Adapter):
             found["capacity_detail"]["kv_tokens"] = "/props n_ctx × total_slots: split slot caches"
         else:
             found["warnings"].append(
-                "llama.cpp does not say whether its KV cache is unified: only the per-slot "
-                "rule is applied (give --kv-capacity for the pool)"
+                "llama.cpp does not say whether its KV cache is unified: planned as one pool "
+                "of the slot context, the smaller reading (give --launch-command or "
+                "--kv-capacity to settle it)"
             )
         ftype = props.get("model_ftype") or meta.get("ftype")
         if isinstance(ftype, str) and ftype:

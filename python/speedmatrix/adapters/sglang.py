@@ -127,6 +127,10 @@ class SGLangAdapter(Adapter):
             )
             if k in info
         }
+        page = positive_int(info.get("page_size"))
+        if page and page > 1:  # the token pool is allocated in pages of this many tokens
+            found["info"]["kv_block_tokens"] = page
+            found["info"]["kv_block_source"] = f"probed: {path} page_size"
         if "model_path" not in found["info"]:  # older servers: /get_model_info has it
             model_info = ctx.get_dict("/get_model_info")
             if model_info and model_info.get("model_path"):

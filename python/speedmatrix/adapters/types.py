@@ -71,6 +71,9 @@ class MetricsSpec:
     waiting: str | None = None
     kv_usage: str | None = None
     path: str | None = "/metrics"
+    #: a counter of the requests the engine preempted (vLLM ``vllm:num_preemptions_total``):
+    #: sampled during a cell, its increase flags the cell (None = not counted)
+    preemptions: str | None = None
     #: set by discovery: whether the endpoint answered with Prometheus text
     available: bool = False
 
@@ -88,6 +91,8 @@ class MetricsSpec:
     def reductions(self, names: list[str]) -> list[str]:
         """``"sum"``/``"max"`` for each of ``names`` (gauge names of this spec)."""
         by_name = {getattr(self, role): how for role, how in self.REDUCE.items()}
+        if self.preemptions:  # a counter per engine (DP rank): the ranks' counts add up
+            by_name[self.preemptions] = "sum"
         return [by_name.get(n, "sum") for n in names]
 
     def reduce(self, samples: list[tuple[str, dict[str, str], float]]) -> dict[str, float | None]:

@@ -1,6 +1,9 @@
 """vLLM (V1): ``/version``; the KV pool is the ``vllm:cache_config_info`` gauge's labels
-(``num_gpu_blocks`` × ``block_size``, per ``engine``); ``max_model_len`` in /v1/models.
-Metrics are always on."""
+(``num_gpu_blocks`` × ``block_size``, per ``engine``; a request holds whole blocks);
+``max_model_len`` in /v1/models. Metrics are always on. vLLM does not publish
+``max_num_seqs``: it comes from ``--max-running``, the launch command or a load probe
+(`speedmatrix.adapters.running`); else the capacity rule leaves the cells that depend on it
+to the measurement (preemptions, ``vllm:num_preemptions_total``)."""
 
 from __future__ import annotations
 
@@ -31,6 +34,21 @@ def kv_from_cache_config(samples: list[tuple[str, dict[str, str], float]]) -> in
         if blocks and size:
             per_engine[labels.get("engine", "0")] = blocks * size
     return sum(per_engine.values()) if per_engine else None
+
+
+def block_size_from_cache_config(samples: list[tuple[str, dict[str, str], float]]) -> int | None:
+    """Tokens per KV block (``block_size``): vLLM gives each request whole blocks."""
+    for name, labels, _value in samples:
+        if name == "vllm:cache_config_info":
+            size = positive_int(labels.get("block_size"))
+            if size:
+                return size
+    return None
+
+
+#: the preemption counter's names: V1 exposes the counter vllm:num_preemptions as
+#: ..._total; older servers had the bare name
+PREEMPTION_COUNTERS = ("vllm:num_preemptions_total", "vllm:num_preemptions")
 
 
 class VLLMAdapter(Adapter):
@@ -69,6 +87,11 @@ class VLLMAdapter(Adapter):
             found["capacity_detail"]["kv_tokens"] = (
                 "vllm:cache_config_info num_gpu_blocks × block_size"
             )
+            block = block_size_from_cache_config(samples or [])
+            found["info"] = {
+                "kv_block_tokens": block,
+                "kv_block_source": "probed: vllm:cache_config_info block_size",
+            }
         else:
             # vLLM-compatible servers (the built-in engine's vllm flavour) may offer it here
             path, info = server_info(ctx)
@@ -91,5 +114,6 @@ class VLLMAdapter(Adapter):
                 )
                 or "vllm:kv_cache_usage_perc",
                 path="/metrics",
+                preemptions=first_metric(samples, *PREEMPTION_COUNTERS),
             )
         return found

@@ -14,6 +14,7 @@ from typing import Protocol
 import numpy as np
 
 from speedmatrix.records import Records
+from speedmatrix.verdict import preemption
 from speedmatrix.verdict.counts import (
     ERROR_EXAMPLE_CHARS,
     error_counts,
@@ -81,6 +82,9 @@ class CellShape:
     rate_per_s: float | None = None
     arrival: str = "poisson"
     prompts_file: str = ""
+    #: "measured": the plan left the capacity verdict to the measurement
+    capacity_check: str = ""
+    kv_admit_share: float = 0.0
 
     @classmethod
     def from_cell(cls, cell: dict) -> CellShape:
@@ -94,6 +98,8 @@ class CellShape:
             rate_per_s=cell.get("rate_per_s"),
             arrival=cell.get("arrival") or "poisson",
             prompts_file=cell.get("prompts_file") or "",
+            capacity_check=cell.get("capacity_check") or "",
+            kv_admit_share=float(cell.get("kv_admit_share") or 0.0),
         )
 
 
@@ -275,6 +281,15 @@ def decode_cell(
     base["status"] = status.value
     if reason:
         base["reason"] = reason
+    admit_share = float(getattr(shape, "kv_admit_share", 0.0))
+    preemption.apply_preemptions(
+        base,
+        preemption.preemptions_in(records.metrics, facts.metric_preemptions),
+        preemption.capacity_check_of(shape),
+        preemption.waited_for_kv(records.metrics, facts, admit_share),
+        admit_share,
+    )
+    preemption.apply_refusal(base)
     return base
 
 

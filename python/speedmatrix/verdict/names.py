@@ -45,6 +45,8 @@ class Flag(str, Enum):
     USAGE_MISMATCH = "usage_mismatch"
     WARMUP_UNFINISHED = "warmup_unfinished"
     COALESCED_DELIVERY = "coalesced_delivery"
+    #: the measurement's rule, not a FLAG_RULES one (`speedmatrix.verdict.preemption`)
+    PREEMPTED = "preempted"
     #: written by no rule today; kept for the report's text of runs that carry it
     INTERRUPTED = "interrupted"
 
@@ -73,6 +75,7 @@ _SHORT = {
     Flag.TTFT_UNSERVED: "TTFT reads low",
     Flag.BEHIND: "Server could not keep up",
     Flag.RATE_LIMITED: "Rate limited",
+    Flag.PREEMPTED: "Preempted",
     Flag.USAGE_MISMATCH: "Usage mismatch",
     Flag.WARMUP_UNFINISHED: "Warm-up unfinished",
     Flag.COALESCED_DELIVERY: "Coalesced delivery",
@@ -133,6 +136,11 @@ _TEXT = {
         "Warm-up unfinished: some warm-up prompts never completed (failed or timed out on "
         "every try), so the window began from a server less warm than planned: its caches "
         "may not hold those prompts and the first requests may read slower."
+    ),
+    Flag.PREEMPTED: (
+        "Preempted: the server preempted requests during the cell (its KV cache could not hold "
+        "every running request), so some work was done twice and the figures are not those of "
+        "a clean run at this load (see the cell's server.preemptions)."
     ),
     Flag.COALESCED_DELIVERY: (
         "Coalesced delivery: many token events arrived several to a socket read (a server "

@@ -70,6 +70,8 @@ class EngineFacts:
     metric_running: str | None = None
     metric_waiting: str | None = None
     metric_kv_usage: str | None = None
+    #: the engine's preemption counter (`speedmatrix.verdict.preemption`)
+    metric_preemptions: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -89,7 +91,9 @@ class EngineFacts:
             metric_running=m.running if has else None,
             metric_waiting=m.waiting if has else None,
             metric_kv_usage=m.kv_usage if has else None,
+            metric_preemptions=getattr(m, "preemptions", None) if has else None,
         )
 
     def metric_names(self) -> list[str]:
-        return [n for n in (self.metric_running, self.metric_waiting, self.metric_kv_usage) if n]
+        names = (self.metric_running, self.metric_waiting, self.metric_kv_usage)
+        return [n for n in (*names, self.metric_preemptions) if n]
