@@ -281,22 +281,44 @@ double coalesced_share(const RecordView& r, ns_t t0, ns_t t1) {
     ev.emplace_back(q, r.ev_t_ns[e]);
   }
   if (ev.empty()) return kNaN;
-  std::vector<char> together(ev.size(), 0);
-  // per stream: deliveries (token_arrivals' grouping) of more than one event
-  std::sort(ev.begin(), ev.end());
-  for (std::size_t i = 0; i < ev.size();) {
-    std::size_t j = i + 1;
-    while (j < ev.size() && ev[j].first == ev[i].first && ev[j].second - ev[i].second < kDeliveryNs)
-      ++j;
-    if (j - i >= 2)
-      std::fill(together.begin() + static_cast<std::ptrdiff_t>(i),
-                together.begin() + static_cast<std::ptrdiff_t>(j), 1);
-    i = j;
-  }
   // Not across streams: each stream has its own connection and each read its own clock
-  // read, so two streams' events never share a stamp in a measurement (only synthetic
-  // records in lockstep do, and they are not coalesced).
-  const auto n_together = std::count(together.begin(), together.end(), 1);
+  // read, so two streams' events never share a stamp in a measurement.
+  std::sort(ev.begin(), ev.end());
+  std::int64_t n_together = 0;
+  std::vector<double> pace;  // one stream's gaps between deliveries, per event (ns)
+  for (std::size_t i = 0; i < ev.size();) {
+    std::size_t end = i;
+    while (end < ev.size() && ev[end].first == ev[i].first) ++end;
+    // The stream's deliveries (token_arrivals' grouping) and its own pace: the median
+    // gap between deliveries spread over their events.
+    std::vector<std::pair<std::size_t, std::size_t>> deliveries;
+    for (std::size_t d = i; d < end;) {
+      std::size_t k = d + 1;
+      while (k < end && ev[k].second - ev[d].second < kDeliveryNs) ++k;
+      deliveries.emplace_back(d, k);
+      d = k;
+    }
+    pace.clear();
+    for (std::size_t d = 1; d < deliveries.size(); ++d) {
+      const auto [a, b] = deliveries[d];
+      const double gap = static_cast<double>(ev[a].second - ev[deliveries[d - 1].first].second);
+      pace.push_back(gap / static_cast<double>(b - a));
+    }
+    const double median_pace = pace.empty() ? kNaN : percentile(pace, 0.5);
+    // An event came with another when it followed the previous event of its delivery much
+    // sooner than the stream's pace (a burst: read at once, or in pieces microseconds
+    // apart), not when the stream is simply that fast (one token a read, 0.2 ms apart).
+    for (const auto& [a, b] : deliveries) {
+      bool prev_counted = false;  // the event before e was counted already
+      for (std::size_t e = a + 1; e < b; ++e) {
+        const double inner = static_cast<double>(ev[e].second - ev[e - 1].second);
+        const bool burst = std::isnan(median_pace) ? inner == 0.0 : inner < 0.25 * median_pace;
+        if (burst) n_together += prev_counted ? 1 : 2;  // both events of the pair
+        prev_counted = burst;
+      }
+    }
+    i = end;
+  }
   return static_cast<double>(n_together) / static_cast<double>(ev.size());
 }
 

@@ -228,6 +228,8 @@ TEST(CoalescedDelivery, AStreamFasterThanTheDeliveryBoundKeepsItsPace) {
   const CellFigures f = summarize_cell(r.view(), 0, 1 * kS);
   EXPECT_NEAR(f.tbt_ms, 0.5, 1e-9);
   EXPECT_NEAR(f.per_request_tok_s, 2000.0, 1e-6);
+  // a fast stream is not a bursty one: each read is as far from the last as its pace
+  EXPECT_DOUBLE_EQ(coalesced_share(r.view(), 0, 1 * kS), 0.0);
 }
 
 TEST(SummarizeCell, MultiTokenChunkSpreadsItsGap) {
