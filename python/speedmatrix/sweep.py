@@ -814,6 +814,7 @@ def run(
     report: bool = True,
     target: Any = None,
     tokenizer: Any = None,
+    probe_running: bool = True,
 ) -> Run:
     """Measures `matrix` against the server at `url` and returns the saved run
     (`speedmatrix.results.Run`). `out` defaults to a new temporary folder.
@@ -823,7 +824,8 @@ def run(
     metadata: launch_command, hardware, revision), `progress` (the live view), `report`
     (write report.md/html), `target` (a discovered Target: no discovery), `tokenizer` (a
     local tokenizer: `callable(text) -> int | list`, an object with `encode`, or a Hugging
-    Face name/path loaded with `transformers`/`tokenizers`).
+    Face name/path loaded with `transformers`/`tokenizers`), `probe_running` (False: never
+    send the short load probe that learns a running cap the server does not publish).
 
     The URL (the CLI's rule: http:// or https://, HOST:PORT as http://) and the matrix are
     checked before anything is sent or written: ValueError naming what is wrong."""
@@ -852,6 +854,7 @@ def run(
         report=report,
         target=target,
         tokenizer=tokenizer,
+        probe_running=probe_running,
     )
     code = sweep.execute()
     if code == 130:
