@@ -698,6 +698,7 @@ def prepare_out(out: Path, force: bool = False) -> Path | None:
     from datetime import datetime, timezone
 
     from speedmatrix.errors import SpeedmatrixError
+    from speedmatrix.runfile import ensure_unlocked
 
     out = Path(out)
     moved = None
@@ -709,6 +710,7 @@ def prepare_out(out: Path, force: bool = False) -> Path | None:
                 f"--out {out} holds another run; continue it with --resume {out}, choose "
                 "another folder, or add --force to move it aside"
             )
+        ensure_unlocked(out)  # a run in progress there is never moved
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         moved = out.with_name(f"{out.resolve().name}.replaced-{stamp}")
         n = 1
@@ -814,7 +816,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.dir} holds no run.json")
     from speedmatrix.errors import SpeedmatrixError
     from speedmatrix.report import write_report
-    from speedmatrix.runfile import RunFileError
+    from speedmatrix.runfile import RunFileError, run_lock
     from speedmatrix.slo import parse_attainment, parse_slo
 
     try:  # a malformed --slo or --attainment is a usage error before any work
@@ -823,7 +825,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     try:
-        md, html = write_report(args.dir, slo=slo, attainment=attainment)
+        with run_lock(args.dir, "report"):  # never beside a run or recompute writing it
+            md, html = write_report(args.dir, slo=slo, attainment=attainment)
     except RunFileError as exc:  # not valid JSON, a missing field: one line, status 1
         raise SpeedmatrixError(str(exc)) from None
     print(f"wrote {md}\nwrote {html}")

@@ -126,11 +126,23 @@ class Sweep:
     def execute(self) -> int:
         """Runs every planned cell not yet in run.json. Returns 0 when the matrix was
         run to its end, 130 when interrupted, 1 when the server stopped answering (the
-        cells left are marked `error`, "server unreachable"; `--resume` redoes them)."""
+        cells left are marked `error`, "server unreachable"; `--resume` redoes them).
+
+        The run folder is locked for the run's life (``runfile.run_lock``): a second run
+        into it fails at once, naming this one, and writes nothing."""
+        with runfile.run_lock(self.out, "run --resume" if self.doc else "run"):
+            if not self.doc and (self.out / runfile.RUN_FILE).exists():
+                # checked under the lock: two runs started together cannot both find it absent
+                raise SpeedmatrixError(
+                    f"--out {self.out} holds another run; continue it with --resume "
+                    f"{self.out}, or choose another folder"
+                )
+            return self._execute()
+
+    def _execute(self) -> int:
         from speedmatrix.adapters import discover
         from speedmatrix.plan import plan
 
-        self.out.mkdir(parents=True, exist_ok=True)
         given_tokenizer = None
         if isinstance(self.tokenizer, (str, os.PathLike)):
             from speedmatrix.prompts import load_tokenizer
@@ -825,13 +837,23 @@ def resume(
 ) -> int:
     """Continues the interrupted run saved in `out`: cells already in run.json are kept
     (those left unrun when the server stopped answering are measured now)."""
-    from speedmatrix.matrix import Matrix
-
     out = Path(out)
+    _saved_run(out)  # a folder without a run is said before any lock file is made in it
+    # the lock covers reading the saved run too: a resume never continues a stale copy
+    with runfile.run_lock(out, "run --resume"):
+        return _resume_locked(out, _saved_run(out), api_key, progress, report, tokenizer)
+
+
+def _saved_run(out: Path) -> dict:
     try:
-        doc = runfile.read_run(out)
+        return runfile.read_run(out)
     except (FileNotFoundError, ValueError) as exc:
         raise SpeedmatrixError(f"cannot resume {out}: {exc}") from exc
+
+
+def _resume_locked(out: Path, doc: dict, api_key, progress: bool, report: bool, tokenizer) -> int:
+    from speedmatrix.matrix import Matrix
+
     meta = doc["meta"]
     matrix = Matrix.from_dict(meta["run"]["matrix"])
     given = {
