@@ -594,7 +594,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     api_key = _api_key(args)
     if args.ca_file is not None and not args.ca_file.is_file():
         raise UsageError(f"--ca-file: no such file {args.ca_file}")
-    http.configure_tls(ca_file=args.ca_file, insecure=args.insecure)
+    client = http.ClientConfig.make(args.url, api_key, ca_file=args.ca_file, insecure=args.insecure)
     if args.dry_run:
         if args.resume is not None:
             raise UsageError("--dry-run plans a new run; it does not take --resume")
@@ -610,6 +610,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 model=args.model,
                 overrides=_overrides(args),
                 tokenizer=args.tokenizer,
+                client=client,
             )
         )
         return 0
@@ -623,6 +624,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             progress=not args.quiet,
             report=not args.no_report,
             tokenizer=args.tokenizer,
+            client=client,
         )
         return run_exit_status(runfile.read_run(args.resume, strict=False))
     if not args.url:
@@ -660,6 +662,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         progress=not args.quiet,
         report=not args.no_report,
         tokenizer=args.tokenizer,
+        client=client,
     )
     try:
         run.execute()

@@ -192,6 +192,7 @@ def describe(
     overrides: dict | None = None,
     tokenizer: Any = None,
     target: Any = None,
+    client: Any = None,
 ) -> str:
     """The dry run's text: target, plan, statuses known in advance, prompts, duration."""
     from speedmatrix.plan import plan
@@ -199,7 +200,9 @@ def describe(
     if target is None:
         from speedmatrix.adapters import discover
 
-        target = discover(url, api_key=api_key, model=model, overrides=overrides or {})
+        target = discover(
+            url, api_key=api_key, model=model, overrides=overrides or {}, client=client
+        )
     planned = plan(matrix, target)
     engine = target.engine_name or target.engine
     lines = [

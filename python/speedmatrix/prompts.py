@@ -350,7 +350,10 @@ class PromptFactory:
         self.shared_prefix = shared_prefix
         self.seed = seed
         self.tokenizer = tokenizer
-        self.client = client or HttpClient(target.url, api_key or target.api_key, timeout_s)
+        # the target's client configuration (key, Basic auth, TLS) as discovery used it
+        self.client = client or HttpClient(
+            target.url, api_key, timeout_s, config=target.client_config
+        )
         self._cal: _Calibration | None = None
         self._filler_words: int | None = None  # words of filler that gave the exact count
         # the filler is the same for every index (only the start differs): made once

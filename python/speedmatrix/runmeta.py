@@ -70,11 +70,10 @@ def run_meta(url: str, target: Any, matrix: Any, info: dict, rules: Rules) -> di
     """The whole ``meta`` of a new run against `target` (a discovered Target)."""
     from speedmatrix.adapters import strip_credentials
     from speedmatrix.hardware import detect_hardware
-    from speedmatrix.http import tls_settings
     from speedmatrix.redact import redact
 
     t = target
-    tls = tls_settings()
+    tls = t.client_config.describe()
     caps, cap_notes = capabilities(t)
     warnings = list(t.warnings) + [w for w in cap_notes if w not in t.warnings]
     if tls["insecure"] and url.lower().startswith("https://"):
@@ -105,10 +104,7 @@ def run_meta(url: str, target: Any, matrix: Any, info: dict, rules: Rules) -> di
             "interrupted": False,
             "launch_command": redact(launch) if launch else None,
             # how https was verified: --insecure (none) or --ca-file (its file name only)
-            "tls": {
-                "insecure": bool(tls["insecure"]),
-                "ca_file": os.path.basename(tls["ca_file"]) if tls["ca_file"] else None,
-            },
+            "tls": tls,
             "matrix": matrix_dict,
             "seed": int.from_bytes(os.urandom(4), "little"),
         },

@@ -91,11 +91,25 @@ class Sweep:
         target=None,
         resume_doc: dict | None = None,
         tokenizer=None,
+        client=None,
     ):
-        self.url = url.rstrip("/")
+        from speedmatrix.adapters import strip_credentials
+        from speedmatrix.http import ClientConfig, url_credentials
+
+        if client is None and target is not None:
+            client = target.client_config
+        #: how every request reaches the server (discovery, prompts, the core's streams)
+        self.client: ClientConfig = client or ClientConfig.make(url, api_key)
+        if api_key and api_key != self.client.api_key:
+            self.client = self.client.replace(api_key=api_key)
+        if self.client.basic_auth is None and url_credentials(url):
+            self.client = self.client.replace(basic_auth=url_credentials(url))
+        if target is not None:
+            target.with_client(self.client)
+        self.url = strip_credentials(url).rstrip("/")  # credentials live in self.client only
         self.matrix = matrix
         self.out = Path(out)
-        self.api_key = api_key
+        self.api_key = self.client.api_key
         self.model = model
         self.overrides = dict(overrides or {})
         self.info = dict(info or {})
@@ -117,7 +131,7 @@ class Sweep:
         # seed in run.json) must not resend a prompt the server may have cached.
         self._nonce = os.urandom(4).hex()
         self._cold_prompts = 0
-        self._secrets = [s for s in (api_key,) if s]
+        self._secrets = self.client.secrets
         self.progress.secrets = self._secrets  # every line shown is redacted too
         self.facts = EngineFacts()
         self.rules = Rules(error_threshold=float(matrix.error_threshold))
@@ -151,7 +165,7 @@ class Sweep:
             self.tokenizer = load_tokenizer(given_tokenizer)
         if self.target is None:
             self.target = discover(
-                self.url, api_key=self.api_key, model=self.model, overrides=self.overrides
+                self.url, model=self.model, overrides=self.overrides, client=self.client
             )
         planned = plan(self.matrix, self.target)
         self.facts = EngineFacts.of_target(self.target)
@@ -381,8 +395,6 @@ class Sweep:
 
         spec = _core.CellSpec()
         spec.url = self._endpoint()
-        if self.api_key:
-            spec.api_key = self.api_key
         spec.api = _core.ApiKind.chat if self.matrix.api == "chat" else _core.ApiKind.completions
         spec.bodies = bodies
         spec.warmup_bodies = warmup
@@ -394,13 +406,8 @@ class Sweep:
         # engine does, real servers do not): they let a saved run show how late
         # tokens arrived after they were sent. The decoder reads the field anyway.
         spec.server_stamps = True
-        # --ca-file / --insecure: the same TLS choice discovery made (speedmatrix.http)
-        from speedmatrix.http import tls_settings
-
-        tls = tls_settings()
-        spec.tls_verify = not tls["insecure"]
-        if tls["ca_file"]:
-            spec.ca_file = tls["ca_file"]
+        # the key, Basic auth and TLS choice discovery used (one ClientConfig for all)
+        self.target.client_config.apply(spec)
         names = self.facts.metric_names()
         if names and self.target.metrics_url:
             spec.metrics_url = self.target.metrics_url
@@ -479,7 +486,7 @@ class Sweep:
         timeout = float(self.matrix.idle_timeout_s)
         start = time.monotonic()
         while True:
-            load = read_load(self.target, api_key=self.api_key)
+            load = read_load(self.target)
             if load is None:  # no metrics or unreachable: nothing to wait for
                 return True, time.monotonic() - start
             running, waiting = load
@@ -542,7 +549,6 @@ class Sweep:
             shared_prefix=shared_prefix,
             seed=seed,
             tokenizer=self.tokenizer,
-            api_key=self.api_key,
         )
 
     def _bodies(self, prompts, max_tokens: int) -> list[bytes]:
@@ -681,9 +687,9 @@ class Sweep:
         GET /v1/models counts (even 404): only a failure to connect is loss."""
         if cell is not None and not cell.get("errors") and cell.get("status") != "error":
             return False
-        from speedmatrix.http import ConnectError, HttpClient, HttpError
+        from speedmatrix.http import ConnectError, HttpError
 
-        client = HttpClient(self.target.url, self.api_key or self.target.api_key, 5.0)
+        client = self.target.client(5.0)
         for attempt in range(REPROBE_TRIES):
             if attempt:
                 time.sleep(REPROBE_PAUSE_S)
@@ -834,14 +840,16 @@ def resume(
     progress: bool = True,
     report: bool = True,
     tokenizer=None,
+    client=None,
 ) -> int:
     """Continues the interrupted run saved in `out`: cells already in run.json are kept
-    (those left unrun when the server stopped answering are measured now)."""
+    (those left unrun when the server stopped answering are measured now). ``client``: how
+    to reach the server (a ClientConfig: key, Basic auth, TLS); the saved URL has none."""
     out = Path(out)
     _saved_run(out)  # a folder without a run is said before any lock file is made in it
     # the lock covers reading the saved run too: a resume never continues a stale copy
     with runfile.run_lock(out, "run --resume"):
-        return _resume_locked(out, _saved_run(out), api_key, progress, report, tokenizer)
+        return _resume_locked(out, _saved_run(out), api_key, progress, report, tokenizer, client)
 
 
 def _saved_run(out: Path) -> dict:
@@ -851,7 +859,9 @@ def _saved_run(out: Path) -> dict:
         raise SpeedmatrixError(f"cannot resume {out}: {exc}") from exc
 
 
-def _resume_locked(out: Path, doc: dict, api_key, progress: bool, report: bool, tokenizer) -> int:
+def _resume_locked(
+    out: Path, doc: dict, api_key, progress: bool, report: bool, tokenizer, client
+) -> int:
     from speedmatrix.matrix import Matrix
 
     meta = doc["meta"]
@@ -884,6 +894,7 @@ def _resume_locked(out: Path, doc: dict, api_key, progress: bool, report: bool, 
         report=report,
         resume_doc=doc,
         tokenizer=tokenizer,
+        client=client,
     )
     return sweep.execute()
 
