@@ -298,7 +298,8 @@ def add_run_groups(p: argparse.ArgumentParser) -> dict[str, argparse._ArgumentGr
     g.add_argument(
         "--force",
         action="store_true",
-        help="--out holds another run: move it aside to DIR.replaced-<time> (never deleted)",
+        help="--out holds another run: move it aside to DIR.replaced-<time> (never deleted); "
+        "with --resume: continue on a server whose settings changed (recorded in the run)",
     )
     g.add_argument(
         "--dry-run",
@@ -625,6 +626,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             report=not args.no_report,
             tokenizer=args.tokenizer,
             client=client,
+            force=args.force,
         )
         return run_exit_status(runfile.read_run(args.resume, strict=False))
     if not args.url:

@@ -92,6 +92,7 @@ class Sweep:
         resume_doc: dict | None = None,
         tokenizer=None,
         client=None,
+        force: bool = False,
     ):
         from speedmatrix.adapters import strip_credentials
         from speedmatrix.http import ClientConfig, url_credentials
@@ -107,6 +108,8 @@ class Sweep:
         if target is not None:
             target.with_client(self.client)
         self.url = strip_credentials(url).rstrip("/")  # credentials live in self.client only
+        #: a resume continues on a server whose identity or limits changed (recorded)
+        self.force = force
         self.matrix = matrix
         self.out = Path(out)
         self.api_key = self.client.api_key
@@ -167,6 +170,8 @@ class Sweep:
             self.target = discover(
                 self.url, model=self.model, overrides=self.overrides, client=self.client
             )
+        if self.doc:
+            self._check_same_server()
         planned = plan(self.matrix, self.target)
         self.facts = EngineFacts.of_target(self.target)
         roles = {
@@ -238,6 +243,27 @@ class Sweep:
         if self.interrupted:
             return 130
         return 1 if self.unreachable else 0
+
+    def _check_same_server(self) -> None:
+        """A resumed run continues only on the server it measured: its engine, version,
+        model and limits as saved. Otherwise one line naming what changed, before anything
+        is written; with --force the difference goes into the run's warnings."""
+        from speedmatrix.runmeta import server_changes
+
+        changes = server_changes(self.doc.get("meta") or {}, self.target)
+        if not changes:
+            return
+        what = "; ".join(changes[:6]) + (
+            f"; and {len(changes) - 6} more" if len(changes) > 6 else ""
+        )
+        if not self.force:
+            raise SpeedmatrixError(
+                f"--resume {self.out}: the server is not the one this run measured ({what}); "
+                "measure it into a new --out, or add --force to continue and record the change"
+            )
+        self.doc.setdefault("meta", {}).setdefault("warnings", []).append(
+            f"resumed at {utc_now()} on a server with other settings (--force): {what}"
+        )
 
     def _search(self, planned, done: int) -> None:
         """Per context, the largest load meeting the SLO (`speedmatrix.slo.search`):
@@ -841,15 +867,20 @@ def resume(
     report: bool = True,
     tokenizer=None,
     client=None,
+    force: bool = False,
 ) -> int:
     """Continues the interrupted run saved in `out`: cells already in run.json are kept
     (those left unrun when the server stopped answering are measured now). ``client``: how
-    to reach the server (a ClientConfig: key, Basic auth, TLS); the saved URL has none."""
+    to reach the server (a ClientConfig: key, Basic auth, TLS); the saved URL has none.
+    A server whose engine, version, model or limits differ from the saved run's is refused
+    unless ``force`` (the difference is then recorded in the run's warnings)."""
     out = Path(out)
     _saved_run(out)  # a folder without a run is said before any lock file is made in it
     # the lock covers reading the saved run too: a resume never continues a stale copy
     with runfile.run_lock(out, "run --resume"):
-        return _resume_locked(out, _saved_run(out), api_key, progress, report, tokenizer, client)
+        return _resume_locked(
+            out, _saved_run(out), api_key, progress, report, tokenizer, client, force
+        )
 
 
 def _saved_run(out: Path) -> dict:
@@ -860,7 +891,7 @@ def _saved_run(out: Path) -> dict:
 
 
 def _resume_locked(
-    out: Path, doc: dict, api_key, progress: bool, report: bool, tokenizer, client
+    out: Path, doc: dict, api_key, progress: bool, report: bool, tokenizer, client, force: bool
 ) -> int:
     from speedmatrix.matrix import Matrix
 
@@ -895,6 +926,7 @@ def _resume_locked(
         resume_doc=doc,
         tokenizer=tokenizer,
         client=client,
+        force=force,
     )
     return sweep.execute()
 
