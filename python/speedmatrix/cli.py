@@ -951,9 +951,10 @@ def _exit_now(status: int) -> None:
 
 
 def _one_line(text: str, secrets: list[str]) -> str:
+    from speedmatrix.errors import clip
     from speedmatrix.redact import redact, redact_known
 
-    text = " ".join(str(text).split()) or "(no message)"
+    text = clip(text, 2000) or "(no message)"  # speedmatrix.errors.clip: one line, bounded
     return redact_known(redact(text), secrets)
 
 

@@ -9,3 +9,23 @@ class SpeedmatrixError(Exception):
 
 class TargetError(SpeedmatrixError):
     """The server cannot be reached, refuses us, or does not serve the model."""
+
+
+#: the most characters of text from outside (a server's names, its messages) one line shows
+MAX_SHOWN_CHARS = 300
+
+
+def clip(text: object, limit: int = MAX_SHOWN_CHARS) -> str:
+    """``text`` on one line, at most about ``limit`` characters: what is cut is counted."""
+    one = " ".join(str(text).split())
+    if len(one) <= limit:
+        return one
+    return f"{one[:limit]}... ({len(one) - limit:,} characters more)"
+
+
+def some_of(names: list[str], shown: int = 10, limit: int = MAX_SHOWN_CHARS) -> str:
+    """The first ``shown`` of ``names`` joined by commas ("and N more" for the rest), each
+    name and the whole clipped: a server listing 10,000 models is not echoed whole."""
+    head = ", ".join(clip(n, 80) for n in names[:shown])
+    more = f" and {len(names) - shown:,} more" if len(names) > shown else ""
+    return clip(head, limit) + more

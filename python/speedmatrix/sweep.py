@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 
 from speedmatrix import runfile, verdict
-from speedmatrix.errors import SpeedmatrixError
+from speedmatrix.errors import SpeedmatrixError, clip
 from speedmatrix.progress import Progress
 from speedmatrix.records import Records
 from speedmatrix.runmeta import plan_meta, run_meta, tokenizer_name, utc_now, verdict_meta
@@ -764,8 +764,8 @@ class Sweep:
                 saved.append(w)
             if w not in shown:
                 shown.append(w)
-        for w in shown:
-            self.progress.message(f"speedmatrix: warning: {w}")
+        for w in shown:  # a server's text, bounded on the terminal (run.json keeps it whole)
+            self.progress.message(f"speedmatrix: warning: {clip(w, 500)}")
 
     def _save_records(self, cell_id: str, records: Records) -> str:
         return runfile.save_records(
@@ -832,7 +832,9 @@ class Sweep:
                 return f"{cell['prompt_tok_s']:,.0f} prompt tok/s, TTFT {cell['ttft_ms']:,.0f} ms"
             return cell["status"]
         if cell.get("total_tok_s") is None:
-            return f"{cell['status']}" + (f" ({cell['reason']})" if cell.get("reason") else "")
+            return f"{cell['status']}" + (
+                f" ({clip(cell['reason'])})" if cell.get("reason") else ""
+            )
         s = (
             f"{cell['total_tok_s']:,.1f} tok/s, TTFT {cell['ttft_ms'] or 0:,.0f} ms, "
             f"TBT {cell['tbt_ms'] or 0:.1f} ms"

@@ -28,7 +28,7 @@ from speedmatrix.adapters.base import (
     strip_credentials,
 )
 from speedmatrix.adapters.generic import GenericAdapter
-from speedmatrix.errors import TargetError
+from speedmatrix.errors import TargetError, clip, some_of
 from speedmatrix.http import ClientConfig, HttpClient, HttpError, url_credentials
 
 __all__ = ["OVERRIDE_KEYS", "ModelNotServedError", "discover", "normalise_url"]
@@ -47,8 +47,8 @@ OVERRIDE_KEYS = frozenset(
 
 class ModelNotServedError(TargetError):
     def __init__(self, model: str, offered: list[str]) -> None:
-        offer = ", ".join(offered) if offered else "nothing"
-        super().__init__(f"model {model!r} is not served; the server offers: {offer}")
+        offer = some_of(offered) if offered else "nothing"
+        super().__init__(f"model {clip(model, 120)!r} is not served; the server offers: {offer}")
         self.model = model
         self.offered = offered
 
@@ -237,8 +237,8 @@ def _choose_model(
         target.model = offered[0]
         if len(offered) > 1:
             target.warnings.append(
-                f"the server offers several models ({', '.join(offered)}); using "
-                f"{offered[0]!r} (choose with --model)"
+                f"the server offers several models ({some_of(offered)}); using "
+                f"{clip(offered[0], 120)!r} (choose with --model)"
             )
     else:
         target.warnings.append("the server did not say which model it serves (give --model)")
