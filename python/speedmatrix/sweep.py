@@ -55,6 +55,11 @@ from speedmatrix.verdict import EngineFacts, Rules
 # this many tries, this far apart (a refused connection fails at once).
 REPROBE_TRIES = 3
 REPROBE_PAUSE_S = 0.5
+#: the longest the /metrics read before a cell may take (the idle check)
+IDLE_READ_TIMEOUT_S = 2.0
+#: a wait for an idle server this long is said on the terminal; a gauge stuck through a
+#: whole wait is waited for only this long before the later cells
+IDLE_SAY_AFTER_S = 5.0
 #: statuses of saved cells that --resume keeps; every other cell is measured again
 KEPT_ON_RESUME = ("valid", "queued", "over_capacity")
 #: `not_run` of the cells left when the server stopped answering; `--resume` redoes them
@@ -134,6 +139,10 @@ class Sweep:
         # seed in run.json) must not resend a prompt the server may have cached.
         self._nonce = os.urandom(4).hex()
         self._cold_prompts = 0
+        #: notes of the cell being measured (the wait before it), saved in its ``notes``
+        self._cell_notes: list[str] = []
+        #: (running, waiting) of a gauge that never read idle through a whole wait
+        self._stuck_load: tuple | None = None
         self._secrets = self.client.secrets
         self.progress.secrets = self._secrets  # every line shown is redacted too
         self.facts = EngineFacts()
@@ -506,21 +515,70 @@ class Sweep:
 
     def _wait_idle(self) -> tuple[bool, float]:
         """Waits until the server reports no running and no waiting requests.
-        Returns (idle, seconds waited). Without metrics the server is assumed idle."""
-        from speedmatrix.adapters import read_load
+        Returns (idle, seconds waited). Without metrics the server is assumed idle.
 
+        Nothing here is silent: a /metrics that does not answer (within
+        IDLE_READ_TIMEOUT_S) or reads NaN leaves the load unknown, a wait past
+        IDLE_SAY_AFTER_S is said on the terminal, and each ends in a note of the cell. A
+        gauge that stayed at the same non-zero value through a whole wait (stuck, or another
+        client's load) is waited for only IDLE_SAY_AFTER_S before the later cells."""
+        import math
+
+        from speedmatrix.http import ConnectError, HttpError
+
+        self._cell_notes = []
+        if self.target.metrics_url is None:
+            return True, 0.0
         timeout = float(self.matrix.idle_timeout_s)
+        stuck = self._stuck_load
         start = time.monotonic()
+        client = self.target.client(IDLE_READ_TIMEOUT_S)
+        said = False
         while True:
-            load = read_load(self.target)
-            if load is None:  # no metrics or unreachable: nothing to wait for
-                return True, time.monotonic() - start
-            running, waiting = load
-            if (running or 0) == 0 and (waiting or 0) == 0:
-                return True, time.monotonic() - start
-            if time.monotonic() - start > timeout:
-                return False, time.monotonic() - start
+            waited = time.monotonic() - start
+            try:
+                load = self.target.read_load(client)
+            except (HttpError, ConnectError, ValueError) as exc:
+                self._note(
+                    f"the server's load before this cell is unknown: {self.target.metrics.path} "
+                    f"did not answer ({clip(exc, 160)})"
+                )
+                return True, waited
+            if load is None:
+                return True, waited
+            now = (load.get("running"), load.get("waiting"))
+            if any(isinstance(v, float) and math.isnan(v) for v in now):
+                self._note(
+                    f"the server's load before this cell is unknown: its gauges read "
+                    f"running {now[0]}, waiting {now[1]}"
+                )
+                return True, waited
+            if (now[0] or 0) == 0 and (now[1] or 0) == 0:
+                self._stuck_load = None
+                if said:
+                    self._note(f"waited {waited:.0f} s for the server to be idle")
+                return True, waited
+            bound = min(timeout, IDLE_SAY_AFTER_S) if stuck == now else timeout
+            if waited > bound:
+                self._stuck_load = now
+                again = " again (as before the last cell)" if stuck == now else ""
+                self._note(
+                    f"the server did not report idle{again} in {waited:.0f} s (running {now[0]}, "
+                    f"waiting {now[1]}: a stuck gauge or another client's load); measured anyway"
+                )
+                return False, waited
+            if not said and waited >= IDLE_SAY_AFTER_S:
+                said = True
+                self.progress.message(
+                    f"speedmatrix: waiting up to {bound:g} s for the server to be idle (running "
+                    f"{now[0]}, waiting {now[1]})"
+                )
             time.sleep(0.2)
+
+    def _note(self, text: str) -> None:
+        """A note of the cell about to run: shown now and saved in the cell's ``notes``."""
+        self._cell_notes.append(text)
+        self.progress.message(f"speedmatrix: note: {text}")
 
     def _prompts(self, context: int, count: int, repetition: int, *, cold: bool = False, cell):
         """`count` prompts of exactly `context` tokens.
@@ -690,6 +748,8 @@ class Sweep:
         if isinstance(check, dict) and prompts:
             check["method"] = prompts[0].method
         cell["records"] = self._save_records(cell["id"], records)
+        if self._cell_notes:  # what the wait before it found (speedmatrix.sweep._wait_idle)
+            cell["notes"] = list(self._cell_notes)
         out = CellOutcome(cell)
         self._store(out)
         return out

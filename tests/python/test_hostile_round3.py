@@ -10,6 +10,7 @@ import pytest
 from cliproc import run_cli
 from speedmatrix.adapters import ModelNotServedError, discover
 from speedmatrix.errors import clip, some_of
+from speedmatrix.http import ConnectError
 from test_hostile import RawServer, _answer
 
 MANY = [f"org-{i:05d}/model-with-a-long-name-{i:05d}" for i in range(10_000)]
@@ -78,3 +79,77 @@ def test_a_stalled_calibration_is_bounded_and_said(monkeypatch):
         assert "cannot reach" not in msg
     finally:
         srv.close()
+
+
+class _Gauges:
+    """A target whose /metrics reads ``load`` (or raises it)."""
+
+    def __init__(self, load):
+        self.load = load
+        self.metrics_url = "http://127.0.0.1:1/metrics"
+        self.metrics = type("M", (), {"path": "/metrics"})()
+
+    def client(self, timeout_s):
+        return None
+
+    def read_load(self, client):
+        if isinstance(self.load, Exception):
+            raise self.load
+        return {"running": self.load[0], "waiting": self.load[1]}
+
+
+def _waiter(load, idle_timeout_s=1.0):
+    import types
+
+    from speedmatrix import sweep
+
+    said: list[str] = []
+    fake = types.SimpleNamespace(
+        target=_Gauges(load),
+        matrix=types.SimpleNamespace(idle_timeout_s=idle_timeout_s),
+        progress=types.SimpleNamespace(message=said.append),
+        _cell_notes=[],
+        _stuck_load=None,
+    )
+    fake._note = lambda text: sweep.Sweep._note(fake, text)
+
+    def wait():
+        import time
+
+        start = time.monotonic()
+        idle, _ = sweep.Sweep._wait_idle(fake)
+        return idle, time.monotonic() - start, list(fake._cell_notes)
+
+    return wait, said
+
+
+@pytest.mark.parametrize(
+    ("load", "words"),
+    [
+        ((float("nan"), 0.0), "running nan"),
+        (
+            ConnectError("http://x/metrics", "no answer within 2 s"),
+            "did not answer",
+        ),
+    ],
+)
+def test_metrics_that_cannot_tell_the_load_are_said_at_once(load, words):
+    wait, said = _waiter(load, idle_timeout_s=30)
+    idle, took, notes = wait()
+    assert idle and took < 1.0
+    assert len(notes) == 1 and words in notes[0] and "unknown" in notes[0]
+    assert said == [f"speedmatrix: note: {notes[0]}"]
+
+
+def test_a_gauge_that_never_reads_zero_is_said_and_not_waited_for_every_cell(monkeypatch):
+    from speedmatrix import sweep
+
+    monkeypatch.setattr(sweep, "IDLE_SAY_AFTER_S", 0.3)
+    wait, said = _waiter((3.0, 0.0), idle_timeout_s=1.2)
+    idle, took, notes = wait()
+    assert not idle and 1.2 <= took < 2.5
+    assert any("waiting up to 1.2 s for the server to be idle (running 3.0" in s for s in said)
+    assert len(notes) == 1 and "did not report idle" in notes[0] and "stuck gauge" in notes[0]
+    idle, took, notes = wait()  # the same stuck reading before the next cell: a short wait
+    assert not idle and took < 0.9
+    assert "again" in notes[0]
