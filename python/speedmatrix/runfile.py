@@ -20,6 +20,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import socket
 import tempfile
 import threading
@@ -113,6 +114,34 @@ def run_lock(run_dir: str | os.PathLike, command: str = "run") -> Iterator[None]
                     # it gone and opens the next one (see _acquire)
                     os.unlink(d / LOCK_FILE)
                 os.close(fd)
+
+
+#: the temporary files our writers make and a kill -9 leaves behind: ``atomic_write``'s
+#: ``.<file>.<8 random>.tmp`` (run.json, the report, plots) and the exports'
+#: ``.<file>.tmp``, each of a file type we write; ``save_records``'
+#: ``.<cell>.<8 random>.npz`` in records/
+_STALE_TMP = re.compile(r"^\..+\.(?:json|md|html|svg|csv|parquet)(?:\.[a-z0-9_]{8})?\.tmp$")
+_STALE_NPZ = re.compile(r"^\..+\.[a-z0-9_]{8}\.npz$")
+
+
+def clean_stale_temp(run_dir: str | os.PathLike) -> list[str]:
+    """Removes the temporary files an interrupted write left in ``run_dir`` (its own
+    folder, ``plots/`` and ``records/``), only those of our own name patterns; returns
+    their paths relative to ``run_dir``. Call it holding the folder's lock: no writer of
+    ours is then at work in it."""
+    d = Path(run_dir)
+    removed = []
+    for sub, pattern in (("", _STALE_TMP), ("plots", _STALE_TMP), (RECORDS_DIR, _STALE_NPZ)):
+        try:
+            entries = list(os.scandir(d / sub))
+        except OSError:
+            continue
+        for e in entries:
+            if pattern.match(e.name) and e.is_file(follow_symlinks=False):
+                with contextlib.suppress(OSError):
+                    os.unlink(e.path)
+                    removed.append(f"{sub}/{e.name}" if sub else e.name)
+    return sorted(removed)
 
 
 def ensure_unlocked(run_dir: str | os.PathLike) -> None:

@@ -169,6 +169,12 @@ class Sweep:
         from speedmatrix.adapters import discover
         from speedmatrix.plan import plan
 
+        stale = runfile.clean_stale_temp(self.out)  # left by a writer killed with -9
+        if stale:
+            self.progress.message(
+                f"speedmatrix: removed {len(stale)} temporary file(s) an interrupted write left "
+                f"in {self.out} ({clip(', '.join(stale), 200)})"
+            )
         given_tokenizer = None
         if isinstance(self.tokenizer, (str, os.PathLike)):
             from speedmatrix.prompts import load_tokenizer

@@ -132,3 +132,61 @@ def test_two_runs_into_one_folder_at_once_one_is_refused(fixed_sim, tmp_path):
     on_disk = sorted(f"{runfile.RECORDS_DIR}/{p.name}" for p in (out / "records").glob("*"))
     assert on_disk == saved
     assert not (out / runfile.LOCK_FILE).exists()
+
+
+LEFT = [
+    ".run.json.k2j3h4g5.tmp",
+    ".report.md.abcd_123.tmp",
+    ".cells.csv.tmp",
+    ".tokens.parquet.tmp",
+]
+KEPT = [
+    ".mynotes.tmp",
+    "notes.tmp",
+    ".run.json",
+    "run.tmp.json",
+    ".x.tmp",
+    ".run.json.ABCDEFGH.tmp",
+]
+
+
+def test_temp_files_left_by_kill_9_are_removed_and_only_ours(tmp_path):
+    (tmp_path / "plots").mkdir()
+    (tmp_path / "records").mkdir()
+    for name in LEFT + KEPT:
+        (tmp_path / name).write_text("x")
+    (tmp_path / "plots" / ".ttft.svg.q1w2e3r4.tmp").write_text("x")
+    (tmp_path / "records" / ".decode-c64-n1-r0.q1w2e3r4.npz").write_text("x")
+    (tmp_path / "records" / "decode-c64-n1-r0.npz").write_text("x")
+    removed = runfile.clean_stale_temp(tmp_path)
+    assert removed == sorted(
+        LEFT + ["plots/.ttft.svg.q1w2e3r4.tmp", "records/.decode-c64-n1-r0.q1w2e3r4.npz"]
+    )
+    left = {p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file()}
+    assert left == set(KEPT) | {"records/decode-c64-n1-r0.npz"}
+
+
+@pytest.mark.e2e
+def test_the_next_run_cleans_what_a_killed_one_left(fixed_sim, tmp_path):
+    out = tmp_path / "run"
+    (out / "records").mkdir(parents=True)
+    (out / ".run.json.k2j3h4g5.tmp").write_text("{")
+    (out / "records" / ".decode-c64-n1-r0.q1w2e3r4.npz").write_text("x")
+    res = run_cli(
+        "run",
+        "--url",
+        fixed_sim.url,
+        "--contexts",
+        "64",
+        "--concurrency",
+        "1",
+        "--duration",
+        "1s",
+        "--out",
+        str(out),
+        "--no-report",
+        timeout=120,
+    )
+    assert res.returncode == 0, res.stderr
+    assert "removed 2 temporary file(s)" in res.stderr + res.stdout
+    assert not list(out.rglob(".*.tmp")) and not list((out / "records").glob(".*"))
