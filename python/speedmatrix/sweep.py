@@ -885,12 +885,38 @@ class Sweep:
                 self.progress.message(f"report: {md} and {html}")
             except Exception as exc:  # noqa: BLE001 - the measurements are safe on disk
                 self.progress.message(f"speedmatrix: the report could not be written: {exc}")
+        if not self.interrupted and not self.unreachable:
+            self._say_if_nothing_measured()
         if self.interrupted:  # said even with --quiet: the user needs the way back
             print(
                 f"speedmatrix: interrupted; finished cells are in {self.out / 'run.json'}; "
                 f"continue with `speedmatrix run --resume {self.out}`",
                 file=sys.stderr,
             )
+
+    def _say_if_nothing_measured(self) -> None:
+        """A run that measured no cell exits 1 (EXIT_FAILURE); said even with --quiet, with
+        why: how many cells failed and the first one's reason."""
+        cells = [c for c in self.doc.get("cells") or [] if c.get("status") != "over_capacity"]
+        measured = [
+            c for c in cells if c.get("status") in ("valid", "queued") and not c.get("not_run")
+        ]
+        if measured:
+            return
+        if not cells:
+            why = "the plan holds no cell the server can run (every cell is over capacity)"
+        else:
+            first = cells[0]
+            reason = first.get("reason") or first.get("status")
+            why = (
+                f"{len(cells)} cell(s) failed or were not run; the first, {first.get('id')}: "
+                f"{clip(reason, 200)}"
+            )
+        print(
+            f"speedmatrix: error: no cell was measured: {why}; see {self.out / 'run.json'}",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def _summary(self, cell: dict) -> str:
         if cell["phase"] == "prefill":

@@ -153,3 +153,30 @@ def test_a_gauge_that_never_reads_zero_is_said_and_not_waited_for_every_cell(mon
     idle, took, notes = wait()  # the same stuck reading before the next cell: a short wait
     assert not idle and took < 0.9
     assert "again" in notes[0]
+
+
+@pytest.mark.e2e
+def test_a_run_that_measured_nothing_says_why(tmp_path):
+    from speedmatrix.sim import Sim
+
+    with Sim("fixed", faults={"http500": 1.0}, seed=1) as sim:
+        res = run_cli(
+            "run",
+            "--url",
+            sim.url,
+            "--contexts",
+            "64",
+            "--concurrency",
+            "1",
+            "--duration",
+            "1s",
+            "--out",
+            str(tmp_path / "run"),
+            "--quiet",
+            "--no-report",
+            timeout=120,
+        )
+    assert res.returncode == 1
+    lines = [ln for ln in res.stderr.splitlines() if ln.startswith("speedmatrix: error:")]
+    assert len(lines) == 1, res.stderr
+    assert "no cell was measured" in lines[0] and "failed" in lines[0], lines[0]
