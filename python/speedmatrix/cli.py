@@ -961,11 +961,13 @@ def _one_line(text: str, secrets: list[str]) -> str:
 def main(argv: list[str] | None = None) -> int:
     import traceback
 
-    from speedmatrix.errors import SpeedmatrixError
+    from speedmatrix.errors import SpeedmatrixError, route_warnings
 
     parser = build_parser()
     secrets: list[str] = []
     debug = "--debug" in (sys.argv[1:] if argv is None else argv)
+    if not debug:  # library warnings as one line each, without package paths
+        route_warnings()
 
     def say(text: str) -> None:
         if debug:

@@ -29,3 +29,26 @@ def some_of(names: list[str], shown: int = 10, limit: int = MAX_SHOWN_CHARS) -> 
     head = ", ".join(clip(n, 80) for n in names[:shown])
     more = f" and {len(names) - shown:,} more" if len(names) > shown else ""
     return clip(head, limit) + more
+
+
+def route_warnings(stream: object = None) -> None:
+    """Python warnings (numpy's, a library's deprecation) as one line each on ``stream``
+    (stderr), said once per message, without the file path and source line Python adds:
+    ``speedmatrix: warning: Mean of empty slice (RuntimeWarning)``."""
+    import sys
+    import warnings
+
+    seen: set[str] = set()
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        text = f"{clip(message, 200)} ({category.__name__})"
+        if text in seen:
+            return
+        seen.add(text)
+        out = file or stream or sys.stderr
+        try:
+            print(f"speedmatrix: warning: {text}", file=out, flush=True)
+        except (OSError, ValueError):
+            pass  # a closed stream: a warning never ends a run
+
+    warnings.showwarning = show

@@ -180,3 +180,36 @@ def test_a_run_that_measured_nothing_says_why(tmp_path):
     lines = [ln for ln in res.stderr.splitlines() if ln.startswith("speedmatrix: error:")]
     assert len(lines) == 1, res.stderr
     assert "no cell was measured" in lines[0] and "failed" in lines[0], lines[0]
+
+
+def test_python_warnings_are_one_line_without_package_paths():
+    import subprocess
+    import sys
+
+    # a command that meets a library warning (numpy's, as a report of an empty run would)
+    code = (
+        "import sys, warnings\n"
+        "import numpy as np\n"
+        "from speedmatrix import cli\n"
+        "def cmd(args):\n"
+        "    np.mean(np.zeros(0)); np.mean(np.zeros(0))\n"
+        "    warnings.warn('old thing', DeprecationWarning)\n"
+        "    return 0\n"
+        "cli.COMMANDS['init'] = cmd\n"
+        "sys.exit(cli.main(['init', 'x']))\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-W", "always", "-c", code],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 0, res.stderr
+    lines = res.stderr.splitlines()
+    # one line a warning, each once (the mean of an empty slice warns twice, said once)
+    assert len(lines) == 3, res.stderr
+    assert all(ln.startswith("speedmatrix: warning: ") for ln in lines), res.stderr
+    assert ".py" not in res.stderr and "site-packages" not in res.stderr
+    assert "Mean of empty slice" in lines[0] and lines[0].endswith("(RuntimeWarning)")
+    assert lines[2] == "speedmatrix: warning: old thing (DeprecationWarning)"
