@@ -34,10 +34,11 @@ _VALUE = r"""(?:"[^"]*"|'[^']*'|[^\s"']+)"""
 # env names that hold secrets, in `--env NAME VALUE` / `-e NAME VALUE` (launchers, docker)
 _ENV_SECRET = r"[A-Za-z0-9_]*(?:KEY|TOKEN(?!S|IZ)|SECRET|PASSWORD|PASSWD|CREDENTIALS?)[A-Za-z0-9_]*"
 
-# --api-key X, --api-key=X, --hf-token X; every value up to the next flag is taken: a plural
-# name (LMDeploy's --api-keys K1 K2) and a singular one alike (vLLM's --api-key takes several
-# keys: --api-key K1 K2). A value never starts with "-" ("--disable-auth --port 1") and is
-# never a shell operator (&&, ||, |, ;), so the next command is kept.
+# --api-key X, --api-key=X, --hf-token X; the values up to the next flag are taken: every one
+# after a plural name (LMDeploy's --api-keys K1 K2), and after a singular one (vLLM's
+# --api-key takes several keys: --api-key K1 K2) every one that is not a plain lowercase
+# word. A value never starts with "-" ("--disable-auth --port 1") and is never a shell
+# operator (&&, ||, |, ;), so the next command is kept.
 _SHELL_OP = r"(?:&&|\|\||[|;&])(?!\S)"
 _FLAG_RE = re.compile(
     rf"(?i)((?<![\w-])--?({_FLAG_NAMES})(?:=|\s+))(?!{REDACTED})(?!-)(?!{_SHELL_OP})({_VALUE})"
@@ -48,7 +49,16 @@ _FLAG_RE = re.compile(
 def _flag_repl(m: re.Match[str]) -> str:
     rest = m.group(4) or ""
     if rest:
-        rest = re.sub(rf"([ \t]+){_VALUE}", r"\1" + REDACTED, rest)
+        plural = m.group(2).lower().endswith("s")
+
+        def value(v: re.Match[str]) -> str:
+            # after a singular name, a plain lowercase word is prose ("--api-key X required"),
+            # not a second key: key material has digits, capitals or symbols
+            if plural or not re.fullmatch(r"[a-z]+", v.group(2)):
+                return v.group(1) + REDACTED
+            return v.group(0)
+
+        rest = re.sub(rf"([ \t]+)({_VALUE})", value, rest)
     return m.group(1) + REDACTED + rest
 
 
