@@ -345,7 +345,12 @@ def read_run(run_dir: str | os.PathLike, strict: bool = True) -> dict:
         raise RunFileError(f"{path}: {what}; it is not a complete run file") from None
     except OSError as exc:
         raise RunFileError(f"{path}: cannot read it ({exc.strerror or exc})") from None
-    return validate_run(doc, str(path), strict=strict)
+    validate_run(doc, str(path), strict=strict)
+    if strict:  # the published schema's types too: a hand-edited field is one line, not a bug
+        from speedmatrix.schema import check
+
+        check(doc, str(path))
+    return doc
 
 
 def _records_relpath(cell_id: str) -> str:

@@ -213,3 +213,77 @@ def test_python_warnings_are_one_line_without_package_paths():
     assert ".py" not in res.stderr and "site-packages" not in res.stderr
     assert "Mean of empty slice" in lines[0] and lines[0].endswith("(RuntimeWarning)")
     assert lines[2] == "speedmatrix: warning: old thing (DeprecationWarning)"
+
+
+@pytest.fixture(scope="module")
+def saved_run(fixed_sim, tmp_path_factory):
+    out = tmp_path_factory.mktemp("saved") / "run"
+    res = run_cli(
+        "run",
+        "--url",
+        fixed_sim.url,
+        "--contexts",
+        "64",
+        "--concurrency",
+        "1,2",
+        "--duration",
+        "1s",
+        "--out",
+        str(out),
+        "--quiet",
+        "--no-report",
+        timeout=120,
+    )
+    assert res.returncode == 0, res.stderr
+    return out
+
+
+# hand-edited run.json fields a mutation fuzzer of report/recompute found (each was an
+# `internal error` line): now the schema's one line, naming the field
+EDITS = [
+    ("cells.0.prompt_tok_s", {}),
+    ("cells.1.latency", "x"),
+    ("cells.1.latency.tbt_ms.ci.p99", 5),
+    ("cells.1.latency.percentiles", ["x"]),
+    ("cells.1.ci.tbt_ms", 1.5),
+    ("cells.1.ramp_start_ns", []),
+    ("cells.1.decode_tok_s_per_request", []),
+    ("cells.1.prompt_tokens.reported_max", []),
+    ("cells.1.context", 2**70),
+    ("cells.1.repetition", 2**70),
+    ("meta.engine.model_path", 5),
+    ("meta.verdict.rules.ttft_unserved_share", {}),
+    ("meta.capacity.kv_tokens.value", 0),
+    ("meta.target.model_name_source", []),
+    ("meta.run.plan", "x"),
+    ("meta.run.plan.contexts", [[1]]),
+    ("meta.run.matrix.request_rates", 5),
+    ("meta.hardware.sources.type", []),
+]
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(("where", "value"), EDITS)
+def test_a_hand_edited_run_is_one_line_not_an_internal_error(saved_run, tmp_path, where, value):
+    import contextlib
+    import io
+    import shutil
+
+    from speedmatrix import cli
+
+    run = tmp_path / "run"
+    shutil.copytree(saved_run, run)
+    doc = json.loads((run / "run.json").read_text())
+    *path, last = [int(p) if p.isdigit() else p for p in where.split(".")]
+    node = doc
+    for p in path:
+        node = node[p]
+    node[last] = value
+    (run / "run.json").write_text(json.dumps(doc))
+    for cmd in (["report", str(run)], ["recompute", str(run)]):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            code = cli.main(cmd)
+        text = err.getvalue()
+        assert code == 1 and text.count("\n") == 1, (cmd, text)
+        assert "internal error" not in text and "does not follow speedmatrix.run/1" in text, text
