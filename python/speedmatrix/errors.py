@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class SpeedmatrixError(Exception):
     """A failure that is the target's or the environment's, not a bug."""
@@ -31,7 +33,7 @@ def some_of(names: list[str], shown: int = 10, limit: int = MAX_SHOWN_CHARS) -> 
     return clip(head, limit) + more
 
 
-def route_warnings(stream: object = None) -> None:
+def route_warnings(stream: Any = None) -> None:
     """Python warnings (numpy's, a library's deprecation) as one line each on ``stream``
     (stderr), said once per message, without the file path and source line Python adds:
     ``speedmatrix: warning: Mean of empty slice (RuntimeWarning)``."""

@@ -59,8 +59,9 @@ def server_changes(meta: dict[str, Any], target: Any) -> list[str]:
     saved_caps = meta.get("capacity") or {}
     caps = target.capacity_meta()
     for key in IDENTITY_CAPACITY_KEYS:
-        was = saved_caps.get(key) if isinstance(saved_caps.get(key), dict) else {}
-        differ(key, was.get("value"), (caps.get(key) or {}).get("value"))
+        was = saved_caps.get(key)
+        was_value = was.get("value") if isinstance(was, dict) else None
+        differ(key, was_value, (caps.get(key) or {}).get("value"))
     return changes
 
 
