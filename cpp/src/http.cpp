@@ -175,6 +175,7 @@ struct Transfer final : SseSink, ChunkedDecoder::Sink {
   OpenAIStreamDecoder decoder;
   long status = 0;
   bool event_stream_type = false;  // Content-Type: text/event-stream
+  std::string content_encoding;    // Content-Encoding of a 2xx answer ("" = none, identity)
   enum class Body : std::uint8_t { kUnknown, kSse, kError, kNotSse } body = Body::kUnknown;
   bool headers_started = false;
   bool stream_finished = false;  // [DONE] or a finish reason seen
@@ -197,6 +198,7 @@ struct Transfer final : SseSink, ChunkedDecoder::Sink {
     decoder.reset(api);
     status = 0;
     event_stream_type = false;
+    content_encoding.clear();
     body = Body::kUnknown;
     headers_started = false;
     stream_finished = false;
@@ -313,6 +315,7 @@ struct CurlTransport::Impl {
       const std::size_t sp = line.find(' ');
       t->status = sp == std::string_view::npos ? 0 : std::strtol(line.data() + sp + 1, nullptr, 10);
       t->event_stream_type = false;
+      t->content_encoding.clear();
       t->chunked = false;
       t->retry_after_ns = kNever;
     } else if (iequals_prefix(line, "retry-after:")) {
@@ -324,6 +327,12 @@ struct CurlTransport::Impl {
       while (!v.empty() && (v.back() == '\n' || v.back() == '\r' || v.back() == ' '))
         v.remove_suffix(1);
       t->chunked = v.size() >= 7 && iequals_prefix(v.substr(v.size() - 7), "chunked");
+    } else if (iequals_prefix(line, "content-encoding:")) {
+      std::string_view v = line.substr(17);
+      while (!v.empty() && v.front() == ' ') v.remove_prefix(1);
+      while (!v.empty() && (v.back() == '\n' || v.back() == '\r' || v.back() == ' '))
+        v.remove_suffix(1);
+      t->content_encoding = iequals_prefix(v, "identity") ? "" : std::string(v.substr(0, 40));
     } else if (iequals_prefix(line, "content-type:")) {
       std::string_view v = line.substr(13);
       while (!v.empty() && v.front() == ' ') v.remove_prefix(1);
@@ -569,6 +578,16 @@ bool Transfer::on_data(std::string_view piece) {
   if (body == Body::kUnknown) {
     if (status >= 400 || status < 200) {
       body = Body::kError;
+    } else if (!content_encoding.empty()) {
+      // No encoding was asked for (no Accept-Encoding): a compressed stream cannot be read
+      // as SSE, and its bytes would only say "not SSE". Name it.
+      body = Body::kNotSse;
+      err_kind = "not_sse";
+      err_msg = "the stream is " + content_encoding +
+                "-encoded (Content-Encoding: " + content_encoding +
+                ") though no encoding was asked for; turn compression off for this path on "
+                "the server or its proxy";
+      return false;
     } else if (event_stream_type || looks_like_sse(piece)) {
       body = Body::kSse;
     } else {

@@ -287,3 +287,40 @@ def test_a_hand_edited_run_is_one_line_not_an_internal_error(saved_run, tmp_path
         text = err.getvalue()
         assert code == 1 and text.count("\n") == 1, (cmd, text)
         assert "internal error" not in text and "does not follow speedmatrix.run/1" in text, text
+
+
+def test_a_gzip_encoded_stream_is_named_in_its_error():
+    import gzip
+
+    import numpy as np
+    from speedmatrix._native import _core
+
+    events = b"".join(
+        b'data: {"choices": [{"index": 0, "text": "x", "finish_reason": null}]}\n\n'
+        for _ in range(4)
+    )
+    body = gzip.compress(events + b"data: [DONE]\n\n")
+
+    def handler(conn, request):
+        head = {"Content-Type": "text/event-stream", "Content-Encoding": "gzip"}
+        conn.sendall(_answer("200 OK", body, head))
+
+    srv = RawServer(handler)
+    try:
+        spec = _core.CellSpec()
+        spec.url = srv.url + "/v1/completions"
+        spec.bodies = [b'{"prompt": "hi", "max_tokens": 4, "stream": true}']
+        spec.concurrency = 1
+        spec.duration_s = 0.3
+        spec.connect_timeout_s = 5
+        spec.idle_timeout_s = 5
+        res = _core.CellRunner(spec).run()
+    finally:
+        srv.close()
+    req = res.requests
+    failed = np.asarray(req["outcome"]) == 3
+    assert failed.any()
+    kinds = set(np.asarray(req["error_kind"])[failed].tolist())
+    msgs = set(np.asarray(req["error_message"])[failed].tolist())
+    assert kinds == {"not_sse"}, kinds
+    assert all("gzip-encoded (Content-Encoding: gzip)" in m for m in msgs), msgs
