@@ -167,8 +167,11 @@ class ClientConfig:
             ctx.check_hostname = False
             ctx.verify_mode = ssl.CERT_NONE
             return ctx
+        # SSL_CERT_FILE is read by OpenSSL's default paths itself, beside the default CA
+        # directory, as before; only --ca-file replaces the system's CAs
+        cafile = self.ca_file if self.ca_source != "SSL_CERT_FILE" else None
         try:
-            return ssl.create_default_context(cafile=self.ca_file)
+            return ssl.create_default_context(cafile=cafile)
         except (OSError, ssl.SSLError) as exc:
             raise SpeedmatrixError(
                 f"{self.ca_source or '--ca-file'} {self.ca_file}: cannot load it ({exc})"
