@@ -168,6 +168,7 @@ struct CurlTransport::Impl {
       const std::size_t sp = line.find(' ');
       t->status = sp == std::string_view::npos ? 0 : std::strtol(line.data() + sp + 1, nullptr, 10);
       t->event_stream_type = false;
+      t->content_encoding.clear();
       t->chunked = false;
       t->retry_after_ns = kNever;
     } else if (iequals_prefix(line, "retry-after:")) {
@@ -179,6 +180,12 @@ struct CurlTransport::Impl {
       while (!v.empty() && (v.back() == '\n' || v.back() == '\r' || v.back() == ' '))
         v.remove_suffix(1);
       t->chunked = v.size() >= 7 && iequals_prefix(v.substr(v.size() - 7), "chunked");
+    } else if (iequals_prefix(line, "content-encoding:")) {
+      std::string_view v = line.substr(17);
+      while (!v.empty() && v.front() == ' ') v.remove_prefix(1);
+      while (!v.empty() && (v.back() == '\n' || v.back() == '\r' || v.back() == ' '))
+        v.remove_suffix(1);
+      t->content_encoding = iequals_prefix(v, "identity") ? "" : std::string(v.substr(0, 40));
     } else if (iequals_prefix(line, "content-type:")) {
       std::string_view v = line.substr(13);
       while (!v.empty() && v.front() == ' ') v.remove_prefix(1);

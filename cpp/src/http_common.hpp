@@ -48,6 +48,7 @@ struct Transfer final : SseSink, ChunkedDecoder::Sink {
   OpenAIStreamDecoder decoder;
   long status = 0;
   bool event_stream_type = false;  // Content-Type: text/event-stream
+  std::string content_encoding;    // Content-Encoding of a 2xx answer ("" = none, identity)
   enum class Body : std::uint8_t { kUnknown, kSse, kError, kNotSse } body = Body::kUnknown;
   bool headers_started = false;
   bool stream_finished = false;  // [DONE] or a finish reason seen
@@ -70,6 +71,7 @@ struct Transfer final : SseSink, ChunkedDecoder::Sink {
     decoder.reset(api);
     status = 0;
     event_stream_type = false;
+    content_encoding.clear();
     body = Body::kUnknown;
     headers_started = false;
     stream_finished = false;

@@ -34,6 +34,16 @@ bool Transfer::on_data(std::string_view piece) {
   if (body == Body::kUnknown) {
     if (status >= 400 || status < 200) {
       body = Body::kError;
+    } else if (!content_encoding.empty()) {
+      // No encoding was asked for (no Accept-Encoding): a compressed stream cannot be read
+      // as SSE, and its bytes would only say "not SSE". Name it.
+      body = Body::kNotSse;
+      err_kind = "not_sse";
+      err_msg = "the stream is " + content_encoding +
+                "-encoded (Content-Encoding: " + content_encoding +
+                ") though no encoding was asked for; turn compression off for this path on "
+                "the server or its proxy";
+      return false;
     } else if (event_stream_type || looks_like_sse(piece)) {
       body = Body::kSse;
     } else {

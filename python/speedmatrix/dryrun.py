@@ -235,6 +235,7 @@ def describe(
     tokenizer: Any = None,
     target: Any = None,
     sources: dict[str, str] | None = None,
+    client: Any = None,
 ) -> str:
     """The dry run's text: target, the settings in force (and where each came from:
     ``sources``, field -> "default" / "file NAME" / the flag), plan, statuses known in
@@ -244,7 +245,9 @@ def describe(
     if target is None:
         from speedmatrix.adapters import discover
 
-        target = discover(url, api_key=api_key, model=model, overrides=overrides or {})
+        target = discover(
+            url, api_key=api_key, model=model, overrides=overrides or {}, client=client
+        )
     planned = plan(matrix, target)
     engine = target.engine_name or target.engine
     lines = [

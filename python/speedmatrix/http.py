@@ -20,11 +20,13 @@ and the client's own key is replaced wherever the server echoed it.
 Connections are kept alive for ``KEEPALIVE_S`` between the requests of one client (discovery
 makes about ten in a row).
 
-TLS: ``configure_tls(ca_file, insecure)`` sets the process's choice (the CLI's ``--ca-file``
-and ``--insecure``); every client and the C++ core's cells read it through ``tls_settings()``.
-Verification uses the standard library's default context (the system's CAs, and
-``SSL_CERT_FILE``/``SSL_CERT_DIR`` as OpenSSL reads them), as libcurl in the core does, not
-httpx's own certifi bundle. Proxies come from the environment (``http_proxy``,
+How to reach the server is one :class:`ClientConfig` (API key, ``user:password@`` of the
+URL as Basic auth, ``--ca-file`` or else ``SSL_CERT_FILE``, ``--insecure``, the timeout), made
+once from the flags and the environment and handed to discovery, the prompt builder and the
+C++ core's cells alike (``ClientConfig.apply``): a server that passes discovery is reached
+the same way by every stream. There is no module state. Verification uses the standard
+library's default context (the system's CAs, or the CA file), not httpx's certifi bundle;
+libcurl in the core does not read ``SSL_CERT_FILE`` itself, so the config passes it on. Proxies come from the environment (``http_proxy``,
 ``https_proxy``, ``no_proxy``) as the standard library reads them, as before.
 
 Over 500 lines: the bounds httpx does not give (one deadline for the whole request, inflating
@@ -35,8 +37,10 @@ reads them) are kept here beside the client they guard, each with the test that 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import functools
 import json
+import os
 import socket
 import ssl
 import threading
@@ -55,13 +59,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AuthError",
+    "ClientConfig",
     "ConnectError",
     "HttpClient",
     "HttpError",
     "UrlError",
-    "configure_tls",
     "error_message",
-    "tls_settings",
 ]
 
 #: the largest answer body read (discovery answers are a few KiB; /v1/models of a big
@@ -81,19 +84,126 @@ KEEPALIVE_S = 2.0
 #: the most a compressed answer is inflated in one step (memory held at once beyond the body)
 _INFLATE_STEP = 1 << 20
 
-_tls: dict[str, Any] = {"ca_file": None, "insecure": False}
+
+@dataclasses.dataclass(frozen=True)
+class ClientConfig:
+    """How every request of a run reaches the server: discovery, tokenize and calibration
+    (:class:`HttpClient`) and the core's streams and metrics reads (:meth:`apply`).
+
+    Made once (:meth:`make`) from the flags and the environment. The credentials (API key,
+    Basic auth) are not in repr() and not in :meth:`describe`; :attr:`secrets` lists what
+    must be redacted wherever a server might echo it.
+    """
+
+    api_key: str | None = dataclasses.field(default=None, repr=False)
+    #: (user, password) from the URL's ``user:password@``, sent as Basic auth
+    basic_auth: tuple[str, str] | None = dataclasses.field(default=None, repr=False)
+    #: the PEM CA bundle to verify with: ``--ca-file``, else ``SSL_CERT_FILE``; None: system's
+    ca_file: str | None = None
+    #: where ca_file came from ("--ca-file" or "SSL_CERT_FILE"), for messages
+    ca_source: str | None = None
+    insecure: bool = False
+    timeout_s: float = 10.0
+
+    @classmethod
+    def make(
+        cls,
+        url: str | None = None,
+        api_key: str | None = None,
+        *,
+        ca_file: str | os.PathLike | None = None,
+        insecure: bool = False,
+        timeout_s: float = 10.0,
+        environ: Any = None,
+    ) -> ClientConfig:
+        """The config of ``url``'s credentials, the key, ``ca_file`` (else the environment's
+        ``SSL_CERT_FILE`` when it names a file) and ``insecure``."""
+        env = os.environ if environ is None else environ
+        source = "--ca-file" if ca_file else None
+        if not ca_file and env.get("SSL_CERT_FILE") and os.path.isfile(env["SSL_CERT_FILE"]):
+            ca_file, source = env["SSL_CERT_FILE"], "SSL_CERT_FILE"
+        return cls(
+            api_key=api_key or None,
+            basic_auth=url_credentials(url) if url else None,
+            ca_file=os.fspath(ca_file) if ca_file else None,
+            ca_source=source,
+            insecure=bool(insecure),
+            timeout_s=float(timeout_s),
+        )
+
+    def replace(self, **changes: Any) -> ClientConfig:
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def authorization(self) -> str | None:
+        """The ``Authorization`` header's value: the key as Bearer, else Basic, else None."""
+        if self.api_key:
+            return f"Bearer {self.api_key}"
+        if self.basic_auth:
+            pair = f"{self.basic_auth[0]}:{self.basic_auth[1]}".encode()
+            return "Basic " + base64.b64encode(pair).decode()
+        return None
+
+    @property
+    def secrets(self) -> list[str]:
+        """Every credential as it could be echoed: the key, the password, the Basic token."""
+        out = [self.api_key] if self.api_key else []
+        if self.basic_auth and self.basic_auth[1]:
+            out.append(self.basic_auth[1])
+            out.append(str(self.authorization).removeprefix("Basic "))
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        """How https was verified, for run.json: no path beyond the file's name, no secret."""
+        return {
+            "insecure": self.insecure,
+            "ca_file": os.path.basename(self.ca_file) if self.ca_file else None,
+            "ca_source": self.ca_source,
+        }
+
+    def ssl_context(self) -> ssl.SSLContext:
+        if self.insecure:
+            ctx = ssl.create_default_context()
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+            return ctx
+        # SSL_CERT_FILE is read by OpenSSL's default paths itself, beside the default CA
+        # directory, as before; only --ca-file replaces the system's CAs
+        cafile = self.ca_file if self.ca_source != "SSL_CERT_FILE" else None
+        try:
+            return ssl.create_default_context(cafile=cafile)
+        except (OSError, ssl.SSLError) as exc:
+            raise SpeedmatrixError(
+                f"{self.ca_source or '--ca-file'} {self.ca_file}: cannot load it ({exc})"
+            ) from None
+
+    def client(self, base_url: str, timeout_s: float | None = None) -> HttpClient:
+        """An HttpClient for ``base_url`` with this config (``timeout_s``: another bound)."""
+        return HttpClient(
+            base_url, config=self if timeout_s is None else self.replace(timeout_s=float(timeout_s))
+        )
+
+    def apply(self, spec: Any) -> None:
+        """Sets a core CellSpec's credentials and TLS choice to this config's: the key, Basic
+        auth as a header, certificate verification and the CA file."""
+        if self.api_key:
+            spec.api_key = self.api_key
+        elif self.basic_auth:
+            spec.headers = [*spec.headers, f"Authorization: {self.authorization}"]
+        spec.tls_verify = not self.insecure
+        if self.ca_file:
+            spec.ca_file = self.ca_file
 
 
-def configure_tls(ca_file: str | None = None, insecure: bool = False) -> None:
-    """Sets how every https request of this process verifies the server: against ``ca_file``
-    (PEM) or the system's CAs, or not at all (``insecure``)."""
-    _tls["ca_file"] = str(ca_file) if ca_file else None
-    _tls["insecure"] = bool(insecure)
-
-
-def tls_settings() -> dict[str, Any]:
-    """``{"ca_file": str | None, "insecure": bool}`` as set by configure_tls()."""
-    return dict(_tls)
+def url_credentials(url: str) -> tuple[str, str] | None:
+    """The (user, password) of a URL's ``user:password@``, percent-decoded; None without."""
+    try:
+        parsed = urllib.parse.urlsplit(url)
+    except ValueError:
+        return None
+    if parsed.username is None and parsed.password is None:
+        return None
+    return urllib.parse.unquote(parsed.username or ""), urllib.parse.unquote(parsed.password or "")
 
 
 class UrlError(SpeedmatrixError, ValueError):
@@ -172,18 +282,6 @@ def error_message(body: str) -> str:
     return " ".join(text[:300].split())
 
 
-def _ssl_context() -> ssl.SSLContext:
-    if _tls["insecure"]:
-        ctx = ssl.create_default_context()
-        ctx.check_hostname = False
-        ctx.verify_mode = ssl.CERT_NONE
-        return ctx
-    try:
-        return ssl.create_default_context(cafile=_tls["ca_file"])
-    except (OSError, ssl.SSLError) as exc:
-        raise SpeedmatrixError(f"--ca-file {_tls['ca_file']}: cannot load it ({exc})") from None
-
-
 def _retry_after_s(value: str | None) -> float | None:
     """Retry-After in seconds (delta-seconds form only; an HTTP date is not honoured)."""
     if not value:
@@ -204,23 +302,32 @@ class HttpClient:
     connections at once instead of when they expire or the client is collected.
     """
 
-    def __init__(self, base_url: str, api_key: str | None = None, timeout_s: float = 10.0):
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        timeout_s: float | None = None,
+        *,
+        config: ClientConfig | None = None,
+    ):
         parsed = urllib.parse.urlsplit(base_url)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
             raise UrlError(f"not an http(s) URL: {redact(base_url)!r}")
-        self._basic: str | None = None
-        self._secrets: list[str] = [api_key] if api_key else []
+        if config is None:  # a client of its own: the URL's credentials, the environment's CAs
+            config = ClientConfig.make(base_url, api_key)
+        elif api_key and api_key != config.api_key:
+            config = config.replace(api_key=api_key)
+        if config.basic_auth is None and url_credentials(base_url):
+            config = config.replace(basic_auth=url_credentials(base_url))
+        if timeout_s is not None:
+            config = config.replace(timeout_s=float(timeout_s))
         if parsed.username is not None or parsed.password is not None:
-            # user:password@host → Basic auth; the URL we show and request has no credentials
-            pair = f"{urllib.parse.unquote(parsed.username or '')}:"
-            pair += urllib.parse.unquote(parsed.password or "")
-            self._basic = "Basic " + base64.b64encode(pair.encode()).decode()
-            if parsed.password:
-                self._secrets += [parsed.password, urllib.parse.unquote(parsed.password)]
+            # the URL we show and request has no credentials: they travel in the header
             host = parsed.hostname or ""
             host = f"[{host}]" if ":" in host else host
             netloc = host + (f":{parsed.port}" if parsed.port else "")
             base_url = urllib.parse.urlunsplit(parsed._replace(netloc=netloc))
+        api_key = config.api_key
         if api_key and not all(" " < ch < "\x7f" for ch in api_key):
             # said here, without the key: a header could not carry it (h11 or the encoder
             # would fail with the value in its message)
@@ -228,12 +335,14 @@ class HttpClient:
                 "the API key has characters an HTTP header cannot carry (printable ASCII "
                 "without spaces only); check --api-key, its file or its variable"
             )
+        self.config = config
+        self._secrets: list[str] = config.secrets
         self.base_url = base_url.rstrip("/")
         self._origin = _origin(self.base_url)
         self._api_key = api_key or None
-        self.timeout_s = timeout_s
+        self.timeout_s = config.timeout_s
         # decided now, as before: a bad --ca-file is an error of the client's creation
-        self._ssl = _ssl_context() if parsed.scheme == "https" else None
+        self._ssl = config.ssl_context() if parsed.scheme == "https" else None
         self._budget = _Budget()
         self._client: httpx.Client | None = None
         self._lock = threading.Lock()
@@ -285,10 +394,9 @@ class HttpClient:
         if body is not None:
             data = body if isinstance(body, bytes) else json.dumps(body).encode()
             headers["Content-Type"] = "application/json"
-        if self._api_key:
-            headers["Authorization"] = f"Bearer {self._api_key}"
-        elif self._basic:
-            headers["Authorization"] = self._basic
+        auth = self.config.authorization
+        if auth:
+            headers["Authorization"] = auth
         timeout = self.timeout_s if timeout_s is None else timeout_s
         try:
             for attempt in range(MAX_429_RETRIES + 1):

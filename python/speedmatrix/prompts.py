@@ -40,7 +40,7 @@ from typing import Any
 
 from speedmatrix.adapters.base import Target, TokenizeSpec
 from speedmatrix.errors import SpeedmatrixError
-from speedmatrix.http import HttpClient, HttpError
+from speedmatrix.http import ConnectError, HttpClient, HttpError
 
 __all__ = [
     "METHODS",
@@ -266,6 +266,9 @@ SALT_WORDS = 8  # words (or ids) of per-request salt
 _MAX_FIT_ROUNDS = 16
 #: short words that are one token each in most vocabularies: what closes the last gap
 _TAIL_WORDS = ("a", "the", "of", "and")
+#: the longest a calibration request (one token of a prompt of at most 128 words) may take:
+#: a server that holds it longer is stalled, and is said to be, not waited for 120 s
+CALIBRATION_TIMEOUT_S = 30.0
 
 
 class PromptError(SpeedmatrixError):
@@ -353,7 +356,10 @@ class PromptFactory:
         self.shared_prefix = shared_prefix
         self.seed = seed
         self.tokenizer = tokenizer
-        self.client = client or HttpClient(target.url, api_key or target.api_key, timeout_s)
+        # the target's client configuration (key, Basic auth, TLS) as discovery used it
+        self.client = client or HttpClient(
+            target.url, api_key, timeout_s, config=target.client_config
+        )
         self._cal: _Calibration | None = None
         self._filler_words: int | None = None  # words of filler that gave the exact count
         # the filler is the same for every index (only the start differs): made once
@@ -473,7 +479,17 @@ class PromptFactory:
         """usage.prompt_tokens of one tiny non-streaming request."""
         body = json.loads(request_body(self.target, self.api, payload, 1, stream=False, extra=None))
         path = "/v1/chat/completions" if self.api == "chat" else "/v1/completions"
-        answer = self.client.post_json(path, body)
+        try:
+            answer = self.client.post_json(path, body, timeout_s=CALIBRATION_TIMEOUT_S)
+        except ConnectError as exc:
+            if not exc.reason.startswith(("no answer within", "the answer did not end within")):
+                raise  # refused, unresolvable: the server cannot be reached
+            # it took the request and held it: stalled or busy, not unreachable
+            raise PromptError(
+                f"calibration: POST {path} (1 token of a short prompt) was accepted but "
+                f"{exc.reason.replace('no answer', 'got no answer')}; the server is stalled "
+                "or busy (is another job running on it?)"
+            ) from None
         usage = answer.get("usage") if isinstance(answer, dict) else None
         tokens = usage.get("prompt_tokens") if isinstance(usage, dict) else None
         if not isinstance(tokens, int):

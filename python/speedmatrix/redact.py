@@ -34,19 +34,31 @@ _VALUE = r"""(?:"[^"]*"|'[^']*'|[^\s"']+)"""
 # env names that hold secrets, in `--env NAME VALUE` / `-e NAME VALUE` (launchers, docker)
 _ENV_SECRET = r"[A-Za-z0-9_]*(?:KEY|TOKEN(?!S|IZ)|SECRET|PASSWORD|PASSWD|CREDENTIALS?)[A-Za-z0-9_]*"
 
-# --api-key X, --api-key=X, --hf-token X; a plural name (LMDeploy's --api-keys K1 K2) takes
-# every value up to the next flag. A value never starts with "-": "--disable-auth --port 1".
+# --api-key X, --api-key=X, --hf-token X; the values up to the next flag are taken: every one
+# after a plural name (LMDeploy's --api-keys K1 K2), and after a singular one (vLLM's
+# --api-key takes several keys: --api-key K1 K2) every one that is not a plain lowercase
+# word. A value never starts with "-" ("--disable-auth --port 1") and is never a shell
+# operator (&&, ||, |, ;), so the next command is kept.
+_SHELL_OP = r"(?:&&|\|\||[|;&])(?!\S)"
 _FLAG_RE = re.compile(
-    rf"(?i)((?<![\w-])--?({_FLAG_NAMES})(?:=|\s+))(?!{REDACTED})(?!-)({_VALUE})"
-    rf"((?:\s+(?!-)(?!{REDACTED}){_VALUE})*)"
+    rf"(?i)((?<![\w-])--?({_FLAG_NAMES})(?:=|\s+))(?!{REDACTED})(?!-)(?!{_SHELL_OP})({_VALUE})"
+    rf"((?:[ \t]+(?!-)(?!{REDACTED})(?!{_SHELL_OP}){_VALUE})*)"
 )
 
 
 def _flag_repl(m: re.Match[str]) -> str:
-    name = m.group(2).lower()
     rest = m.group(4) or ""
-    if name.endswith("s") and rest:
-        rest = re.sub(rf"(\s+){_VALUE}", r"\1" + REDACTED, rest)
+    if rest:
+        plural = m.group(2).lower().endswith("s")
+
+        def value(v: re.Match[str]) -> str:
+            # after a singular name, a plain lowercase word is prose ("--api-key X required"),
+            # not a second key: key material has digits, capitals or symbols
+            if plural or not re.fullmatch(r"[a-z]+", v.group(2)):
+                return v.group(1) + REDACTED
+            return v.group(0)
+
+        rest = re.sub(rf"([ \t]+)({_VALUE})", value, rest)
     return m.group(1) + REDACTED + rest
 
 
@@ -75,7 +87,8 @@ _PATTERNS: list[tuple[re.Pattern[str], Any]] = [
     (
         re.compile(
             # TOKENS/TOKENIZER are counts and settings (MAX_TOKENS=4096), not credentials
-            r"\b([A-Z0-9_]*(?:API_?KEY|TOKEN(?!S|IZ)|SECRET|PASSWORD|PASSWD)[A-Z0-9_]*\s*=\s*)"
+            # NAME: VALUE too (docker/compose/k8s env lists, YAML): HF_TOKEN:X, HF_TOKEN: X
+            r"\b([A-Z0-9_]*(?:API_?KEY|TOKEN(?!S|IZ)|SECRET|PASSWORD|PASSWD)[A-Z0-9_]*\s*[=:]\s*)"
             rf"(?!<redacted>)({_VALUE})"
         ),
         r"\1" + REDACTED,

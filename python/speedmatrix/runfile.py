@@ -6,14 +6,26 @@ that fails (a full disk above all) leaves the previous file as it was and raises
 :class:`RunFileError`. Files get mode 0666 less the umask (0644 usually), as ``open`` would
 give, not mkstemp's 0600. ``read_run`` checks the ``speedmatrix.run/1`` contract and names
 what is missing; ``load_records`` refuses a records path outside the run's ``records/``.
+
+One writer at a time: ``run_lock`` holds an exclusive ``flock`` on ``DIR/.speedmatrix.lock``
+for a run's life (a new run, ``--resume``) and around ``write_run`` (``recompute --write``)
+and report writes; a second writer gets a one-line :class:`RunLockedError` naming the holder
+(pid, host, command, start time) and writes nothing. The kernel drops the lock when its
+holder dies, even by ``kill -9``: a stale lock file never blocks anyone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
+import re
+import socket
 import tempfile
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +36,8 @@ from speedmatrix.errors import SpeedmatrixError
 SCHEMA = "speedmatrix.run/1"
 RUN_FILE = "run.json"
 RECORDS_DIR = "records"
+#: the lock file of a run folder (hidden; removed by its holder when it lets go)
+LOCK_FILE = ".speedmatrix.lock"
 
 # DESIGN.md's cell contract: every cell carries these (figures may be null).
 REQUIRED_CELL_FIELDS = (
@@ -48,6 +62,127 @@ STATUSES = ("valid", "queued", "over_capacity", "error")
 
 class RunFileError(SpeedmatrixError, ValueError):
     """A saved run that cannot be read or written: the message names the file and the field."""
+
+
+class RunLockedError(RunFileError):
+    """Another process is writing this run folder (it holds its lock)."""
+
+
+#: the run folders this process holds: resolved path -> [fd, depth] (the lock is re-entrant
+#: within a process: a sweep's own run.json and report writes pass under its lock)
+_held: dict[str, list[int]] = {}
+_held_guard = threading.Lock()
+
+
+def _holder(path: Path) -> str:
+    """Who holds the lock, as its holder wrote it in the lock file."""
+    try:
+        info = json.loads(path.read_text(encoding="utf-8")[:4096])
+        pid, host = int(info["pid"]), str(info["host"])[:64]
+        what = str(info.get("command", "speedmatrix"))[:40]
+        return f"pid {pid} on {host}, `speedmatrix {what}` started {str(info['started'])[:32]}"
+    except (OSError, ValueError, KeyError, TypeError):  # being written at this moment
+        return "another speedmatrix process"
+
+
+@contextlib.contextmanager
+def run_lock(run_dir: str | os.PathLike, command: str = "run") -> Iterator[None]:
+    """Holds the exclusive lock of ``run_dir`` (made if absent) while the block runs; raises
+    RunLockedError at once when another process holds it. Re-entrant within a process."""
+    d = Path(run_dir)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        key = str(d.resolve())
+    except OSError as exc:
+        raise RunFileError(f"cannot make {d}: {exc.strerror or exc}") from None
+    with _held_guard:
+        if key in _held:
+            _held[key][1] += 1
+            fd = None
+        else:
+            fd = _acquire(d / LOCK_FILE, command)
+            _held[key] = [fd, 1]
+    try:
+        yield
+    finally:
+        with _held_guard:
+            _held[key][1] -= 1
+            if _held[key][1] == 0:
+                fd = _held.pop(key)[0]
+                with contextlib.suppress(OSError):
+                    # unlinked while still locked: a process waiting on this inode finds
+                    # it gone and opens the next one (see _acquire)
+                    os.unlink(d / LOCK_FILE)
+                os.close(fd)
+
+
+#: the temporary files our writers make and a kill -9 leaves behind: ``atomic_write``'s
+#: ``.<file>.<8 random>.tmp`` (run.json, the report, plots) and the exports'
+#: ``.<file>.tmp``, each of a file type we write; ``save_records``'
+#: ``.<cell>.<8 random>.npz`` in records/
+_STALE_TMP = re.compile(r"^\..+\.(?:json|md|html|svg|csv|parquet)(?:\.[a-z0-9_]{8})?\.tmp$")
+_STALE_NPZ = re.compile(r"^\..+\.[a-z0-9_]{8}\.npz$")
+
+
+def clean_stale_temp(run_dir: str | os.PathLike) -> list[str]:
+    """Removes the temporary files an interrupted write left in ``run_dir`` (its own
+    folder, ``plots/`` and ``records/``), only those of our own name patterns; returns
+    their paths relative to ``run_dir``. Call it holding the folder's lock: no writer of
+    ours is then at work in it."""
+    d = Path(run_dir)
+    removed = []
+    for sub, pattern in (("", _STALE_TMP), ("plots", _STALE_TMP), (RECORDS_DIR, _STALE_NPZ)):
+        try:
+            entries = list(os.scandir(d / sub))
+        except OSError:
+            continue
+        for e in entries:
+            if pattern.match(e.name) and e.is_file(follow_symlinks=False):
+                with contextlib.suppress(OSError):
+                    os.unlink(e.path)
+                    removed.append(f"{sub}/{e.name}" if sub else e.name)
+    return sorted(removed)
+
+
+def ensure_unlocked(run_dir: str | os.PathLike) -> None:
+    """Raises RunLockedError when another process holds ``run_dir`` (before moving it)."""
+    with run_lock(run_dir, "check"):
+        pass
+
+
+def _acquire(path: Path, command: str) -> int:
+    import fcntl
+
+    for _ in range(50):  # each turn lost to a holder unlinking as it let go
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise RunFileError(f"cannot lock {path.parent}: {exc.strerror or exc}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise RunLockedError(
+                f"{path.parent} is in use by {_holder(path)}; nothing was written (wait for it "
+                "to end, or choose another folder)"
+            ) from None
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if not same:  # the file we locked was unlinked by its last holder: open the new one
+            os.close(fd)
+            continue
+        info = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "command": command,
+            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(info).encode(), 0)
+        return fd
+    raise RunLockedError(f"{path.parent}: its lock changes hands too fast; try again")
 
 
 def _umask() -> int:
@@ -146,7 +281,8 @@ def write_run(run_dir: str | os.PathLike, run: dict, secrets: list[str] | None =
     doc = as_saved(run, secrets)
     path = Path(run_dir) / RUN_FILE
     text = json.dumps(doc, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
-    atomic_write(path, text.encode("utf-8"))
+    with run_lock(run_dir, "write"):
+        atomic_write(path, text.encode("utf-8"))
     return path
 
 
@@ -209,7 +345,12 @@ def read_run(run_dir: str | os.PathLike, strict: bool = True) -> dict:
         raise RunFileError(f"{path}: {what}; it is not a complete run file") from None
     except OSError as exc:
         raise RunFileError(f"{path}: cannot read it ({exc.strerror or exc})") from None
-    return validate_run(doc, str(path), strict=strict)
+    validate_run(doc, str(path), strict=strict)
+    if strict:  # the published schema's types too: a hand-edited field is one line, not a bug
+        from speedmatrix.schema import check
+
+        check(doc, str(path))
+    return doc
 
 
 def _records_relpath(cell_id: str) -> str:

@@ -14,7 +14,19 @@ from speedmatrix import __version__
 from speedmatrix.naming import served_model_name
 from speedmatrix.verdict import EngineFacts, Rules
 
-__all__ = ["plan_meta", "run_meta", "tokenizer_name", "utc_now", "verdict_meta"]
+__all__ = [
+    "plan_meta",
+    "run_meta",
+    "server_changes",
+    "tokenizer_name",
+    "utc_now",
+    "verdict_meta",
+]
+
+#: the engine facts that make a server the one a saved run measured (meta.engine keys)
+IDENTITY_ENGINE_KEYS = ("name", "adapter", "version", "commit", "quantization", "dtype")
+#: ... and its limits (meta.capacity keys)
+IDENTITY_CAPACITY_KEYS = ("kv_tokens", "context_length", "max_running")
 
 
 def utc_now() -> str:
@@ -24,6 +36,38 @@ def utc_now() -> str:
 def verdict_meta(facts: EngineFacts, rules: Rules) -> dict[str, Any]:
     """meta["verdict"]: the engine facts and the rules the cells were judged by."""
     return {"facts": facts.to_dict(), "rules": rules.to_dict()}
+
+
+def server_changes(meta: dict[str, Any], target: Any) -> list[str]:
+    """What differs between the server a saved run measured (its ``meta``) and ``target``
+    now, one short phrase each ("engine version 0.1 -> 0.2", "kv_tokens 16777216 -> 8000"):
+    the engine, its version and build, the served model and the capacity limits. A fact
+    unknown on either side is no evidence of a change and is not compared."""
+    changes: list[str] = []
+
+    def differ(what: str, was: Any, now: Any) -> None:
+        if was is not None and now is not None and was != now:
+            changes.append(f"{what} {_short(was)} -> {_short(now)}")
+
+    saved_engine = meta.get("engine") or {}
+    engine = target.engine_meta()
+    for key in IDENTITY_ENGINE_KEYS:
+        differ(
+            "engine" if key == "name" else f"engine {key}", saved_engine.get(key), engine.get(key)
+        )
+    differ("model", (meta.get("target") or {}).get("model"), target.model)
+    saved_caps = meta.get("capacity") or {}
+    caps = target.capacity_meta()
+    for key in IDENTITY_CAPACITY_KEYS:
+        was = saved_caps.get(key)
+        was_value = was.get("value") if isinstance(was, dict) else None
+        differ(key, was_value, (caps.get(key) or {}).get("value"))
+    return changes
+
+
+def _short(value: Any) -> str:
+    text = " ".join(str(value).split())
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def capabilities(target: Any) -> tuple[dict[str, Any], list[str]]:
@@ -70,11 +114,10 @@ def run_meta(url: str, target: Any, matrix: Any, info: dict, rules: Rules) -> di
     """The whole ``meta`` of a new run against `target` (a discovered Target)."""
     from speedmatrix.adapters import strip_credentials
     from speedmatrix.hardware import detect_hardware
-    from speedmatrix.http import tls_settings
     from speedmatrix.redact import redact
 
     t = target
-    tls = tls_settings()
+    tls = t.client_config.describe()
     caps, cap_notes = capabilities(t)
     warnings = list(t.warnings) + [w for w in cap_notes if w not in t.warnings]
     if tls["insecure"] and url.lower().startswith("https://"):
@@ -105,10 +148,7 @@ def run_meta(url: str, target: Any, matrix: Any, info: dict, rules: Rules) -> di
             "interrupted": False,
             "launch_command": redact(launch) if launch else None,
             # how https was verified: --insecure (none) or --ca-file (its file name only)
-            "tls": {
-                "insecure": bool(tls["insecure"]),
-                "ca_file": os.path.basename(tls["ca_file"]) if tls["ca_file"] else None,
-            },
+            "tls": tls,
             "matrix": matrix_dict,
             # the preset the matrix started from and how it differs ({} = not at all)
             "preset": info.get("preset"),

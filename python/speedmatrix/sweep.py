@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from speedmatrix import runfile, verdict
-from speedmatrix.errors import SpeedmatrixError
+from speedmatrix.errors import SpeedmatrixError, clip
 from speedmatrix.matrix import Matrix
 from speedmatrix.progress import Progress
 from speedmatrix.records import Records
@@ -61,6 +61,11 @@ if TYPE_CHECKING:
 # this many tries, this far apart (a refused connection fails at once).
 REPROBE_TRIES = 3
 REPROBE_PAUSE_S = 0.5
+#: the longest the /metrics read before a cell may take (the idle check)
+IDLE_READ_TIMEOUT_S = 2.0
+#: a wait for an idle server this long is said on the terminal; a gauge stuck through a
+#: whole wait is waited for only this long before the later cells
+IDLE_SAY_AFTER_S = 5.0
 #: statuses of saved cells that --resume keeps; every other cell is measured again
 KEPT_ON_RESUME = ("valid", "queued", "over_capacity")
 #: `not_run` of the cells left when the server stopped answering; `--resume` redoes them
@@ -98,13 +103,30 @@ class Sweep:
         resume_doc: dict | None = None,
         tokenizer=None,
         probe_running: bool = True,
+        client=None,
+        force: bool = False,
     ):
-        self.url = url.rstrip("/")
+        from speedmatrix.adapters import strip_credentials
+        from speedmatrix.http import ClientConfig, url_credentials
+
+        if client is None and target is not None:
+            client = target.client_config
+        #: how every request reaches the server (discovery, prompts, the core's streams)
+        self.client: ClientConfig = client or ClientConfig.make(url, api_key)
+        if api_key and api_key != self.client.api_key:
+            self.client = self.client.replace(api_key=api_key)
+        if self.client.basic_auth is None and url_credentials(url):
+            self.client = self.client.replace(basic_auth=url_credentials(url))
+        if target is not None:
+            target.with_client(self.client)
+        self.url = strip_credentials(url).rstrip("/")  # credentials live in self.client only
+        #: a resume continues on a server whose identity or limits changed (recorded)
+        self.force = force
         #: a short load probe may learn the running cap where the server does not say it
         self.probe_running = probe_running
         self.matrix = matrix
         self.out = Path(out)
-        self.api_key = api_key
+        self.api_key = self.client.api_key
         self.model = model
         self.overrides = dict(overrides or {})
         self.info = dict(info or {})
@@ -126,7 +148,11 @@ class Sweep:
         # seed in run.json) must not resend a prompt the server may have cached.
         self._nonce = os.urandom(4).hex()
         self._cold_prompts = 0
-        self._secrets = [s for s in (api_key,) if s]
+        #: notes of the cell being measured (the wait before it), saved in its ``notes``
+        self._cell_notes: list[str] = []
+        #: (running, waiting) of a gauge that never read idle through a whole wait
+        self._stuck_load: tuple | None = None
+        self._secrets = self.client.secrets
         self.progress.secrets = self._secrets  # every line shown is redacted too
         self.facts = EngineFacts()
         self.rules = Rules(error_threshold=float(matrix.error_threshold))
@@ -135,11 +161,29 @@ class Sweep:
     def execute(self) -> int:
         """Runs every planned cell not yet in run.json. Returns 0 when the matrix was
         run to its end, 130 when interrupted, 1 when the server stopped answering (the
-        cells left are marked `error`, "server unreachable"; `--resume` redoes them)."""
+        cells left are marked `error`, "server unreachable"; `--resume` redoes them).
+
+        The run folder is locked for the run's life (``runfile.run_lock``): a second run
+        into it fails at once, naming this one, and writes nothing."""
+        with runfile.run_lock(self.out, "run --resume" if self.doc else "run"):
+            if not self.doc and (self.out / runfile.RUN_FILE).exists():
+                # checked under the lock: two runs started together cannot both find it absent
+                raise SpeedmatrixError(
+                    f"--out {self.out} holds another run; continue it with --resume "
+                    f"{self.out}, or choose another folder"
+                )
+            return self._execute()
+
+    def _execute(self) -> int:
         from speedmatrix.adapters import discover
         from speedmatrix.adapters.running import plan_learning_running
 
-        self.out.mkdir(parents=True, exist_ok=True)
+        stale = runfile.clean_stale_temp(self.out)  # left by a writer killed with -9
+        if stale:
+            self.progress.message(
+                f"speedmatrix: removed {len(stale)} temporary file(s) an interrupted write left "
+                f"in {self.out} ({clip(', '.join(stale), 200)})"
+            )
         given_tokenizer = None
         if isinstance(self.tokenizer, (str, os.PathLike)):
             from speedmatrix.prompts import load_tokenizer
@@ -148,8 +192,10 @@ class Sweep:
             self.tokenizer = load_tokenizer(given_tokenizer)
         if self.target is None:
             self.target = discover(
-                self.url, api_key=self.api_key, model=self.model, overrides=self.overrides
+                self.url, model=self.model, overrides=self.overrides, client=self.client
             )
+        if self.doc:
+            self._check_same_server()
         # the running cap vLLM does not publish: launch command, else a load probe
         planned = plan_learning_running(
             self.matrix, self.target, self.info.get("launch_command"), self.probe_running
@@ -198,6 +244,27 @@ class Sweep:
         if self.interrupted:
             return 130
         return 1 if self.unreachable else 0
+
+    def _check_same_server(self) -> None:
+        """A resumed run continues only on the server it measured: its engine, version,
+        model and limits as saved. Otherwise one line naming what changed, before anything
+        is written; with --force the difference goes into the run's warnings."""
+        from speedmatrix.runmeta import server_changes
+
+        changes = server_changes(self.doc.get("meta") or {}, self.target)
+        if not changes:
+            return
+        what = "; ".join(changes[:6]) + (
+            f"; and {len(changes) - 6} more" if len(changes) > 6 else ""
+        )
+        if not self.force:
+            raise SpeedmatrixError(
+                f"--resume {self.out}: the server is not the one this run measured ({what}); "
+                "measure it into a new --out, or add --force to continue and record the change"
+            )
+        self.doc.setdefault("meta", {}).setdefault("warnings", []).append(
+            f"resumed at {utc_now()} on a server with other settings (--force): {what}"
+        )
 
     def _search(self, planned, done: int) -> None:
         """Per context, the largest load meeting the SLO (`speedmatrix.slo.search`):
@@ -384,8 +451,6 @@ class Sweep:
 
         spec = _core.CellSpec()
         spec.url = self.target.endpoint(cell.api)
-        if self.api_key:
-            spec.api_key = self.api_key
         spec.api = _core.ApiKind.chat if cell.api == "chat" else _core.ApiKind.completions
         spec.bodies = bodies
         spec.warmup_bodies = warmup
@@ -397,13 +462,8 @@ class Sweep:
         # engine does, real servers do not): they let a saved run show how late
         # tokens arrived after they were sent. The decoder reads the field anyway.
         spec.server_stamps = True
-        # --ca-file / --insecure: the same TLS choice discovery made (speedmatrix.http)
-        from speedmatrix.http import tls_settings
-
-        tls = tls_settings()
-        spec.tls_verify = not tls["insecure"]
-        if tls["ca_file"]:
-            spec.ca_file = tls["ca_file"]
+        # the key, Basic auth and TLS choice discovery used (one ClientConfig for all)
+        self.target.client_config.apply(spec)
         names = self.facts.metric_names()
         if names and self.target.metrics_url:
             spec.metrics_url = self.target.metrics_url
@@ -476,21 +536,70 @@ class Sweep:
 
     def _wait_idle(self) -> tuple[bool, float]:
         """Waits until the server reports no running and no waiting requests.
-        Returns (idle, seconds waited). Without metrics the server is assumed idle."""
-        from speedmatrix.adapters import read_load
+        Returns (idle, seconds waited). Without metrics the server is assumed idle.
 
+        Nothing here is silent: a /metrics that does not answer (within
+        IDLE_READ_TIMEOUT_S) or reads NaN leaves the load unknown, a wait past
+        IDLE_SAY_AFTER_S is said on the terminal, and each ends in a note of the cell. A
+        gauge that stayed at the same non-zero value through a whole wait (stuck, or another
+        client's load) is waited for only IDLE_SAY_AFTER_S before the later cells."""
+        import math
+
+        from speedmatrix.http import ConnectError, HttpError
+
+        self._cell_notes = []
+        if self.target.metrics_url is None:
+            return True, 0.0
         timeout = float(self.matrix.idle_timeout_s)
+        stuck = self._stuck_load
         start = time.monotonic()
+        client = self.target.client(IDLE_READ_TIMEOUT_S)
+        said = False
         while True:
-            load = read_load(self.target, api_key=self.api_key)
-            if load is None:  # no metrics or unreachable: nothing to wait for
-                return True, time.monotonic() - start
-            running, waiting = load
-            if (running or 0) == 0 and (waiting or 0) == 0:
-                return True, time.monotonic() - start
-            if time.monotonic() - start > timeout:
-                return False, time.monotonic() - start
+            waited = time.monotonic() - start
+            try:
+                load = self.target.read_load(client)
+            except (HttpError, ConnectError, ValueError) as exc:
+                self._note(
+                    f"the server's load before this cell is unknown: {self.target.metrics.path} "
+                    f"did not answer ({clip(exc, 160)})"
+                )
+                return True, waited
+            if load is None:
+                return True, waited
+            now = (load.get("running"), load.get("waiting"))
+            if any(isinstance(v, float) and math.isnan(v) for v in now):
+                self._note(
+                    f"the server's load before this cell is unknown: its gauges read "
+                    f"running {now[0]}, waiting {now[1]}"
+                )
+                return True, waited
+            if (now[0] or 0) == 0 and (now[1] or 0) == 0:
+                self._stuck_load = None
+                if said:
+                    self._note(f"waited {waited:.0f} s for the server to be idle")
+                return True, waited
+            bound = min(timeout, IDLE_SAY_AFTER_S) if stuck == now else timeout
+            if waited > bound:
+                self._stuck_load = now
+                again = " again (as before the last cell)" if stuck == now else ""
+                self._note(
+                    f"the server did not report idle{again} in {waited:.0f} s (running {now[0]}, "
+                    f"waiting {now[1]}: a stuck gauge or another client's load); measured anyway"
+                )
+                return False, waited
+            if not said and waited >= IDLE_SAY_AFTER_S:
+                said = True
+                self.progress.message(
+                    f"speedmatrix: waiting up to {bound:g} s for the server to be idle (running "
+                    f"{now[0]}, waiting {now[1]})"
+                )
             time.sleep(0.2)
+
+    def _note(self, text: str) -> None:
+        """A note of the cell about to run: shown now and saved in the cell's ``notes``."""
+        self._cell_notes.append(text)
+        self.progress.message(f"speedmatrix: note: {text}")
 
     def _prompts(self, context: int, count: int, repetition: int, *, cold: bool = False, cell):
         """`count` prompts of exactly `context` tokens.
@@ -542,7 +651,6 @@ class Sweep:
             shared_prefix=cell.shared_prefix,
             seed=seed,
             tokenizer=self.tokenizer,
-            api_key=self.api_key,
         )
 
     def _bodies(self, cell, prompts, max_tokens: int) -> list[bytes]:
@@ -661,6 +769,8 @@ class Sweep:
         if isinstance(check, dict) and prompts:
             check["method"] = prompts[0].method
         cell["records"] = self._save_records(cell["id"], records)
+        if self._cell_notes:  # what the wait before it found (speedmatrix.sweep._wait_idle)
+            cell["notes"] = list(self._cell_notes)
         out = CellOutcome(cell)
         self._store(out)
         return out
@@ -684,9 +794,9 @@ class Sweep:
         GET /v1/models counts (even 404): only a failure to connect is loss."""
         if cell is not None and not cell.get("errors") and cell.get("status") != "error":
             return False
-        from speedmatrix.http import ConnectError, HttpClient, HttpError
+        from speedmatrix.http import ConnectError, HttpError
 
-        client = HttpClient(self.target.url, self.api_key or self.target.api_key, 5.0)
+        client = self.target.client(5.0)
         for attempt in range(REPROBE_TRIES):
             if attempt:
                 time.sleep(REPROBE_PAUSE_S)
@@ -735,8 +845,8 @@ class Sweep:
                 saved.append(w)
             if w not in shown:
                 shown.append(w)
-        for w in shown:
-            self.progress.message(f"speedmatrix: warning: {w}")
+        for w in shown:  # a server's text, bounded on the terminal (run.json keeps it whole)
+            self.progress.message(f"speedmatrix: warning: {clip(w, 500)}")
 
     def _save_records(self, cell_id: str, records: Records) -> str:
         return runfile.save_records(
@@ -790,12 +900,38 @@ class Sweep:
                 self.progress.message(f"report: {md} and {html}")
             except Exception as exc:  # noqa: BLE001 - the measurements are safe on disk
                 self.progress.message(f"speedmatrix: the report could not be written: {exc}")
+        if not self.interrupted and not self.unreachable:
+            self._say_if_nothing_measured()
         if self.interrupted:  # said even with --quiet: the user needs the way back
             print(
                 f"speedmatrix: interrupted; finished cells are in {self.out / 'run.json'}; "
                 f"continue with `speedmatrix run --resume {self.out}`",
                 file=sys.stderr,
             )
+
+    def _say_if_nothing_measured(self) -> None:
+        """A run that measured no cell exits 1 (EXIT_FAILURE); said even with --quiet, with
+        why: how many cells failed and the first one's reason."""
+        cells = [c for c in self.doc.get("cells") or [] if c.get("status") != "over_capacity"]
+        measured = [
+            c for c in cells if c.get("status") in ("valid", "queued") and not c.get("not_run")
+        ]
+        if measured:
+            return
+        if not cells:
+            why = "the plan holds no cell the server can run (every cell is over capacity)"
+        else:
+            first = cells[0]
+            reason = first.get("reason") or first.get("status")
+            why = (
+                f"{len(cells)} cell(s) failed or were not run; the first, {first.get('id')}: "
+                f"{clip(reason, 200)}"
+            )
+        print(
+            f"speedmatrix: error: no cell was measured: {why}; see {self.out / 'run.json'}",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def _summary(self, cell: dict) -> str:
         return cell_summary(cell)
@@ -869,14 +1005,35 @@ def resume(
     progress: bool = True,
     report: bool = True,
     tokenizer=None,
+    client=None,
+    force: bool = False,
 ) -> int:
     """Continues the interrupted run saved in `out`: cells already in run.json are kept
-    (those left unrun when the server stopped answering are measured now)."""
+    (those left unrun when the server stopped answering are measured now). ``client``: how
+    to reach the server (a ClientConfig: key, Basic auth, TLS); the saved URL has none.
+    A server whose engine, version, model or limits differ from the saved run's is refused
+    unless ``force`` (the difference is then recorded in the run's warnings)."""
     out = Path(out)
+    _saved_run(out)  # a folder without a run is said before any lock file is made in it
+    # the lock covers reading the saved run too: a resume never continues a stale copy
+    with runfile.run_lock(out, "run --resume"):
+        return _resume_locked(
+            out, _saved_run(out), api_key, progress, report, tokenizer, client, force
+        )
+
+
+def _saved_run(out: Path) -> dict:
     try:
-        doc = runfile.read_run(out)
+        return runfile.read_run(out)
     except (FileNotFoundError, ValueError) as exc:
         raise SpeedmatrixError(f"cannot resume {out}: {exc}") from exc
+
+
+def _resume_locked(
+    out: Path, doc: dict, api_key, progress: bool, report: bool, tokenizer, client, force: bool
+) -> int:
+    from speedmatrix.matrix import Matrix
+
     meta = doc["meta"]
     matrix = Matrix.from_dict(meta["run"]["matrix"])
     given = {
@@ -907,6 +1064,8 @@ def resume(
         report=report,
         resume_doc=doc,
         tokenizer=tokenizer,
+        client=client,
+        force=force,
     )
     return sweep.execute()
 

@@ -150,3 +150,32 @@ def test_launch_flags_of_every_engine_family(cmd, secrets, kept):
     for k in kept:
         assert k in out, out
     assert out.count(REDACTED) >= len(secrets)
+
+
+@pytest.mark.parametrize(
+    ("text", "secrets", "kept"),
+    [
+        # vLLM's --api-key takes several keys: every value up to the next flag is redacted
+        (
+            "vllm serve m --api-key K1secret K2secret --port 8000",
+            ["K1secret", "K2secret"],
+            ["--port 8000"],
+        ),
+        ("vllm serve m --api-key=K1secret K2secret", ["K1secret", "K2secret"], ["vllm serve m"]),
+        # ... but never the next command of a shell line
+        ("vllm serve m --api-key K1secret && curl localhost", ["K1secret"], ["&& curl localhost"]),
+        # NAME:VALUE and NAME: VALUE (docker/compose/k8s env lists, YAML)
+        ("docker run -e HF_TOKEN:hfPlainSecret1 img", ["hfPlainSecret1"], ["docker run", "img"]),
+        (
+            "env:\n  HF_TOKEN: hfPlainSecret2\n  MAX_TOKENS: 4096",
+            ["hfPlainSecret2"],
+            ["MAX_TOKENS: 4096"],
+        ),
+    ],
+)
+def test_every_value_of_a_secret_flag_and_name_colon_value(text, secrets, kept):
+    out = redact(text)
+    for s in secrets:
+        assert s not in out, out
+    for k in kept:
+        assert k in out, out

@@ -1,6 +1,6 @@
 """--ca-file and --insecure (issue 14) decide TLS for discovery and for the core's cells
-alike: speedmatrix.http.configure_tls is read by every HttpClient and by the cell spec, so
-a CA that lets discovery through cannot leave every stream failing `tls`."""
+alike: one ClientConfig (speedmatrix.http) is given to every HttpClient and applied to the
+cell spec, so a CA that lets discovery through cannot leave every stream failing `tls`."""
 
 from __future__ import annotations
 
@@ -12,14 +12,9 @@ from speedmatrix import sweep
 from test_tls import server  # noqa: F401 - the HTTPS server fixture (self-signed, 127.0.0.1)
 
 
-@pytest.fixture(autouse=True)
-def _reset_tls():
-    yield
-    smhttp.configure_tls()
-
-
-def _get(server):  # noqa: F811
-    return smhttp.HttpClient(f"https://127.0.0.1:{server.port}", timeout_s=5).get_text("/metrics")
+def _get(server, config=None):  # noqa: F811
+    url = f"https://127.0.0.1:{server.port}"
+    return smhttp.HttpClient(url, timeout_s=5, config=config).get_text("/metrics")
 
 
 def test_discovery_verifies_by_default_and_says_how_to_fix_it(server):  # noqa: F811
@@ -28,10 +23,8 @@ def test_discovery_verifies_by_default_and_says_how_to_fix_it(server):  # noqa: 
 
 
 def test_discovery_uses_the_ca_file_and_insecure(server):  # noqa: F811
-    smhttp.configure_tls(ca_file=str(server.cert))
-    assert "sm_running" in _get(server)
-    smhttp.configure_tls(insecure=True)
-    assert "sm_running" in _get(server)
+    assert "sm_running" in _get(server, smhttp.ClientConfig.make(ca_file=str(server.cert)))
+    assert "sm_running" in _get(server, smhttp.ClientConfig.make(insecure=True))
 
 
 def test_discovery_reads_ssl_cert_file_as_the_standard_library_does(server, monkeypatch):  # noqa: F811
@@ -41,21 +34,18 @@ def test_discovery_reads_ssl_cert_file_as_the_standard_library_does(server, monk
     assert "sm_running" in _get(server)
 
 
-def _spec():
+def _spec(config):
     fake = types.SimpleNamespace(
         _endpoint=lambda: "https://127.0.0.1:1/v1/completions",
-        api_key=None,
         matrix=types.SimpleNamespace(api="completions", request_idle_timeout_s=30),
         facts=types.SimpleNamespace(metric_names=list),
-        target=types.SimpleNamespace(metrics_url=None),
+        target=types.SimpleNamespace(metrics_url=None, client_config=config),
     )
     return sweep.Sweep._spec(fake, 1, [b"{}"], [], 1.0)
 
 
 def test_the_cells_get_the_same_choice():
-    spec = _spec()
+    spec = _spec(smhttp.ClientConfig())
     assert spec.tls_verify is True and spec.ca_file == ""
-    smhttp.configure_tls(ca_file="/etc/ssl/x.pem")
-    assert _spec().ca_file == "/etc/ssl/x.pem"
-    smhttp.configure_tls(insecure=True)
-    assert _spec().tls_verify is False
+    assert _spec(smhttp.ClientConfig.make(ca_file="/etc/ssl/x.pem")).ca_file == "/etc/ssl/x.pem"
+    assert _spec(smhttp.ClientConfig.make(insecure=True)).tls_verify is False

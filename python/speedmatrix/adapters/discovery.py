@@ -28,8 +28,8 @@ from speedmatrix.adapters.base import (
     strip_credentials,
 )
 from speedmatrix.adapters.generic import GenericAdapter
-from speedmatrix.errors import TargetError
-from speedmatrix.http import HttpClient, HttpError
+from speedmatrix.errors import TargetError, clip, some_of
+from speedmatrix.http import ClientConfig, HttpClient, HttpError, url_credentials
 
 __all__ = ["OVERRIDE_KEYS", "ModelNotServedError", "discover", "normalise_url"]
 
@@ -47,8 +47,8 @@ OVERRIDE_KEYS = frozenset(
 
 class ModelNotServedError(TargetError):
     def __init__(self, model: str, offered: list[str]) -> None:
-        offer = ", ".join(offered) if offered else "nothing"
-        super().__init__(f"model {model!r} is not served; the server offers: {offer}")
+        offer = some_of(offered) if offered else "nothing"
+        super().__init__(f"model {clip(model, 120)!r} is not served; the server offers: {offer}")
         self.model = model
         self.offered = offered
 
@@ -84,9 +84,14 @@ def discover(
     model: str | None = None,
     overrides: dict[str, Any] | None = None,
     adapters: list[type[Adapter] | Adapter] | None = None,
-    timeout_s: float = 10.0,
+    timeout_s: float | None = None,
+    client: ClientConfig | None = None,
 ) -> Target:
     """Probe the server at ``url`` and return its Target.
+
+    ``client``: how to reach it (key, Basic auth, TLS, timeout), kept on the Target for the
+    prompt builder and the core; by default the URL's own credentials, ``api_key`` and the
+    environment's CA file (:meth:`ClientConfig.make`).
 
     ``overrides`` (CLI flags / API arguments) win over probed values: ``kv_tokens``,
     ``context_length``, ``max_running`` (recorded with source ``given``), ``engine`` (an
@@ -106,17 +111,24 @@ def discover(
             f"overrides: unknown key {unknown[0]!r} (known: {', '.join(sorted(OVERRIDE_KEYS))})"
         )
     base = normalise_url(url)
-    client = HttpClient(base, api_key, timeout_s)
+    config = client or ClientConfig.make(base, api_key)
+    if api_key and api_key != config.api_key:
+        config = config.replace(api_key=api_key)
+    if config.basic_auth is None and url_credentials(base):  # a config made without the URL
+        config = config.replace(basic_auth=url_credentials(base))
+    if timeout_s is not None:
+        config = config.replace(timeout_s=float(timeout_s))
+    http = config.client(base)
     warnings: list[str] = []
 
     try:
-        models_answer = client.get_json("/v1/models")
+        models_answer = http.get_json("/v1/models")
     except HttpError as exc:
         if exc.status in (401, 403) or exc.status >= 500 or exc.status == 200:
             raise
         models_answer = None
         warnings.append(f"/v1/models answered HTTP {exc.status}: served models unknown")
-    ctx = ProbeContext(client, models_answer)
+    ctx = ProbeContext(http, models_answer)
     if models_answer is not None:
         ctx.answered.insert(0, "/v1/models")
 
@@ -130,13 +142,13 @@ def discover(
             "answered (a wrong port? --engine generic measures it anyway)"
         )
     target = _build_target(base, adapter, found, ctx, warnings)
-    target.with_api_key(api_key)
+    target.with_client(config)
     _choose_model(target, ctx, found, model)
     if "metrics_path" in overrides:
         target.metrics.path = overrides["metrics_path"] or None
     _check_metrics(target, ctx)
     _check_sim(target, ctx)
-    _check_tokenize(target, client, found)
+    _check_tokenize(target, http, found)
     _apply_overrides(target, overrides)
     target.probed = list(dict.fromkeys([*ctx.answered, *target.probed]))
     return target
@@ -238,8 +250,8 @@ def _choose_model(
         target.model = offered[0]
         if len(offered) > 1:
             target.warnings.append(
-                f"the server offers several models ({', '.join(offered)}); using "
-                f"{offered[0]!r} (choose with --model)"
+                f"the server offers several models ({some_of(offered)}); using "
+                f"{clip(offered[0], 120)!r} (choose with --model)"
             )
     else:
         target.warnings.append("the server did not say which model it serves (give --model)")

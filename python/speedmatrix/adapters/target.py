@@ -18,7 +18,7 @@ from speedmatrix.adapters.types import (
     OutputControl,
     TokenizeSpec,
 )
-from speedmatrix.http import ConnectError, HttpClient, HttpError
+from speedmatrix.http import ClientConfig, ConnectError, HttpClient, HttpError
 from speedmatrix.naming import display_model_name
 
 
@@ -27,8 +27,9 @@ from speedmatrix.naming import display_model_name
 class Target:
     """Everything speedmatrix knows about the server after discovery.
 
-    The API key is held outside the dataclass fields: it is not in repr(), in ``==`` or in
-    :meth:`to_dict`; read it with :attr:`api_key`.
+    How to reach it (API key, Basic auth, TLS: a :class:`ClientConfig`) is held outside the
+    dataclass fields: it is not in repr(), in ``==`` or in :meth:`to_dict`; read it with
+    :attr:`client_config` (the key alone with :attr:`api_key`).
     """
 
     url: str
@@ -67,19 +68,26 @@ class Target:
         self.url = strip_credentials(self.url).rstrip("/")
         for name in CAPACITY_NAMES:
             self.capacity.setdefault(name, Capacity(None))
-        object.__setattr__(self, "_api_key", None)
+        object.__setattr__(self, "_client_config", ClientConfig())
 
     # -- secrets --
     @property
-    def api_key(self) -> str | None:
-        return getattr(self, "_api_key", None)
+    def client_config(self) -> ClientConfig:
+        return getattr(self, "_client_config", None) or ClientConfig()
 
-    def with_api_key(self, key: str | None) -> Target:
-        object.__setattr__(self, "_api_key", key or None)
+    @property
+    def api_key(self) -> str | None:
+        return self.client_config.api_key
+
+    def with_client(self, config: ClientConfig) -> Target:
+        object.__setattr__(self, "_client_config", config)
         return self
 
+    def with_api_key(self, key: str | None) -> Target:
+        return self.with_client(self.client_config.replace(api_key=key or None))
+
     def client(self, timeout_s: float = 10.0) -> HttpClient:
-        return HttpClient(self.url, self.api_key, timeout_s)
+        return self.client_config.client(self.url, timeout_s)
 
     # -- capacity shortcuts --
     @property
@@ -257,7 +265,10 @@ def read_load(
     None when the target has no metrics or they cannot be read right now."""
     if target.metrics_url is None:
         return None
-    client = HttpClient(target.url, api_key or target.api_key, timeout_s)
+    config = target.client_config
+    if api_key and api_key != config.api_key:
+        config = config.replace(api_key=api_key)
+    client = config.client(target.url, timeout_s)
     try:
         load = target.read_load(client)
     except (HttpError, ConnectError, ValueError):

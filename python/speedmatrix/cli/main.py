@@ -108,20 +108,23 @@ def _exit_now(status: int) -> None:
 
 
 def _one_line(text: str, secrets: list[str]) -> str:
+    from speedmatrix.errors import clip
     from speedmatrix.redact import redact, redact_known
 
-    text = " ".join(str(text).split()) or "(no message)"
+    text = clip(text, 2000) or "(no message)"  # speedmatrix.errors.clip: one line, bounded
     return redact_known(redact(text), secrets)
 
 
 def main(argv: list[str] | None = None) -> int:
     import traceback
 
-    from speedmatrix.errors import SpeedmatrixError
+    from speedmatrix.errors import SpeedmatrixError, route_warnings
 
     parser = build_parser()
     secrets: list[str] = []
     debug = "--debug" in (sys.argv[1:] if argv is None else argv)
+    if not debug:  # library warnings as one line each, without package paths
+        route_warnings()
 
     def say(text: str) -> None:
         if debug:

@@ -39,7 +39,7 @@ def command(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.dir} holds no run.json")
     from speedmatrix.errors import SpeedmatrixError
     from speedmatrix.report import write_report
-    from speedmatrix.runfile import RunFileError
+    from speedmatrix.runfile import RunFileError, run_lock
     from speedmatrix.slo import parse_attainment, parse_slo
 
     try:  # a malformed --slo or --attainment is a usage error before any work
@@ -48,7 +48,8 @@ def command(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     try:
-        md, html = write_report(args.dir, slo=slo, attainment=attainment)
+        with run_lock(args.dir, "report"):  # never beside a run or recompute writing it
+            md, html = write_report(args.dir, slo=slo, attainment=attainment)
     except RunFileError as exc:  # not valid JSON, a missing field: one line, status 1
         raise SpeedmatrixError(str(exc)) from None
     print(f"wrote {md}\nwrote {html}")

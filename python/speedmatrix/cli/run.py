@@ -193,15 +193,16 @@ def command(args: argparse.Namespace) -> int:
     api_key = api_key_of(args)
     if args.ca_file is not None and not args.ca_file.is_file():
         raise UsageError(f"--ca-file: no such file {args.ca_file}")
-    http.configure_tls(ca_file=args.ca_file, insecure=args.insecure)
+    # one client configuration (key, the URL's credentials, TLS) for discovery and core alike
+    client = http.ClientConfig.make(args.url, api_key, ca_file=args.ca_file, insecure=args.insecure)
     if args.dry_run:
-        return _dry_run(args, api_key)
+        return _dry_run(args, api_key, client)
     if args.resume is not None:
-        return _resume(args, api_key)
-    return _new_run(args, api_key)
+        return _resume(args, api_key, client)
+    return _new_run(args, api_key, client)
 
 
-def _dry_run(args: argparse.Namespace, api_key: str | None) -> int:
+def _dry_run(args: argparse.Namespace, api_key: str | None, client: Any) -> int:
     if args.resume is not None:
         raise UsageError("--dry-run plans a new run; it does not take --resume")
     if not args.url:
@@ -219,12 +220,13 @@ def _dry_run(args: argparse.Namespace, api_key: str | None) -> int:
             overrides=target_overrides(args),
             tokenizer=args.tokenizer,
             sources=matrix_sources(args),
+            client=client,
         )
     )
     return 0
 
 
-def _resume(args: argparse.Namespace, api_key: str | None) -> int:
+def _resume(args: argparse.Namespace, api_key: str | None, client: Any) -> int:
     from speedmatrix import runfile, sweep
 
     doc = runfile.read_run(args.resume)
@@ -236,6 +238,8 @@ def _resume(args: argparse.Namespace, api_key: str | None) -> int:
         progress=not args.quiet,
         report=not args.no_report,
         tokenizer=args.tokenizer,
+        client=client,
+        force=args.force,
     )
     return run_exit_status(runfile.read_run(args.resume, strict=False))
 
@@ -264,7 +268,7 @@ def _report_info(args: argparse.Namespace, matrix: Any) -> dict[str, Any]:
     return info
 
 
-def _new_run(args: argparse.Namespace, api_key: str | None) -> int:
+def _new_run(args: argparse.Namespace, api_key: str | None, client: Any) -> int:
     from speedmatrix import runfile, sweep
 
     if not args.url:
@@ -287,6 +291,7 @@ def _new_run(args: argparse.Namespace, api_key: str | None) -> int:
         progress=not args.quiet,
         report=not args.no_report,
         tokenizer=args.tokenizer,
+        client=client,
     )
     try:
         run.execute()
@@ -312,6 +317,7 @@ def prepare_out(out: Path, force: bool = False) -> Path | None:
     from datetime import datetime, timezone
 
     from speedmatrix.errors import SpeedmatrixError
+    from speedmatrix.runfile import ensure_unlocked
 
     out = Path(out)
     moved = None
@@ -323,6 +329,7 @@ def prepare_out(out: Path, force: bool = False) -> Path | None:
                 f"--out {out} holds another run; continue it with --resume {out}, choose "
                 "another folder, or add --force to move it aside"
             )
+        ensure_unlocked(out)  # a run in progress there is never moved
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         moved = out.with_name(f"{out.resolve().name}.replaced-{stamp}")
         n = 1

@@ -280,7 +280,8 @@ def _output_flags(g: argparse._ArgumentGroup) -> None:
     g.add_argument(
         "--force",
         action="store_true",
-        help="--out holds another run: move it aside to DIR.replaced-<time> (never deleted)",
+        help="--out holds another run: move it aside to DIR.replaced-<time> (never deleted); "
+        "with --resume: continue on a server whose settings changed (recorded in the run)",
     )
     g.add_argument(
         "--dry-run",
