@@ -73,12 +73,15 @@ def test_the_sweeps_cells_use_the_targets_config():
     # what Sweep._spec builds for the core: the config discovery used, not a global
     def spec(cfg):
         fake = types.SimpleNamespace(
-            _endpoint=lambda: "https://127.0.0.1:1/v1/completions",
-            matrix=types.SimpleNamespace(api="completions", request_idle_timeout_s=30),
             facts=types.SimpleNamespace(metric_names=list),
-            target=types.SimpleNamespace(metrics_url=None, client_config=cfg),
+            target=types.SimpleNamespace(
+                metrics_url=None,
+                client_config=cfg,
+                endpoint=lambda api: "https://127.0.0.1:1/v1/completions",
+            ),
         )
-        return sweep.Sweep._spec(fake, 1, [b"{}"], [], 1.0)
+        cell = types.SimpleNamespace(api="completions", request_idle_timeout_s=30)
+        return sweep.Sweep._spec(fake, cell, 1, [b"{}"], [], 1.0)
 
     assert spec(ClientConfig(ca_file="/etc/ssl/x.pem")).ca_file == "/etc/ssl/x.pem"
     assert spec(ClientConfig(insecure=True)).tls_verify is False

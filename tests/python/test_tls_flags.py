@@ -36,12 +36,15 @@ def test_discovery_reads_ssl_cert_file_as_the_standard_library_does(server, monk
 
 def _spec(config):
     fake = types.SimpleNamespace(
-        _endpoint=lambda: "https://127.0.0.1:1/v1/completions",
-        matrix=types.SimpleNamespace(api="completions", request_idle_timeout_s=30),
         facts=types.SimpleNamespace(metric_names=list),
-        target=types.SimpleNamespace(metrics_url=None, client_config=config),
+        target=types.SimpleNamespace(
+            metrics_url=None,
+            client_config=config,
+            endpoint=lambda api: "https://127.0.0.1:1/v1/completions",
+        ),
     )
-    return sweep.Sweep._spec(fake, 1, [b"{}"], [], 1.0)
+    cell = types.SimpleNamespace(api="completions", request_idle_timeout_s=30)
+    return sweep.Sweep._spec(fake, cell, 1, [b"{}"], [], 1.0)
 
 
 def test_the_cells_get_the_same_choice():
