@@ -262,7 +262,7 @@ WORDS: tuple[str, ...] = (
 )
 
 SALT_WORDS = 8  # words (or ids) of per-request salt
-_MAX_FIT_ROUNDS = 8
+_MAX_FIT_ROUNDS = 12
 
 
 class PromptError(SpeedmatrixError):
@@ -497,9 +497,9 @@ class PromptFactory:
         prefix_words = self._filler("prefix-words", self._prefix_word_count(cal), cal)
         salt = _salt_words(self.seed, index)
 
-        def make(k: int) -> str | list[dict[str, str]]:
+        def make(k: int, pad: str = "") -> str | list[dict[str, str]]:
             filler = self._filler("filler-words", k, cal)
-            text = " ".join(prefix_words + salt + filler)
+            text = " ".join(prefix_words + salt + filler) + pad
             if self.api == "chat":
                 return [{"role": "user", "content": text}]
             return text
@@ -515,9 +515,9 @@ class PromptFactory:
         k0 = self._filler_words
         if k0 is None:
             k0 = self.context - cal.overhead - fixed
-        k = self._fit(make, count, max(k0, 0))
+        k, pad = self._fit(make, count, max(k0, 0))
         self._filler_words = k
-        return Prompt(make(k), self.context, cal.method, True, index, self.shared_prefix)
+        return Prompt(make(k, pad), self.context, cal.method, True, index, self.shared_prefix)
 
     def _filler(self, kind: str, k: int, cal: _Calibration) -> list:
         """The first k items of this factory's ``kind`` sequence (seeded, fixed per factory)."""
@@ -556,25 +556,82 @@ class PromptFactory:
 
         return count_remote
 
-    def _fit(self, make: Callable[[int], Any], count: Callable[[Any], int], k: int) -> int:
-        """Filler words k such that count(make(k)) == context."""
+    def _fit(
+        self, make: Callable[..., Any], count: Callable[[Any], int], k: int
+    ) -> tuple[int, str]:
+        """Filler words k and a pad such that count(make(k, pad)) == context.
+
+        Converges from any start: the tokens per filler word are measured (a secant over
+        the counts, inside a bracket), not assumed to be one, so a template that adds
+        many tokens or a vocabulary that splits words into bytes is met in a few counts.
+        When one word more overshoots, short pad pieces that count one token each fill
+        the last tokens."""
         seen: dict[int, int] = {}
+        lo: int | None = None  # most words known to count below the context
+        hi: int | None = None  # fewest words known to count above it
+        slope = 1.0
         for _ in range(_MAX_FIT_ROUNDS):
             n = count(make(k))
             seen[k] = n
             if n == self.context:
-                return k
-            step = self.context - n
-            k_next = max(0, k + step)
-            if k_next in seen:  # oscillating: walk one word at a time
-                k_next = k + (1 if step > 0 else -1)
+                return k, ""
+            if n < self.context:
+                lo = k if lo is None else max(lo, k)
+            else:
+                hi = k if hi is None else min(hi, k)
+            if lo is not None and hi is not None and hi - lo <= 1:
+                break
+            near = [j for j in seen if j != k]
+            if near:
+                j = min(near, key=lambda j: abs(j - k))
+                if seen[j] != n:
+                    slope = max((n - seen[j]) / (k - j), 1e-3)
+            k_next = k + round((self.context - n) / slope)
+            low = 0 if lo is None else lo + 1
+            k_next = max(k_next, low)
+            if hi is not None:
+                k_next = min(k_next, hi - 1)
+            if k_next in seen or k_next == k:
+                if lo is None or hi is None:
+                    k_next = k + (1 if n < self.context else -1)
+                else:
+                    k_next = (lo + hi) // 2
                 if k_next in seen or k_next < 0:
                     break
             k = k_next
+        if lo is not None:
+            pad = self._pad(make, count, lo, seen[lo])
+            if pad is not None:
+                return lo, pad
         raise PromptError(
             f"could not make a prompt of exactly {self.context} tokens "
             f"(counts seen: {sorted(set(seen.values()))[:6]})"
         )
+
+    def _pad(
+        self, make: Callable[..., Any], count: Callable[[Any], int], k: int, n: int
+    ) -> str | None:
+        """A pad of short pieces that brings count(make(k)) == n up to the context, or None:
+        each candidate piece is tried where it counts one token."""
+        need = self.context - n
+        for piece in _PAD_PIECES:
+            m = need
+            for _ in range(3):
+                got = count(make(k, piece * m))
+                if got == self.context:
+                    return piece * m
+                if m <= 0 or got == n:
+                    break
+                per_piece = (got - n) / m
+                m_next = round(need / per_piece)
+                if m_next == m or m_next <= 0:
+                    break
+                m = m_next
+        return None
+
+
+#: pad pieces that most vocabularies count as one token each, in order of preference
+_PAD_PIECES = (" a", " .", ".", " 1", "\n")
 
 
 def build_prompts(

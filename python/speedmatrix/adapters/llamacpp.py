@@ -3,13 +3,16 @@
 file type (``model_ftype``), its path and the build; ``/v1/models`` ``meta`` the trained
 context (``n_ctx_train``). Metrics need ``--metrics`` and carry no labels.
 
-KV layout (capacity.py): with ``--parallel K`` each slot has its own cache of n_ctx / K
-tokens (split); launched without it, this llama.cpp runs 4 slots over one unified pool and
-each slot may use all of it, so ``/props`` n_ctx is the whole pool. The server does not say
-which (only its log does), so the layout is inferred: more than one slot whose context is
-the model's trained context is llama.cpp's default unified launch (the pool is sized to the
-trained context); a slot context below it is split slots. A given ``--kv-capacity`` settles
-it (capacity.model_for). Slot caches are emptied with ``POST /slots/{id}?action=erase``."""
+KV layout (capacity.py): with split slot caches each of the K slots holds n_ctx / K tokens;
+with a unified cache (``--kv-unified``, and this llama.cpp's default launch) the K slots
+share one pool and each may use all of it. ``/props`` n_ctx is the slot's context in both,
+and neither ``/props``, ``/slots`` nor ``/v1/models`` says which layout it is (only the
+server's log does), so with more than one slot the layout is unknown: no pool is claimed
+(a coincidence of n_ctx and n_ctx_train settles nothing: ``-np 2 -c 12288 --kv-unified``
+on a 16K model looks like split slots), only the slot rule is applied, and a request the
+server refuses for lack of context is the cell's over-capacity verdict
+(speedmatrix.verdict.refusal). A given ``--kv-capacity`` settles it (capacity.model_for).
+Slot caches are emptied with ``POST /slots/{id}?action=erase``."""
 
 from __future__ import annotations
 
@@ -31,25 +34,24 @@ from speedmatrix.naming import served_model_name
 _BUILD = re.compile(r"^b?(\d+)-([0-9a-f]{6,40}|unknown)$")
 
 
-def kv_layout(n_ctx: int | None, slots: int | None, n_ctx_train: int | None) -> dict[str, Any]:
-    """``{"unified": True | False | None, "source": why}`` from /props and n_ctx_train."""
+def kv_layout(
+    n_ctx: int | None, slots: int | None, props: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """``{"unified": True | False | None, "source": why}``: what the server says about its
+    KV layout; None (unknown) where it says nothing."""
     if not n_ctx or not slots:
         return {"unified": None, "source": "/props lacks n_ctx or total_slots"}
     if slots == 1:
         return {"unified": False, "source": "one slot: its cache is the whole pool"}
-    if n_ctx_train and n_ctx >= n_ctx_train:
-        return {
-            "unified": True,
-            "source": f"inferred: {slots} slots each of the trained context {n_ctx_train} "
-            "(llama.cpp's default launch: one unified pool)",
-        }
-    if n_ctx_train:
-        return {
-            "unified": False,
-            "source": f"inferred: slot context {n_ctx} below the trained context "
-            f"{n_ctx_train} (--parallel {slots}: split slot caches)",
-        }
-    return {"unified": None, "source": "n_ctx_train unknown: layout not inferred"}
+    # a build that states it (none known today reports it in /props)
+    stated = (props or {}).get("kv_unified")
+    if isinstance(stated, bool):
+        return {"unified": stated, "source": "/props kv_unified"}
+    return {
+        "unified": None,
+        "source": f"/props does not say whether the {slots} slots of {n_ctx} tokens share "
+        "one KV cache (unified) or each have their own (split)",
+    }
 
 
 class LlamaCppAdapter(Adapter):
@@ -95,7 +97,7 @@ class LlamaCppAdapter(Adapter):
         n_ctx_train = positive_int(meta.get("n_ctx_train"))
         if n_ctx_train:
             found["info"]["n_ctx_train"] = n_ctx_train
-        layout = kv_layout(n_ctx, slots, n_ctx_train)
+        layout = kv_layout(n_ctx, slots, props)
         found["info"]["kv_layout"] = layout
         if layout["unified"] is True:
             found["kv_tokens"] = n_ctx
@@ -106,7 +108,8 @@ class LlamaCppAdapter(Adapter):
         else:
             found["warnings"].append(
                 "llama.cpp does not say whether its KV cache is unified: only the per-slot "
-                "rule is applied (give --kv-capacity for the pool)"
+                "rule is applied, and a request refused for lack of context makes its cell "
+                "over capacity (give --kv-capacity for the pool)"
             )
         ftype = props.get("model_ftype") or meta.get("ftype")
         if isinstance(ftype, str) and ftype:
