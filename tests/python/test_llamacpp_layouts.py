@@ -31,11 +31,12 @@ def test_the_layout_is_what_the_server_says(n_ctx, slots, props, unified):
 
 
 class _Target:
-    engine = "llamacpp"
-    kv_tokens = None
-    context_length = 12288
-    max_running = 2
-    info = {"kv_layout": kv_layout(12288, 2, {})}
+    def __init__(self) -> None:
+        self.engine = "llamacpp"
+        self.kv_tokens = None
+        self.context_length = 12288
+        self.max_running = 2
+        self.info = {"kv_layout": kv_layout(12288, 2, {})}
 
 
 def test_an_unknown_layout_claims_no_pool():
@@ -66,3 +67,100 @@ def test_fit_still_gives_up_when_no_count_is_reachable():
         target = eng.target(tokenize=False)
         with pytest.raises(PromptError, match="exactly 1001 tokens"):
             build_prompts(target, 1001, 1, tokenizer=lambda t: 2 * len(t.split()))
+
+
+# ---- live: llama.cpp in launches the other tests do not use -------------------------------
+N_CTX_TRAIN_16K = 16384
+
+
+@pytest.fixture(scope="module")
+def binary():
+    from test_llamacpp import _binary
+
+    return _binary()
+
+
+def _serve(binary, tmp_path_factory, name: str, model_kw: dict, args: list[str]):
+    from test_llamacpp import LlamaServer
+    from tiny_gguf import write_tiny_model
+
+    folder = tmp_path_factory.mktemp(name)
+    model = write_tiny_model(folder / f"{name}.gguf", **model_kw)
+    return LlamaServer(binary, model, args, folder / "server.log")
+
+
+@pytest.fixture(scope="module")
+def unified_2x12k(binary, tmp_path_factory):
+    from speedmatrix.prompts import WORDS
+
+    s = _serve(
+        binary,
+        tmp_path_factory,
+        "unified16k",
+        {"n_ctx_train": N_CTX_TRAIN_16K, "words": WORDS},
+        ["-np", "2", "-c", "12288", "--kv-unified"],
+    )
+    yield s
+    s.stop()
+
+
+@pytest.mark.llamacpp
+@pytest.mark.e2e
+def test_a_unified_pool_below_the_trained_context_is_judged_by_the_servers_refusal(
+    unified_2x12k, tmp_path
+):
+    from speedmatrix import discover
+    from speedmatrix.matrix import Matrix
+    from speedmatrix.sweep import run
+
+    t = discover(unified_2x12k.url)
+    # 12288 per slot below the trained 16K: once inferred "split" with 24,576 tokens of KV
+    assert t.context_length == 12288 and t.info["n_ctx_train"] == N_CTX_TRAIN_16K
+    assert t.info["kv_layout"]["unified"] is None and t.kv_tokens is None
+    m = Matrix(contexts=[6144], concurrency=[1, 2, 3], max_output=16, duration_s=1.0)
+    result = run(unified_2x12k.url, m, out=tmp_path / "run", progress=False, report=False)
+    cells = {(c["context"], c["concurrency"]): c for c in result.doc["cells"]}
+    assert cells[(6144, 1)]["status"] == "valid", cells[(6144, 1)]
+    for n in (2, 3):
+        c = cells[(6144, n)]
+        # sent, refused for lack of KV by the server: over capacity, in its words
+        assert c["status"] == "over_capacity", c
+        assert "Context size has been exceeded" in c["reason"], c["reason"]
+
+
+@pytest.fixture(scope="module")
+def verbose_template(binary, tmp_path_factory):
+    s = _serve(
+        binary,
+        tmp_path_factory,
+        "verbose",
+        # a vocabulary of bytes (no common word is one token) and a ~40-token template
+        {"n_ctx_train": 4096, "words": ("xyzzy",), "template": "verbose"},
+        [],
+    )
+    yield s
+    s.stop()
+
+
+@pytest.mark.llamacpp
+@pytest.mark.e2e
+@pytest.mark.parametrize("context", [256, 1000])
+def test_chat_prompts_are_exact_on_a_model_the_tests_do_not_ship(verbose_template, context):
+    import json
+    import urllib.request
+
+    from speedmatrix import discover
+
+    clear_calibrations()
+    t = discover(verbose_template.url)
+    prompts = build_prompts(t, context, 2, api="chat")
+    for p in prompts:
+        body = {"messages": p.payload, "max_tokens": 1}
+        req = urllib.request.Request(
+            verbose_template.url + "/v1/chat/completions",
+            json.dumps(body).encode(),
+            {"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=30) as r:
+            usage = json.loads(r.read())["usage"]
+        assert usage["prompt_tokens"] == context
