@@ -212,9 +212,11 @@ def test_matrix_end_to_end(server, api, tmp_path, capsys):
         ["cell", "prompt_tokens", "context"]
     ]
     assert not [cid for cid, c in cells.items() if c.get("status") == "error"]
-    # the cut requests do not flag a cell whose completed requests all had usage
+    # the cut requests do not flag a cell whose completed requests all had usage (the
+    # flags of a cell the server refused are not reported)
     for cid, c in cells.items():
-        assert "estimated_tokens" not in (c.get("flags") or []), cid
+        if cid not in over:
+            assert "estimated_tokens" not in (c.get("flags") or []), cid
 
     unified = server.mode == "unified"
     for c in cells.values():
