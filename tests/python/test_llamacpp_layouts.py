@@ -69,6 +69,62 @@ def test_fit_still_gives_up_when_no_count_is_reachable():
             build_prompts(target, 1001, 1, tokenizer=lambda t: 2 * len(t.split()))
 
 
+# ---- estimated_tokens when no request of the window completed ----------------------------
+# token_source: 1 chunks, 2 usage_final; outcome: 1 ok, 2 cancelled
+# (window sources, window outcomes, warm-up sources, warm-up outcomes, flagged)
+ESTIMATED = [
+    # 1K x 8 on -np 4 with long requests: the 4 running were cut (usage comes last), 4
+    # never started; the warm-up's 8 completed with usage: not estimated
+    ([1, 1, 1, 1, 0, 0, 0, 0], [2] * 8, [2] * 8, [1] * 8, False),
+    # the warm-up completed without usage: the engine sends none
+    ([1, 1], [2, 2], [1, 1], [1, 1], True),
+    # nothing completed anywhere: the chunk counts are all there is
+    ([1, 1], [2, 2], [1, 1], [2, 2], True),
+    ([1, 1], [2, 2], None, None, True),
+    # a completed window request decides, whatever the warm-up
+    ([2, 1], [1, 2], [1], [1], False),
+]
+
+
+@pytest.mark.parametrize(("src", "out", "wsrc", "wout", "flagged"), ESTIMATED)
+def test_a_window_without_completed_requests_is_judged_by_its_warmup(src, out, wsrc, wout, flagged):
+    import numpy as np
+    from speedmatrix.verdict import tokens_estimated
+
+    warm = (None, None) if wsrc is None else (np.array(wsrc), np.array(wout))
+    assert tokens_estimated(np.array(src), np.array(out), *warm) is flagged
+
+
+@pytest.mark.llamacpp
+@pytest.mark.e2e
+def test_a_queued_split_slot_cell_of_long_requests_has_exact_tokens(binary, tmp_path_factory):
+    """1K x 8 on -np 4, requests longer than the window: the running ones are cut before
+    their final chunk (where llama.cpp puts usage); the cell is not estimated_tokens."""
+    from speedmatrix.matrix import Matrix
+    from speedmatrix.prompts import WORDS
+    from speedmatrix.sweep import run
+
+    s = _serve(
+        binary,
+        tmp_path_factory,
+        "split4",
+        {"n_ctx_train": 4096, "words": WORDS},
+        ["-np", "4", "-c", "8192"],
+    )
+    try:
+        m = Matrix(contexts=[1024], concurrency=[8], max_output=1000, duration_s=1.0)
+        out = tmp_path_factory.mktemp("split4run")
+        result = run(s.url, m, out=out / "run", progress=False, report=False)
+    finally:
+        s.stop()
+    (cell,) = result.doc["cells"]
+    assert cell["status"] == "queued", cell
+    assert "estimated_tokens" not in cell["flags"], cell["flags"]
+    req = result.requests
+    warm = req[(req["phase"] == "warmup") & (req["outcome"] == "ok")]
+    assert len(warm) and (warm["token_source"] >= 2).all()
+
+
 # ---- live: llama.cpp in launches the other tests do not use -------------------------------
 N_CTX_TRAIN_16K = 16384
 

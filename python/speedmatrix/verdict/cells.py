@@ -341,7 +341,12 @@ def _evidence(
         output_forced=facts.output_forced,
         drifting=bool(fig.get("drifting")),
         prompt_exact=base["prompt_tokens"]["exact"],
-        tokens_estimated=tokens_estimated(req["token_source"][window], req["outcome"][window]),
+        tokens_estimated=tokens_estimated(
+            req["token_source"][window],
+            req["outcome"][window],
+            req["token_source"][req["phase"] == 0],
+            req["outcome"][req["phase"] == 0],
+        ),
         # client CPU covers the whole cell, warm-up included
         client_cpu_s=float(records.client_cpu_s),
         cell_s=(int(records.end_ns) - int(records.warmup_start_ns)) / 1e9,
