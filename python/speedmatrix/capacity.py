@@ -10,8 +10,9 @@ Families:
 - ``shared_pool`` (SGLang's token pool, vLLM's KV blocks, TRT-LLM, LMDeploy, any engine
   whose only figure is a KV token total): the requests running at once share one pool.
   Over capacity when min(N, max running) × (C + O) > pool; max running unknown = N.
-- ``per_slot`` (llama.cpp with split slot caches, ``--parallel K`` without
-  ``--kv-unified``): each of K slots has its own cache of n_ctx / K tokens. A request that
+- ``per_slot`` (llama.cpp with split slot caches, or whose layout it does not state): each
+  of K slots has its own cache of n_ctx / K tokens (unknown layout: only this rule, the
+  pool being judged by the server's refusals, speedmatrix.verdict.refusal). A request that
   does not fit its slot is refused (C + O > slot); N above K waits for a free slot (queued,
   never over capacity).
 - ``unified_slots`` (llama.cpp's default: 4 slots over one unified pool): only the
@@ -192,7 +193,8 @@ def model_for(
             slots=run,
             sources={"slot_tokens": ctx_src, "slots": run_src, "layout": how or "unknown"},
             note="llama.cpp did not say whether its KV cache is unified: only the per-slot "
-            "rule is applied (give --kv-capacity for the pool)",
+            "rule is applied, and a cell the server refuses for lack of context is over "
+            "capacity in its words (give --kv-capacity for the pool)",
         )
     if engine in ("tgi", "ollama"):
         sources = {"slot_tokens": ctx_src, "slots": run_src}

@@ -42,6 +42,7 @@ class _Target:
 def test_an_unknown_layout_claims_no_pool():
     m = model_for(_Target())
     assert m.family == "per_slot" and m.pool_tokens is None and m.slot_tokens == 12288
+    assert "refuses for lack of context is over capacity" in m.note
     # 6K x 2 and x 3 are sent (the server's refusal judges them); 12K + output is not
     assert m.check(6144, 2, 128).status is None
     assert m.check(12288, 1, 128).status == "over_capacity"
