@@ -18,7 +18,8 @@ How the length is made exact, in order of preference:
    must count as the server does, special tokens (a BOS) included.
 3. ``tokenize`` — text built from common words, counted by the server's tokenize endpoint
    (with ``messages`` for the chat API where the endpoint applies the chat template) and
-   adjusted until the count is exact.
+   adjusted until the count is exact: the tokens a filler word adds are measured, not
+   assumed to be one, and pieces of one token fill what whole words cannot.
 4. ``usage`` — no way to count: two tiny non-streaming requests learn the server's overhead
    and tokens per word from ``usage.prompt_tokens``; prompts are built from that and marked
    unverified, and the runner checks ``usage.prompt_tokens`` of every request.
