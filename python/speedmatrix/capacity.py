@@ -14,8 +14,9 @@ Families:
   ``page_size``). Max running unknown: an engine that counts its preemptions (vLLM) has
   the cells that would need it run and judged from what it did (``Fit.judged`` "measured":
   preemptions = over capacity); any other takes N.
-- ``per_slot`` (llama.cpp with split slot caches, ``--parallel K`` without
-  ``--kv-unified``): each of K slots has its own cache of n_ctx / K tokens. A request that
+- ``per_slot`` (llama.cpp with split slot caches, or whose layout it does not state): each
+  of K slots has its own cache of n_ctx / K tokens (unknown layout: only this rule, the
+  pool being judged by the server's refusals, speedmatrix.verdict.refusal). A request that
   does not fit its slot is refused (C + O > slot); N above K waits for a free slot (queued,
   never over capacity).
 - ``unified_slots`` (llama.cpp's default: 4 slots over one unified pool): only the
@@ -233,16 +234,17 @@ def model_for(
                 slots=run,
                 sources={"pool_tokens": pool_src, "slots": run_src, "layout": how},
             )
-        # Unknown layout: split slots hold slots × ctx, a unified pool only ctx; planning
-        # for the pool never runs a cell the server would refuse (it may refuse one that
-        # split slots would hold: the note says how to settle it).
+        # Unknown layout: no pool is claimed (split slots hold slots × ctx, a unified pool
+        # only ctx); the slot rule holds in both, and the server's refusal for lack of
+        # context judges the pool (speedmatrix.verdict.refusal).
         return CapacityModel(
-            "unified_slots",
-            pool_tokens=ctx,
+            "per_slot",
+            slot_tokens=ctx,
             slots=run,
-            sources={"pool_tokens": ctx_src, "slots": run_src, "layout": how or "unknown"},
-            note="llama.cpp did not say whether its KV cache is unified: planned as one pool "
-            "of the slot context, the smaller reading (give --launch-command or --kv-capacity)",
+            sources={"slot_tokens": ctx_src, "slots": run_src, "layout": how or "unknown"},
+            note="llama.cpp did not say whether its KV cache is unified: only the per-slot "
+            "rule is applied, and a cell the server refuses for lack of context is over "
+            "capacity in its words (give --launch-command or --kv-capacity for the pool)",
         )
     if engine in ("tgi", "ollama"):
         sources = {"slot_tokens": ctx_src, "slots": run_src}

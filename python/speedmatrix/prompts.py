@@ -18,7 +18,8 @@ How the length is made exact, in order of preference:
    must count as the server does, special tokens (a BOS) included.
 3. ``tokenize`` — text built from common words, counted by the server's tokenize endpoint
    (with ``messages`` for the chat API where the endpoint applies the chat template) and
-   adjusted until the count is exact.
+   adjusted until the count is exact: the tokens a filler word adds are measured, not
+   assumed to be one, and pieces of one token fill what whole words cannot.
 4. ``usage`` — no way to count: two tiny non-streaming requests learn the server's overhead
    and tokens per word from ``usage.prompt_tokens``; prompts are built from that and marked
    unverified, and the runner checks ``usage.prompt_tokens`` of every request.
@@ -262,10 +263,7 @@ WORDS: tuple[str, ...] = (
 )
 
 SALT_WORDS = 8  # words (or ids) of per-request salt
-#: tokenize requests one prompt's length may take (a bracketed search needs a handful)
-_MAX_FIT_ROUNDS = 16
-#: short words that are one token each in most vocabularies: what closes the last gap
-_TAIL_WORDS = ("a", "the", "of", "and")
+_MAX_FIT_ROUNDS = 12
 #: the longest a calibration request (one token of a prompt of at most 128 words) may take:
 #: a server that holds it longer is stalled, and is said to be, not waited for 120 s
 CALIBRATION_TIMEOUT_S = 30.0
@@ -516,9 +514,9 @@ class PromptFactory:
         prefix_words = self._filler("prefix-words", self._prefix_word_count(cal), cal)
         salt = _salt_words(self.seed, index)
 
-        def make(k: int, tail: tuple[str, ...] = ()) -> str | list[dict[str, str]]:
+        def make(k: int, pad: str = "") -> str | list[dict[str, str]]:
             filler = self._filler("filler-words", k, cal)
-            text = " ".join(prefix_words + salt + filler + list(tail))
+            text = " ".join(prefix_words + salt + filler) + pad
             if self.api == "chat":
                 return [{"role": "user", "content": text}]
             return text
@@ -534,9 +532,9 @@ class PromptFactory:
         k0 = self._filler_words
         if k0 is None:
             k0 = self.context - cal.overhead - fixed
-        k, tail = self._fit(make, count, max(k0, 0))
+        k, pad = self._fit(make, count, max(k0, 0))
         self._filler_words = k
-        return Prompt(make(k, tail), self.context, cal.method, True, index, self.shared_prefix)
+        return Prompt(make(k, pad), self.context, cal.method, True, index, self.shared_prefix)
 
     def _filler(self, kind: str, k: int, cal: _Calibration) -> list:
         """The first k items of this factory's ``kind`` sequence (seeded, fixed per factory)."""
@@ -577,59 +575,80 @@ class PromptFactory:
 
     def _fit(
         self, make: Callable[..., Any], count: Callable[[Any], int], k: int
-    ) -> tuple[int, tuple[str, ...]]:
-        """Filler words k (and a tail of short words) such that count(make(k, tail)) ==
-        context, from any start.
+    ) -> tuple[int, str]:
+        """Filler words k and a pad such that count(make(k, pad)) == context.
 
-        Counts grow with k, so the search keeps the largest k known short and the smallest
-        known long, steps by the tokens per word seen so far (a chat template's fixed
-        tokens and a tokenizer that splits words into several tokens included), and stays
-        inside that bracket. Where the bracket closes with no exact count (the next word
-        adds several tokens), the d tokens missing are made of d short common words, each
-        one token in most vocabularies, checked by the count."""
-        target = self.context
+        Converges from any start: the tokens per filler word are measured (a secant over
+        the counts, inside a bracket), not assumed to be one, so a template that adds
+        many tokens or a vocabulary that splits words into bytes is met in a few counts.
+        When one word more overshoots, short pad pieces that count one token each fill
+        the last tokens."""
         seen: dict[int, int] = {}
-        lo: tuple[int, int] | None = None  # (k, count) short of the target
-        hi: tuple[int, int] | None = None  # (k, count) past it
-        last: tuple[int, int] | None = None
+        lo: int | None = None  # most words known to count below the context
+        hi: int | None = None  # fewest words known to count above it
+        slope = 1.0
         for _ in range(_MAX_FIT_ROUNDS):
             n = count(make(k))
             seen[k] = n
-            if n == target:
-                return k, ()
-            if n < target and (lo is None or k > lo[0]):
-                lo = (k, n)
-            if n > target and (hi is None or k < hi[0]):
-                hi = (k, n)
-            if lo is not None and hi is not None:
-                if hi[0] - lo[0] <= 1:
-                    for word in _TAIL_WORDS:
-                        tail = (word,) * (target - lo[1])
-                        n = count(make(lo[0], tail))
-                        seen[-len(seen) - 1] = n
-                        if n == target:
-                            return lo[0], tail
-                    break
-                slope = (hi[1] - lo[1]) / (hi[0] - lo[0])
-                k_next = lo[0] + round((target - lo[1]) / slope)
-                k_next = min(max(k_next, lo[0] + 1), hi[0] - 1)
-                if k_next in seen:
-                    k_next = (lo[0] + hi[0]) // 2
+            if n == self.context:
+                return k, ""
+            if n < self.context:
+                lo = k if lo is None else max(lo, k)
             else:
-                slope = 1.0  # a token a word until two counts say otherwise
-                if last is not None and last[0] != k and n != last[1]:
-                    slope = max((n - last[1]) / (k - last[0]), 0.1)
-                k_next = max(0, k + round((target - n) / slope))
-                if k_next == k or k_next in seen:
-                    k_next = k + (1 if n < target else -1)
-                if k_next < 0 or k_next in seen:
+                hi = k if hi is None else min(hi, k)
+            if lo is not None and hi is not None and hi - lo <= 1:
+                break
+            near = [j for j in seen if j != k]
+            if near:
+                j = min(near, key=lambda j: abs(j - k))
+                if seen[j] != n:
+                    slope = max((n - seen[j]) / (k - j), 1e-3)
+            k_next = k + round((self.context - n) / slope)
+            low = 0 if lo is None else lo + 1
+            k_next = max(k_next, low)
+            if hi is not None:
+                k_next = min(k_next, hi - 1)
+            if k_next in seen or k_next == k:
+                if lo is None or hi is None:
+                    k_next = k + (1 if n < self.context else -1)
+                else:
+                    k_next = (lo + hi) // 2
+                if k_next in seen or k_next < 0:
                     break
-            last = (k, n)
             k = k_next
+        if lo is not None:
+            pad = self._pad(make, count, lo, seen[lo])
+            if pad is not None:
+                return lo, pad
         raise PromptError(
             f"could not make a prompt of exactly {self.context} tokens "
             f"(counts seen: {sorted(set(seen.values()))[:6]})"
         )
+
+    def _pad(
+        self, make: Callable[..., Any], count: Callable[[Any], int], k: int, n: int
+    ) -> str | None:
+        """A pad of short pieces that brings count(make(k)) == n up to the context, or None:
+        each candidate piece is tried where it counts one token."""
+        need = self.context - n
+        for piece in _PAD_PIECES:
+            m = need
+            for _ in range(3):
+                got = count(make(k, piece * m))
+                if got == self.context:
+                    return piece * m
+                if m <= 0 or got == n:
+                    break
+                per_piece = (got - n) / m
+                m_next = round(need / per_piece)
+                if m_next == m or m_next <= 0:
+                    break
+                m = m_next
+        return None
+
+
+#: pad pieces that most vocabularies count as one token each, in order of preference
+_PAD_PIECES = (" a", " .", ".", " 1", "\n")
 
 
 def build_prompts(

@@ -97,12 +97,14 @@ def test_families_chosen_per_engine():
     assert model_for(split).family == "per_slot"
 
 
-def test_llamacpp_layout_unknown_is_planned_as_one_pool_and_says_so():
-    # split slots would hold 4 × 2048, a unified pool 2048: the smaller reading is planned
-    # (issue 21: `-np 2 -c 12288 --kv-unified` taken for split slots ran cells that failed)
+def test_llamacpp_layout_unknown_claims_no_pool_and_says_so():
+    # split slots would hold 4 × 2048, a unified pool 2048: no pool is claimed, only the
+    # slot rule, and the server's refusal judges the rest (issue 21: `-np 2 -c 12288
+    # --kv-unified` taken for split slots planned a pool it did not have)
     m = model_for(target("llamacpp", context_length=2048, max_running=4))
-    assert m.family == "unified_slots" and m.pool_tokens == 2048
-    assert m.check(1024, 2, 64).status == "over_capacity"
+    assert m.family == "per_slot" and m.pool_tokens is None and m.slot_tokens == 2048
+    assert m.check(1024, 2, 64).status is None
+    assert m.check(2048, 1, 64).status == "over_capacity"
     assert "did not say" in m.note
     # a given pool settles the layout: smaller than the slots together = shared
     g = model_for(target("llamacpp", context_length=2048, max_running=4), kv_tokens=4096)

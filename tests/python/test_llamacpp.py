@@ -5,6 +5,9 @@ a cache outside the clone) serving a tiny random-weight GGUF written here, start
 - ``split``:   ``--parallel 4 -c 8192`` -> four 2048-token slot caches
 - ``unified``: no ``--parallel`` -> 4 slots over one unified pool of the trained context
 
+The server does not say which layout it runs: only the slot rule is planned, and the cells
+the unified pool cannot hold are judged over capacity by the server's own refusal.
+
 Never skipped in CI: a missing binary fails with the build script's name, unless
 ``SPEEDMATRIX_LLAMACPP=skip`` is set explicitly.
 """
@@ -154,15 +157,12 @@ def test_discovery_reads_what_the_server_says(server):
     assert t.max_running == SLOTS
     assert t.info["n_ctx_train"] == N_CTX_TRAIN
     assert t.quantization and "F32" in t.quantization
+    # the server does not say whether its slots share one cache: the layout is unknown
+    # and no pool is claimed (the refusals judge what does not fit)
+    assert t.info["kv_layout"]["unified"] is None, t.info["kv_layout"]
+    assert t.kv_tokens is None
     unified = server.mode == "unified"
-    if unified:
-        assert t.info["kv_layout"]["unified"] is True, t.info["kv_layout"]
-        assert t.context_length == N_CTX_TRAIN and t.kv_tokens == N_CTX_TRAIN
-    else:
-        # slots below the trained context: split, or unified with -c below it; the server
-        # does not say which, so the layout stays unknown until the launch command says
-        assert t.info["kv_layout"]["unified"] is None, t.info["kv_layout"]
-        assert t.context_length == 8192 // SLOTS and t.kv_tokens is None
+    assert t.context_length == (N_CTX_TRAIN if unified else 8192 // SLOTS)
     # the served name is the model file's stem, never the server's path
     assert t.info["model_path"].endswith("tiny-llama-f32.gguf")
 
@@ -205,11 +205,11 @@ def test_matrix_end_to_end(server, api, tmp_path, capsys):
 
     req = result.requests
     window = req[(req["cell_phase"] == "decode") & (req["phase"] == "window")]
-    # no request fails on a healthy server, over the whole matrix
-    assert (req["outcome"] != "error").all(), req[req["outcome"] == "error"][
-        ["cell", "error_kind", "error_message"]
-    ]
-    done = window[window["outcome"] == "ok"]
+    # no request fails on a healthy server but those it refused for lack of context
+    over = [cid for cid, c in cells.items() if c.get("status") == "over_capacity"]
+    failed = req[(req["outcome"] == "error") & ~req["cell"].isin(over)]
+    assert failed.empty, failed[["cell", "error_kind", "error_message"]]
+    done = window[(window["outcome"] == "ok") & ~window["cell"].isin(over)]
     assert len(done) > 0
     # output counts are the server's usage, forced to max_output
     assert (done["token_source"] >= 2).all()
@@ -219,9 +219,11 @@ def test_matrix_end_to_end(server, api, tmp_path, capsys):
         ["cell", "prompt_tokens", "context"]
     ]
     assert not [cid for cid, c in cells.items() if c.get("status") == "error"]
-    # the cut requests do not flag a cell whose completed requests all had usage
+    # the cut requests do not flag a cell whose completed requests all had usage (the
+    # flags of a cell the server refused are not reported)
     for cid, c in cells.items():
-        assert "estimated_tokens" not in (c.get("flags") or []), cid
+        if cid not in over:
+            assert "estimated_tokens" not in (c.get("flags") or []), cid
 
     unified = server.mode == "unified"
     for c in cells.values():
@@ -229,15 +231,13 @@ def test_matrix_end_to_end(server, api, tmp_path, capsys):
             continue
         fits = (min(c["concurrency"], SLOTS) * (c["context"] + MAX_OUTPUT)) <= N_CTX_TRAIN
         if unified and not fits:
+            # sent (the pool is not known), refused by the server: its words are the reason
             assert c["status"] == "over_capacity", c
-            assert "unified KV pool" in c["reason"]
+            assert "Context size has been exceeded" in c["reason"], c["reason"]
         elif c["concurrency"] > SLOTS:
             assert c["status"] == "queued", c
         else:
             assert c["status"] == "valid", c
-    # over-capacity cells were never sent
-    over = [cid for cid, c in cells.items() if c.get("status") == "over_capacity"]
-    assert not req["cell"].isin(over).any()
 
     # per-request decode speed vs llama.cpp's own count of generation time over the matrix
     # (counter deltas: tokens predicted / seconds spent predicting, N <= slots cells)

@@ -258,9 +258,9 @@ def test_llamacpp_unknown_layout_settled_by_the_launch_command():
     from speedmatrix.adapters.running import learn_layout
 
     m = Matrix(contexts=[3072], concurrency=[1, 2], max_output=64, prefill_contexts=[])
-    # unknown: one pool of 6144, so 2 × 3136 does not fit
+    # unknown: no pool claimed, only the slot rule (the server's refusal judges the pool)
     statuses = [c.status for c in plan(m, _llamacpp_unknown())]
-    assert statuses == [None, "over_capacity"]
+    assert statuses == [None, None]
     split = _llamacpp_unknown()
     learn_layout(split, "llama-server -np 2 -c 12288")
     assert split.info["kv_layout"]["unified"] is False and split.kv_tokens == 12288
@@ -272,38 +272,3 @@ def test_llamacpp_unknown_layout_settled_by_the_launch_command():
         "source": "given: launch command --kv-unified",
     }
     assert [c.status for c in plan(m, unified)] == [None, "over_capacity"]
-
-
-# an error cell's failures -> over capacity by the server's refusal, or still an error
-REFUSALS = [
-    (
-        {"http_400": "the request exceeds the available context size, try increasing it"},
-        "over_capacity",
-    ),
-    # longer than the model's context length: the plan's `error`, not a capacity verdict
-    ({"http_400": "This model's maximum context length is 2048 tokens."}, "error"),
-    ({"stream_error": "Context size has been exceeded."}, "over_capacity"),
-    ({"http_500": "internal error"}, "error"),
-    ({"http_400": "Context size has been exceeded.", "connect": "refused"}, "error"),
-]
-
-
-@pytest.mark.parametrize(("examples", "status"), REFUSALS)
-def test_a_refusal_for_lack_of_context_is_over_capacity(examples, status):
-    from speedmatrix.verdict.preemption import apply_refusal
-
-    cell = {
-        "status": "error",
-        "errors": dict.fromkeys(examples, 3),
-        "error_examples": examples,
-        "reason": "3 of 3 requests failed",
-    }
-    apply_refusal(cell)
-    assert cell["status"] == status
-    if status == "over_capacity":
-        assert cell["reason"].endswith(next(iter(examples.values())))
-        assert cell["capacity_decided_by"] == "the server's refusal"
-    # a cell that measured fine is never touched
-    ok = {"status": "valid", "errors": {}, "error_examples": {}}
-    apply_refusal(ok)
-    assert ok["status"] == "valid"

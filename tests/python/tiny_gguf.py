@@ -3,7 +3,7 @@ architecture, a byte-level BPE vocabulary (GPT-2 style: the 256 bytes, a few mer
 and chat markers) and a chat template. Test-only: written with the ``gguf`` package in well
 under a second, a few hundred KB.
 
-    write_tiny_model(path, n_ctx_train=4096, words=WORDS) -> path
+    write_tiny_model(path, n_ctx_train=4096, words=WORDS, template="plain") -> path
 
 ``words`` become whole tokens (with and without the leading-space marker), merged letter
 by letter, so text of those words is about one token per word, as in a real vocabulary.
@@ -25,6 +25,16 @@ CHAT_TEMPLATE = (
     "{% for message in messages %}<|{{ message['role'] }}|>{{ message['content'] }}\n"
     "{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}"
 )
+#: a second template, unlike the first: a system line and role tags, ~40 tokens around a
+#: user message with a vocabulary of bytes (words=(): no word is one token), as real
+#: templates add
+VERBOSE_CHAT_TEMPLATE = (
+    "[SYSTEM]Be brief.\n"
+    "{% for message in messages %}[{{ message['role'] | upper }}] {{ message['content'] }}"
+    "[/{{ message['role'] | upper }}]\n{% endfor %}"
+    "{% if add_generation_prompt %}[ASSISTANT] {% endif %}"
+)
+TEMPLATES = {"plain": CHAT_TEMPLATE, "verbose": VERBOSE_CHAT_TEMPLATE}
 
 
 def _byte_tokens() -> list[str]:
@@ -56,7 +66,10 @@ def _word_merges(words) -> tuple[list[str], list[str]]:
     return list(tokens), list(merges)
 
 
-def write_tiny_model(path: Path | str, n_ctx_train: int = 4096, seed: int = 0, words=()) -> Path:
+def write_tiny_model(
+    path: Path | str, n_ctx_train: int = 4096, seed: int = 0, words=(), template: str = "plain"
+) -> Path:
+    """``template``: a name in TEMPLATES (the chat template the server applies)."""
     import gguf  # test dependency (pyproject extras "test")
 
     path = Path(path)
@@ -91,7 +104,7 @@ def write_tiny_model(path: Path | str, n_ctx_train: int = 4096, seed: int = 0, w
     w.add_eos_token_id(eos)
     w.add_add_bos_token(True)
     w.add_add_eos_token(False)
-    w.add_chat_template(CHAT_TEMPLATE)
+    w.add_chat_template(TEMPLATES[template])
 
     def t(name: str, *shape: int, scale: float = 0.02) -> None:
         w.add_tensor(name, (rng.standard_normal(shape) * scale).astype(np.float32))

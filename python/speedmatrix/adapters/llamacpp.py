@@ -3,14 +3,17 @@
 file type (``model_ftype``), its path and the build; ``/v1/models`` ``meta`` the trained
 context (``n_ctx_train``). Metrics need ``--metrics`` and carry no labels.
 
-KV layout (capacity.py): with ``--parallel K`` each slot has its own cache of n_ctx / K
-tokens (split); launched without it, this llama.cpp runs 4 slots over one unified pool and
-each slot may use all of it, so ``/props`` n_ctx is the whole pool. The server does not say
-which (only its log does): more than one slot whose context is the model's trained context is
-llama.cpp's default unified launch (the pool is sized to the trained context); a slot context
-below it is either layout, so it stays unknown unless the launch command says
-(`layout_from_launch`) or a given ``--kv-capacity`` settles it (capacity.model_for); unknown
-is planned as one pool of the slot context, the smaller reading. Slot caches are emptied with ``POST /slots/{id}?action=erase``."""
+KV layout (capacity.py): with split slot caches each of the K slots holds n_ctx / K tokens;
+with a unified cache (``--kv-unified``, and this llama.cpp's default launch) the K slots
+share one pool and each may use all of it. ``/props`` n_ctx is the slot's context in both,
+and neither ``/props``, ``/slots`` nor ``/v1/models`` says which layout it is (only the
+server's log does), so with more than one slot the layout is unknown: no pool is claimed
+(a coincidence of n_ctx and n_ctx_train settles nothing: ``-np 2 -c 12288 --kv-unified``
+on a 16K model looks like split slots), only the slot rule is applied, and a request the
+server refuses for lack of context is the cell's over-capacity verdict
+(speedmatrix.verdict.refusal). A launch command that says it settles it (`layout_from_launch`), and so does a given
+``--kv-capacity`` (capacity.model_for).
+Slot caches are emptied with ``POST /slots/{id}?action=erase``."""
 
 from __future__ import annotations
 
@@ -32,27 +35,23 @@ from speedmatrix.naming import served_model_name
 _BUILD = re.compile(r"^b?(\d+)-([0-9a-f]{6,40}|unknown)$")
 
 
-def kv_layout(n_ctx: int | None, slots: int | None, n_ctx_train: int | None) -> dict[str, Any]:
-    """``{"unified": True | False | None, "source": why}`` from /props and n_ctx_train."""
+def kv_layout(
+    n_ctx: int | None, slots: int | None, props: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """``{"unified": True | False | None, "source": why}``: what the server says about its
+    KV layout; None (unknown) where it says nothing."""
     if not n_ctx or not slots:
         return {"unified": None, "source": "/props lacks n_ctx or total_slots"}
     if slots == 1:
         return {"unified": False, "source": "one slot: its cache is the whole pool"}
-    if n_ctx_train and n_ctx >= n_ctx_train:
-        return {
-            "unified": True,
-            "source": f"inferred: {slots} slots each of the trained context {n_ctx_train} "
-            "(llama.cpp's default launch: one unified pool)",
-        }
-    # A slot context below the trained context is split slots (--parallel K -c X: X / K
-    # each) or a unified pool launched with -c below the trained context: the server does
-    # not say which, so the layout stays unknown (the launch command can settle it).
+    # a build that states it (none known today reports it in /props)
+    stated = (props or {}).get("kv_unified")
+    if isinstance(stated, bool):
+        return {"unified": stated, "source": "/props kv_unified"}
     return {
         "unified": None,
-        "source": f"unknown: slot context {n_ctx}"
-        + (f" below the trained context {n_ctx_train}" if n_ctx_train else "")
-        + f" with {slots} slots is split caches (--parallel {slots}) or one unified pool "
-        "(--kv-unified -c below it); the server does not say which",
+        "source": f"/props does not say whether the {slots} slots of {n_ctx} tokens share "
+        "one KV cache (unified) or each have their own (split)",
     }
 
 
@@ -129,7 +128,7 @@ class LlamaCppAdapter(Adapter):
         n_ctx_train = positive_int(meta.get("n_ctx_train"))
         if n_ctx_train:
             found["info"]["n_ctx_train"] = n_ctx_train
-        layout = kv_layout(n_ctx, slots, n_ctx_train)
+        layout = kv_layout(n_ctx, slots, props)
         found["info"]["kv_layout"] = layout
         if layout["unified"] is True:
             found["kv_tokens"] = n_ctx
@@ -139,9 +138,9 @@ class LlamaCppAdapter(Adapter):
             found["capacity_detail"]["kv_tokens"] = "/props n_ctx × total_slots: split slot caches"
         else:
             found["warnings"].append(
-                "llama.cpp does not say whether its KV cache is unified: planned as one pool "
-                "of the slot context, the smaller reading (give --launch-command or "
-                "--kv-capacity to settle it)"
+                "llama.cpp does not say whether its KV cache is unified: only the per-slot "
+                "rule is applied, and a request refused for lack of context makes its cell "
+                "over capacity (give --launch-command or --kv-capacity to settle the pool)"
             )
         ftype = props.get("model_ftype") or meta.get("ftype")
         if isinstance(ftype, str) and ftype:

@@ -19,6 +19,7 @@ Inputs of a cell's verdict (all of them; nothing else is read):
 
 Modules: `names` (`Status`, `Flag` and their words), `rules` (`Rules`, `EngineFacts`),
 `flags` (one pure function per flag rule, over `Evidence`), `status` (the status rule),
+`refusal` (a refusal for lack of context/KV is over capacity),
 `window` and `server` (what the records and the server's gauges say), `cells` (a cell's
 stored form), `openloop` (kept up), `run` (repetitions, exit status), `upgrade` (older
 runs).
@@ -40,6 +41,7 @@ from speedmatrix.verdict.cells import (
 from speedmatrix.verdict.flags import FLAG_RULES, Evidence, flags_of
 from speedmatrix.verdict.names import REPORTED, Flag, Status
 from speedmatrix.verdict.openloop import kept_up
+from speedmatrix.verdict.refusal import context_refusal, refused_for_capacity
 from speedmatrix.verdict.rules import EngineFacts, Rules
 from speedmatrix.verdict.run import (
     ExitStatus,
@@ -74,6 +76,7 @@ __all__ = [
     "base_cell",
     "client_queue_signal",
     "combined_status",
+    "context_refusal",
     "decode_cell",
     "decode_status",
     "error_kind",
@@ -88,6 +91,7 @@ __all__ = [
     "prefill_rows",
     "prompt_check",
     "prompt_failure_cell",
+    "refused_for_capacity",
     "reported_flags",
     "server_view",
     "tokens_estimated",

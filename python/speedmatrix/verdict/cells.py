@@ -25,6 +25,7 @@ from speedmatrix.verdict.counts import (
 )
 from speedmatrix.verdict.flags import Evidence, flags_of
 from speedmatrix.verdict.names import Status
+from speedmatrix.verdict.refusal import refused_for_capacity
 from speedmatrix.verdict.rules import EngineFacts, Rules
 from speedmatrix.verdict.server import server_view
 from speedmatrix.verdict.status import decode_status, error_text
@@ -213,6 +214,11 @@ def prefill_cell(
         base["reason"] = fatal
     if ttft is None and not base.get("reason"):
         base["reason"] = "no first token: " + error_text(errors, base["error_examples"])
+    if ttft is None:
+        status, reason = refused_for_capacity(
+            Status.ERROR, base.get("reason"), base["error_examples"]
+        )
+        base["status"], base["reason"] = status.value, reason
     return base
 
 
@@ -278,6 +284,7 @@ def decode_cell(
         stopped_by=records.stopped_by,
         stop_reason=records.stop_reason,
     )
+    status, reason = refused_for_capacity(status, reason, base["error_examples"])
     base["status"] = status.value
     if reason:
         base["reason"] = reason
@@ -289,7 +296,6 @@ def decode_cell(
         preemption.waited_for_kv(records.metrics, facts, admit_share),
         admit_share,
     )
-    preemption.apply_refusal(base)
     return base
 
 
@@ -349,7 +355,12 @@ def _evidence(
         output_forced=facts.output_forced,
         drifting=bool(fig.get("drifting")),
         prompt_exact=base["prompt_tokens"]["exact"],
-        tokens_estimated=tokens_estimated(req["token_source"][window], req["outcome"][window]),
+        tokens_estimated=tokens_estimated(
+            req["token_source"][window],
+            req["outcome"][window],
+            req["token_source"][req["phase"] == 0],
+            req["outcome"][req["phase"] == 0],
+        ),
         # client CPU covers the whole cell, warm-up included
         client_cpu_s=float(records.client_cpu_s),
         cell_s=(int(records.end_ns) - int(records.warmup_start_ns)) / 1e9,
@@ -383,13 +394,14 @@ def _never_started(
     never = records.fatal_error or "the window never started (every warm-up request failed)" + (
         f": {error_text(errors, examples)}" if errors else ""
     )
+    status, reason = refused_for_capacity(Status.ERROR, never, examples)
     base.update(
         {
-            "status": Status.ERROR.value,
+            "status": status.value,
             "errors": errors,
             "error_examples": examples,
             "errors_total": sum(errors.values()),
-            "reason": never,
+            "reason": reason,
             "flags": flags_of(Evidence(idle=idle, output_forced=facts.output_forced), Rules()),
         }
     )

@@ -28,19 +28,30 @@ SOURCE_USAGE_BELOW_CHUNKS = 4
 SOURCE_USAGE_ABOVE_CHUNKS = 5
 
 
-def tokens_estimated(token_source: np.ndarray, outcome: np.ndarray) -> bool:
+def tokens_estimated(
+    token_source: np.ndarray,
+    outcome: np.ndarray,
+    warmup_source: np.ndarray | None = None,
+    warmup_outcome: np.ndarray | None = None,
+) -> bool:
     """Whether the cell's output counts rest on per-chunk estimates (token_source 1).
 
     Only completed requests count: an engine that sends usage in its final chunk (llama.cpp)
     has none for the requests the window's end cut, and those few are counted per chunk
-    although every completed request had exact usage. With no completed request, any
-    per-chunk count flags the cell."""
+    although every completed request had exact usage. A window in which no request
+    completed (long requests, or a queued cell whose running ones were all cut) is judged
+    by the cell's completed warm-up requests, which show whether the engine sends usage.
+    With no completed request at all, any per-chunk count flags the cell."""
     sources = np.asarray(token_source)
     if not len(sources):
         return False
     completed = np.asarray(outcome) == OK
     if completed.any():
         return bool(np.any(sources[completed] == 1))
+    if warmup_source is not None and warmup_outcome is not None:
+        warm = np.asarray(warmup_source)[np.asarray(warmup_outcome) == OK]
+        if len(warm):
+            return bool(np.any(warm == SOURCE_CHUNKS))
     return bool(np.any(sources == SOURCE_CHUNKS))
 
 
