@@ -9,7 +9,7 @@
 #   bin/zig-cc, bin/zig-c++   the compilers (zig from PyPI's `ziglang`, -target x86_64-linux-gnu.2.28)
 #   toolchain.cmake           selects them and keeps CMake's package search inside the prefix
 #   lib/*.a, include/, lib/cmake, lib/pkgconfig
-#       libcurl (HTTP(S) only, TLS by mbedTLS, CA bundle: see README "Install"),
+#       libcurl (HTTP(S) only, TLS by mbedTLS, CAs: /etc/ssl/certs, see README "Install"),
 #       mbedTLS, libevent (core, extra, pthreads), simdjson; nlohmann/json headers.
 # Why static: the wheel's extension and engine then carry them inside themselves, and what
 # they still need from the system is glibc <= 2.28 (zig links against 2.28's symbol
@@ -27,7 +27,7 @@ MBEDTLS=2.28.3-1
 LIBEVENT=2.1.12-stable-8+deb12u1
 SIMDJSON=3.0.1-1
 NLOHMANN=3.11.2-2
-KEY="zig${ZIG_VERSION}-glibc${GLIBC}-curl${CURL}-mbedtls${MBEDTLS}-libevent${LIBEVENT}-simdjson${SIMDJSON}-json${NLOHMANN}-r1"
+KEY="zig${ZIG_VERSION}-glibc${GLIBC}-curl${CURL}-mbedtls${MBEDTLS}-libevent${LIBEVENT}-simdjson${SIMDJSON}-json${NLOHMANN}-r2"
 CACHE="${SPEEDMATRIX_WHEEL_DEPS_CACHE:-$HOME/.cache/speedmatrix}"
 PREFIX="$CACHE/wheel-deps-$KEY"
 JOBS="${JOBS:-2}"
@@ -103,12 +103,14 @@ echo "== mbedTLS"
 build mbedtls -DENABLE_TESTING=OFF -DENABLE_PROGRAMS=OFF -DUSE_SHARED_MBEDTLS_LIBRARY=OFF \
   -DUSE_STATIC_MBEDTLS_LIBRARY=ON -DMBEDTLS_FATAL_WARNINGS=OFF
 echo "== libcurl (HTTP and HTTPS only)"
-# The CA bundle: Debian/Ubuntu's file; RHEL's /etc/pki/tls/certs/ca-bundle.crt is also
-# reachable as /etc/ssl/certs/ca-bundle.crt, which the CA path covers.
+# Trusted CAs: every certificate file in /etc/ssl/certs, and no single default bundle file,
+# because there is no file name all targets share (Debian/Ubuntu: ca-certificates.crt; RHEL:
+# ca-bundle.crt, reached through /etc/ssl/certs -> /etc/pki/tls/certs) and with mbedTLS a
+# missing default bundle fails every HTTPS request. The folder holds both.
 build curl -DBUILD_CURL_EXE=OFF -DBUILD_TESTING=OFF -DCURL_USE_MBEDTLS=ON -DCURL_USE_OPENSSL=OFF \
   -DHTTP_ONLY=ON -DCURL_DISABLE_LDAP=ON -DUSE_LIBIDN2=OFF -DUSE_NGHTTP2=OFF -DCURL_USE_LIBSSH2=OFF \
   -DCURL_USE_LIBPSL=OFF -DCURL_ZLIB=OFF -DCURL_BROTLI=OFF -DCURL_ZSTD=OFF -DENABLE_UNIX_SOCKETS=ON \
-  -DCURL_CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt -DCURL_CA_PATH=/etc/ssl/certs \
+  -DCURL_CA_BUNDLE=none -DCURL_CA_PATH=/etc/ssl/certs \
   -DMBEDTLS_INCLUDE_DIRS="$PREFIX/include" -DMBEDTLS_LIBRARY="$PREFIX/lib/libmbedtls.a" \
   -DMBEDX509_LIBRARY="$PREFIX/lib/libmbedx509.a" -DMBEDCRYPTO_LIBRARY="$PREFIX/lib/libmbedcrypto.a"
 

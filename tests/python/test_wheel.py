@@ -6,9 +6,9 @@ files need are those of RHEL 8 (glibc 2.28, GCC 8), and auditwheel agrees (manyl
 lower).
 
 Slow (a wheel build is minutes; a fresh venv downloads the dependencies): marker ``e2e``.
-``$SPEEDMATRIX_WHEEL`` names a wheel already built by scripts/build-wheel.sh (scripts/test.sh
-builds one first), or a folder of them (one per CPython: the symbol and policy checks cover
-each; the install runs the one for this interpreter); without it the test builds one.
+``$SPEEDMATRIX_WHEEL`` names a wheel already built by scripts/build-wheel.sh, or a folder of
+them (one per CPython: the symbol and policy checks cover each; the install runs the one for
+this interpreter); without it the test builds one.
 The parser of ``readelf -V`` is checked on synthetic text in the fast tier.
 """
 
