@@ -7,11 +7,11 @@ callers never have to special-case missing figures.
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable
 from typing import Any
 
 from speedmatrix.units import format_tokens
+from speedmatrix.values import missing
 
 DASH = "—"
 
@@ -98,20 +98,6 @@ _CODES = {
     "separate": "Separate prefill cells",
     "skip": "Not measured",
 }
-
-
-def missing(v: Any) -> bool:
-    """True for None, NaN (any float type, pandas NA) and empty strings."""
-    if v is None:
-        return True
-    if isinstance(v, str):
-        return v == ""
-    if isinstance(v, (bool, int)):
-        return False
-    try:
-        return math.isnan(float(v))
-    except (TypeError, ValueError):
-        return v is getattr(__import__("pandas"), "NA", object())
 
 
 def _dash_if_missing(fn: Callable[[Any], str]) -> Callable[[Any], str]:

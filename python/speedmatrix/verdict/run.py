@@ -4,13 +4,12 @@ of a finished run.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from enum import IntEnum
-from typing import Any
 
 import numpy as np
 
+from speedmatrix.values import missing
 from speedmatrix.verdict.names import REPORTED, Status
 
 __all__ = ["ExitStatus", "combined_status", "error_kind", "exit_status", "reported_flags"]
@@ -84,25 +83,11 @@ def error_kind(cells: Iterable[dict]) -> str:
     answering before it), ``failed`` (it ran and too many of its requests failed) or
     ``unmeasured`` (it could not be measured at all: no prompts, no window, no output)."""
     cells = list(cells)
-    if any(not _missing(c.get("not_run")) for c in cells):
+    if any(not missing(c.get("not_run")) for c in cells):
         return "not_run"
     for c in cells:
         errs, measured = c.get("errors_total"), c.get("measured_s")
-        ran = not _missing(measured) and float(measured or 0) > 0
-        if errs is not None and not _missing(errs) and int(errs) > 0 and ran:
+        ran = not missing(measured) and float(measured or 0) > 0
+        if errs is not None and not missing(errs) and int(errs) > 0 and ran:
             return "failed"
     return "unmeasured"
-
-
-def _missing(v: Any) -> bool:
-    """None, NaN (cells read back from a data frame), pandas' NA or an empty string."""
-    if v is None:
-        return True
-    if isinstance(v, str):
-        return v == ""
-    if isinstance(v, (bool, int)):
-        return False
-    try:
-        return math.isnan(float(v))
-    except (TypeError, ValueError):
-        return type(v).__name__ == "NAType"
