@@ -285,3 +285,29 @@ def test_matrix_sources_say_default_preset_file_and_flag(tmp_path):
     src = cli.matrix_sources(parse(["run", "--preset", "seed", "--shared-prefix", "-512"]))
     assert src["contexts"] == "preset seed" and src["warmup"] == "default"
     assert src["shared_prefix"] == "--shared-prefix"
+
+
+def test_the_report_names_how_the_matrix_differs_from_its_preset(tmp_path):
+    # issue 21: the demo's shared prompts were said only in run.json; the report's Run
+    # section says it too (and that a preset run is the preset, unchanged)
+    import synthetic
+    from speedmatrix import demo
+    from speedmatrix.report.metadata import run_section
+    from speedmatrix.results import load
+    from speedmatrix.runfile import read_run, write_run
+
+    synthetic.build_run(
+        tmp_path, contexts=(8192,), concurrency=(1,), prefill_contexts=(), with_records=False
+    )
+    doc = read_run(tmp_path)
+    note = demo.preset_note(demo.demo_matrix(3.0))
+    doc["meta"]["run"]["preset"] = note
+    write_run(tmp_path, doc)
+    items = dict(run_section(load(tmp_path)).items)
+    assert items["Matrix"] == note["text"] and "512 tokens" in items["Matrix"]
+    doc["meta"]["run"]["preset"] = {"name": "seed", "changes": {}, "text": ""}
+    write_run(tmp_path, doc)
+    assert dict(run_section(load(tmp_path)).items)["Matrix"] == "the seed preset, unchanged"
+    del doc["meta"]["run"]["preset"]
+    write_run(tmp_path, doc)
+    assert "Matrix" not in dict(run_section(load(tmp_path)).items)

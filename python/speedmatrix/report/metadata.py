@@ -166,6 +166,16 @@ def engine_section(run: Run) -> Section:
     return Section("Engine", items=items or [("Engine", "Not recorded")], anchor="engine")
 
 
+def _preset_text(preset: Any) -> str | None:
+    """How the run's matrix differs from the preset it started from (`meta.run.preset`,
+    as the demo and ``--preset`` record it); None when it is the preset's or none."""
+    if not isinstance(preset, dict) or not preset.get("name"):
+        return None
+    if not preset.get("text"):
+        return f"the {preset['name']} preset, unchanged"
+    return str(preset["text"])
+
+
 def run_section(run: Run) -> Section:
     r = run.meta.get("run") or {}
     t = run.meta.get("target") or {}
@@ -192,6 +202,7 @@ def run_section(run: Run) -> Section:
                 "Max output",
                 fmt.tokens(r["max_output"]) if not fmt.missing(r.get("max_output")) else None,
             ),
+            ("Matrix", _preset_text(r.get("preset"))),
             ("API", t.get("api")),
             ("Target", redact(str(t["url"])) if t.get("url") else None),
             ("Started", r.get("started_at")),
