@@ -137,8 +137,10 @@ def discover(
     if models_answer is None and adapter.name == GenericAdapter.name and given is None:
         # Generation requests to it would each fail, and a failed cell and a report would
         # say "the server" failed: stop here, before anything is sent or written.
+        # (a 200 whose JSON is null gives no warning of its own)
+        why = warnings[0] if warnings else "/v1/models answered no model list"
         raise NotOpenAIError(
-            f"{base} does not speak the OpenAI API: {warnings[0]}, and no engine endpoint "
+            f"{base} does not speak the OpenAI API: {why}, and no engine endpoint "
             "answered (a wrong port? --engine generic measures it anyway)"
         )
     target = _build_target(base, adapter, found, ctx, warnings)
