@@ -320,26 +320,41 @@ def test_unified_pool_below_the_trained_context_is_not_taken_for_split_slots(
 ):
     """Issue 21: ``-np 2 -c 2048 --kv-unified`` looks like split slots (a slot context
     below the trained 4096) but holds one 2048-token pool. With no launch command the
-    layout is unknown and planned as that pool: 1024 × 2 is over capacity, not run into
-    "context size exceeded" errors; 1024 × 1 runs."""
-    s = LlamaServer(
-        binary, tiny_model, ["--parallel", "2", "-c", "2048", "--kv-unified"], tmp_path / "l.log"
-    )
+    layout is unknown: no pool is claimed, 1024 × 2 is sent and the server's refusal makes
+    it over capacity in its words; with the launch command the pool is known and the cell
+    is over capacity before any request. 1024 × 1 runs in both."""
+    launch = "llama-server --parallel 2 -c 2048 --kv-unified"
+    s = LlamaServer(binary, tiny_model, launch.split()[1:], tmp_path / "l.log")
     try:
         t = discover(s.url)
         assert t.info["kv_layout"]["unified"] is None, t.info["kv_layout"]
         m = Matrix(
             contexts=[1024], concurrency=[1, 2], prefill_contexts=[], max_output=64, duration_s=1.0
         )
-        result = run(s.url, m, out=tmp_path / "run", progress=False, report=False)
+        unknown = run(s.url, m, out=tmp_path / "unknown", progress=False, report=False)
+        given = run(
+            s.url,
+            m,
+            out=tmp_path / "given",
+            progress=False,
+            report=False,
+            info={"launch_command": launch},
+        )
     finally:
         s.stop()
-    cells = {c["concurrency"]: c for c in result.doc["cells"] if c["phase"] == "decode"}
-    with capsys.disabled():
-        print(
-            f"\nllamacpp: unified below n_ctx_train: {[(n, c['status']) for n, c in cells.items()]}"
-        )
-    assert cells[1]["status"] == "valid", cells[1]
-    assert cells[2]["status"] == "over_capacity", cells[2]
-    assert "unified KV pool 2,048" in cells[2]["reason"]
-    assert (result.requests["outcome"] != "error").all()
+    for result, how in ((unknown, "unknown"), (given, "launch command")):
+        cells = {c["concurrency"]: c for c in result.doc["cells"] if c["phase"] == "decode"}
+        with capsys.disabled():
+            print(f"\nllamacpp: unified below n_ctx_train, {how}: ", end="")
+            print([(n, c["status"]) for n, c in cells.items()])
+        assert cells[1]["status"] == "valid", cells[1]
+        assert cells[2]["status"] == "over_capacity", cells[2]
+    assert (
+        "Context size has been exceeded"
+        in {c["concurrency"]: c for c in unknown.doc["cells"] if c["phase"] == "decode"}[2][
+            "reason"
+        ]
+    )
+    given_cells = {c["concurrency"]: c for c in given.doc["cells"] if c["phase"] == "decode"}
+    assert "unified KV pool 2,048" in given_cells[2]["reason"]
+    assert (given.requests["outcome"] != "error").all()

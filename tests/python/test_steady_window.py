@@ -109,14 +109,15 @@ class _ChunkServer:
     """An OpenAI-style completions server at 100 tok/s per request, with continuous usage
     so the client counts every token. ``chunked``: chunks carry 1..6 tokens, each sent
     when its last token is due on an even 10 ms schedule. ``skewed``: one token per
-    chunk, three at a time 1 ms apart every 30 ms (the median gap is 1 ms)."""
+    chunk, three at a time 2 ms apart every 30 ms (the median gap is 2 ms: reads further
+    apart than one delivery, kDeliveryNs = 1 ms, so each token is its own arrival)."""
 
     STEP_S = 0.010
 
     def due(self, i: int) -> float:
         """Seconds after the first token at which token i (0-based) is due."""
         if self.schedule == "skewed":
-            return (i // 3) * 0.030 + (i % 3) * 0.001
+            return (i // 3) * 0.030 + (i % 3) * 0.002
         return i * self.STEP_S
 
     def __init__(self, tokens: int = 400, schedule: str = "chunked") -> None:
@@ -211,7 +212,7 @@ def test_multi_token_chunks_give_the_step_rate_per_request(schedule):
     assert f["decode_tok_s_per_request"] == pytest.approx(100.0, rel=0.02), f
     assert f["decode_requests"] >= 4
     if schedule == "skewed":
-        # the seed's 1000 / median TBT reads the skew (median gap 1 ms), not the rate:
+        # the seed's 1000 / median TBT reads the skew (median gap 2 ms), not the rate:
         # why the report keeps it only as the seed's column
         assert f["per_request_tok_s"] > 300
 
