@@ -131,12 +131,15 @@ def _col(d: dict, name: str) -> np.ndarray:
     return np.asarray(d[name])
 
 
-def per_request(requests: dict, events: dict | None = None) -> dict[str, np.ndarray]:
+def per_request(
+    requests: dict, events: dict | None = None, arrivals: dict[str, np.ndarray] | None = None
+) -> dict[str, np.ndarray]:
     """Per-request latencies in ms (NaN where undefined) for every record, aligned with the
     records: e2e_ms, ttft_ms, tpot_ms, e2e_sched_ms, ttft_sched_ms, queue_ms, and from
     ``events`` tbt_max_ms (the request's longest gap between token arrivals) and
     tpot_so_far_ms (first to last token received over the tokens between: the pace of a
-    request cut before its end)."""
+    request cut before its end); ``arrivals``: `token_arrivals(requests, events, -1)` already
+    made."""
     sched = _col(requests, "scheduled_ns").astype(np.int64)
     sent = _col(requests, "sent_ns").astype(np.int64)
     first = _col(requests, "first_token_ns").astype(np.int64)
@@ -154,7 +157,7 @@ def per_request(requests: dict, events: dict | None = None) -> dict[str, np.ndar
     n = len(sent)
     tbt_max = np.full(n, np.nan)
     tpot_so_far = np.full(n, np.nan)
-    a = token_arrivals(requests, events, -1)
+    a = token_arrivals(requests, events, -1) if arrivals is None else arrivals
     if len(a["t_ns"]):
         req, t, tok = a["request"].astype(np.int64), a["t_ns"], a["tokens"]
         # the silence before an arrival: its per-token gap times the tokens it brought
@@ -227,7 +230,9 @@ def cell_latency(
     """The latency distributions of one cell: ``{"e2e_ms", "ttft_ms", "tpot_ms", "tbt_ms"}``
     (each a :func:`distribution`), and for an open-loop cell also ``e2e_sched_ms``,
     ``ttft_sched_ms`` and ``queue_ms``. Only requests that completed OK count."""
-    lat = per_request(requests, events)
+    # the core's arrivals, made once for both the per-request figures and the TBT samples
+    arrivals = token_arrivals(requests, events, -1)
+    lat = per_request(requests, events, arrivals)
     ok = counted_mask(requests, t0_ns, t1_ns, open_loop) & (_col(requests, "outcome") == OUTCOME_OK)
     names = ["e2e_ms", "ttft_ms", "tpot_ms"]
     if open_loop:
@@ -235,7 +240,7 @@ def cell_latency(
     out = {name: distribution(lat[name][ok], percentiles) for name in names}
     # TBT has one sample set, the core's: the window's token arrivals (`records.tbt_samples`,
     # the multiset whose median is the cell's tbt_ms), not the gaps of the requests above
-    samples = np.asarray(tbt_samples(requests, events, t0_ns, t1_ns), dtype=float)
+    samples = np.asarray(tbt_samples(requests, events, t0_ns, t1_ns, arrivals), dtype=float)
     samples = samples[np.isfinite(samples)]
     samples.sort()
     tbt = _sorted_distribution(samples, percentiles)

@@ -380,3 +380,32 @@ def test_the_engine_writing_bursts_reads_as_coalesced_and_tbt_stays_the_streams_
     ratio = b["per_request_tok_s"] / b["decode_tok_s_per_request"]
     assert 0.1 < ratio < 10, (b["per_request_tok_s"], b["decode_tok_s_per_request"])
     assert p["tbt_ms"] == pytest.approx(20, rel=0.1)
+
+
+def test_tbt_samples_from_arrivals_of_every_phase_are_the_window_requests_own():
+    # cell_latency makes the core's arrivals once (all phases) for the per-request figures
+    # and the TBT samples; the samples must be those of the window requests alone, as
+    # when tbt_samples makes its own (phase 1) arrivals
+    from speedmatrix.records import tbt_samples, token_arrivals
+
+    ms = 1_000_000
+    req = {
+        "phase": np.array([0, 1, 1], np.uint8),
+        "outcome": np.array([1, 1, 1], np.uint8),
+        "sent_ns": np.zeros(3, np.int64),
+        "first_token_ns": np.array([1, 5, 6], np.int64) * 1_000_000,
+        "done_ns": np.array([4, 65, 66], np.int64) * 1_000_000,
+        "prompt_tokens": np.full(3, 8, np.int64),
+        "output_tokens": np.array([4, 4, 3], np.int64),
+        "token_source": np.full(3, 2, np.uint8),
+    }
+    ev = {  # a warm-up stream 1 ms a token, two window streams 20 and 30 ms a token
+        "request": np.array([0, 1, 2, 0, 0, 1, 2, 0, 1, 2, 1], np.int32),
+        "t_ns": np.array([1, 5, 6, 2, 3, 25, 36, 4, 45, 66, 65], np.int64) * ms,
+        "tokens": np.ones(11, np.int32),
+    }
+    order = np.argsort(ev["t_ns"], kind="stable")
+    ev = {k: v[order] for k, v in ev.items()}
+    own = tbt_samples(req, ev, 0, 100 * ms)
+    shared = tbt_samples(req, ev, 0, 100 * ms, token_arrivals(req, ev, -1))
+    assert sorted(own) == sorted(shared) == [20.0, 20.0, 20.0, 30.0, 30.0]
