@@ -188,6 +188,55 @@ def _cap(target: Any, name: str) -> tuple[int | None, str]:
     return (int(value), "given") if value else (None, "missing")
 
 
+def _llamacpp_model(
+    kv: int | None,
+    kv_src: str,
+    ctx: int | None,
+    ctx_src: str,
+    run: int | None,
+    run_src: str,
+    layout: Any,
+) -> CapacityModel:
+    """llama.cpp's model: per slot, one unified pool of slots, or (layout unknown) the
+    per-slot rule alone."""
+    unified = layout.get("unified") if isinstance(layout, dict) else None
+    how = str(layout.get("source", "")) if isinstance(layout, dict) else ""
+    if kv is not None and kv_src.startswith("given") and ctx and run:
+        # A pool given by the user settles the layout: smaller than the slots' caches
+        # together means they share it.
+        unified = kv < ctx * run
+        how = f"given KV capacity {kv} vs {run} slots × {ctx}"
+    if unified is False:
+        return CapacityModel(
+            "per_slot",
+            slot_tokens=ctx,
+            slots=run,
+            sources={"slot_tokens": ctx_src, "slots": run_src, "layout": how},
+        )
+    if unified is True:
+        # In unified mode a slot may use the whole pool, so the slot context is the
+        # pool (capped at n_ctx_train: then a lower bound); a given pool wins.
+        pool, pool_src = (kv, kv_src) if kv_src.startswith("given") else (ctx, ctx_src)
+        return CapacityModel(
+            "unified_slots",
+            pool_tokens=pool,
+            slots=run,
+            sources={"pool_tokens": pool_src, "slots": run_src, "layout": how},
+        )
+    # Unknown layout: no pool is claimed (split slots hold slots × ctx, a unified pool
+    # only ctx); the slot rule holds in both, and the server's refusal for lack of
+    # context judges the pool (speedmatrix.verdict.refusal).
+    return CapacityModel(
+        "per_slot",
+        slot_tokens=ctx,
+        slots=run,
+        sources={"slot_tokens": ctx_src, "slots": run_src, "layout": how or "unknown"},
+        note="llama.cpp did not say whether its KV cache is unified: only the per-slot "
+        "rule is applied, and a cell the server refuses for lack of context is over "
+        "capacity in its words (give --launch-command or --kv-capacity for the pool)",
+    )
+
+
 def model_for(
     target: Any,
     *,
@@ -210,42 +259,7 @@ def model_for(
     layout = info.get("kv_layout") if isinstance(info, dict) else None
 
     if engine == "llamacpp":
-        unified = layout.get("unified") if isinstance(layout, dict) else None
-        how = str(layout.get("source", "")) if isinstance(layout, dict) else ""
-        if kv is not None and kv_src.startswith("given") and ctx and run:
-            # A pool given by the user settles the layout: smaller than the slots' caches
-            # together means they share it.
-            unified = kv < ctx * run
-            how = f"given KV capacity {kv} vs {run} slots × {ctx}"
-        if unified is False:
-            return CapacityModel(
-                "per_slot",
-                slot_tokens=ctx,
-                slots=run,
-                sources={"slot_tokens": ctx_src, "slots": run_src, "layout": how},
-            )
-        if unified is True:
-            # In unified mode a slot may use the whole pool, so the slot context is the
-            # pool (capped at n_ctx_train: then a lower bound); a given pool wins.
-            pool, pool_src = (kv, kv_src) if kv_src.startswith("given") else (ctx, ctx_src)
-            return CapacityModel(
-                "unified_slots",
-                pool_tokens=pool,
-                slots=run,
-                sources={"pool_tokens": pool_src, "slots": run_src, "layout": how},
-            )
-        # Unknown layout: no pool is claimed (split slots hold slots × ctx, a unified pool
-        # only ctx); the slot rule holds in both, and the server's refusal for lack of
-        # context judges the pool (speedmatrix.verdict.refusal).
-        return CapacityModel(
-            "per_slot",
-            slot_tokens=ctx,
-            slots=run,
-            sources={"slot_tokens": ctx_src, "slots": run_src, "layout": how or "unknown"},
-            note="llama.cpp did not say whether its KV cache is unified: only the per-slot "
-            "rule is applied, and a cell the server refuses for lack of context is over "
-            "capacity in its words (give --launch-command or --kv-capacity for the pool)",
-        )
+        return _llamacpp_model(kv, kv_src, ctx, ctx_src, run, run_src, layout)
     if engine in ("tgi", "ollama"):
         sources = {"slot_tokens": ctx_src, "slots": run_src}
         if kv is not None:  # TGI's max_batch_total_tokens where it is exposed

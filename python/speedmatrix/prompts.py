@@ -26,15 +26,16 @@ How the length is made exact, in order of preference:
 
 The runner checks the reported prompt tokens of every request against ``Prompt.tokens``.
 
-Over 500 lines: the four ways of making a length exact share the salt, the search and the
-request body; apart they would each need the others.
+The words and the salt live in ``speedmatrix.promptwords``, the local tokenizer in
+``speedmatrix.localtokenizer``; both are re-exported here.
+
+Over 500 lines: the four ways of making a length exact share the factory's calibration, the
+search and the request body; apart they would each need the others.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,9 +43,18 @@ from typing import Any
 from speedmatrix.adapters.base import Target, TokenizeSpec
 from speedmatrix.errors import SpeedmatrixError
 from speedmatrix.http import ConnectError, HttpClient, HttpError
+from speedmatrix.localtokenizer import load_tokenizer
+from speedmatrix.localtokenizer import local_count as _local_count
+from speedmatrix.promptwords import SALT_WORDS, WORDS
+from speedmatrix.promptwords import pick as _pick
+from speedmatrix.promptwords import rng as _rng
+from speedmatrix.promptwords import salt_ids as _salt_ids
+from speedmatrix.promptwords import salt_words as _salt_words
+from speedmatrix.promptwords import words as _words
 
 __all__ = [
     "METHODS",
+    "SALT_WORDS",
     "WORDS",
     "Prompt",
     "PromptError",
@@ -57,212 +67,6 @@ __all__ = [
 
 METHODS = ("token_ids", "tokenizer", "tokenize", "usage")
 
-#: Common short English words; nearly every BPE / SentencePiece vocabulary has each of them,
-#: with its leading space, as one token, so that a text of k words is close to k tokens.
-WORDS: tuple[str, ...] = (
-    "the",
-    "of",
-    "and",
-    "to",
-    "in",
-    "is",
-    "that",
-    "for",
-    "it",
-    "as",
-    "was",
-    "with",
-    "be",
-    "by",
-    "on",
-    "not",
-    "he",
-    "this",
-    "are",
-    "or",
-    "his",
-    "from",
-    "at",
-    "which",
-    "but",
-    "have",
-    "an",
-    "had",
-    "they",
-    "you",
-    "were",
-    "their",
-    "one",
-    "all",
-    "we",
-    "can",
-    "her",
-    "has",
-    "there",
-    "been",
-    "if",
-    "more",
-    "when",
-    "will",
-    "would",
-    "who",
-    "so",
-    "no",
-    "she",
-    "other",
-    "its",
-    "may",
-    "these",
-    "what",
-    "them",
-    "than",
-    "some",
-    "him",
-    "time",
-    "into",
-    "only",
-    "do",
-    "first",
-    "any",
-    "new",
-    "very",
-    "my",
-    "also",
-    "after",
-    "our",
-    "most",
-    "made",
-    "over",
-    "such",
-    "where",
-    "your",
-    "well",
-    "way",
-    "each",
-    "many",
-    "before",
-    "must",
-    "through",
-    "back",
-    "years",
-    "much",
-    "under",
-    "should",
-    "people",
-    "because",
-    "good",
-    "same",
-    "used",
-    "those",
-    "both",
-    "day",
-    "work",
-    "three",
-    "state",
-    "life",
-    "still",
-    "how",
-    "world",
-    "own",
-    "between",
-    "high",
-    "last",
-    "city",
-    "long",
-    "while",
-    "house",
-    "might",
-    "great",
-    "year",
-    "since",
-    "small",
-    "part",
-    "place",
-    "end",
-    "found",
-    "again",
-    "take",
-    "during",
-    "without",
-    "around",
-    "home",
-    "old",
-    "country",
-    "form",
-    "water",
-    "system",
-    "every",
-    "name",
-    "case",
-    "public",
-    "course",
-    "company",
-    "right",
-    "point",
-    "group",
-    "hand",
-    "number",
-    "off",
-    "order",
-    "market",
-    "power",
-    "report",
-    "area",
-    "book",
-    "line",
-    "game",
-    "family",
-    "side",
-    "level",
-    "half",
-    "early",
-    "young",
-    "fact",
-    "free",
-    "head",
-    "money",
-    "light",
-    "story",
-    "body",
-    "music",
-    "word",
-    "field",
-    "team",
-    "idea",
-    "road",
-    "view",
-    "paper",
-    "door",
-    "kind",
-    "child",
-    "night",
-    "plan",
-    "rate",
-    "table",
-    "class",
-    "price",
-    "color",
-    "river",
-    "tree",
-    "stone",
-    "ship",
-    "bird",
-    "fish",
-    "horse",
-    "green",
-    "blue",
-    "red",
-    "black",
-    "white",
-    "open",
-    "close",
-    "south",
-    "north",
-    "east",
-    "west",
-)
-
-SALT_WORDS = 8  # words (or ids) of per-request salt
 _MAX_FIT_ROUNDS = 12
 #: the longest a calibration request (one token of a prompt of at most 128 words) may take:
 #: a server that holds it longer is stalled, and is said to be, not waited for 120 s
@@ -717,34 +521,6 @@ def request_body(
 
 
 # ---- helpers ------------------------------------------------------------------------------
-def _rng(*key: Any) -> random.Random:
-    digest = hashlib.sha256(repr(key).encode()).digest()
-    return random.Random(int.from_bytes(digest[:8], "big"))
-
-
-def _words(rng: random.Random, k: int) -> list[str]:
-    return [WORDS[rng.randrange(len(WORDS))] for _ in range(k)]
-
-
-def _pick(pool: list[int], k: int, rng: random.Random) -> list[int]:
-    return [pool[rng.randrange(len(pool))] for _ in range(k)]
-
-
-def _salt_words(seed: int | str, index: int) -> list[str]:
-    """SALT_WORDS words: the first two spell the index, lowest digit first (so the very first
-    word already differs between requests; unique for len(WORDS)**2 requests), the rest come
-    from the seed and the index."""
-    v = len(WORDS)
-    head = [WORDS[index % v], WORDS[(index // v) % v]]
-    return head + _words(_rng(seed, "salt", index), SALT_WORDS - 2)
-
-
-def _salt_ids(pool: list[int], seed: int | str, index: int) -> list[int]:
-    v = len(pool)
-    head = [pool[index % v], pool[(index // v) % v]]
-    return head + _pick(pool, SALT_WORDS - 2, _rng(seed, "salt", index))
-
-
 def _common_prefix(a: list[int], b: list[int]) -> int:
     n = 0
     for x, y in zip(a, b):
@@ -758,56 +534,3 @@ def _count_ids(
     client: HttpClient, tok: TokenizeSpec, model: str | None, text: str
 ) -> tuple[int, list[int] | None]:
     return tok.parse(client.post_json(tok.path, tok.request(model, text)))
-
-
-def _local_count(tokenizer: Any, text: str) -> int:
-    """Tokens of ``text`` by a local tokenizer: ``encode(text)`` where it has one (Hugging
-    Face ``transformers`` / ``tokenizers``: ids, or an Encoding with ``.ids``), else
-    ``tokenizer(text)`` giving a count or a list of ids."""
-    assert tokenizer is not None
-    encode = getattr(tokenizer, "encode", None)
-    result = encode(text) if callable(encode) else tokenizer(text)
-    if isinstance(result, int):
-        return result
-    if hasattr(result, "ids"):
-        return len(result.ids)
-    if isinstance(result, dict) or hasattr(result, "input_ids"):
-        return len(result["input_ids"])
-    return len(result)
-
-
-def load_tokenizer(name_or_path: str) -> Any:
-    """A Hugging Face tokenizer by hub name or local path (a folder, or a tokenizer.json),
-    with ``transformers`` when installed, else ``tokenizers``. Neither is a dependency of
-    speedmatrix: without both, a SpeedmatrixError says what to install."""
-    from pathlib import Path
-
-    try:
-        from transformers import AutoTokenizer
-    except ImportError:
-        AutoTokenizer = None
-    if AutoTokenizer is not None:
-        try:
-            return AutoTokenizer.from_pretrained(name_or_path)
-        except Exception as exc:  # noqa: BLE001 - any failure to load is the user's to fix
-            raise SpeedmatrixError(
-                f"tokenizer {name_or_path!r} could not be loaded with transformers: {exc}"
-            ) from None
-    try:
-        from tokenizers import Tokenizer
-    except ImportError:
-        raise SpeedmatrixError(
-            f"tokenizer {name_or_path!r}: a local tokenizer needs the `transformers` or "
-            "`tokenizers` package (pip install tokenizers), which is not installed"
-        ) from None
-    path = Path(name_or_path)
-    try:
-        if path.is_dir() and (path / "tokenizer.json").is_file():
-            return Tokenizer.from_file(str(path / "tokenizer.json"))
-        if path.is_file():
-            return Tokenizer.from_file(str(path))
-        return Tokenizer.from_pretrained(name_or_path)
-    except Exception as exc:  # noqa: BLE001 - any failure to load is the user's to fix
-        raise SpeedmatrixError(
-            f"tokenizer {name_or_path!r} could not be loaded with tokenizers: {exc}"
-        ) from None
