@@ -23,7 +23,7 @@ MAX_FUNCTION_LINES = 80
 #: the package is cleaned by its owners; this ceiling only ever falls (lower it as they go;
 #: 144 after the merge of the CLI and verdict packages, the vLLM tier and the client config)
 MAX_FUNCTION_IMPORTS_TARGET = 15
-FUNCTION_IMPORTS_CEILING = 144
+FUNCTION_IMPORTS_CEILING = 129
 #: a circle outside the report, left to the adapters (each side imports the other in a function)
 KNOWN_CIRCLES = ({"speedmatrix.adapters.probe", "speedmatrix.adapters.registry"},)
 
