@@ -4,6 +4,7 @@ engine's own command line in sim.py): each bad value is one line that names the 
 from __future__ import annotations
 
 import argparse
+import urllib.parse
 
 
 class UsageError(Exception):
@@ -43,7 +44,6 @@ def base_url(text: str, flag: str = "--url") -> str:
     """The server's base URL, by one rule for a dry run and a real run alike: ``http://`` or
     ``https://``; ``host:port`` without a scheme is ``http://host:port`` (as discovery has
     always read it); any other scheme, or no host, is a usage error naming the flag."""
-    import urllib.parse
 
     raw = text.strip()
     url = raw if "://" in raw else "http://" + raw

@@ -16,12 +16,18 @@ import sys
 import time
 from pathlib import Path
 
+from speedmatrix.matrix import Matrix, preset_record
+from speedmatrix.results import load
+from speedmatrix.show import grid_text
+from speedmatrix.sim import Sim
+from speedmatrix.sweep import Sweep
+from speedmatrix.units import parse_duration
+
 DEMO_PROFILE = "seed-h200"
 DEMO_UNIQUE_TAIL = 512
 
 
 def demo_matrix(duration: str | float = "3s"):
-    from speedmatrix.matrix import Matrix
 
     m = Matrix.preset("seed")
     m.duration_s = duration if isinstance(duration, float) else _seconds(duration)
@@ -31,7 +37,6 @@ def demo_matrix(duration: str | float = "3s"):
 
 def preset_note(matrix) -> dict:
     """What run.json says of the demo's matrix: the seed preset, and how it differs."""
-    from speedmatrix.matrix import preset_record
 
     return preset_record(matrix, "seed")
 
@@ -50,15 +55,11 @@ def intro_lines(matrix) -> list[str]:
 
 
 def _seconds(text: str) -> float:
-    from speedmatrix.units import parse_duration
 
     return parse_duration(text)
 
 
 def main(out: str | Path = "speedmatrix-demo", duration: str = "3s", progress: bool = True) -> int:
-    from speedmatrix.results import load
-    from speedmatrix.sim import Sim
-    from speedmatrix.sweep import Sweep
 
     out = Path(out)
     matrix = demo_matrix(duration)
@@ -86,7 +87,6 @@ def main(out: str | Path = "speedmatrix-demo", duration: str = "3s", progress: b
         code = sweep.execute()
     run = load(out)
     print()
-    from speedmatrix.show import grid_text
 
     print(grid_text(run, where=str(out)))
     print(f"Note: {preset_note(matrix)['text']}.")

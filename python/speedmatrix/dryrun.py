@@ -16,7 +16,11 @@ the prefix is cached. An open-loop cell has no warm-up and no ramp: its time is 
 
 from __future__ import annotations
 
+import json
+import textwrap
 from typing import Any
+
+import tomli_w
 
 from speedmatrix.matrix import Matrix
 from speedmatrix.units import format_tokens
@@ -398,10 +402,6 @@ _FIELD_HELP = {
 def commented_toml(preset: str = "seed") -> str:
     """A matrix file to start from: the preset's values, each line explained, readable by
     ``Matrix.from_toml`` (``speedmatrix run --matrix FILE``)."""
-    import json
-    import textwrap
-
-    import tomli_w
 
     m = Matrix.preset(preset)
     data = m.to_dict()

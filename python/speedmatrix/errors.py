@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+import warnings
 from typing import Any
 
 
@@ -37,8 +39,6 @@ def route_warnings(stream: Any = None) -> None:
     """Python warnings (numpy's, a library's deprecation) as one line each on ``stream``
     (stderr), said once per message, without the file path and source line Python adds:
     ``speedmatrix: warning: Mean of empty slice (RuntimeWarning)``."""
-    import sys
-    import warnings
 
     seen: set[str] = set()
 

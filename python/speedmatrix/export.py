@@ -23,10 +23,14 @@ any time with ``speedmatrix report DIR``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import zipfile
 from pathlib import Path
 from typing import Any
+
+from speedmatrix.runfile import RECORDS_DIR
 
 CELLS_CSV = "cells.csv"
 REQUESTS_PARQUET = "requests.parquet"
@@ -135,7 +139,6 @@ class _Column:
 
 
 def _npz_columns(path: Path, prefix: str, stack) -> dict[str, _Column]:
-    import zipfile
 
     import numpy as np
     from numpy.lib import format as npformat
@@ -203,7 +206,6 @@ def _cells(run):
 def _records_file(run, rel) -> Path | None:
     """The records file ``rel`` names when it is one inside the run's ``records/``
     (`speedmatrix.runfile.load_records`' rule), else None."""
-    from speedmatrix.runfile import RECORDS_DIR
 
     if not rel or run.path is None or Path(str(rel)).is_absolute():
         return None
@@ -215,7 +217,6 @@ def _records_file(run, rel) -> Path | None:
 def _open_columns(run, cid, path, rec, group: str, prefix: str, stack) -> dict[str, _Column]:
     if rec is not None:
         return _memory_columns(rec[group] or {})
-    import zipfile
 
     try:
         return _npz_columns(path, prefix, stack)
@@ -227,7 +228,6 @@ def _open_columns(run, cid, path, rec, group: str, prefix: str, stack) -> dict[s
 
 def _write_group(run, group: str, prefix: str, dest: Path) -> None:
     """One Parquet file of every cell's ``group`` rows, written a row group at a time."""
-    import contextlib
 
     import numpy as np
     import pyarrow as pa

@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from speedmatrix.runfile import load_records
+
 __all__ = ["STAMPS", "Records", "tbt_samples", "token_arrivals"]
 
 _OUTCOME_ERROR = 3  # Outcome::kError (records.hpp)
@@ -173,7 +175,6 @@ class Records:
     @classmethod
     def from_saved(cls, run_dir: str | os.PathLike, cell: dict) -> Records:
         """The saved records of ``cell`` (its ``records`` path) in ``run_dir``."""
-        from speedmatrix.runfile import load_records
 
         return cls.from_loaded(load_records(run_dir, cell["records"]), cell)
 

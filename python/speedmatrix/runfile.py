@@ -17,6 +17,8 @@ holder dies, even by ``kill -9``: a stale lock file never blocks anyone.
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import json
 import math
 import os
@@ -32,6 +34,8 @@ from typing import Any
 import numpy as np
 
 from speedmatrix.errors import SpeedmatrixError
+from speedmatrix.redact import redact, redact_known
+from speedmatrix.schema import check
 
 SCHEMA = "speedmatrix.run/1"
 RUN_FILE = "run.json"
@@ -151,7 +155,6 @@ def ensure_unlocked(run_dir: str | os.PathLike) -> None:
 
 
 def _acquire(path: Path, command: str) -> int:
-    import fcntl
 
     for _ in range(50):  # each turn lost to a holder unlinking as it let go
         try:
@@ -196,7 +199,6 @@ def _file_mode() -> int:
 
 
 def _write_failed(path: Path, exc: OSError) -> RunFileError:
-    import errno
 
     why = "the disk is full" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else exc.strerror
     return RunFileError(f"cannot write {path}: {why or exc}; the previous file is kept")
@@ -258,7 +260,6 @@ def _redact_strings(obj: Any, fn) -> Any:
 def as_saved(run: dict, secrets: list[str] | None = None) -> dict:
     """``run`` as `write_run` stores it (and `read_run` gives it back): JSON values only,
     NaN as null, every string redacted, ``secrets`` replaced."""
-    from speedmatrix.redact import redact, redact_known
 
     doc = _clean(run)
     doc.setdefault("schema", SCHEMA)
@@ -347,8 +348,6 @@ def read_run(run_dir: str | os.PathLike, strict: bool = True) -> dict:
         raise RunFileError(f"{path}: cannot read it ({exc.strerror or exc})") from None
     validate_run(doc, str(path), strict=strict)
     if strict:  # the published schema's types too: a hand-edited field is one line, not a bug
-        from speedmatrix.schema import check
-
         check(doc, str(path))
     return doc
 
@@ -396,7 +395,6 @@ def save_records(
     header) passes through :func:`speedmatrix.redact.redact`, and ``secrets`` are replaced
     by ``<redacted>``, as in run.json.
     """
-    from speedmatrix.redact import redact, redact_known
 
     def clean(text: str) -> str:
         return redact_known(redact(text), secrets) if secrets else redact(text)

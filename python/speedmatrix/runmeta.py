@@ -11,7 +11,10 @@ import urllib.parse
 from typing import Any
 
 from speedmatrix import __version__
+from speedmatrix.adapters import strip_credentials
+from speedmatrix.hardware import detect_hardware
 from speedmatrix.naming import served_model_name
+from speedmatrix.redact import redact
 from speedmatrix.verdict import EngineFacts, Rules
 
 __all__ = [
@@ -112,9 +115,6 @@ def capabilities(target: Any) -> tuple[dict[str, Any], list[str]]:
 
 def run_meta(url: str, target: Any, matrix: Any, info: dict, rules: Rules) -> dict:
     """The whole ``meta`` of a new run against `target` (a discovered Target)."""
-    from speedmatrix.adapters import strip_credentials
-    from speedmatrix.hardware import detect_hardware
-    from speedmatrix.redact import redact
 
     t = target
     tls = t.client_config.describe()

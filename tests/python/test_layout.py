@@ -21,9 +21,10 @@ MAX_SECTION_LINES = 600
 MAX_FUNCTION_LINES = 80
 #: imports inside functions in the whole package: issue 19 asks for at most 15. The rest of
 #: the package is cleaned by its owners; this ceiling only ever falls (lower it as they go;
-#: 144 after the merge of the CLI and verdict packages, the vLLM tier and the client config)
+#: 144 after the merge of the CLI and verdict packages, the vLLM tier and the client config;
+#: 116 after the leaf and standard-library imports moved to module level)
 MAX_FUNCTION_IMPORTS_TARGET = 15
-FUNCTION_IMPORTS_CEILING = 144
+FUNCTION_IMPORTS_CEILING = 116
 #: a circle outside the report, left to the adapters (each side imports the other in a function)
 KNOWN_CIRCLES = ({"speedmatrix.adapters.probe", "speedmatrix.adapters.registry"},)
 

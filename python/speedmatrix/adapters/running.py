@@ -23,6 +23,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from speedmatrix.adapters.llamacpp import layout_from_launch
+from speedmatrix.adapters.probe import parse_prometheus
+
 __all__ = [
     "LAUNCH_FLAGS",
     "Plateau",
@@ -113,7 +116,6 @@ def read_plateau(
 def probe_max_running(target: Any, requests: int, *, limit_s: float = PROBE_LIMIT_S) -> Plateau:
     """Sends ``requests`` small completions at once to ``target`` (a discovered Target)
     and reads its running/waiting gauges until they finish (``limit_s`` at most)."""
-    from speedmatrix.adapters.probe import parse_prometheus
 
     url = target.metrics_url
     if url is None or not target.model:
@@ -186,7 +188,6 @@ def learn_max_running(
 
 def learn_layout(target: Any, launch_command: str | None) -> None:
     """llama.cpp: a KV layout discovery could not read, from the launch command."""
-    from speedmatrix.adapters.llamacpp import layout_from_launch
 
     layout = target.info.get("kv_layout") if isinstance(target.info, dict) else None
     if str(target.engine) != "llamacpp" or not isinstance(layout, dict):
