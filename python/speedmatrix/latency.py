@@ -39,7 +39,6 @@ import numpy as np
 
 from speedmatrix import figures
 from speedmatrix._native import _core
-from speedmatrix.records import token_arrivals
 from speedmatrix.verdict import openloop
 
 __all__ = [
@@ -157,20 +156,15 @@ def per_request(
     n = len(sent)
     tbt_max = np.full(n, np.nan)
     tpot_so_far = np.full(n, np.nan)
-    a = token_arrivals(requests, events, -1) if arrivals is None else arrivals
-    if len(a["t_ns"]):
-        req, t, tok = a["request"].astype(np.int64), a["t_ns"], a["tokens"]
-        # the silence before an arrival: its per-token gap times the tokens it brought
-        stall = a["gap_ms"] * tok
-        has_gap = np.isfinite(stall)
-        if has_gap.any():
-            mx = np.full(n, -np.inf)
-            np.maximum.at(mx, req[has_gap], stall[has_gap])
-            tbt_max = np.where(np.isfinite(mx), mx, np.nan)
+    if events and len(events.get("t_ns", ())) and n:
+        if "prompt_tokens" not in requests:  # not read here; records built by hand lack it
+            requests = {**requests, "prompt_tokens": np.zeros(n, np.int64)}
+        # the core's per-request reduction of its arrivals (O(requests); no per-token array)
+        rt = _core.request_tokens(requests, events, 0, 0)
+        tbt_max = np.asarray(rt["max_gap_ms"], dtype=float)
+        seen = np.asarray(rt["tokens"]).astype(float)
+        last = np.asarray(rt["last_ns"], dtype=np.int64)
         # A request cut before its end: its pace so far, from its first to its last token.
-        seen = np.bincount(req, weights=tok, minlength=n)[:n]
-        last = np.full(n, -1, dtype=np.int64)
-        np.maximum.at(last, req, t)
         with np.errstate(invalid="ignore", divide="ignore"):
             tpot_so_far = np.where(
                 (seen >= 2) & (first >= 0), (last - first) / 1e6 / (seen - 1), np.nan
@@ -231,8 +225,7 @@ def cell_latency(
     (each a :func:`distribution`), and for an open-loop cell also ``e2e_sched_ms``,
     ``ttft_sched_ms`` and ``queue_ms``. Only requests that completed OK count."""
     # the core's arrivals, made once for both the per-request figures and the TBT samples
-    arrivals = token_arrivals(requests, events, -1)
-    lat = per_request(requests, events, arrivals)
+    lat = per_request(requests, events)
     ok = counted_mask(requests, t0_ns, t1_ns, open_loop) & (_col(requests, "outcome") == OUTCOME_OK)
     names = ["e2e_ms", "ttft_ms", "tpot_ms"]
     if open_loop:
