@@ -136,6 +136,9 @@ py::dict figures_dict(const CellFigures& f) {
   d["ttft_p99_ms"] = f.ttft_p99_ms;
   d["tbt_p90_ms"] = f.tbt_p90_ms;
   d["tbt_p99_ms"] = f.tbt_p99_ms;
+  d["tbt_count"] = f.tbt_count;
+  d["tbt_mean_ms"] = f.tbt_mean_ms;
+  d["tbt_quantiles_ms"] = f.tbt_quantiles_ms;
   d["bin_tok_s"] = f.bin_tok_s;
   return d;
 }
@@ -151,9 +154,12 @@ void register_stats(py::module_& m) {
   m.def(
       "summarize_cell",
       [](const py::dict& requests, const py::dict& events, ns_t t0_ns, ns_t t1_ns, double bin_s,
-         ns_t steady_from_ns, ns_t ttft_from_ns) {
+         ns_t steady_from_ns, ns_t ttft_from_ns, const std::vector<double>& tbt_qs) {
         if (!(t1_ns > t0_ns)) throw py::value_error("summarize_cell needs t1_ns > t0_ns");
         if (!(bin_s > 0)) throw py::value_error("summarize_cell needs bin_s > 0");
+        for (double q : tbt_qs) {
+          if (!(q >= 0 && q <= 1)) throw py::value_error("summarize_cell's tbt_qs lie in [0, 1]");
+        }
         const Columns cols(requests, events);
         const RecordView& v = cols.view;
         CellFigures f;
@@ -161,17 +167,20 @@ void register_stats(py::module_& m) {
           // Safe without the GIL: the views point into arrays this frame
           // holds references to, and summarize_cell touches nothing else.
           py::gil_scoped_release nogil;
-          f = summarize_cell(v, t0_ns, t1_ns, bin_s, steady_from_ns, ttft_from_ns);
+          f = summarize_cell(v, t0_ns, t1_ns, bin_s, steady_from_ns, ttft_from_ns, tbt_qs);
         }
         return figures_dict(f);
       },
       py::arg("requests"), py::arg("events"), py::arg("t0_ns"), py::arg("t1_ns"),
       py::arg("bin_s") = 1.0, py::arg("steady_from_ns") = -1, py::arg("ttft_from_ns") = -1,
+      py::arg("tbt_qs") = std::vector<double>{},
       "Figures of a cell's window [t0_ns, t1_ns] from its raw records (the dicts of CellResult, "
       "or\n"
       "the same columns loaded from a saved run). TTFT counts requests sent from ttft_from_ns "
       "(-1: t0;\n"
-      "pass the ramp's start). Intervals are [lo, hi]; NaN where undefined.");
+      "pass the ramp's start). Intervals are [lo, hi]; NaN where undefined. tbt_qs: quantiles\n"
+      "in [0, 1] of the TBT sample set, given in order as tbt_quantiles_ms (with tbt_count,\n"
+      "tbt_mean_ms: the latency distribution's TBT figures).");
   m.def(
       "precision_stop",
       [](double total_tok_s, std::pair<double, double> total_ci, double tbt_ms,
@@ -215,6 +224,45 @@ void register_stats(py::module_& m) {
       py::arg("requests"), py::arg("events"), py::arg("t0_ns"), py::arg("t1_ns"),
       "Share of the window's token events that came with another in one delivery of their\n"
       "stream (a read, or reads within 1 ms of its first); NaN without token events.");
+  m.def(
+      "request_tokens",
+      [](const py::dict& requests, const py::dict& events, ns_t t0_ns, ns_t t1_ns) {
+        const Columns cols(requests, events);
+        std::vector<RequestTokens> rows;
+        {
+          // Safe without the GIL: the view points into arrays `cols` holds.
+          py::gil_scoped_release nogil;
+          rows = request_tokens(cols.view, t0_ns, t1_ns);
+        }
+        const auto n = static_cast<py::ssize_t>(rows.size());
+        py::array_t<std::int64_t> tokens(n), window_tokens(n), first_ns(n), last_ns(n);
+        py::array_t<double> max_gap_ms(n);
+        auto k = tokens.mutable_unchecked<1>();
+        auto w = window_tokens.mutable_unchecked<1>();
+        auto f = first_ns.mutable_unchecked<1>();
+        auto l = last_ns.mutable_unchecked<1>();
+        auto g = max_gap_ms.mutable_unchecked<1>();
+        for (py::ssize_t i = 0; i < n; ++i) {
+          const RequestTokens& q = rows[static_cast<std::size_t>(i)];
+          k(i) = q.tokens;
+          w(i) = q.window_tokens;
+          f(i) = q.first_ns;
+          l(i) = q.last_ns;
+          g(i) = q.max_gap_ms;
+        }
+        py::dict d;
+        d["tokens"] = tokens;
+        d["window_tokens"] = window_tokens;
+        d["first_ns"] = first_ns;
+        d["last_ns"] = last_ns;
+        d["max_gap_ms"] = max_gap_ms;
+        return d;
+      },
+      py::arg("requests"), py::arg("events"), py::arg("t0_ns"), py::arg("t1_ns"),
+      "Per request (aligned with the records, every phase), what its token arrivals add up to:\n"
+      "{tokens, window_tokens (arrivals in [t0_ns, t1_ns]), first_ns, last_ns (-1 without\n"
+      "one), max_gap_ms (the longest silence before an arrival; NaN without a gap)}. Streamed\n"
+      "from the event columns in the transport's order: O(requests) memory.");
   m.def(
       "token_arrivals",
       [](const py::dict& requests, const py::dict& events, int phase) {

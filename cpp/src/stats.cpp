@@ -329,6 +329,7 @@ CellFigures empty_figures() {
   f.tbt_ms = f.per_request_tok_s = f.ttft_ms = f.ttft_first_wave_ms = kNaN;
   f.decode_tok_s_per_request = f.precision = kNaN;
   f.ttft_p90_ms = f.ttft_p99_ms = f.tbt_p90_ms = f.tbt_p99_ms = kNaN;
+  f.tbt_mean_ms = kNaN;
   f.total_tok_s_ci = f.tbt_ms_ci = f.per_request_tok_s_ci = f.ttft_ms_ci = {kNaN, kNaN};
   f.decode_tok_s_per_request_ci = {kNaN, kNaN};
   return f;
@@ -471,8 +472,30 @@ struct WindowEvents {
   std::int64_t output_tokens = 0;
   std::vector<std::int64_t> bin_tokens;
   double tbt_ms = kNaN, tbt_p90_ms = kNaN, tbt_p99_ms = kNaN;
+  std::int64_t tbt_count = 0;
+  double tbt_mean_ms = kNaN;
+  std::vector<double> tbt_quantiles_ms;  // at the caller's tbt_qs
   std::vector<double> bin_medians;
   std::vector<Span> spans;
+};
+
+// The mean of values each repeated `weight` times, summed with Neumaier's compensation (so
+// millions of samples lose no more than a rounding or two, unlike a plain running sum).
+class WeightedMean {
+ public:
+  void add(double v, std::int64_t weight) {
+    const double x = v * static_cast<double>(weight);
+    const double t = sum_ + x;
+    carry_ += std::abs(sum_) >= std::abs(x) ? (sum_ - t) + x : (x - t) + sum_;
+    sum_ = t;
+    count_ += weight;
+  }
+  std::int64_t count() const { return count_; }
+  double value() const { return count_ > 0 ? (sum_ + carry_) / static_cast<double>(count_) : kNaN; }
+
+ private:
+  double sum_ = 0, carry_ = 0;
+  std::int64_t count_ = 0;
 };
 
 bool failed_request(const RecordView& r, std::size_t i) {
@@ -485,7 +508,7 @@ std::int64_t bin_index(ns_t t, ns_t t0, ns_t bin_ns, std::int64_t n_bins) {
 
 // From token_arrivals' sorted copy (~90 bytes an event at the peak): any event order.
 WindowEvents window_events_sorted(const RecordView& r, ns_t t0, ns_t t1, ns_t bin_ns,
-                                  std::int64_t n_bins) {
+                                  std::int64_t n_bins, std::span<const double> tbt_qs) {
   WindowEvents w;
   w.bin_tokens.assign(static_cast<std::size_t>(n_bins), 0);
   w.spans.resize(r.sent_ns.size());
@@ -516,10 +539,17 @@ WindowEvents window_events_sorted(const RecordView& r, ns_t t0, ns_t t1, ns_t bi
     }
   }
   std::sort(gaps.begin(), gaps.end());
+  w.tbt_quantiles_ms.assign(tbt_qs.size(), kNaN);
   if (!gaps.empty()) {
     w.tbt_ms = sorted_weighted_quantile(gaps, 0, gaps.size(), 0.5);
     w.tbt_p90_ms = sorted_weighted_quantile(gaps, 0, gaps.size(), 0.90);
     w.tbt_p99_ms = sorted_weighted_quantile(gaps, 0, gaps.size(), 0.99);
+    for (std::size_t i = 0; i < tbt_qs.size(); ++i)
+      w.tbt_quantiles_ms[i] = sorted_weighted_quantile(gaps, 0, gaps.size(), tbt_qs[i]);
+    WeightedMean mean;
+    for (const auto& [gap, tokens] : gaps) mean.add(gap, tokens);
+    w.tbt_count = mean.count();
+    w.tbt_mean_ms = mean.value();
   }
   w.bin_medians = group_medians(bin_gaps);
   return w;
@@ -693,7 +723,7 @@ class RankSelect {
 // (REQUIRES time_ordered(r)): O(requests + bins) plus one bin's gaps at a time and the
 // rank selection's histograms (a few MB), however many events.
 WindowEvents window_events_streamed(const RecordView& r, ns_t t0, ns_t t1, ns_t bin_ns,
-                                    std::int64_t n_bins) {
+                                    std::int64_t n_bins, std::span<const double> tbt_qs) {
   WindowEvents w;
   w.bin_tokens.assign(static_cast<std::size_t>(n_bins), 0);
   w.spans.resize(r.sent_ns.size());
@@ -708,6 +738,7 @@ WindowEvents window_events_streamed(const RecordView& r, ns_t t0, ns_t t1, ns_t 
     bin_gaps.clear();
   };
   RankSelect select;
+  WeightedMean mean;
   stream_arrivals(r, 1, [&](std::int32_t request, ns_t t, std::int64_t tokens, double gap) {
     const auto q = static_cast<std::size_t>(request);
     Span& s = w.spans[q];
@@ -730,13 +761,18 @@ WindowEvents window_events_streamed(const RecordView& r, ns_t t0, ns_t t1, ns_t 
     }
     bin_gaps.emplace_back(gap, tokens);
     select.add(gap, tokens);
+    mean.add(gap, tokens);
     total += tokens;
   });
   flush_bin();
   std::vector<std::pair<double, std::int64_t>>().swap(bin_gaps);
+  w.tbt_quantiles_ms.assign(tbt_qs.size(), kNaN);
   if (total <= 0) return w;
+  w.tbt_count = mean.count();
+  w.tbt_mean_ms = mean.value();
   // sorted_weighted_quantile's ranks: q (total - 1), and the next one to interpolate
-  const double qs[] = {0.5, 0.90, 0.99};
+  std::vector<double> qs = {0.5, 0.90, 0.99};
+  for (double q : tbt_qs) qs.push_back(std::clamp(q, 0.0, 1.0));
   std::vector<std::int64_t> ranks;
   for (double q : qs) {
     const double pos = q * static_cast<double>(total - 1);
@@ -752,8 +788,9 @@ WindowEvents window_events_streamed(const RecordView& r, ns_t t0, ns_t t1, ns_t 
     });
     select.end_pass();
   }
-  double* out[] = {&w.tbt_ms, &w.tbt_p90_ms, &w.tbt_p99_ms};
-  for (std::size_t i = 0; i < 3; ++i) {
+  std::vector<double*> out = {&w.tbt_ms, &w.tbt_p90_ms, &w.tbt_p99_ms};
+  for (double& v : w.tbt_quantiles_ms) out.push_back(&v);
+  for (std::size_t i = 0; i < qs.size(); ++i) {
     const double pos = qs[i] * static_cast<double>(total - 1);
     const double frac = pos - std::floor(pos);
     const double lo = select.value(2 * i);
@@ -765,7 +802,7 @@ WindowEvents window_events_streamed(const RecordView& r, ns_t t0, ns_t t1, ns_t 
 }  // namespace
 
 CellFigures summarize_cell(const RecordView& r, ns_t t0, ns_t t1, double bin_s, ns_t steady_from_ns,
-                           ns_t ttft_from_ns) {
+                           ns_t ttft_from_ns, std::span<const double> tbt_qs) {
   CellFigures f = empty_figures();
   if (t1 <= t0) return f;
   const ns_t span_ns = t1 - t0;
@@ -793,8 +830,8 @@ CellFigures summarize_cell(const RecordView& r, ns_t t0, ns_t t1, double bin_s, 
   // --- tokens in the window, per bin, and the gaps between arrivals ---
   // Read straight from the event columns when they are in the transport's order (bounded
   // memory however many events, which may be spilled mappings); else from a sorted copy.
-  WindowEvents w = time_ordered(r) ? window_events_streamed(r, t0, t1, bin_ns, n_bins)
-                                   : window_events_sorted(r, t0, t1, bin_ns, n_bins);
+  WindowEvents w = time_ordered(r) ? window_events_streamed(r, t0, t1, bin_ns, n_bins, tbt_qs)
+                                   : window_events_sorted(r, t0, t1, bin_ns, n_bins, tbt_qs);
   f.output_tokens = w.output_tokens;
   const std::vector<Span>& spans = w.spans;
   const std::vector<std::int64_t>& bin_tokens = w.bin_tokens;
@@ -807,6 +844,9 @@ CellFigures summarize_cell(const RecordView& r, ns_t t0, ns_t t1, double bin_s, 
   f.tbt_ms = w.tbt_ms;
   f.tbt_p90_ms = w.tbt_p90_ms;
   f.tbt_p99_ms = w.tbt_p99_ms;
+  f.tbt_count = w.tbt_count;
+  f.tbt_mean_ms = w.tbt_mean_ms;
+  f.tbt_quantiles_ms = std::move(w.tbt_quantiles_ms);
   if (!std::isnan(f.tbt_ms)) f.per_request_tok_s = 1000.0 / f.tbt_ms;
   f.tbt_ms_ci = mean_interval_autocorrelated(w.bin_medians);
   std::vector<double> decode_rates;
@@ -917,6 +957,26 @@ CellFigures summarize_cell(const RecordView& r, ns_t t0, ns_t t1, double bin_s, 
     }
   }
   return f;
+}
+
+std::vector<RequestTokens> request_tokens(const RecordView& r, ns_t t0, ns_t t1) {
+  std::vector<RequestTokens> out(r.sent_ns.size());
+  for (RequestTokens& q : out) q.max_gap_ms = kNaN;
+  auto add = [&](std::int32_t request, ns_t t, std::int64_t tokens, double gap_ms) {
+    RequestTokens& q = out[static_cast<std::size_t>(request)];
+    q.tokens += tokens;
+    if (t >= t0 && t <= t1) q.window_tokens += tokens;
+    if (q.first_ns == kNever) q.first_ns = t;
+    q.last_ns = std::max(q.last_ns, t);
+    const double silence = gap_ms * static_cast<double>(tokens);  // as token_arrivals' reader
+    if (!std::isnan(silence) && !(silence <= q.max_gap_ms)) q.max_gap_ms = silence;
+  };
+  if (time_ordered(r)) {
+    stream_arrivals(r, -1, add);
+  } else {
+    for (const Arrival& a : token_arrivals(r, -1)) add(a.request, a.t_ns, a.tokens, a.gap_ms);
+  }
+  return out;
 }
 
 }  // namespace speedmatrix

@@ -203,6 +203,9 @@ class Figures(TypedDict):
     ttft_p99_ms: float
     tbt_p90_ms: float
     tbt_p99_ms: float
+    tbt_count: int
+    tbt_mean_ms: float
+    tbt_quantiles_ms: list[float]
     bin_tok_s: list[float]
 
 def summarize_cell(
@@ -213,6 +216,7 @@ def summarize_cell(
     bin_s: float = 1.0,
     steady_from_ns: int = -1,
     ttft_from_ns: int = -1,
+    tbt_qs: list[float] = ...,
 ) -> Figures: ...
 
 CONFIDENCE: float
@@ -239,6 +243,16 @@ class Arrivals(TypedDict):
     tokens: np.ndarray  # int64
     gap_ms: np.ndarray  # float64, NaN for a request's first arrival
 
+class RequestTokens(TypedDict):
+    tokens: np.ndarray  # int64
+    window_tokens: np.ndarray  # int64
+    first_ns: np.ndarray  # int64, -1 without an arrival
+    last_ns: np.ndarray  # int64, -1 without an arrival
+    max_gap_ms: np.ndarray  # float64, NaN without a gap
+
+def request_tokens(
+    requests: Requests | dict, events: Events | dict, t0_ns: int, t1_ns: int
+) -> RequestTokens: ...
 def token_arrivals(
     requests: Requests | dict, events: Events | dict, phase: int = 1
 ) -> Arrivals: ...

@@ -39,7 +39,6 @@ import numpy as np
 
 from speedmatrix import figures
 from speedmatrix._native import _core
-from speedmatrix.records import tbt_samples, token_arrivals
 from speedmatrix.verdict import openloop
 
 __all__ = [
@@ -157,20 +156,15 @@ def per_request(
     n = len(sent)
     tbt_max = np.full(n, np.nan)
     tpot_so_far = np.full(n, np.nan)
-    a = token_arrivals(requests, events, -1) if arrivals is None else arrivals
-    if len(a["t_ns"]):
-        req, t, tok = a["request"].astype(np.int64), a["t_ns"], a["tokens"]
-        # the silence before an arrival: its per-token gap times the tokens it brought
-        stall = a["gap_ms"] * tok
-        has_gap = np.isfinite(stall)
-        if has_gap.any():
-            mx = np.full(n, -np.inf)
-            np.maximum.at(mx, req[has_gap], stall[has_gap])
-            tbt_max = np.where(np.isfinite(mx), mx, np.nan)
+    if events and len(events.get("t_ns", ())) and n:
+        if "prompt_tokens" not in requests:  # not read here; records built by hand lack it
+            requests = {**requests, "prompt_tokens": np.zeros(n, np.int64)}
+        # the core's per-request reduction of its arrivals (O(requests); no per-token array)
+        rt = _core.request_tokens(requests, events, 0, 0)
+        tbt_max = np.asarray(rt["max_gap_ms"], dtype=float)
+        seen = np.asarray(rt["tokens"]).astype(float)
+        last = np.asarray(rt["last_ns"], dtype=np.int64)
         # A request cut before its end: its pace so far, from its first to its last token.
-        seen = np.bincount(req, weights=tok, minlength=n)[:n]
-        last = np.full(n, -1, dtype=np.int64)
-        np.maximum.at(last, req, t)
         with np.errstate(invalid="ignore", divide="ignore"):
             tpot_so_far = np.where(
                 (seen >= 2) & (first >= 0), (last - first) / 1e6 / (seen - 1), np.nan
@@ -231,26 +225,44 @@ def cell_latency(
     (each a :func:`distribution`), and for an open-loop cell also ``e2e_sched_ms``,
     ``ttft_sched_ms`` and ``queue_ms``. Only requests that completed OK count."""
     # the core's arrivals, made once for both the per-request figures and the TBT samples
-    arrivals = token_arrivals(requests, events, -1)
-    lat = per_request(requests, events, arrivals)
+    lat = per_request(requests, events)
     ok = counted_mask(requests, t0_ns, t1_ns, open_loop) & (_col(requests, "outcome") == OUTCOME_OK)
     names = ["e2e_ms", "ttft_ms", "tpot_ms"]
     if open_loop:
         names += ["e2e_sched_ms", "ttft_sched_ms", "queue_ms"]
     out = {name: distribution(lat[name][ok], percentiles) for name in names}
-    # TBT has one sample set, the core's: the window's token arrivals (`records.tbt_samples`,
-    # the multiset whose median is the cell's tbt_ms), not the gaps of the requests above
-    samples = np.asarray(tbt_samples(requests, events, t0_ns, t1_ns, arrivals), dtype=float)
-    samples = samples[np.isfinite(samples)]
-    samples.sort()
-    tbt = _sorted_distribution(samples, percentiles)
-    # Its samples are a stream's successive gaps (a read's tokens share one), not independent
-    # draws: an interval that assumes they are is too narrow. The one interval of tbt_ms is
-    # the core's (run.json ci.tbt_ms, over per-second bins); none is written here.
-    nan2 = [math.nan, math.nan]
-    tbt.update(mean_ci=nan2, median_ci=nan2, ci={k: nan2 for k in tbt["ci"]})
-    out["tbt_ms"] = tbt
+    out["tbt_ms"] = _tbt_distribution(requests, events, t0_ns, t1_ns, percentiles)
     return out
+
+
+def _tbt_distribution(
+    requests: dict, events: dict | None, t0_ns: int, t1_ns: int, percentiles: tuple[float, ...]
+) -> dict:
+    """The TBT distribution: the core's sample set (`_core.summarize_cell`'s tbt_count,
+    tbt_mean_ms, tbt_quantiles_ms: the multiset whose median is the cell's tbt_ms), read, not
+    derived here; no per-token array is held. Its samples are a stream's successive gaps (a
+    read's tokens share one), not independent draws: the one interval of tbt_ms is the core's
+    (run.json ci.tbt_ms, over per-second bins); none is written here."""
+    ps = sorted({50.0, *percentiles})
+    nan2 = [math.nan, math.nan]
+    if events and len(events.get("t_ns", ())) and t1_ns > t0_ns:
+        if "prompt_tokens" not in requests:  # not read here; records built by hand lack it
+            n = len(requests["sent_ns"])
+            requests = {**requests, "prompt_tokens": np.zeros(n, np.int64)}
+        fig = _core.summarize_cell(
+            requests, events, int(t0_ns), int(t1_ns), 1.0, -1, -1, [p / 100 for p in ps]
+        )
+        n_tbt, mean, values = int(fig["tbt_count"]), fig["tbt_mean_ms"], fig["tbt_quantiles_ms"]
+    else:
+        n_tbt, mean, values = 0, math.nan, [math.nan] * len(ps)
+    tbt: dict[str, Any] = {"n": n_tbt}
+    for p, v in zip(ps, values):
+        tbt[percentile_key(p)] = float(v)
+    tbt.update(mean=float(mean), mean_ci=nan2, median=tbt["p50"], median_ci=nan2)
+    if 50.0 not in percentiles:
+        del tbt["p50"]
+    tbt["ci"] = {percentile_key(p): nan2 for p in percentiles}
+    return tbt
 
 
 def _in_flight_series(sent: np.ndarray, done: np.ndarray, t0: int, t1: int, bin_s: float):

@@ -82,6 +82,14 @@ struct CellFigures {
   bool drifting = false;
   // Percentiles, for the report's extra columns.
   double ttft_p90_ms = 0, ttft_p99_ms = 0, tbt_p90_ms = 0, tbt_p99_ms = 0;
+  // The TBT sample set whose median is tbt_ms (each arrival's gap once per token it
+  // brought): its size in tokens, its mean (a compensated sum: exact to the last bit or
+  // two however many samples) and its quantiles at summarize_cell's tbt_qs, in their order
+  // (linear interpolation in the multiset, as percentile()). NaN when the set is empty.
+  // The latency distribution of run.json reads these; Python holds no per-token array.
+  std::int64_t tbt_count = 0;
+  double tbt_mean_ms = 0;
+  std::vector<double> tbt_quantiles_ms;
   std::vector<double> bin_tok_s;  // per-bin throughput, for plots
 };
 
@@ -109,8 +117,10 @@ struct CellFigures {
 // Only requests that did not fail count for tbt, TTFT and per-request speed
 // (a stalled stream's silence is not a gap of the server's decode); every
 // token that arrived in the window counts for total_tok_s.
+// tbt_qs: the quantiles (each in [0, 1]) of the TBT sample set to give in tbt_quantiles_ms.
 CellFigures summarize_cell(const RecordView& r, ns_t t0, ns_t t1, double bin_s = 1.0,
-                           ns_t steady_from_ns = kNever, ns_t ttft_from_ns = kNever);
+                           ns_t steady_from_ns = kNever, ns_t ttft_from_ns = kNever,
+                           std::span<const double> tbt_qs = {});
 
 // The figures the precision stop reads (measured_s, output_tokens, total_tok_s, bin_tok_s,
 // tbt_ms and both intervals, precision), from the events visited once, in record order, so
@@ -208,6 +218,20 @@ std::vector<Arrival> token_arrivals(const RecordView& r, int phase = 1);
 // spread over its tokens, never as ~0 gaps; this figure says how much of the window came
 // that way (a buffering proxy, a server that flushes per batch). NaN without token events.
 double coalesced_share(const RecordView& r, ns_t t0, ns_t t1);
+
+// Per request, what its token arrivals (token_arrivals of every phase) add up to, streamed
+// from the event columns when they are in the transport's order (O(requests) memory), else
+// from token_arrivals' copy: the per-request figures' one source (run.json's tbt_max_ms,
+// tpot_so_far_ms, the SLO's window tokens), so no caller holds per-token arrays.
+struct RequestTokens {
+  std::int64_t tokens = 0;         // every arrival's tokens (usage-scaled)
+  std::int64_t window_tokens = 0;  // those of arrivals with t0 <= t_ns <= t1
+  ns_t first_ns = kNever;          // its first and last arrival; kNever without one
+  ns_t last_ns = kNever;
+  // the longest silence before an arrival (its gap_ms times its tokens); NaN without a gap
+  double max_gap_ms = 0;
+};
+std::vector<RequestTokens> request_tokens(const RecordView& r, ns_t t0, ns_t t1);
 
 // Quantiles of `v` (NaN dropped) at each q in [0, 1], by linear interpolation (as
 // percentile()), each with its distribution-free kConfidence interval from order
