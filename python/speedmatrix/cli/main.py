@@ -10,6 +10,7 @@ import sys
 import threading
 
 from speedmatrix.cli import capacity, compare, demo, init, recompute, report, run, run_flags, show
+from speedmatrix.cli import predict as predict_cmd
 from speedmatrix.cli import sim as sim_cmd
 from speedmatrix.cli.common import (
     EXIT_FAILURE,
@@ -41,7 +42,18 @@ start here:
     parser.add_argument("--version", action="version", version=version_text())
     parser.add_argument("--debug", action="store_true", help="show tracebacks of failures")
     sub = parser.add_subparsers(dest="command", parser_class=Parser, metavar="COMMAND")
-    for module in (run_flags, init, sim_cmd, demo, report, show, recompute, compare, capacity):
+    for module in (
+        run_flags,
+        init,
+        sim_cmd,
+        demo,
+        report,
+        show,
+        recompute,
+        compare,
+        capacity,
+        predict_cmd,
+    ):
         module.add_parser(sub)
     for p in sub.choices.values():  # --debug after the command too; SUPPRESS keeps the top's
         p.add_argument(
@@ -63,6 +75,7 @@ COMMANDS = {
     "capacity": capacity.command,
     "recompute": recompute.command,
     "show": show.command,
+    "predict": predict_cmd.command,
 }
 
 
