@@ -30,6 +30,7 @@ class CellSpec:
     rate_per_s: float
     arrival: str  # "poisson" | "constant" | "gamma"
     gamma_shape: float
+    schedule_ns: list[int]
     max_concurrency: int  # open loop: > 0 gates in-flight requests
     seed: int
     drain_timeout_s: float

@@ -213,6 +213,20 @@ TEST(SchedulePacer, BadSchedulesAreRefusedWithAReason) {
   }
 }
 
+TEST(SchedulePacer, ASpecWithASchedulePacesByItAndIsChecked) {
+  CellSpec spec;
+  spec.mode = "open";
+  spec.duration_s = 1;
+  spec.rate_per_s = 0;  // unused with a schedule
+  spec.schedule_ns = {0, 10 * kMs, 30 * kMs};
+  EXPECT_EQ(check_open_loop(spec), "");
+  EXPECT_EQ(open_loop_stream_bound(spec), 3);
+  spec.schedule_ns = {0, 10 * kMs, 5 * kMs};
+  EXPECT_NE(check_open_loop(spec).find("schedule_ns[2]"), std::string::npos);
+  spec.schedule_ns.clear();
+  EXPECT_NE(check_open_loop(spec).find("rate_per_s"), std::string::npos);
+}
+
 TEST_F(OpenLoopTest, SendsOnScheduleAndWaitsForTheWindowToFinish) {
   plan.bodies = {"A", "B", "C"};
   plan.duration_ns = 1'000 * kMs;
