@@ -277,6 +277,7 @@ void register_cell_spec(py::module_& m) {
       .def_readwrite("rate_per_s", &CellSpec::rate_per_s)
       .def_readwrite("arrival", &CellSpec::arrival)
       .def_readwrite("gamma_shape", &CellSpec::gamma_shape)
+      .def_readwrite("schedule_ns", &CellSpec::schedule_ns)
       .def_readwrite("max_concurrency", &CellSpec::max_concurrency)
       .def_readwrite("seed", &CellSpec::seed)
       .def_readwrite("drain_timeout_s", &CellSpec::drain_timeout_s)

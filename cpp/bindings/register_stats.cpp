@@ -4,9 +4,12 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "register.hpp"
 #include "speedmatrix/stats.hpp"
+#include "speedmatrix/stats_interference.hpp"
 
 namespace py = pybind11;
 
@@ -302,6 +305,25 @@ void register_stats(py::module_& m) {
       "{request, t_ns, tokens, gap_ms} (gap_ms: ms per token since the request's previous\n"
       "arrival, NaN for its first). phase: requests of that phase (1 = window, 0 = warm-up),\n"
       "-1 = all.");
+  m.def(
+      "interference_figures",
+      [](const std::vector<std::vector<ns_t>>& streams,
+         const std::vector<std::pair<ns_t, ns_t>>& prefills, ns_t long_gap_ns) {
+        std::vector<PrefillWindow> windows;
+        for (const auto& [start_ns, end_ns] : prefills) windows.push_back({start_ns, end_ns});
+        const InterferenceFigures f = interference_figures(streams, windows, long_gap_ns);
+        py::dict d;
+        d["overlap_gaps"] = f.overlap_gaps;
+        d["clear_gaps"] = f.clear_gaps;
+        d["p99_tbt_overlap_ms"] = f.p99_tbt_overlap_ms;
+        d["p99_tbt_clear_ms"] = f.p99_tbt_clear_ms;
+        d["tbt_inflation"] = f.tbt_inflation;
+        d["gaps_over_long"] = f.gaps_over_long;
+        return d;
+      },
+      py::arg("streams"), py::arg("prefills"), py::arg("long_gap_ns") = 100'000'000,
+      "The prefill-interference figures (stats_interference.hpp): streams = each decoder's\n"
+      "token arrival ns, prefills = (start_ns, end_ns) of each interfering prompt.");
 }
 
 }  // namespace speedmatrix::bindings

@@ -164,13 +164,23 @@ ScheduleTimes run_open_loop(const OpenLoopPlan& plan, Pacer& pacer, Transport& t
   return OpenLoop(plan, pacer, transport, clock, records, stop, progress).run();
 }
 
+namespace {
+
+// The spec's pacer: its explicit schedule when it has one, else its arrival process.
+std::unique_ptr<Pacer> spec_pacer(const CellSpec& spec, std::string* why) {
+  if (!spec.schedule_ns.empty()) return make_schedule_pacer(spec.schedule_ns, why);
+  return make_pacer(spec.arrival, spec.rate_per_s, spec.gamma_shape, spec.seed, why);
+}
+
+}  // namespace
+
 std::string check_open_loop(const CellSpec& spec) {
   if (spec.mode != "open") return "mode '" + spec.mode + "' is not closed or open";
   if (!(spec.duration_s > 0)) return "an open-loop cell needs duration_s > 0";
   if (spec.max_concurrency < 0) return "max_concurrency must be >= 0";
   if (spec.drain_timeout_s < 0) return "drain_timeout_s must be >= 0";
   std::string why;
-  if (!make_pacer(spec.arrival, spec.rate_per_s, spec.gamma_shape, spec.seed, &why)) return why;
+  if (!spec_pacer(spec, &why)) return why;
   return "";
 }
 
@@ -186,13 +196,13 @@ ScheduleTimes run_open_loop_cell(const CellSpec& spec, Transport& transport, Clo
   plan.drain_timeout_ns = s_to_ns(spec.drain_timeout_s);
   plan.backoff.give_up_ns = s_to_ns(spec.unreachable_after_s);
   std::string why;
-  std::unique_ptr<Pacer> pacer =
-      make_pacer(spec.arrival, spec.rate_per_s, spec.gamma_shape, spec.seed, &why);
+  std::unique_ptr<Pacer> pacer = spec_pacer(spec, &why);
   return run_open_loop(plan, *pacer, transport, clock, records, stop, progress);
 }
 
 std::int64_t open_loop_stream_bound(const CellSpec& spec) {
   if (spec.max_concurrency > 0) return spec.max_concurrency;
+  if (!spec.schedule_ns.empty()) return static_cast<std::int64_t>(spec.schedule_ns.size());
   // Unbounded: everything that can arrive in the window may be in flight at
   // once (a stalled server). Three sigma above the mean covers Poisson.
   const double mean = spec.rate_per_s * std::max(spec.duration_s, 0.0);

@@ -1,6 +1,7 @@
 #include "speedmatrix/pacer.hpp"
 
 #include <cmath>
+#include <cstddef>
 
 namespace speedmatrix {
 
@@ -36,6 +37,25 @@ ns_t GammaPacer::due_ns(std::int64_t k) {
     ++next_k_;
   }
   return static_cast<ns_t>(std::llround(t_s_ * 1e9));
+}
+
+ns_t SchedulePacer::due_ns(std::int64_t k) {
+  if (k < 0 || static_cast<std::size_t>(k) >= schedule_ns_.size()) return kNever;
+  return schedule_ns_[static_cast<std::size_t>(k)];
+}
+
+std::unique_ptr<Pacer> make_schedule_pacer(std::vector<ns_t> schedule_ns, std::string* why) {
+  if (schedule_ns.empty()) {
+    *why = "schedule_ns is empty";
+    return nullptr;
+  }
+  for (std::size_t i = 0; i < schedule_ns.size(); ++i) {
+    if (schedule_ns[i] < 0 || (i > 0 && schedule_ns[i] < schedule_ns[i - 1])) {
+      *why = "schedule_ns[" + std::to_string(i) + "] is negative or earlier than the one before";
+      return nullptr;
+    }
+  }
+  return std::make_unique<SchedulePacer>(std::move(schedule_ns));
 }
 
 std::unique_ptr<Pacer> make_pacer(const std::string& arrival, double rate_per_s, double gamma_shape,

@@ -1,7 +1,7 @@
 """Type stubs of the compiled core (cpp/bindings). See docs/internals.md section 1."""
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TypedDict
 
 import numpy as np
@@ -30,6 +30,7 @@ class CellSpec:
     rate_per_s: float
     arrival: str  # "poisson" | "constant" | "gamma"
     gamma_shape: float
+    schedule_ns: list[int]
     max_concurrency: int  # open loop: > 0 gates in-flight requests
     seed: int
     drain_timeout_s: float
@@ -223,6 +224,11 @@ CONFIDENCE: float
 Z_TWO_SIDED: float
 
 def t_quantile(df: int) -> float: ...
+def interference_figures(
+    streams: Sequence[Sequence[int]],
+    prefills: Sequence[tuple[int, int]],
+    long_gap_ns: int = 100_000_000,
+) -> dict[str, float]: ...
 def quantiles(values: np.ndarray, qs: list[float]) -> list[tuple[float, float, float]]: ...
 def coalesced_share(
     requests: Requests | dict, events: Events | dict, t0_ns: int, t1_ns: int

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "speedmatrix/cell.hpp"
 #include "speedmatrix/open_loop.hpp"
@@ -183,6 +184,47 @@ TEST(PacerTable, BadArgumentsAreRefusedWithAReason) {
     EXPECT_EQ(make_pacer(c.arrival, c.rate, c.shape, 1, &why), nullptr) << c.arrival;
     EXPECT_NE(why.find(c.says), std::string::npos) << why;
   }
+}
+
+TEST(SchedulePacer, GivesTheListedTimesThenEnds) {
+  std::string why;
+  auto pacer = make_schedule_pacer({0, 5 * kMs, 5 * kMs, 40 * kMs}, &why);
+  ASSERT_NE(pacer, nullptr) << why;
+  EXPECT_EQ(pacer->due_ns(0), 0);
+  EXPECT_EQ(pacer->due_ns(1), 5 * kMs);
+  EXPECT_EQ(pacer->due_ns(2), 5 * kMs);
+  EXPECT_EQ(pacer->due_ns(3), 40 * kMs);
+  EXPECT_EQ(pacer->due_ns(4), kNever);
+}
+
+TEST(SchedulePacer, BadSchedulesAreRefusedWithAReason) {
+  const struct {
+    std::vector<ns_t> times;
+    std::string says;
+  } cases[] = {
+      {{}, "empty"},
+      {{-1}, "schedule_ns[0]"},
+      {{0, 10, 9}, "schedule_ns[2]"},
+  };
+  for (const auto& c : cases) {
+    std::string why;
+    EXPECT_EQ(make_schedule_pacer(c.times, &why), nullptr) << c.says;
+    EXPECT_NE(why.find(c.says), std::string::npos) << why;
+  }
+}
+
+TEST(SchedulePacer, ASpecWithASchedulePacesByItAndIsChecked) {
+  CellSpec spec;
+  spec.mode = "open";
+  spec.duration_s = 1;
+  spec.rate_per_s = 0;  // unused with a schedule
+  spec.schedule_ns = {0, 10 * kMs, 30 * kMs};
+  EXPECT_EQ(check_open_loop(spec), "");
+  EXPECT_EQ(open_loop_stream_bound(spec), 3);
+  spec.schedule_ns = {0, 10 * kMs, 5 * kMs};
+  EXPECT_NE(check_open_loop(spec).find("schedule_ns[2]"), std::string::npos);
+  spec.schedule_ns.clear();
+  EXPECT_NE(check_open_loop(spec).find("rate_per_s"), std::string::npos);
 }
 
 TEST_F(OpenLoopTest, SendsOnScheduleAndWaitsForTheWindowToFinish) {

@@ -43,10 +43,14 @@ struct CellSpec {
   // Open loop (mode "open", open_loop.hpp): arrivals due in [t0, t0 + duration_s)
   // on a pacer's schedule, whatever the server does; concurrency and
   // max_requests are then unused. Window arrival k sends bodies[k % size].
-  std::string mode = "closed";       // "closed" | "open"
-  double rate_per_s = 0;             // asked arrival rate (requests/s), > 0 for open
-  std::string arrival = "poisson";   // "poisson" | "constant" | "gamma"
-  double gamma_shape = 1;            // gamma's shape: gap CV = 1/sqrt(shape); 1 = Poisson
+  std::string mode = "closed";      // "closed" | "open"
+  double rate_per_s = 0;            // asked arrival rate (requests/s), > 0 for open
+  std::string arrival = "poisson";  // "poisson" | "constant" | "gamma"
+  double gamma_shape = 1;           // gamma's shape: gap CV = 1/sqrt(shape); 1 = Poisson
+  // Non-empty: replay these send times instead (ns from the window's start,
+  // non-decreasing: a trace's arrivals divided by its speed-up); rate_per_s,
+  // arrival and gamma_shape are then unused, and duration_s must reach past the last.
+  std::vector<ns_t> schedule_ns;
   std::int32_t max_concurrency = 0;  // > 0: at most this many in flight; the rest wait (FIFO)
   std::uint64_t seed = 0;            // the pacer's seed: the same seed, the same schedule
   double drain_timeout_s = 60;       // after t0 + D, wait this long for the window's requests

@@ -7,6 +7,8 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "speedmatrix/clock.hpp"
 
@@ -65,6 +67,22 @@ class GammaPacer final : public Pacer {
   std::int64_t next_k_ = 0;
   double t_s_ = 0;
 };
+
+// Explicit send times (a replayed trace's arrivals, already divided by its
+// speed-up): request k is due at schedule_ns[k]; the plan ends after the last.
+// Build it with make_schedule_pacer, which checks the times.
+class SchedulePacer final : public Pacer {
+ public:
+  explicit SchedulePacer(std::vector<ns_t> schedule_ns) : schedule_ns_(std::move(schedule_ns)) {}
+  ns_t due_ns(std::int64_t k) override;
+
+ private:
+  std::vector<ns_t> schedule_ns_;
+};
+
+// A SchedulePacer over `schedule_ns`, or null with a one-line reason in *why
+// when the list is empty, a time is negative or the times go backwards.
+std::unique_ptr<Pacer> make_schedule_pacer(std::vector<ns_t> schedule_ns, std::string* why);
 
 // "constant" | "poisson" | "gamma" (shape used only by gamma). Returns null
 // with a one-line reason in *why for an unknown arrival, a rate <= 0 or a
