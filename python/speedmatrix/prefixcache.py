@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 
 __all__ = [
     "COUNTER_PAIRS",
+    "delivered",
     "delivered_from_counters",
     "delivered_from_timings",
     "delivered_from_usage",
@@ -107,3 +108,28 @@ def delivered_from_counters(
                 return None
             return (after[hits] - before[hits]) / asked
     return None
+
+
+def delivered(
+    prompt_tokens: Sequence[int],
+    cached_tokens: Sequence[int | None] = (),
+    *,
+    timings: tuple[Sequence[int], Sequence[int]] | None = None,
+    counters: tuple[Mapping[str, float], Mapping[str, float]] | None = None,
+) -> tuple[float | None, str | None]:
+    """A cell's delivered cached fraction and its source (``"usage"``, ``"timings"``,
+    ``"counters"``), the first source in that order that says something; (None, None)
+    when none does. ``timings``: llama.cpp's (prompt_n, cache_n) per response;
+    ``counters``: the server's counters read before and after the window."""
+    rate = delivered_from_usage(prompt_tokens, cached_tokens)
+    if rate is not None:
+        return rate, "usage"
+    if timings is not None:
+        rate = delivered_from_timings(*timings)
+        if rate is not None:
+            return rate, "timings"
+    if counters is not None:
+        rate = delivered_from_counters(*counters)
+        if rate is not None:
+            return rate, "counters"
+    return None, None

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from speedmatrix.matrix import Matrix
 from speedmatrix.prefixcache import (
+    delivered,
     delivered_from_counters,
     delivered_from_timings,
     delivered_from_usage,
@@ -125,3 +126,28 @@ def test_a_matrix_file_with_cached_fraction_is_refused_in_one_line() -> None:
     with pytest.raises(ValueError, match="cached_fraction: the prefix-cache axis") as info:
         Matrix.from_toml("[matrix]\ncached_fraction = [0.5]\n")
     assert "\n" not in str(info.value)
+
+
+VLLM_BEFORE = {"vllm:prefix_cache_hits_total": 0.0, "vllm:prefix_cache_queries_total": 0.0}
+VLLM_AFTER = {"vllm:prefix_cache_hits_total": 300.0, "vllm:prefix_cache_queries_total": 1000.0}
+
+
+@pytest.mark.parametrize(
+    ("cached", "timings", "counters", "expected"),
+    [
+        ([500, 500], ([1], [1]), (VLLM_BEFORE, VLLM_AFTER), (0.5, "usage")),
+        ([None, None], ([100, 100], [900, 900]), (VLLM_BEFORE, VLLM_AFTER), (0.9, "timings")),
+        ([None, None], None, (VLLM_BEFORE, VLLM_AFTER), (0.3, "counters")),
+        ([None, None], ([], []), ({}, {}), (None, None)),
+        ([], None, None, (None, None)),
+    ],
+)
+def test_delivered_takes_the_first_source_that_says_something(
+    cached: list[int | None],
+    timings: tuple[list[int], list[int]] | None,
+    counters: tuple[dict[str, float], dict[str, float]] | None,
+    expected: tuple[float | None, str | None],
+) -> None:
+    rate, source = delivered([1000, 1000], cached, timings=timings, counters=counters)
+    assert source == expected[1]
+    assert rate == (pytest.approx(expected[0]) if expected[0] is not None else None)
