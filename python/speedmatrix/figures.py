@@ -76,11 +76,12 @@ GROUPS = (
     "client",
     "open_loop",
     "slo",
+    "prefix_cache",
 )
 
 #: groups of what a run may not have measured: `Run.cells` drops their columns that are
 #: empty in every cell (`Run.all_cells` keeps them)
-OPTIONAL_GROUPS = ("distribution", "open_loop", "slo")
+OPTIONAL_GROUPS = ("distribution", "open_loop", "slo", "prefix_cache")
 
 _V = "verdict"
 _L = "latency"
@@ -196,6 +197,9 @@ _ENTRIES: tuple[Figure, ...] = (
     _f("client_cpu_s", "s", "Client CPU", "CPU time of the client thread over the cell", "cell", "value", _V, "client"),
     _f("client_loop_lag_max_ms", "ms", "Client loop lag", "longest lateness of the client's event loop", "cell", "max", _V, "client"),
     # --- open loop (latency.open_loop_figures; run.json's open_loop) ---
+    # --- the prefix-cache axis (--cached-fraction) ---
+    _f("cached_fraction", "share", "Cached fraction asked", "share of each prompt repeating a prefix the server has seen", "cell", "value", "prefixcache", "prefix_cache"),
+    _f("delivered_cached_fraction", "share", "Cached fraction delivered", "prompt tokens the server served from its cache / prompt tokens (usage cached_tokens, else llama.cpp timings, else the server's counters)", "requests", "share", "prefixcache", "prefix_cache"),
     _f("open_loop_rate_per_s", "requests/s", "Rate asked", "arrival rate asked", "cell", "value", _L, "open_loop"),
     _f("open_loop_arrivals", "requests", "Arrivals", "arrivals scheduled in the window", "requests", "count", _L, "open_loop"),
     _f("open_loop_offered_rate_per_s", "requests/s", "Offered rate", "arrivals / window", "requests", "rate", _L, "open_loop"),

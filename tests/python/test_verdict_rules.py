@@ -98,6 +98,18 @@ FLAG_CASES = [
     (Flag.COALESCED_DELIVERY, {"coalesced_share": 0.26}, {"coalesced_share": 0.25}),
     # a run whose cells carry no coalesced_share raises no flag
     (Flag.COALESCED_DELIVERY, {"coalesced_share": 0.9}, {"coalesced_share": None}),
+    (
+        Flag.CACHE_HIT_MISMATCH,
+        {"cached_fraction": 0.9, "delivered_cached_fraction": 0.8},
+        {"cached_fraction": 0.9, "delivered_cached_fraction": 0.86},
+    ),
+    # no axis, or a server that reports nothing: no flag
+    (Flag.CACHE_HIT_MISMATCH, {"cached_fraction": 0.0, "delivered_cached_fraction": 0.5}, {}),
+    (
+        Flag.CACHE_HIT_MISMATCH,
+        {"cached_fraction": 0.5, "delivered_cached_fraction": 0.2},
+        {"cached_fraction": 0.5},
+    ),
 ]
 
 
@@ -124,6 +136,12 @@ def test_open_loop_cells_are_never_long_ramp():
         ("ttft_unserved_share", 0.01, {"started": 100, "unserved_longer": 2}, True),
         ("ramp_share", 0.5, {"steady": False, "ramp_ns": 40, "window_ns": 100}, False),
         ("coalesced_share_max", 0.5, {"coalesced_share": 0.4}, False),
+        (
+            "cache_hit_tolerance",
+            0.2,
+            {"cached_fraction": 0.9, "delivered_cached_fraction": 0.75},
+            False,
+        ),
     ],
 )
 def test_thresholds_come_from_the_rules(rule, value, evidence, flagged):

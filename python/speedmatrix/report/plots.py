@@ -32,6 +32,8 @@ from speedmatrix.report.chartstyle import (
 )
 from speedmatrix.report.goodput import slo_capacities
 from speedmatrix.report.heatmap import decode_heatmap
+from speedmatrix.report.prefixcache import CHART as CACHE_CHART
+from speedmatrix.report.prefixcache import cache_cells, ttft_by_cached_fraction
 
 if TYPE_CHECKING:  # pragma: no cover
     from speedmatrix.results import Run
@@ -378,6 +380,8 @@ def all_figures(run: Run, slo: Any = None) -> dict[str, Figure]:
         figs["ttft_vs_context"] = ttft_vs_context(run)
     if run.prefill()["prompt_tok_s"].notna().any():  # else the section says none was measured
         figs["prefill_vs_context"] = prefill_vs_context(run)
+    if not cache_cells(run.all_cells).empty:
+        figs[CACHE_CHART] = ttft_by_cached_fraction(run.all_cells)
     if slo is not None:
         caps = slo_capacities(run, slo)
         if caps:

@@ -30,6 +30,7 @@ from speedmatrix.report.metadata import (
     warnings_section,
 )
 from speedmatrix.report.model import Report, Section
+from speedmatrix.report.prefixcache import prefix_cache_section
 from speedmatrix.report.rates import open_loop_section, rate_matrix_line
 from speedmatrix.report.summary import rate_summary_section, summary_section
 
@@ -64,6 +65,9 @@ def build(run: Run, slo: Any = None) -> Report:
     ol = open_loop_section(run)
     if ol is not None:
         load_views.append(ol)
+    cache_view = prefix_cache_section(run.all_cells)
+    if cache_view is not None:
+        load_views.append(cache_view)
     sections = [
         summ,
         hardware_section(run),

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from speedmatrix.verdict.cache import cache_hit_mismatch
 from speedmatrix.verdict.names import Flag
 from speedmatrix.verdict.rules import Rules
 
@@ -61,6 +62,10 @@ class Evidence:
     warmup_unfinished: int = 0
     #: share of the window's token events that arrived in a read with another (None: not known)
     coalesced_share: float | None = None
+    #: the prefix-cache axis: the cached fraction the cell asked for and the one the server
+    #: delivered (None: no axis / nothing reported)
+    cached_fraction: float | None = None
+    delivered_cached_fraction: float | None = None
     # (an engine's own evidence, such as the preemptions a server reports, goes here too)
 
 
@@ -137,6 +142,12 @@ def coalesced_delivery(e: Evidence, rules: Rules) -> bool:
     return e.coalesced_share is not None and e.coalesced_share > rules.coalesced_share_max
 
 
+def cache_hit_mismatch_rule(e: Evidence, rules: Rules) -> bool:
+    return cache_hit_mismatch(
+        e.cached_fraction, e.delivered_cached_fraction, rules.cache_hit_tolerance
+    )
+
+
 #: every decode-cell flag rule, in the order the flags are stored
 FLAG_RULES: tuple[tuple[Flag, Callable[[Evidence, Rules], bool]], ...] = (
     (Flag.BUSY_AT_START, busy_at_start),
@@ -154,6 +165,7 @@ FLAG_RULES: tuple[tuple[Flag, Callable[[Evidence, Rules], bool]], ...] = (
     (Flag.USAGE_MISMATCH, usage_mismatch),
     (Flag.WARMUP_UNFINISHED, warmup_unfinished),
     (Flag.COALESCED_DELIVERY, coalesced_delivery),
+    (Flag.CACHE_HIT_MISMATCH, cache_hit_mismatch_rule),
 )
 
 

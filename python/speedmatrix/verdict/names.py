@@ -45,6 +45,8 @@ class Flag(str, Enum):
     USAGE_MISMATCH = "usage_mismatch"
     WARMUP_UNFINISHED = "warmup_unfinished"
     COALESCED_DELIVERY = "coalesced_delivery"
+    #: the prefix-cache axis's rule (`speedmatrix.verdict.cache`)
+    CACHE_HIT_MISMATCH = "cache_hit_mismatch"
     #: the measurement's rule, not a FLAG_RULES one (`speedmatrix.verdict.preemption`)
     PREEMPTED = "preempted"
     #: written by no rule today; kept for the report's text of runs that carry it
@@ -79,6 +81,7 @@ _SHORT = {
     Flag.USAGE_MISMATCH: "Usage mismatch",
     Flag.WARMUP_UNFINISHED: "Warm-up unfinished",
     Flag.COALESCED_DELIVERY: "Coalesced delivery",
+    Flag.CACHE_HIT_MISMATCH: "Cache hit mismatch",
 }
 
 _TEXT = {
@@ -136,6 +139,11 @@ _TEXT = {
         "Warm-up unfinished: some warm-up prompts never completed (failed or timed out on "
         "every try), so the window began from a server less warm than planned: its caches "
         "may not hold those prompts and the first requests may read slower."
+    ),
+    Flag.CACHE_HIT_MISMATCH: (
+        "Cache hit mismatch: the prefix-cache hit rate the server delivered (the cell's "
+        "delivered_cached_fraction) is more than 5 points from the one the cell asked for "
+        "(cached_fraction), so its TTFT is that of another cache load."
     ),
     Flag.PREEMPTED: (
         "Preempted: the server preempted requests during the cell (its KV cache could not hold "

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from speedmatrix.verdict.cache import CACHE_HIT_TOLERANCE
+
 __all__ = ["EngineFacts", "Rules"]
 
 
@@ -41,6 +43,9 @@ class Rules:
     #: a stream read once per token delivers nearly none that way, a server or proxy that
     #: flushes in bursts most of them
     coalesced_share_max: float = 0.25
+    #: `cache_hit_mismatch` when the delivered cached fraction is more than this far from
+    #: the asked one (`speedmatrix.verdict.cache`)
+    cache_hit_tolerance: float = CACHE_HIT_TOLERANCE
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
