@@ -45,6 +45,8 @@ class Flag(str, Enum):
     USAGE_MISMATCH = "usage_mismatch"
     WARMUP_UNFINISHED = "warmup_unfinished"
     COALESCED_DELIVERY = "coalesced_delivery"
+    #: `speedmatrix.verdict.reasoning`; no record carries its inputs yet (issue 23 item 3)
+    REASONING_HIDDEN = "reasoning_hidden"
     #: the measurement's rule, not a FLAG_RULES one (`speedmatrix.verdict.preemption`)
     PREEMPTED = "preempted"
     #: written by no rule today; kept for the report's text of runs that carry it
@@ -79,6 +81,7 @@ _SHORT = {
     Flag.USAGE_MISMATCH: "Usage mismatch",
     Flag.WARMUP_UNFINISHED: "Warm-up unfinished",
     Flag.COALESCED_DELIVERY: "Coalesced delivery",
+    Flag.REASONING_HIDDEN: "Reasoning hidden",
 }
 
 _TEXT = {
@@ -147,5 +150,10 @@ _TEXT = {
         "or proxy that flushes in bursts), so the time between tokens is the gap between "
         "reads spread over their events: per-token times show the delivery, not the decode "
         "(see the cell's coalesced_share)."
+    ),
+    Flag.REASONING_HIDDEN: (
+        "Reasoning hidden: the server reported reasoning tokens in its usage that it never "
+        "streamed, so the first visible chunk came after a silent thinking phase: TTFT and "
+        "per-request speed read the thinking as waiting."
     ),
 }
