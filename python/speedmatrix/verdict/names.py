@@ -47,6 +47,8 @@ class Flag(str, Enum):
     COALESCED_DELIVERY = "coalesced_delivery"
     #: the prefix-cache axis's rule (`speedmatrix.verdict.cache`)
     CACHE_HIT_MISMATCH = "cache_hit_mismatch"
+    #: `speedmatrix.verdict.reasoning`; no record carries its inputs yet (issue 23 item 3)
+    REASONING_HIDDEN = "reasoning_hidden"
     #: the measurement's rule, not a FLAG_RULES one (`speedmatrix.verdict.preemption`)
     PREEMPTED = "preempted"
     #: written by no rule today; kept for the report's text of runs that carry it
@@ -82,6 +84,7 @@ _SHORT = {
     Flag.WARMUP_UNFINISHED: "Warm-up unfinished",
     Flag.COALESCED_DELIVERY: "Coalesced delivery",
     Flag.CACHE_HIT_MISMATCH: "Cache hit mismatch",
+    Flag.REASONING_HIDDEN: "Reasoning hidden",
 }
 
 _TEXT = {
@@ -155,5 +158,10 @@ _TEXT = {
         "or proxy that flushes in bursts), so the time between tokens is the gap between "
         "reads spread over their events: per-token times show the delivery, not the decode "
         "(see the cell's coalesced_share)."
+    ),
+    Flag.REASONING_HIDDEN: (
+        "Reasoning hidden: the server reported reasoning tokens in its usage that it never "
+        "streamed, so the first visible chunk came after a silent thinking phase: TTFT and "
+        "per-request speed read the thinking as waiting."
     ),
 }
