@@ -78,15 +78,24 @@ _held: dict[str, list[int]] = {}
 _held_guard = threading.Lock()
 
 
+#: how long a refused writer waits for a holder that has just taken the lock to write who
+#: it is (it does so at once after ``flock``); past this the holder is named generically
+_HOLDER_WAIT_S = 0.5
+
+
 def _holder(path: Path) -> str:
     """Who holds the lock, as its holder wrote it in the lock file."""
-    try:
-        info = json.loads(path.read_text(encoding="utf-8")[:4096])
-        pid, host = int(info["pid"]), str(info["host"])[:64]
-        what = str(info.get("command", "speedmatrix"))[:40]
-        return f"pid {pid} on {host}, `speedmatrix {what}` started {str(info['started'])[:32]}"
-    except (OSError, ValueError, KeyError, TypeError):  # being written at this moment
-        return "another speedmatrix process"
+    deadline = time.monotonic() + _HOLDER_WAIT_S
+    while True:
+        try:
+            info = json.loads(path.read_text(encoding="utf-8")[:4096])
+            pid, host = int(info["pid"]), str(info["host"])[:64]
+            what = str(info.get("command", "speedmatrix"))[:40]
+            return f"pid {pid} on {host}, `speedmatrix {what}` started {str(info['started'])[:32]}"
+        except (OSError, ValueError, KeyError, TypeError):  # being written at this moment
+            if time.monotonic() >= deadline:
+                return "another speedmatrix process"
+            time.sleep(0.01)
 
 
 @contextlib.contextmanager

@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -70,6 +71,22 @@ def test_the_lock_is_reentrant_in_one_process_and_gone_after(tmp_path):
         assert (tmp_path / runfile.LOCK_FILE).exists()
     assert not (tmp_path / runfile.LOCK_FILE).exists()  # an emptied --out can be removed
     assert [p.name for p in tmp_path.iterdir()] == [runfile.RUN_FILE]
+
+
+def test_a_holder_still_writing_its_name_is_waited_for_then_named(tmp_path):
+    # the race CI met: the refused writer read the lock file between the holder's flock and
+    # its write, and named no one
+    lock = tmp_path / runfile.LOCK_FILE
+    lock.write_text("")
+    info = {"pid": 4242, "host": "h", "command": "run", "started": "2026-12-05T00:00:00Z"}
+    timer = threading.Timer(0.05, lambda: lock.write_text(json.dumps(info)))
+    timer.start()
+    try:
+        assert runfile._holder(lock).startswith("pid 4242 on h, `speedmatrix run`")
+    finally:
+        timer.join()
+    lock.write_text("{")  # a holder that never finishes writing is named generically
+    assert runfile._holder(lock) == "another speedmatrix process"
 
 
 def test_a_holder_killed_with_minus_9_does_not_block_the_next(held):
