@@ -223,7 +223,9 @@ def test_the_core_computes_what_the_catalogue_says_it_does():
     from speedmatrix._native import _core
 
     rec = _records()
-    fig = _core.summarize_cell(rec.requests, rec.events, 1 * NS, 5 * NS, 1.0, NS, NS)
+    pct = sorted({50.0, *latency.DEFAULT_PERCENTILES})
+    qs = [p / 100 for p in pct]
+    fig = _core.summarize_cell(rec.requests, rec.events, 1 * NS, 5 * NS, 1.0, NS, NS, qs)
     core_funcs = {"coalesced_share"}
     renamed_in_cell = {"errors": "errors_total"}  # the core's count; the cell's is by kind
     for f in figures.CATALOGUE:
@@ -234,10 +236,16 @@ def test_the_core_computes_what_the_catalogue_says_it_does():
         if key.endswith("_ci") or key in ("bin_tok_s", "drifting"):
             continue  # intervals go to ci / {fig}_lo/_hi; bins to plots; drifting to a flag
         if key in ("tbt_count", "tbt_mean_ms", "tbt_quantiles_ms"):
-            continue  # the latency distribution's tbt_ms (n, mean, pXX): read in its test
+            continue  # the latency distribution's tbt_ms (n, mean, pXX): checked below
         name = renamed_in_cell.get(key, key)
         assert figures.find(name) is not None, key
         assert cell[name] == pytest.approx(value, nan_ok=True), key
+    # the TBT sample set's summary reaches the cell's latency distribution unchanged
+    tbt = cell["latency"]["tbt_ms"]
+    assert fig["tbt_count"] > 0 and tbt["n"] == fig["tbt_count"]
+    assert tbt["mean"] == fig["tbt_mean_ms"]
+    assert [tbt[latency.percentile_key(p)] for p in pct] == fig["tbt_quantiles_ms"]
+    assert tbt["median"] == fig["tbt_ms"] == cell["tbt_ms"]
 
 
 def test_old_column_names_still_find_their_figure():
