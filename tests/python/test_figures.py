@@ -248,6 +248,23 @@ def test_the_core_computes_what_the_catalogue_says_it_does():
     assert tbt["median"] == fig["tbt_ms"] == cell["tbt_ms"]
 
 
+def test_a_decode_cell_summarizes_its_window_once(monkeypatch):
+    """The verdict's figures and the latency distribution's TBT read one summarize_cell."""
+    from speedmatrix._native import _core
+
+    calls = []
+    real = _core.summarize_cell
+
+    def counting(*args):
+        calls.append(args[2:4])
+        return real(*args)
+
+    monkeypatch.setattr(_core, "summarize_cell", counting)
+    cell = decode_cell(_shape(), _records(), EngineFacts(), Rules(), idle=True)
+    assert calls == [(1 * NS, 5 * NS)]
+    assert cell["latency"]["tbt_ms"]["n"] > 0
+
+
 def test_old_column_names_still_find_their_figure():
     run = _run(_cells())
     old, new = run.table("ttft_median_ms"), run.table("ttft_completed_p50_ms")
