@@ -409,11 +409,9 @@ def test_the_engine_writing_bursts_reads_as_coalesced_and_tbt_stays_the_streams_
     assert p["tbt_ms"] == pytest.approx(20, rel=0.1)
 
 
-def test_tbt_samples_from_arrivals_of_every_phase_are_the_window_requests_own():
-    # cell_latency makes the core's arrivals once (all phases) for the per-request figures
-    # and the TBT samples; the samples must be those of the window requests alone, as
-    # when tbt_samples makes its own (phase 1) arrivals
-    from speedmatrix.records import tbt_samples, token_arrivals
+def test_tbt_samples_are_the_window_requests_own():
+    # the samples are those of the window requests alone: a warm-up stream's gaps are not
+    from speedmatrix.records import tbt_samples
 
     ms = 1_000_000
     req = {
@@ -433,6 +431,4 @@ def test_tbt_samples_from_arrivals_of_every_phase_are_the_window_requests_own():
     }
     order = np.argsort(ev["t_ns"], kind="stable")
     ev = {k: v[order] for k, v in ev.items()}
-    own = tbt_samples(req, ev, 0, 100 * ms)
-    shared = tbt_samples(req, ev, 0, 100 * ms, token_arrivals(req, ev, -1))
-    assert sorted(own) == sorted(shared) == [20.0, 20.0, 20.0, 30.0, 30.0]
+    assert sorted(tbt_samples(req, ev, 0, 100 * ms)) == [20.0, 20.0, 20.0, 30.0, 30.0]
