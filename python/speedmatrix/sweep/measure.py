@@ -118,14 +118,19 @@ class SweepMeasure(SweepPrompts):
     def _cooldown(self) -> None:
         time.sleep(float(self.matrix.prefill_cooldown_s))
 
-    def _prompt_rate(self) -> float:
-        """Prompt tok/s: the median measured prefill so far, else a cautious guess."""
-        measured: list[float] = [
+    def _measured_prompt_rate(self) -> float | None:
+        """Prompt tok/s: the median of the prefill cells measured so far (None before any)."""
+        measured = [
             float(c["prompt_tok_s"])
             for c in self.cells.values()
             if c.get("phase") == "prefill" and c.get("prompt_tok_s")
         ]
-        return float(np.median(measured)) if measured else 10_000.0
+        return float(np.median(measured)) if measured else None
+
+    def _prompt_rate(self) -> float:
+        """Prompt tok/s: the median measured prefill so far, else a cautious guess."""
+        rate = self._measured_prompt_rate()
+        return 10_000.0 if rate is None else rate
 
     def _measure_prefill(self, cell) -> CellOutcome | None:
         idle, _ = self._wait_idle()
