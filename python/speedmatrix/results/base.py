@@ -14,6 +14,7 @@ from speedmatrix import figures
 from speedmatrix.records import Records
 from speedmatrix.results.flatten import CI_FIGURES, flatten_cell, id_of_cell
 from speedmatrix.results.frames import CellsFrame
+from speedmatrix.runfile import CELL_FIGURES
 
 
 class RunBase:
@@ -109,13 +110,8 @@ class RunBase:
             for side in ("lo", "hi"):
                 if f"{fig}_{side}" not in df:
                     df[f"{fig}_{side}"] = np.nan
-        num = [
-            "total_tok_s",
-            "per_request_tok_s",
-            "prompt_tok_s",
-            "ttft_ms",
-            "tbt_ms",
-            "avg_active",
+        num = [  # the cell contract's figures and others a cell may hold null: floats
+            *CELL_FIGURES,
             "measured_s",
             "ttft_p90_ms",
             "ttft_p99_ms",

@@ -115,6 +115,15 @@ class SweepMeasure(SweepPrompts):
             self._warn([n for n in notes if n])
         return box["result"], interrupted
 
+    def _measure_records(self, spec) -> Records | None:
+        """Runs a cell's spec and returns its records; None when interrupted (the sweep
+        is then marked interrupted)."""
+        res, interrupted = self._run_spec(spec)
+        if interrupted:
+            self.interrupted = True
+            return None
+        return Records.from_result(res)
+
     def _cooldown(self) -> None:
         time.sleep(float(self.matrix.prefill_cooldown_s))
 
@@ -145,11 +154,9 @@ class SweepMeasure(SweepPrompts):
         spec = self._spec(
             cell, 1, bodies, [], duration_s=cell.duration_s, max_requests=cell.max_requests
         )
-        res, interrupted = self._run_spec(spec)
-        if interrupted:
-            self.interrupted = True
+        records = self._measure_records(spec)
+        if records is None:  # interrupted
             return None
-        records = Records.from_result(res)
         return self._store_measured(
             verdict.prefill_cell(cell, records, idle=idle), records, prompts
         )
@@ -189,11 +196,9 @@ class SweepMeasure(SweepPrompts):
             open_loop_spec(spec, cell)
         else:
             self._decode_bounds(spec, cell)
-        res, interrupted = self._run_spec(spec)
-        if interrupted:
-            self.interrupted = True
+        records = self._measure_records(spec)
+        if records is None:  # interrupted
             return None
-        records = Records.from_result(res)
         cell_dict = verdict.decode_cell(
             cell,
             records,
