@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from cliproc import run_cli as _cli
 from speedmatrix import cli
+from speedmatrix.cli import run as cli_run
 
 UNREACHABLE = "http://127.0.0.1:9"  # discard port: nothing listens
 
@@ -44,7 +45,7 @@ def _cell(status: str, not_run: bool = False) -> dict:
 )
 def test_exit_status_of_a_finished_run(statuses, code):
     cells = [_cell(s.rstrip("!"), s.endswith("!")) for s in statuses]
-    assert cli.run_exit_status({"cells": cells}) == code
+    assert cli_run.run_exit_status({"cells": cells}) == code
     assert len({cli.EXIT_OK, cli.EXIT_FAILURE, cli.EXIT_USAGE, cli.EXIT_PARTIAL}) == 4
 
 
@@ -67,7 +68,7 @@ def _decode(context: int, n: int, status: str) -> dict:
     ],
 )  # fmt: skip
 def test_a_context_refused_at_every_concurrency_is_not_measured(cells, code):
-    assert cli.run_exit_status({"cells": cells}) == code
+    assert cli_run.run_exit_status({"cells": cells}) == code
 
 
 def _saved_run(d: Path) -> bytes:
