@@ -74,7 +74,6 @@ def labelled(name: str, codes: Any) -> tuple[str, Any]:
 
 def _jsonish(v: Any) -> Any:
     """A dict or list cell value as compact JSON text (CSV has no nesting)."""
-
     if isinstance(v, np.ndarray):
         v = v.tolist()
     if isinstance(v, (dict, list, tuple)):
@@ -106,7 +105,6 @@ _GROUPS = (("requests", "req_", REQUESTS_PARQUET), ("events", "ev_", TOKENS_PARQ
 
 
 def _front_schema():
-
     return [
         pa.field("cell", pa.string()),
         pa.field("phase", pa.string()),
@@ -117,7 +115,6 @@ def _front_schema():
 
 
 def _arrow_type(dtype):
-
     dtype = np.dtype(dtype)
     if dtype.kind == "U":
         return pa.string()
@@ -139,7 +136,6 @@ class _Column:
 
 
 def _npz_columns(path: Path, prefix: str, stack) -> dict[str, _Column]:
-
     z = stack.enter_context(zipfile.ZipFile(path))
     cols: dict[str, _Column] = {}
     for info in z.infolist():
@@ -164,7 +160,6 @@ def _npz_columns(path: Path, prefix: str, stack) -> dict[str, _Column]:
 
 
 def _memory_columns(arrays: dict) -> dict[str, _Column]:
-
     cols: dict[str, _Column] = {}
     for k, v in arrays.items():
         a = np.asarray(v)
@@ -256,7 +251,8 @@ def _write_group(run, group: str, prefix: str, dest: Path) -> None:
                     for field in schema:
                         src = source.get(field.name, "")
                         if field.name in front:
-                            arrays.append(pa.array([front[field.name]] * rows, field.type))
+                            value = pa.scalar(front[field.name], field.type)
+                            arrays.append(pa.repeat(value, rows))
                         elif src in cols and src in LABELS:
                             arrays.append(labelled(src, cols[src].take(rows))[1])
                         elif src in cols:
@@ -295,7 +291,6 @@ def _write_bytes(path: Path, data: bytes) -> None:
 
 def write_exports(run_dir: str | os.PathLike, run=None, parquet: bool = True) -> list[Path]:
     """Write every export of the run in ``run_dir``; returns the paths written."""
-
     d = Path(run_dir)
     run = run if run is not None else load(d)
     paths = [write_cells_csv(run, d / CELLS_CSV)]

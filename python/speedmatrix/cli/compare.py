@@ -5,14 +5,10 @@ from __future__ import annotations
 import argparse
 
 from speedmatrix.cli.parsers import COMPARE_DIR
-from speedmatrix.cliargs import UsageError
 from speedmatrix.report.compare import write_compare
 
 
 def command(args: argparse.Namespace) -> int:
-    for d in (args.dir_a, args.dir_b):
-        if not (d / "run.json").is_file():
-            raise UsageError(f"{d} holds no run.json")
 
     paths = write_compare(args.dir_a, args.dir_b, args.out or args.dir_b / COMPARE_DIR)
     for p in paths:

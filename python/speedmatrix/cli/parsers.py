@@ -11,6 +11,16 @@ from speedmatrix.cli.common import Formatter
 from speedmatrix.cliargs import port as port_arg
 from speedmatrix.sim import add_engine_flags
 
+
+def run_dir(text: str) -> Path:
+    """A saved run's folder (one holding run.json), checked as the flags are read: a wrong
+    path is one line, before the command's heavy modules load."""
+    path = Path(text)
+    if not (path / "run.json").is_file():
+        raise argparse.ArgumentTypeError(f"{text} holds no run.json")
+    return path
+
+
 #: where `compare` writes by default, inside DIR_B: its charts must not mix with DIR_B's own
 COMPARE_DIR = "compare"
 
@@ -94,7 +104,7 @@ def add_report(sub: argparse._SubParsersAction) -> None:
         "  speedmatrix report out/h200 --slo ttft=2s,tpot=50ms --attainment 99%\n",
         formatter_class=Formatter,
     )
-    rep.add_argument("dir", type=Path, help="folder of a saved run (holds run.json)")
+    rep.add_argument("dir", type=run_dir, help="folder of a saved run (holds run.json)")
     rep.add_argument(
         "--slo",
         metavar="TARGETS",
@@ -119,7 +129,7 @@ def add_show(sub: argparse._SubParsersAction) -> None:
         epilog="examples:\n  speedmatrix show out/h200\n",
         formatter_class=Formatter,
     )
-    show.add_argument("dir", type=Path, help="folder of a saved run (holds run.json)")
+    show.add_argument("dir", type=run_dir, help="folder of a saved run (holds run.json)")
 
 
 def add_recompute(sub: argparse._SubParsersAction) -> None:
@@ -134,7 +144,9 @@ def add_recompute(sub: argparse._SubParsersAction) -> None:
         "  speedmatrix recompute out/h200 --rule error_threshold=0.1 --write\n",
         formatter_class=Formatter,
     )
-    rec.add_argument("dir", type=Path, help="folder of a saved run (holds run.json and records/)")
+    rec.add_argument(
+        "dir", type=run_dir, help="folder of a saved run (holds run.json and records/)"
+    )
     rec.add_argument(
         "--rule",
         action="append",
@@ -157,8 +169,8 @@ def add_compare(sub: argparse._SubParsersAction) -> None:
         epilog="examples:\n  speedmatrix compare out/before out/after\n",
         formatter_class=Formatter,
     )
-    cmp_.add_argument("dir_a", type=Path, help="the baseline run (A)")
-    cmp_.add_argument("dir_b", type=Path, help="the run compared with it (B)")
+    cmp_.add_argument("dir_a", type=run_dir, help="the baseline run (A)")
+    cmp_.add_argument("dir_b", type=run_dir, help="the run compared with it (B)")
     cmp_.add_argument(
         "--out",
         type=Path,
@@ -179,7 +191,7 @@ def add_capacity(sub: argparse._SubParsersAction) -> None:
         "  speedmatrix capacity results/h200 --slo e2e=60s --attainment 99% --json\n",
         formatter_class=Formatter,
     )
-    cap.add_argument("dir", type=Path, help="a saved run (the folder holding run.json)")
+    cap.add_argument("dir", type=run_dir, help="a saved run (the folder holding run.json)")
     cap.add_argument(
         "--slo",
         required=True,

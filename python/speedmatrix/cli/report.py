@@ -12,8 +12,6 @@ from speedmatrix.slo import parse_attainment, parse_slo
 
 
 def command(args: argparse.Namespace) -> int:
-    if not (args.dir / "run.json").is_file():
-        raise UsageError(f"{args.dir} holds no run.json")
 
     try:  # a malformed --slo or --attainment is a usage error before any work
         slo = parse_slo(args.slo) if args.slo else None

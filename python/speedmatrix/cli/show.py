@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from speedmatrix.cliargs import UsageError
 from speedmatrix.errors import SpeedmatrixError
 from speedmatrix.results import load
 from speedmatrix.runfile import RunFileError
@@ -12,8 +11,6 @@ from speedmatrix.show import grid_text
 
 
 def command(args: argparse.Namespace) -> int:
-    if not (args.dir / "run.json").is_file():
-        raise UsageError(f"{args.dir} holds no run.json")
     try:
         run = load(args.dir, strict=False)
     except RunFileError as exc:  # not valid JSON, a missing field: one line, status 1
