@@ -126,6 +126,7 @@ class _ChunkServer:
 
         class H(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # headers and body go out at once
 
             def log_message(self, *a):  # quiet
                 pass
