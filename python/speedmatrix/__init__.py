@@ -55,14 +55,14 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     if name == "__version__":
         # One version source: pyproject.toml -> CMake -> _core.version -> here.
-        from speedmatrix._native import _core
+        from speedmatrix._native import _core  # start-up: `import speedmatrix` loads no core
 
         globals()[name] = _core.version
         return _core.version
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'speedmatrix' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    value = getattr(importlib.import_module(module), name)  # start-up: loaded on first use
     globals()[name] = value
     return value
 

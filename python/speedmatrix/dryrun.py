@@ -22,7 +22,9 @@ from typing import Any
 
 import tomli_w
 
+from speedmatrix.adapters import discover
 from speedmatrix.matrix import Matrix
+from speedmatrix.plan import plan
 from speedmatrix.units import format_tokens
 
 #: prompt tok/s assumed until a prefill has been measured (a mid-size model on one GPU)
@@ -244,11 +246,7 @@ def describe(
     """The dry run's text: target, the settings in force (and where each came from:
     ``sources``, field -> "default" / "file NAME" / the flag), plan, statuses known in
     advance, prompts, duration."""
-    from speedmatrix.plan import plan
-
     if target is None:
-        from speedmatrix.adapters import discover
-
         target = discover(
             url, api_key=api_key, model=model, overrides=overrides or {}, client=client
         )

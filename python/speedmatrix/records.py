@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from speedmatrix._native import _core
 from speedmatrix.runfile import load_records
 
 __all__ = ["STAMPS", "Records", "tbt_samples", "token_arrivals"]
@@ -206,8 +207,6 @@ class Records:
     def bins(self, t0: int, t1: int, bin_s: float = 1.0) -> np.ndarray:
         """Output tok/s per ``bin_s`` bin of [t0, t1] (`_core.summarize_cell`'s bins: a
         remainder shorter than a bin widens the last one)."""
-        from speedmatrix._native import _core
-
         if not self.has_events() or t1 <= t0:
             return np.zeros(0)
         fig = _core.summarize_cell(self.requests, self.events, int(t0), int(t1), float(bin_s))
@@ -219,8 +218,6 @@ def token_arrivals(requests: dict, events: dict | None, phase: int = 1) -> dict[
     ``tokens``, ``gap_ms`` (ms per token since the request's previous arrival; NaN for its
     first), one read's events merged, ordered by request then time. ``phase`` 1 = window
     requests, 0 = warm-up, -1 = all."""
-    from speedmatrix._native import _core  # the compiled core loads on first use (start-up time)
-
     if not events or not len(events.get("t_ns", ())) or not requests:
         return {
             "request": np.zeros(0, np.int32),

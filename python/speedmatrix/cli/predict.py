@@ -6,34 +6,11 @@ import argparse
 import json
 from dataclasses import asdict
 
-from speedmatrix.cli.common import Formatter
 from speedmatrix.cliargs import UsageError
 from speedmatrix.sim import SimError, load_profile
 from speedmatrix.twin import predict_matrix
 from speedmatrix.twin.model import ProfileError
 from speedmatrix.units import format_tokens, parse_tokens
-
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    """The `predict` command."""
-    p = sub.add_parser(
-        "predict",
-        help="predict a decode matrix from an engine profile (no load sent)",
-        description="Evaluates the built-in engine's model for every (context, concurrency) "
-        "decode cell; every figure is predicted, never measured (docs/metrics.md).",
-        epilog="example:\n  speedmatrix predict seed-h200 --contexts 8K,64K "
-        "--concurrency 1,16,64 --set kv_tokens=2x\n",
-        formatter_class=Formatter,
-    )
-    p.add_argument("profile", help="a shipped profile name or a .json path")
-    p.add_argument("--contexts", required=True, help="context lengths, e.g. 8K,16K")
-    p.add_argument("--concurrency", required=True, help="concurrency levels, e.g. 1,2,4")
-    p.add_argument("--max-output", type=int, default=4096, help="tokens each request may make")
-    p.add_argument("--window", type=float, default=30.0, help="window seconds")
-    p.add_argument(
-        "--set", action="append", default=[], metavar="KEY=VALUE", help="what-if: VALUE or Nx"
-    )
-    p.add_argument("--json", action="store_true", help="one JSON object per cell")
 
 
 def _apply_set(profile: dict, items: list[str]) -> None:
