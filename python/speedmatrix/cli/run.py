@@ -11,7 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from speedmatrix.cli.run_flags import MATRIX_FLAGS, META_KEYS
-from speedmatrix.cliargs import UsageError, base_url, csv_list, positive_int
+from speedmatrix.cliargs import (
+    UsageError,
+    base_url,
+    csv_list,
+    parse_client_threads,
+    positive_int,
+)
 
 #: descriptors a run needs beyond one per stream: discovery, /metrics, files, libcurl's own
 FD_MARGIN = 64
@@ -58,6 +64,8 @@ def matrix_from_args(args: argparse.Namespace):
             m.max_output = parse_tokens(args.max_output)
         if args.api:
             m.api = args.api
+        if args.client_threads:
+            m.client_threads = parse_client_threads(args.client_threads)
         if args.repetitions is not None:
             m.repetitions = args.repetitions
         if args.shared_prefix:
