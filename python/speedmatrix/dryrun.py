@@ -394,6 +394,8 @@ _FIELD_HELP = {
     "median gap) seconds is cut as a stall (0 = off)",
     "stall_gap_factor": "see stall_min_s",
     "ramp_cap_s": "the longest ramp (seconds) before the window opens anyway (flag long_ramp)",
+    "client_threads": "the client's event loops per cell: N, or 0 = auto (one per 256 "
+    "streams, at most the cores minus one); the figures do not depend on it",
 }
 
 

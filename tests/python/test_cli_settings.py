@@ -44,6 +44,7 @@ EDITS = {
     "stall_min_s": ("3.0", 3.0),
     "stall_gap_factor": ("30.0", 30.0),
     "ramp_cap_s": ("90.0", 90.0),
+    "client_threads": ("2", 2),
 }
 
 KEY_LINE = re.compile(r"^([a-z_]+) = ", re.MULTILINE)
