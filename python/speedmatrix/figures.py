@@ -77,11 +77,13 @@ GROUPS = (
     "open_loop",
     "slo",
     "prefix_cache",
+    "interference",
+    "trace",
 )
 
 #: groups of what a run may not have measured: `Run.cells` drops their columns that are
 #: empty in every cell (`Run.all_cells` keeps them)
-OPTIONAL_GROUPS = ("distribution", "open_loop", "slo", "prefix_cache")
+OPTIONAL_GROUPS = ("distribution", "open_loop", "slo", "prefix_cache", "interference", "trace")
 
 _V = "verdict"
 _L = "latency"
@@ -97,7 +99,7 @@ def _f(*a: str) -> Figure:
 _ENTRIES: tuple[Figure, ...] = (
     # --- identity and judgement of a cell ---
     _f("id", "", "Cell", "phase-context-concurrency-repetition", "cell", "value", _V, "cell"),
-    _f("phase", "", "Phase", "decode or prefill", "cell", "value", _V, "cell"),
+    _f("phase", "", "Phase", "decode, prefill or interference", "cell", "value", _V, "cell"),
     _f("context", "tokens", "Context", "prompt tokens per request asked", "cell", "value", _V, "cell"),
     _f("label", "", "Context", "the context as the matrix wrote it", "cell", "value", _V, "cell"),
     _f("concurrency", "requests", "Concurrency", "requests kept in flight (closed loop)", "cell", "value", _V, "cell"),
@@ -200,6 +202,22 @@ _ENTRIES: tuple[Figure, ...] = (
     # --- the prefix-cache axis (--cached-fraction) ---
     _f("cached_fraction", "share", "Cached fraction asked", "share of each prompt repeating a prefix the server has seen", "cell", "value", "prefixcache", "prefix_cache"),
     _f("delivered_cached_fraction", "share", "Cached fraction delivered", "prompt tokens the server served from its cache / prompt tokens (usage cached_tokens, else llama.cpp timings, else the server's counters)", "requests", "share", "prefixcache", "prefix_cache"),
+    _f("delivered_cached_source", "", "Delivered from", "where delivered_cached_fraction was read: usage (the requests' cached_tokens) or counters", "requests, metrics", "value", "prefixcache", "prefix_cache"),
+    _f("cache_counters_before", "", "Cache counters before", "the server's prefix-cache counters (summed over labels) read after the prefix warm-up, before the window", "metrics", "value", "prefixcache", "prefix_cache"),
+    _f("cache_counters_after", "", "Cache counters after", "the same counters read after the window", "metrics", "value", "prefixcache", "prefix_cache"),
+    # --- the prefill-interference cell (--interference EVERY) ---
+    _f("interference_every_s", "s", "Prefill every", "seconds between the cold C-token prompts sent beside the N decoding streams", "cell", "value", _V, "interference"),
+    _f("interference_streams", "requests", "Decoding streams", "decoding streams that reached their first token", "requests", "count", "interference", "interference"),
+    _f("interference_prefills", "requests", "Prefills", "interfering prompts that reached their first token", "requests", "count", "interference", "interference"),
+    _f("tbt_overlap_p99_ms", "ms", "TBT p99 during prefills", "p99 of the decoders' gaps (after all stream) that overlap a prefill's send-to-first-token window", "events, requests", "percentile", "interference", "interference"),
+    _f("tbt_clear_p99_ms", "ms", "TBT p99 clear of prefills", "p99 of the decoders' gaps that overlap no prefill window", "events, requests", "percentile", "interference", "interference"),
+    _f("tbt_inflation", "", "TBT inflation", "tbt_overlap_p99_ms / tbt_clear_p99_ms", "events, requests", "value", "interference", "interference"),
+    _f("overlap_gaps", "", "Gaps during prefills", "decoder gaps that overlap a prefill window", "events, requests", "count", "interference", "interference"),
+    _f("clear_gaps", "", "Gaps clear of prefills", "decoder gaps that overlap none", "events, requests", "count", "interference", "interference"),
+    _f("gaps_over_100ms", "", "Gaps over 100 ms", "decoder gaps longer than 100 ms, during prefills or not", "events", "count", "interference", "interference"),
+    # --- trace replay (--trace FILE --speedup K): lateness is queue_p{p}_ms ---
+    _f("trace", "", "Trace", "the trace file replayed", "cell", "value", _V, "trace"),
+    _f("speedup", "", "Speed-up", "the trace's arrival times were divided by this", "cell", "value", _V, "trace"),
     _f("open_loop_rate_per_s", "requests/s", "Rate asked", "arrival rate asked", "cell", "value", _L, "open_loop"),
     _f("open_loop_arrivals", "requests", "Arrivals", "arrivals scheduled in the window", "requests", "count", _L, "open_loop"),
     _f("open_loop_offered_rate_per_s", "requests/s", "Offered rate", "arrivals / window", "requests", "rate", _L, "open_loop"),

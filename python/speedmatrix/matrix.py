@@ -35,6 +35,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     pass
 
+from speedmatrix import trafficaxes
 from speedmatrix.latency import DEFAULT_PERCENTILES, parse_percentiles
 from speedmatrix.matrixfile import (
     changes_text,
@@ -46,13 +47,6 @@ from speedmatrix.matrixfile import (
 )
 from speedmatrix.slo import parse_attainment, parse_slo
 from speedmatrix.units import format_tokens, parse_duration, parse_token_list, parse_tokens
-
-#: a matrix key of issue 23 whose sweep hook has not landed: refused, never run wrongly
-_PENDING_AXIS = "cached_fraction"
-_PENDING_TEXT = (
-    "cached_fraction: the prefix-cache axis is not run by this build's sweep yet; "
-    "remove it from the matrix file"
-)
 
 __all__ = [
     "API_KINDS",
@@ -155,6 +149,13 @@ class Matrix:
     #: opens anyway with the ``long_ramp`` flag; a cell's own cap is shorter when its
     #: expected TTFT is (see Sweep)
     ramp_cap_s: float = 180.0
+    #: issue 23's traffic shapes (`speedmatrix.trafficaxes`), each replacing the closed-loop
+    #: grid: shares of each prompt served from a warmed prefix (cells x fraction); one
+    #: prefill every that many seconds beside N decoding streams; a trace replayed at speedup
+    cached_fraction: list[float] = field(default_factory=list)
+    interference_every_s: float = 0.0
+    trace: str = ""
+    speedup: float = 1.0
 
     # ---- construction -------------------------------------------------------------------
     def __post_init__(self) -> None:
@@ -195,6 +196,7 @@ class Matrix:
             self.attainment = parse_attainment(self.attainment)
         if isinstance(self.drain_timeout_s, str):
             self.drain_timeout_s = parse_duration(self.drain_timeout_s)
+        trafficaxes.coerce(self)
 
     @classmethod
     def preset(cls, name: str) -> Matrix:
@@ -212,8 +214,6 @@ class Matrix:
         """From a mapping with this class's field names; ``duration``/``idle_timeout`` are
         accepted for ``duration_s``/``idle_timeout_s``. Unknown keys are an error."""
         data = resolve_aliases(data)
-        if _PENDING_AXIS in data:
-            raise ValueError(_PENDING_TEXT)
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
@@ -312,6 +312,7 @@ class Matrix:
         _seconds(errors, "prefill_cooldown_s", self.prefill_cooldown_s, positive=False)
         self._open_loop_problems(errors)
         self._window_problems(errors)
+        errors += trafficaxes.problems(self)
         return errors
 
     def _concurrency_problems(self, errors: list[str]) -> None:

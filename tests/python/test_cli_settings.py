@@ -43,6 +43,10 @@ EDITS = {
     "stall_min_s": ("3.0", 3.0),
     "stall_gap_factor": ("30.0", 30.0),
     "ramp_cap_s": ("90.0", 90.0),
+    "cached_fraction": ("[0.0, 0.5]", [0.0, 0.5]),
+    "interference_every_s": ("2.0", 2.0),
+    "trace": ('"t.jsonl"', "t.jsonl"),
+    "speedup": ("4.0", 4.0),
 }
 
 KEY_LINE = re.compile(r"^([a-z_]+) = ", re.MULTILINE)

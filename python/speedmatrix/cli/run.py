@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from speedmatrix.cli.run_flags import MATRIX_FLAGS, META_KEYS
+from speedmatrix.cli.traffic_flags import apply_traffic_flags
 from speedmatrix.cliargs import UsageError, base_url, csv_list, positive_int
 
 #: descriptors a run needs beyond one per stream: discovery, /metrics, files, libcurl's own
@@ -70,6 +71,7 @@ def matrix_from_args(args: argparse.Namespace):
                 raise UsageError("--extra-body must be a JSON object")
             m.extra_body = extra
         apply_open_loop_flags(m, args)
+        apply_traffic_flags(m, args)
         m.validate()
     except UsageError:
         raise
