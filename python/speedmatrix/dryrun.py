@@ -403,6 +403,10 @@ _FIELD_HELP = {
     "trace": "a trace to replay (JSONL, Mooncake JSONL or Azure CSV) instead of decode cells; "
     '"" = none',
     "speedup": "the trace's arrival times are divided by this (2 = twice as fast)",
+    "sessions": "instead of decode cells, conversations of this many turns, concurrency of "
+    "them at once, the first prompt of each context (0 = none)",
+    "turn_tokens": "sessions: new user tokens each turn adds after the previous answer",
+    "think_time_s": "sessions: seconds between a turn's end and the next turn",
 }
 
 

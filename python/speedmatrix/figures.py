@@ -79,11 +79,20 @@ GROUPS = (
     "prefix_cache",
     "interference",
     "trace",
+    "sessions",
 )
 
 #: groups of what a run may not have measured: `Run.cells` drops their columns that are
 #: empty in every cell (`Run.all_cells` keeps them)
-OPTIONAL_GROUPS = ("distribution", "open_loop", "slo", "prefix_cache", "interference", "trace")
+OPTIONAL_GROUPS = (
+    "distribution",
+    "open_loop",
+    "slo",
+    "prefix_cache",
+    "interference",
+    "trace",
+    "sessions",
+)
 
 _V = "verdict"
 _L = "latency"
@@ -99,7 +108,7 @@ def _f(*a: str) -> Figure:
 _ENTRIES: tuple[Figure, ...] = (
     # --- identity and judgement of a cell ---
     _f("id", "", "Cell", "phase-context-concurrency-repetition", "cell", "value", _V, "cell"),
-    _f("phase", "", "Phase", "decode, prefill or interference", "cell", "value", _V, "cell"),
+    _f("phase", "", "Phase", "decode, prefill, interference or session", "cell", "value", _V, "cell"),
     _f("context", "tokens", "Context", "prompt tokens per request asked", "cell", "value", _V, "cell"),
     _f("label", "", "Context", "the context as the matrix wrote it", "cell", "value", _V, "cell"),
     _f("concurrency", "requests", "Concurrency", "requests kept in flight (closed loop)", "cell", "value", _V, "cell"),
@@ -218,6 +227,18 @@ _ENTRIES: tuple[Figure, ...] = (
     # --- trace replay (--trace FILE --speedup K): lateness is queue_p{p}_ms ---
     _f("trace", "", "Trace", "the trace file replayed", "cell", "value", _V, "trace"),
     _f("speedup", "", "Speed-up", "the trace's arrival times were divided by this", "cell", "value", _V, "trace"),
+    # --- multi-turn sessions (--sessions TURNS --turn-tokens --think-time) ---
+    _f("sessions", "", "Turns", "turns of each session (concurrency: sessions at once; context: the first turn's prompt)", "cell", "value", _V, "sessions"),
+    _f("turn_tokens", "tokens", "Turn tokens", "new user tokens each turn adds after the previous answer", "cell", "value", _V, "sessions"),
+    _f("think_time_s", "s", "Think time", "seconds between a turn's end and the next turn", "cell", "value", _V, "sessions"),
+    _f("session_answer_tokens", "tokens", "Answer tokens", "tokens of each turn's answer the next prompt carries (max_output)", "cell", "value", _V, "sessions"),
+    _f("session_ttft_ms_by_turn", "ms", "TTFT per turn", "per turn, median first token - send (a list)", "requests", "median", "sessions", "sessions"),
+    _f("session_turn_cached_tokens", "tokens", "Cached prefix per turn", "per turn, the prompt tokens the server had seen: the previous turn's prompt (a list)", "cell", "value", "sessions", "sessions"),
+    _f("session_tbt_ms", "ms", "Session TBT", "median gap between a request's token deliveries, every turn, a delivery of k tokens counted k times", "events", "median", "sessions", "sessions"),
+    _f("session_turns_completed", "requests", "Turns completed", "turns that completed, every session", "requests", "count", "sessions", "sessions"),
+    _f("session_duration_s", "s", "Session duration", "median over sessions of its last end - its first send", "requests", "median", "sessions", "sessions"),
+    _f("session_turns_per_s", "requests/s", "Turns/s", "completed turns / (last end - first send)", "requests", "rate", "sessions", "sessions"),
+    _f("session_output_tok_s", "tok/s", "Session output tok/s", "output tokens of every turn / (last end - first send)", "requests", "rate", "sessions", "sessions"),
     _f("open_loop_rate_per_s", "requests/s", "Rate asked", "arrival rate asked", "cell", "value", _L, "open_loop"),
     _f("open_loop_arrivals", "requests", "Arrivals", "arrivals scheduled in the window", "requests", "count", _L, "open_loop"),
     _f("open_loop_offered_rate_per_s", "requests/s", "Offered rate", "arrivals / window", "requests", "rate", _L, "open_loop"),

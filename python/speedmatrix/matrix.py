@@ -151,11 +151,16 @@ class Matrix:
     ramp_cap_s: float = 180.0
     #: issue 23's traffic shapes (`speedmatrix.trafficaxes`), each replacing the closed-loop
     #: grid: shares of each prompt served from a warmed prefix (cells x fraction); one
-    #: prefill every that many seconds beside N decoding streams; a trace replayed at speedup
+    #: prefill every that many seconds beside N decoding streams; a trace replayed at
+    #: speedup; N multi-turn sessions
     cached_fraction: list[float] = field(default_factory=list)
     interference_every_s: float = 0.0
     trace: str = ""
     speedup: float = 1.0
+    #: sessions of that many turns (0 = none), each turn adding the answer and turn_tokens
+    sessions: int = 0
+    turn_tokens: int = 256
+    think_time_s: float = 0.0
 
     # ---- construction -------------------------------------------------------------------
     def __post_init__(self) -> None:

@@ -144,6 +144,10 @@ class PlannedCell:
     interference_every_s: float = 0.0
     trace: str = ""
     speedup: float = 1.0
+    #: a sessions cell (phase "session"): turns, each turn's new tokens, the pause between
+    sessions: int = 0
+    turn_tokens: int = 0
+    think_time_s: float = 0.0
     #: a cached-fraction cell's counters read around its window (the sweep's, once run)
     cache_counters: dict[str, Any] | None = None
 

@@ -1,6 +1,7 @@
 """The matrix fields of issue 23's traffic shapes, checked: the prefix-cache axis
-(``cached_fraction``), the prefill-interference cell (``interference_every_s``) and trace
-replay (``trace``, ``speedup``). `speedmatrix.matrix.Matrix` holds the fields and calls
+(``cached_fraction``), the prefill-interference cell (``interference_every_s``), trace
+replay (``trace``, ``speedup``) and multi-turn sessions (``sessions``, ``turn_tokens``,
+``think_time_s``). `speedmatrix.matrix.Matrix` holds the fields and calls
 `coerce` and `problems`; `speedmatrix.trafficplan` plans their cells.
 
 Each replaces the decode grid's closed-loop cells by its own kind, so none combines with
@@ -15,12 +16,14 @@ from typing import Any
 
 from speedmatrix.matrixfile import coerce_float_list
 from speedmatrix.prefixcache import parse_cached_fractions
-from speedmatrix.units import parse_duration
+from speedmatrix.units import parse_duration, parse_tokens
 
-__all__ = ["MAX_SPEEDUP", "coerce", "kind", "problems"]
+__all__ = ["MAX_SPEEDUP", "MAX_TURNS", "coerce", "kind", "problems"]
 
 #: a replay faster than this is a typo (a trace of a day would last under a second)
 MAX_SPEEDUP = 100_000.0
+#: more turns than this is a typo
+MAX_TURNS = 1_000
 
 
 def coerce(m: Any) -> None:
@@ -32,23 +35,44 @@ def coerce(m: Any) -> None:
         m.cached_fraction = list(value or [])
     if isinstance(m.interference_every_s, str):
         m.interference_every_s = parse_duration(m.interference_every_s)
+    if isinstance(m.think_time_s, str):
+        m.think_time_s = parse_duration(m.think_time_s)
+    if isinstance(m.turn_tokens, str):
+        m.turn_tokens = parse_tokens(m.turn_tokens)
     m.trace = str(m.trace or "")
 
 
 def kind(m: Any) -> str:
-    """Which traffic shape the matrix asks for: ``cached``, ``interference``, ``trace`` or
-    "" (none)."""
+    """Which traffic shape the matrix asks for: ``cached``, ``interference``, ``trace``,
+    ``sessions`` or "" (none)."""
     if m.cached_fraction:
         return "cached"
     if m.interference_every_s:
         return "interference"
     if m.trace:
         return "trace"
+    if m.sessions:
+        return "sessions"
     return ""
 
 
 def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _session_problems(m: Any) -> list[str]:
+    errors: list[str] = []
+    if not _whole(m.sessions) or not 0 <= m.sessions <= MAX_TURNS:
+        errors.append(f"sessions: {m.sessions!r} is not a number of turns in [0, {MAX_TURNS}]")
+    if not _whole(m.turn_tokens) or m.turn_tokens < 1:
+        errors.append(f"turn_tokens: {m.turn_tokens!r} is not a positive token count")
+    if not _number(m.think_time_s) or m.think_time_s < 0:
+        errors.append(f"think_time_s: {m.think_time_s!r} is not a number of seconds >= 0")
+    return errors
 
 
 def problems(m: Any) -> list[str]:
@@ -73,12 +97,14 @@ def problems(m: Any) -> list[str]:
         errors.append(f"speedup: {m.speedup!r} is not a number in (0, {MAX_SPEEDUP:g}]")
     elif m.speedup != 1.0 and not m.trace:
         errors.append("speedup: replays a trace; give trace (--trace FILE) too")
+    errors += _session_problems(m)
     asked = [
         name
         for name, on in (
             ("cached_fraction", bool(m.cached_fraction)),
             ("interference_every_s", _number(every) and every > 0),
             ("trace", bool(m.trace)),
+            ("sessions", _whole(m.sessions) and m.sessions > 0),
         )
         if on
     ]

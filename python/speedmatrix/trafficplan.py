@@ -12,7 +12,10 @@ closed-loop decode cells when the matrix asks for a shape.
   prompts of `DECODE_PROMPT_TOKENS` while one unique C-token prompt (one output token)
   arrives every T s, from T on (`speedmatrix.interference`).
 - **trace**: ``trace-r{r}``, one open-loop cell replaying the trace's arrivals divided by
-  the speed-up, each request with its own prompt and output length (`speedmatrix.replay`).
+  the speed-up, each request with its own prompt and output length (`speedmatrix.trace`).
+- **sessions** of T turns: ``session-c{C}-n{N}-t{T}-r{r}`` (phase "session"), N
+  conversations whose first prompt is C tokens (`speedmatrix.sessions`); planned against
+  the capacity its last turn needs; ``duration_s`` bounds each turn.
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ from collections.abc import Callable
 from typing import Any
 
 from speedmatrix.prefixcache import shared_prefix_tokens
+from speedmatrix.sessions import final_tokens
 from speedmatrix.trace import load_trace, schedule_ns
+from speedmatrix.units import format_tokens
 
 __all__ = [
     "DECODE_PROMPT_TOKENS",
@@ -80,6 +85,9 @@ def traffic_cells(
         return out
     for spec, context in resolved:
         for n in matrix.concurrency:
+            if kind == "sessions":
+                out += [_session_cell(matrix, spec, context, n, r, make) for r in reps]
+                continue
             if kind == "interference":
                 for r in reps:
                     cell = make(spec, context, n, r)
@@ -97,6 +105,23 @@ def traffic_cells(
     return out
 
 
+def _session_cell(
+    matrix: Any, spec: int | str, context: int, n: int, r: int, make: Callable[..., Any]
+) -> Any:
+    """A sessions cell, its capacity planned for its last turn's prompt."""
+    turns, step = int(matrix.sessions), int(matrix.turn_tokens)
+    last = final_tokens(context, step, matrix.max_output, turns) if context else 0
+    cell = make(spec, last, n, r)
+    cell.phase, cell.context = "session", context
+    if context:
+        cell.label = format_tokens(context)
+    where = f"c{context}" if context else str(spec)
+    cell.id = f"session-{where}-n{n}-t{turns}-r{r}"
+    cell.sessions, cell.turn_tokens = turns, step
+    cell.think_time_s = float(matrix.think_time_s)
+    return cell
+
+
 def shape_traffic_cell(cell: Any, matrix: Any) -> None:
     """The run shape of a traffic cell, after plan's own (`plan._shape`)."""
     if cell.cached_fraction is not None:
@@ -107,6 +132,12 @@ def shape_traffic_cell(cell: Any, matrix: Any) -> None:
     elif cell.phase == "interference":
         cell.duration_s = float(matrix.duration_s)
         cell.max_requests = 0
+        cell.prompt_count = int(cell.concurrency)
+        cell.warmup = False
+        cell.shared_prefix = 0
+    elif cell.phase == "session":
+        cell.duration_s = float(matrix.duration_s)  # each turn's cap
+        cell.max_requests = int(cell.concurrency)
         cell.prompt_count = int(cell.concurrency)
         cell.warmup = False
         cell.shared_prefix = 0

@@ -1,6 +1,7 @@
 """Measuring the cells of issue 23's traffic shapes (`speedmatrix.trafficplan`) inside a
 sweep: a cached-fraction cell (`speedmatrix.cachedcell`), a prefill-interference cell
-(`speedmatrix.interference`) and a trace replay (`speedmatrix.trace`).
+(`speedmatrix.interference`), a trace replay (`speedmatrix.trace`) and a sessions cell
+(`speedmatrix.sessions`).
 
 Each function takes the running `speedmatrix.sweep.Sweep` and uses its own steps (the idle
 wait, the CellSpec, the run on a worker thread, storing), so these cells are waited for,
@@ -11,16 +12,18 @@ when the run was interrupted. `measure` picks the one a cell needs, None for a g
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any
 
-from speedmatrix import interference, verdict
+from speedmatrix import interference, sessions, verdict
 from speedmatrix.cachedcell import WARM_INDEX, prompt_seed, read_counters, warm_prefix
 from speedmatrix.errors import SpeedmatrixError
-from speedmatrix.prompts import PromptFactory, request_body
+from speedmatrix.prompts import PromptError, PromptFactory, request_body
 from speedmatrix.records import Records
 from speedmatrix.trace import load_trace, schedule_ns
 from speedmatrix.trafficplan import DECODE_PROMPT_TOKENS
 from speedmatrix.verdict.interference import interference_cell
+from speedmatrix.verdict.sessions import session_cell
 
 __all__ = ["is_traffic_cell", "measure"]
 
@@ -29,7 +32,11 @@ _CLIENT_TIMEOUT_S = 120.0
 
 
 def is_traffic_cell(cell: Any) -> bool:
-    return cell.cached_fraction is not None or cell.phase == "interference" or bool(cell.trace)
+    return (
+        cell.cached_fraction is not None
+        or cell.phase in ("interference", "session")
+        or bool(cell.trace)
+    )
 
 
 def measure(sweep: Any, cell: Any) -> Any:
@@ -38,6 +45,8 @@ def measure(sweep: Any, cell: Any) -> Any:
         return _cached(sweep, cell)
     if cell.phase == "interference":
         return _interference(sweep, cell)
+    if cell.phase == "session":
+        return _sessions(sweep, cell)
     return _trace(sweep, cell)
 
 
@@ -163,3 +172,46 @@ def _trace(sweep: Any, cell: Any) -> Any:
         slo_targets=cell.slo,
     )
     return sweep._store_measured(stored, records, prompts)
+
+
+def _session_turns(sweep: Any, cell: Any) -> tuple[list[Any], list[list[bytes]]]:
+    """Each session's full prompt (its last turn's) and every turn's bodies, turn by turn."""
+    turns, step, out_tokens = cell.sessions, cell.turn_tokens, cell.max_output
+    last = sessions.final_tokens(cell.context, step, out_tokens, turns)
+    salt = f"{sweep.doc['meta']['run']['seed']}/{cell.id}/{sweep._nonce}"
+    full = _factory(sweep, cell, last, salt).prompts(cell.concurrency)
+    if full[0].method != "token_ids":
+        raise PromptError(
+            "sessions need token-id prompts (the completions API of an engine that takes "
+            f"them) so that each turn's prompt is a prefix of the next; this server: {full[0].method}"
+        )
+    overhead = last - len(full[0].payload)
+    bodies = []
+    for k in range(turns):
+        tokens = sessions.turn_tokens_at(cell.context, step, out_tokens, k)
+        ids = [sessions.turn_ids(list(p.payload), overhead, tokens) for p in full]
+        bodies.append([_body(sweep, cell, i, out_tokens) for i in ids])
+    return full, bodies
+
+
+def _sessions(sweep: Any, cell: Any) -> Any:
+    """The turns in lock step: turn k of every session, one request a slot, then the
+    think time; the turns' records merged into the cell's."""
+    idle, _ = sweep._wait_idle()
+    try:
+        full, turns = _session_turns(sweep, cell)
+    except (SpeedmatrixError, ValueError) as exc:
+        return _failed(sweep, cell, exc)
+    parts = []
+    for k, bodies in enumerate(turns):
+        if k and cell.think_time_s > 0:
+            time.sleep(cell.think_time_s)
+        spec = sweep._spec(cell, cell.concurrency, bodies, [], cell.duration_s, cell.concurrency)
+        spec.steady_window = False
+        records = _run(sweep, spec)
+        if records is None:
+            return None
+        parts.append(records)
+    merged = sessions.merge(parts, int(cell.concurrency))
+    stored = session_cell(cell, merged, idle=idle)
+    return sweep._store_measured(stored, merged, full)

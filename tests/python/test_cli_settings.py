@@ -47,6 +47,9 @@ EDITS = {
     "interference_every_s": ("2.0", 2.0),
     "trace": ('"t.jsonl"', "t.jsonl"),
     "speedup": ("4.0", 4.0),
+    "sessions": ("3", 3),
+    "turn_tokens": ("128", 128),
+    "think_time_s": ("1.5", 1.5),
 }
 
 KEY_LINE = re.compile(r"^([a-z_]+) = ", re.MULTILINE)

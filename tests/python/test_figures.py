@@ -161,6 +161,7 @@ def test_entries_are_named_once_and_complete():
             "slo",
             "prefixcache",
             "interference",
+            "sessions",
         ), f.name
     assert figures.RENAMED.keys().isdisjoint(names)  # an old name never names a figure
 

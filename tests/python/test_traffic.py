@@ -1,21 +1,25 @@
 """Issue 23's traffic shapes, their pure parts (fast tier): the matrix fields and their
-refusals, the cells they plan, the interference schedule, and the figures of a
-cached-fraction and an interference cell from synthetic records."""
+refusals, the cells they plan, the interference schedule and the session turns, the
+figures of a cached-fraction, an interference and a sessions cell from synthetic records,
+and the report's views."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
-from speedmatrix import interference
+from speedmatrix import interference, sessions
 from speedmatrix.matrix import Matrix
 from speedmatrix.plan import plan
 from speedmatrix.records import Records
+from speedmatrix.report import traffic as report_traffic
 from speedmatrix.trafficplan import DECODE_PROMPT_TOKENS
 from speedmatrix.verdict.cache import cache_columns
 from speedmatrix.verdict.cells import CellShape
 from speedmatrix.verdict.interference import interference_cell
+from speedmatrix.verdict.sessions import session_cell
 
 MS = 1_000_000
 SERVER = {"kv_tokens": 1 << 20, "context_length": 32768, "max_running": 64}
@@ -282,3 +286,188 @@ def test_an_interference_cell_without_prefills_is_an_error_that_says_why() -> No
     assert cell["status"] == "error"
     assert cell["reason"] == "no prefill reached its first token"
     assert cell["tbt_inflation"] is None
+
+
+# ---- the report's views ------------------------------------------------------------------
+def _interference_frame() -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            {"id": "decode-c1024-n2-r0", "phase": "decode", "context": 1024, "concurrency": 2},
+            {
+                "id": "interference-c2048-n2-r0",
+                "phase": "interference",
+                "context": 2048,
+                "concurrency": 2,
+                "repetition": 0,
+                "status": "valid",
+                "interference_every_s": 0.5,
+                "interference_prefills": 3,
+                "tbt_clear_p99_ms": 20.0,
+                "tbt_overlap_p99_ms": 102.0,
+                "tbt_inflation": 5.1,
+                "gaps_over_100ms": 3,
+            },
+            {
+                "id": "interference-c2048-n4-r0",
+                "phase": "interference",
+                "context": 2048,
+                "concurrency": 4,
+                "repetition": 0,
+                "status": "error",
+                "reason": "no prefill reached its first token",
+                "interference_prefills": 0,
+                "tbt_inflation": None,
+            },
+        ]
+    )
+
+
+def test_the_interference_section_lists_each_cell_and_says_why_one_failed() -> None:
+    section = report_traffic.interference_section(_interference_frame())
+    assert section is not None and section.charts == [report_traffic.INTERFERENCE_CHART]
+    rows = section.table.rows
+    assert [r[:2] for r in rows] == [["2048", "2"], ["2048", "4"]]
+    assert rows[0][4:8] == ["20.0", "102.0", "5.10", "3"]
+    assert rows[0][-1] == "valid"
+    assert rows[1][6] == "—" and rows[1][-1] == "error: no prefill reached its first token"
+    fig = report_traffic.inflation_by_streams(_interference_frame())
+    (line,) = fig.axes[0].get_lines()[:1]
+    assert list(line.get_ydata()) == [5.1]  # the failed cell has no point
+
+
+def test_a_run_without_traffic_cells_has_no_traffic_sections() -> None:
+    plain = pd.DataFrame([{"id": "decode-c1024-n2-r0", "phase": "decode", "context": 1024}])
+    assert report_traffic.interference_section(plain) is None
+    assert report_traffic.trace_section(plain) is None
+
+
+def test_the_trace_section_shows_the_lateness_percentiles() -> None:
+    cells = pd.DataFrame(
+        [
+            {
+                "id": "trace-r0",
+                "phase": "decode",
+                "trace": "/data/traces/mooncake.jsonl",
+                "speedup": 4.0,
+                "open_loop_arrivals": 120,
+                "open_loop_completed": 118,
+                "queue_p50_ms": 0.4,
+                "queue_p90_ms": 1.2,
+                "queue_p99_ms": 7.25,
+                "ttft_ms": 80.0,
+                "status": "valid",
+            }
+        ]
+    )
+    section = report_traffic.trace_section(cells)
+    assert section is not None
+    assert section.table.rows == [
+        ["mooncake.jsonl", "4.00", "120", "118", "0.40", "1.20", "7.25", "80.0", "valid"]
+    ]
+    fig = report_traffic.lateness_by_trace(cells)
+    heights = [p.get_height() for p in fig.axes[0].patches]
+    assert heights == [0.4, 1.2, 7.25]
+
+
+# ---- sessions ----------------------------------------------------------------------------
+def test_session_turn_lengths_and_cached_prefixes() -> None:
+    assert [sessions.turn_tokens_at(512, 64, 32, k) for k in range(3)] == [512, 608, 704]
+    assert [sessions.cached_prefix_tokens(512, 64, 32, k) for k in range(3)] == [0, 512, 608]
+    assert sessions.final_tokens(512, 64, 32, 3) == 704
+    assert sessions.turn_ids(list(range(10)), 1, 5) == [0, 1, 2, 3]  # the server adds a BOS
+
+
+def test_sessions_cells_are_planned_for_their_last_turn() -> None:
+    m = Matrix(contexts=[4096], concurrency=[2, 64], sessions=4, turn_tokens=256, max_output=512)
+    cells = plan(m, kv_tokens=200_000, context_length=32768, max_running=64)
+    assert [(c.id, c.phase, c.context, c.label) for c in cells] == [
+        ("session-c4096-n2-t4-r0", "session", 4096, "4K"),
+        ("session-c4096-n64-t4-r0", "session", 4096, "4K"),
+    ]
+    # last turn: 4096 + 3 x 768 = 6400 prompt tokens + 512 output, times N
+    assert cells[0].runnable and cells[0].kv_needed == 2 * (6400 + 512)
+    assert cells[1].status == "over_capacity"
+    assert (cells[0].sessions, cells[0].turn_tokens, cells[0].max_requests) == (4, 256, 2)
+
+
+@pytest.mark.parametrize(
+    "fields, problem",
+    [
+        ({"sessions": -1}, "sessions: -1 is not a number of turns"),
+        ({"sessions": 2, "turn_tokens": 0}, "turn_tokens: 0 is not a positive token count"),
+        ({"sessions": 2, "think_time_s": -1.0}, "think_time_s: -1.0 is not a number"),
+        ({"sessions": 2, "trace": "t.jsonl"}, "sessions: cannot be combined with trace"),
+        ({"sessions": 3, "think_time_s": "1s", "turn_tokens": "1k"}, None),
+    ],
+)
+def test_sessions_fields(fields: dict, problem: str | None) -> None:
+    found = Matrix(**fields).problems()
+    if problem is None:
+        assert found == []
+    else:
+        assert any(p.startswith(problem) for p in found), found
+
+
+def _turn(k: int, n: int, t0: int, ttft_ms: float, tokens: int, gap_ms: float):
+    """Turn k of n sessions: sent at t0, first token after ttft_ms, then a token each gap_ms."""
+    first = t0 + int(ttft_ms * MS)
+    req = {
+        "phase": np.ones(n, np.uint8),
+        "body": np.arange(n, dtype=np.int32),
+        "sent_ns": np.full(n, t0, np.int64),
+        "first_byte_ns": np.full(n, first, np.int64),
+        "first_token_ns": np.full(n, first, np.int64),
+        "done_ns": np.full(n, first + int((tokens - 1) * gap_ms * MS), np.int64),
+        "outcome": np.ones(n, np.uint8),
+        "prompt_tokens": np.full(n, 100 + k, np.int64),
+        "output_tokens": np.full(n, tokens, np.int64),
+    }
+    times = [first + int(j * gap_ms * MS) for j in range(tokens)]
+    ev = {
+        "request": np.repeat(np.arange(n, dtype=np.int32), tokens),
+        "t_ns": np.tile(np.asarray(times, np.int64), n),
+        "tokens": np.ones(n * tokens, np.int32),
+        "server_ns": np.full(n * tokens, -1, np.int64),
+    }
+    return _records(req, ev, t0, int(req["done_ns"].max()))
+
+
+def test_session_figures_from_merged_turns() -> None:
+    n = 2
+    parts = [
+        _turn(0, n, 1_000 * MS, 200.0, 11, 10.0),  # ends at 1.3 s
+        _turn(1, n, 2_000 * MS, 40.0, 11, 10.0),  # ends at 2.14 s
+    ]
+    merged = sessions.merge(parts, n)
+    assert list(merged.requests["body"]) == [0, 1, 2, 3]
+    assert list(np.unique(merged.events["request"])) == [0, 1, 2, 3]
+    shape = CellShape(
+        "session-c100-n2-t2-r0",
+        "session",
+        100,
+        "100",
+        n,
+        sessions=2,
+        turn_tokens=10,
+        think_time_s=0.5,
+        max_output=11,
+    )
+    cell = session_cell(shape, merged, idle=True)
+    assert cell["status"] == "valid", cell.get("reason")
+    assert cell["session_ttft_ms_by_turn"] == [200.0, 40.0]
+    assert cell["session_turn_cached_tokens"] == [0, 100]
+    assert cell["session_tbt_ms"] == pytest.approx(10.0)
+    assert cell["session_turns_completed"] == 4
+    assert cell["session_duration_s"] == pytest.approx(1.14)
+    assert cell["session_turns_per_s"] == pytest.approx(4 / 1.14)
+    assert cell["session_output_tok_s"] == pytest.approx(44 / 1.14)
+
+
+def test_a_session_turn_that_failed_makes_the_cell_an_error() -> None:
+    part = _turn(0, 2, 1_000 * MS, 200.0, 5, 10.0)
+    part.requests["outcome"][1] = 3
+    part.requests["error_kind"][1] = "http_500"
+    shape = CellShape("s", "session", 100, "100", 2, sessions=1, turn_tokens=10, max_output=5)
+    cell = session_cell(shape, sessions.merge([part], 2), idle=True)
+    assert cell["status"] == "error"
+    assert cell["reason"] == "1 of 2 turns did not complete (http_500: 1)"

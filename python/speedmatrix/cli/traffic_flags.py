@@ -11,7 +11,7 @@ from typing import Any
 from speedmatrix.cliargs import UsageError
 from speedmatrix.prefixcache import parse_cached_fractions
 from speedmatrix.trace import TraceError, load_trace
-from speedmatrix.units import parse_duration
+from speedmatrix.units import parse_duration, parse_tokens
 
 __all__ = ["TRAFFIC_FLAGS", "add_traffic_flags", "apply_traffic_flags"]
 
@@ -21,6 +21,9 @@ TRAFFIC_FLAGS = (
     ("interference", "interference_every_s", "--interference"),
     ("trace", "trace", "--trace"),
     ("speedup", "speedup", "--speedup"),
+    ("sessions", "sessions", "--sessions"),
+    ("turn_tokens", "turn_tokens", "--turn-tokens"),
+    ("think_time", "think_time_s", "--think-time"),
 )
 
 
@@ -69,6 +72,17 @@ def apply_traffic_flags(m: Any, args: argparse.Namespace) -> None:
         except TraceError as exc:
             raise UsageError(f"--trace: {exc}") from None
         m.trace = str(Path(args.trace).resolve())
+    for attr, flag, parse in (
+        ("sessions", "--sessions", int),
+        ("turn_tokens", "--turn-tokens", parse_tokens),
+        ("think_time", "--think-time", parse_duration),
+    ):
+        if getattr(args, attr, None):
+            try:
+                value = parse(getattr(args, attr))
+            except ValueError:
+                raise UsageError(f"{flag}: {getattr(args, attr)!r} is not valid") from None
+            setattr(m, {a: f for a, f, _ in TRAFFIC_FLAGS}[attr], value)
     if getattr(args, "speedup", None):
         try:
             m.speedup = float(args.speedup)

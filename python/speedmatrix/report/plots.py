@@ -37,10 +37,13 @@ from speedmatrix.report.prefixcache import cache_cells, ttft_by_cached_fraction
 from speedmatrix.report.traffic import (
     INTERFERENCE_CHART,
     LATENESS_CHART,
+    SESSION_CHART,
     inflation_by_streams,
     interference_cells,
     lateness_by_trace,
+    session_cells,
     trace_cells,
+    ttft_by_cached_prefix,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -394,6 +397,8 @@ def all_figures(run: Run, slo: Any = None) -> dict[str, Figure]:
         figs[INTERFERENCE_CHART] = inflation_by_streams(run.all_cells)
     if not trace_cells(run.all_cells).empty:
         figs[LATENESS_CHART] = lateness_by_trace(run.all_cells)
+    if not session_cells(run.all_cells).empty:
+        figs[SESSION_CHART] = ttft_by_cached_prefix(run.all_cells)
     if slo is not None:
         caps = slo_capacities(run, slo)
         if caps:

@@ -1,6 +1,7 @@
-"""The report's views of two traffic shapes (`speedmatrix.trafficplan`): the
-prefill-interference cells (a table and the inflation-versus-streams chart) and the trace
-replays (a table and the lateness chart). Each is shown only for a run that has such cells;
+"""The report's views of three traffic shapes (`speedmatrix.trafficplan`): the
+prefill-interference cells (a table and the inflation-versus-streams chart), the trace
+replays (a table and the lateness chart) and the sessions (a table and TTFT against the
+cached prefix per turn). Each is shown only for a run that has such cells;
 the numbers are the cells' stored figures, this module only arranges them."""
 
 from __future__ import annotations
@@ -19,12 +20,16 @@ __all__ = [
     "INTERFERENCE_CHART",
     "LATENESS_CHART",
     "LATENESS_PERCENTILES",
+    "SESSION_CHART",
     "inflation_by_streams",
     "interference_cells",
     "interference_section",
     "lateness_by_trace",
+    "session_cells",
+    "session_section",
     "trace_cells",
     "trace_section",
+    "ttft_by_cached_prefix",
 ]
 
 INTERFERENCE_CHART = "interference_inflation"
@@ -39,11 +44,20 @@ def _num(value: Any, digits: int = 1) -> str:
     return f"{float(value):.{digits}f}"
 
 
+def _status(c: pd.Series) -> str:
+    """The cell's status, with its reason when it has one."""
+    status, reason = c.get("status"), c.get("reason")
+    text = status if isinstance(status, str) else ""
+    return f"{text}: {reason}" if isinstance(reason, str) and reason else text
+
+
 def interference_cells(cells: pd.DataFrame) -> pd.DataFrame:
     """The run's interference cells by context and streams; empty when it has none."""
     if "phase" not in cells:
         return cells.iloc[0:0]
     rows = cells[cells["phase"] == "interference"]
+    if rows.empty:
+        return rows
     return rows.sort_values(["context", "concurrency", "repetition"])
 
 
@@ -65,7 +79,7 @@ def interference_section(cells: pd.DataFrame) -> Section | None:
                 _num(c.get("tbt_overlap_p99_ms")),
                 _num(c.get("tbt_inflation"), 2),
                 _num(c.get("gaps_over_100ms"), 0),
-                str(c.get("reason") or c.get("status") or ""),
+                _status(c),
             ]
         )
     columns = [
@@ -143,7 +157,7 @@ def trace_section(cells: pd.DataFrame) -> Section | None:
                 _num(c.get("open_loop_completed"), 0),
                 *(_num(_lateness(c, p), 2) for p in LATENESS_PERCENTILES),
                 _num(c.get("ttft_ms")),
-                str(c.get("status") or ""),
+                _status(c),
             ]
         )
     columns = ["Trace", "Speed-up", "Arrivals", "Completed"]
@@ -181,4 +195,99 @@ def lateness_by_trace(cells: pd.DataFrame) -> Figure:
         ax.set_ylabel("send lateness (ms)")
         ax.set_title("Trace replay: lateness against the schedule")
         ax.legend(fontsize=7.5)
+    return fig
+
+
+SESSION_CHART = "session_ttft_vs_cached_prefix"
+
+
+def session_cells(cells: pd.DataFrame) -> pd.DataFrame:
+    """The run's sessions cells by context and sessions at once; empty when it has none."""
+    if "phase" not in cells:
+        return cells.iloc[0:0]
+    rows = cells[cells["phase"] == "session"]
+    if rows.empty:
+        return rows
+    return rows.sort_values(["context", "concurrency", "repetition"])
+
+
+def _turns(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, (list, tuple, np.ndarray)) else []
+
+
+def session_section(cells: pd.DataFrame) -> Section | None:
+    """Per (C, N): the turns, TTFT of the first and last turn against the cached prefix,
+    time between tokens, turns/s, output tok/s and session duration; None without such cells."""
+    rows = session_cells(cells)
+    if rows.empty:
+        return None
+    table_rows = []
+    for _, c in rows.iterrows():
+        ttft, cached = (
+            _turns(c.get("session_ttft_ms_by_turn")),
+            _turns(c.get("session_turn_cached_tokens")),
+        )
+        table_rows.append(
+            [
+                str(int(c["context"])),
+                str(int(c["concurrency"])),
+                _num(c.get("sessions"), 0),
+                _num(ttft[0] if ttft else None),
+                f"{_num(ttft[-1] if ttft else None)} ({cached[-1] if cached else '—'} cached)",
+                _num(c.get("session_tbt_ms")),
+                _num(c.get("session_turns_per_s"), 2),
+                _num(c.get("session_output_tok_s")),
+                _num(c.get("session_duration_s"), 2),
+                _status(c),
+            ]
+        )
+    columns = [
+        "First prompt",
+        "Sessions",
+        "Turns",
+        "TTFT turn 1 ms",
+        "TTFT last turn ms",
+        "TBT ms",
+        "Turns/s",
+        "Output tok/s",
+        "Session s",
+        "Status",
+    ]
+    text = (
+        "Each session's turn adds the previous answer and a new user message to its prompt; "
+        "the server has seen the previous turn's prompt (the cached prefix). Turns run in "
+        "lock step across the sessions, with the think time between them."
+    )
+    return Section(
+        "Sessions",
+        table=Table(columns, table_rows),
+        text=[text],
+        anchor="sessions",
+        charts=[SESSION_CHART],
+    )
+
+
+def ttft_by_cached_prefix(cells: pd.DataFrame) -> Figure:
+    """Median TTFT of each turn against the prefix the server had cached for it, a line per
+    sessions cell."""
+    rows = session_cells(cells)
+    with plt.rc_context(STYLE):
+        fig, ax = new_figure()
+        drawn = False
+        for _, c in rows.iterrows():
+            y = np.asarray(_turns(c.get("session_ttft_ms_by_turn")), dtype=float)
+            x = np.asarray(_turns(c.get("session_turn_cached_tokens")), dtype=float)
+            if len(x) != len(y) or not np.isfinite(y).any():
+                continue
+            ok = np.isfinite(y)
+            label = f"C={int(c['context'])} N={int(c['concurrency'])}"
+            ax.plot(x[ok], y[ok], marker="o", ms=3.5, label=label)
+            drawn = True
+        if not drawn:
+            empty(ax, "no session measured")
+            return fig
+        ax.set_xlabel("prompt tokens cached (the previous turn's prompt)")
+        ax.set_ylabel("TTFT (ms, median of the turn)")
+        ax.set_title("Sessions: time to first token by turn")
+        ax.legend(fontsize=7.5, ncols=2)
     return fig

@@ -97,6 +97,11 @@ class CellShape:
     interference_every_s: float = 0.0
     trace: str = ""
     speedup: float = 1.0
+    #: a sessions cell: turns, new tokens a turn, think time, the answer's tokens
+    sessions: int = 0
+    turn_tokens: int = 0
+    think_time_s: float = 0.0
+    max_output: int = 0
 
     @classmethod
     def from_cell(cls, cell: dict) -> CellShape:
@@ -117,6 +122,10 @@ class CellShape:
             interference_every_s=float(cell.get("interference_every_s") or 0.0),
             trace=cell.get("trace") or "",
             speedup=float(cell.get("speedup") or 1.0),
+            sessions=int(cell.get("sessions") or 0),
+            turn_tokens=int(cell.get("turn_tokens") or 0),
+            think_time_s=float(cell.get("think_time_s") or 0.0),
+            max_output=int(cell.get("session_answer_tokens") or 0),
         )
 
 
