@@ -64,7 +64,7 @@ REQUIRED_CELL_FIELDS = (
     "measured_s",
     "errors",
 )
-PHASES = ("prefill", "decode")
+PHASES = ("prefill", "decode", "interference", "session")
 STATUSES = ("valid", "queued", "over_capacity", "error")
 
 

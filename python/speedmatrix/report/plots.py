@@ -34,6 +34,17 @@ from speedmatrix.report.goodput import slo_capacities
 from speedmatrix.report.heatmap import decode_heatmap
 from speedmatrix.report.prefixcache import CHART as CACHE_CHART
 from speedmatrix.report.prefixcache import cache_cells, ttft_by_cached_fraction
+from speedmatrix.report.traffic import (
+    INTERFERENCE_CHART,
+    LATENESS_CHART,
+    SESSION_CHART,
+    inflation_by_streams,
+    interference_cells,
+    lateness_by_trace,
+    session_cells,
+    trace_cells,
+    ttft_by_cached_prefix,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from speedmatrix.results import Run
@@ -382,6 +393,12 @@ def all_figures(run: Run, slo: Any = None) -> dict[str, Figure]:
         figs["prefill_vs_context"] = prefill_vs_context(run)
     if not cache_cells(run.all_cells).empty:
         figs[CACHE_CHART] = ttft_by_cached_fraction(run.all_cells)
+    if not interference_cells(run.all_cells).empty:
+        figs[INTERFERENCE_CHART] = inflation_by_streams(run.all_cells)
+    if not trace_cells(run.all_cells).empty:
+        figs[LATENESS_CHART] = lateness_by_trace(run.all_cells)
+    if not session_cells(run.all_cells).empty:
+        figs[SESSION_CHART] = ttft_by_cached_prefix(run.all_cells)
     if slo is not None:
         caps = slo_capacities(run, slo)
         if caps:

@@ -33,6 +33,7 @@ from speedmatrix.report.model import Report, Section
 from speedmatrix.report.prefixcache import prefix_cache_section
 from speedmatrix.report.rates import open_loop_section, rate_matrix_line
 from speedmatrix.report.summary import rate_summary_section, summary_section
+from speedmatrix.report.traffic import interference_section, session_section, trace_section
 
 if TYPE_CHECKING:  # pragma: no cover
     from speedmatrix.results import Run
@@ -65,9 +66,14 @@ def build(run: Run, slo: Any = None) -> Report:
     ol = open_loop_section(run)
     if ol is not None:
         load_views.append(ol)
-    cache_view = prefix_cache_section(run.all_cells)
-    if cache_view is not None:
-        load_views.append(cache_view)
+    for view in (
+        prefix_cache_section(run.all_cells),
+        interference_section(run.all_cells),
+        trace_section(run.all_cells),
+        session_section(run.all_cells),
+    ):
+        if view is not None:
+            load_views.append(view)
     sections = [
         summ,
         hardware_section(run),
