@@ -21,7 +21,14 @@ from speedmatrix.sim import load_profile
 from speedmatrix.twin.model import PredictedCell, predict_cell
 from speedmatrix.units import format_tokens, parse_tokens
 
-__all__ = ["LIMITS", "apply_overrides", "predict", "predicted_cell", "predicted_doc"]
+__all__ = [
+    "LIMITS",
+    "apply_overrides",
+    "predict",
+    "predicted_cell",
+    "predicted_doc",
+    "with_predictions",
+]
 
 #: where the model is known to fail, said beside every predicted cell (docs/metrics.md)
 LIMITS = (
@@ -131,7 +138,7 @@ def predicted_doc(
                 "model": profile.get("model"),
                 "model_path": profile.get("model_path"),
             },
-            "engine": {"name": "twin", "version": profile.get("version"), "simulated": True},
+            "engine": {"name": "speedmatrix twin (predicted)", "version": profile.get("version")},
             "capacity": {k: profile.get(k) for k in ("kv_tokens", "context_length", "max_running")},
             "run": {
                 "duration_s": window_s,
@@ -170,3 +177,35 @@ def predict(
     if out is not None:
         write_run(out, doc)
     return Run(doc, out)
+
+
+def with_predictions(
+    doc: Mapping[str, Any],
+    profile: Mapping[str, Any],
+    contexts: Iterable[int],
+    concurrency: Iterable[int],
+    *,
+    source: str = "",
+) -> dict[str, Any]:
+    """A measured run's document with every (context, concurrency) decode cell it did not
+    measure added as predicted (``profile``: fitted to it); its measured cells untouched."""
+    run = dict(doc)
+    meta = dict(run.get("meta") or {})
+    info = dict(meta.get("run") or {})
+    window_s = float(info.get("duration_s") or 30.0)
+    max_output = int(info.get("max_output") or 4096)
+    measured = {
+        (int(c["context"]), int(c["concurrency"]))
+        for c in run.get("cells") or []
+        if c.get("phase") == "decode" and not c.get("predicted")
+    }
+    pred = predicted_doc(
+        profile, contexts, concurrency, max_output=max_output, window_s=window_s, source=source
+    )
+    new = [c for c in pred["cells"] if (c["context"], c["concurrency"]) not in measured]
+    kept = [c for c in run.get("cells") or [] if not c.get("predicted")]
+    info["prediction"] = pred["meta"]["run"]["prediction"]
+    meta["run"] = info
+    run["meta"] = meta
+    run["cells"] = kept + new
+    return run
