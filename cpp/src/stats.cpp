@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "speedmatrix/records.hpp"
+#include "stats_detail.hpp"
 
 namespace speedmatrix {
 namespace {
@@ -269,59 +270,6 @@ std::vector<Arrival> token_arrivals(const RecordView& r, int phase) {
   return out;
 }
 
-double coalesced_share(const RecordView& r, ns_t t0, ns_t t1) {
-  const std::size_t n_req = std::min(r.sent_ns.size(), r.phase.size());
-  const std::size_t n_ev = std::min({r.ev_request.size(), r.ev_t_ns.size(), r.ev_tokens.size()});
-  std::vector<std::pair<std::int32_t, ns_t>> ev;  // (request, t_ns) of the window's events
-  for (std::size_t e = 0; e < n_ev; ++e) {
-    const std::int32_t q = r.ev_request[e];
-    if (q < 0 || static_cast<std::size_t>(q) >= n_req || r.ev_tokens[e] <= 0) continue;
-    if (r.phase[static_cast<std::size_t>(q)] != static_cast<std::uint8_t>(Phase::kWindow)) continue;
-    if (r.ev_t_ns[e] < t0 || r.ev_t_ns[e] > t1) continue;
-    ev.emplace_back(q, r.ev_t_ns[e]);
-  }
-  if (ev.empty()) return kNaN;
-  // Not across streams: each stream has its own connection and each read its own clock
-  // read, so two streams' events never share a stamp in a measurement.
-  std::sort(ev.begin(), ev.end());
-  std::int64_t n_together = 0;
-  std::vector<double> pace;  // one stream's gaps between deliveries, per event (ns)
-  for (std::size_t i = 0; i < ev.size();) {
-    std::size_t end = i;
-    while (end < ev.size() && ev[end].first == ev[i].first) ++end;
-    // The stream's deliveries (token_arrivals' grouping) and its own pace: the median
-    // gap between deliveries spread over their events.
-    std::vector<std::pair<std::size_t, std::size_t>> deliveries;
-    for (std::size_t d = i; d < end;) {
-      std::size_t k = d + 1;
-      while (k < end && ev[k].second - ev[d].second < kDeliveryNs) ++k;
-      deliveries.emplace_back(d, k);
-      d = k;
-    }
-    pace.clear();
-    for (std::size_t d = 1; d < deliveries.size(); ++d) {
-      const auto [a, b] = deliveries[d];
-      const double gap = static_cast<double>(ev[a].second - ev[deliveries[d - 1].first].second);
-      pace.push_back(gap / static_cast<double>(b - a));
-    }
-    const double median_pace = pace.empty() ? kNaN : percentile(pace, 0.5);
-    // An event came with another when it followed the previous event of its delivery much
-    // sooner than the stream's pace (a burst: read at once, or in pieces microseconds
-    // apart), not when the stream is simply that fast (one token a read, 0.2 ms apart).
-    for (const auto& [a, b] : deliveries) {
-      bool prev_counted = false;  // the event before e was counted already
-      for (std::size_t e = a + 1; e < b; ++e) {
-        const double inner = static_cast<double>(ev[e].second - ev[e - 1].second);
-        const bool burst = std::isnan(median_pace) ? inner == 0.0 : inner < 0.25 * median_pace;
-        if (burst) n_together += prev_counted ? 1 : 2;  // both events of the pair
-        prev_counted = burst;
-      }
-    }
-    i = end;
-  }
-  return static_cast<double>(n_together) / static_cast<double>(ev.size());
-}
-
 namespace {
 
 CellFigures empty_figures() {
@@ -555,21 +503,9 @@ WindowEvents window_events_sorted(const RecordView& r, ns_t t0, ns_t t1, ns_t bi
   return w;
 }
 
-// Whether the events are in the order the transport writes them: t_ns never goes back
-// (one loop thread reads one monotonic clock). Then each request's events come in time
-// order, and an arrival (a request's delivery) is whole once an event kDeliveryNs after
-// its first shows.
-bool time_ordered(const RecordView& r) {
-  const std::size_t n = std::min({r.ev_request.size(), r.ev_t_ns.size(), r.ev_tokens.size()});
-  for (std::size_t e = 1; e < n; ++e) {
-    if (r.ev_t_ns[e] < r.ev_t_ns[e - 1]) return false;
-  }
-  return true;
-}
-
 // token_arrivals' arrivals of `phase` requests, usage-scaled the same way, handed to
 // `on_arrival(request, t_ns, tokens, gap_ms)` in time order, from one pass over the event
-// columns in record order. REQUIRES time_ordered(r). Memory: O(requests).
+// columns in record order. REQUIRES detail::time_ordered(r). Memory: O(requests).
 template <class OnArrival>
 void stream_arrivals(const RecordView& r, int phase, OnArrival&& on_arrival) {
   const std::size_t n_req = r.sent_ns.size();
@@ -720,7 +656,7 @@ class RankSelect {
 };
 
 // The same figures as window_events_sorted, read in passes over the event columns
-// (REQUIRES time_ordered(r)): O(requests + bins) plus one bin's gaps at a time and the
+// (REQUIRES detail::time_ordered(r)): O(requests + bins) plus one bin's gaps at a time and the
 // rank selection's histograms (a few MB), however many events.
 WindowEvents window_events_streamed(const RecordView& r, ns_t t0, ns_t t1, ns_t bin_ns,
                                     std::int64_t n_bins, std::span<const double> tbt_qs) {
@@ -801,6 +737,14 @@ WindowEvents window_events_streamed(const RecordView& r, ns_t t0, ns_t t1, ns_t 
 
 }  // namespace
 
+bool detail::time_ordered(const RecordView& r) {
+  const std::size_t n = std::min({r.ev_request.size(), r.ev_t_ns.size(), r.ev_tokens.size()});
+  for (std::size_t e = 1; e < n; ++e) {
+    if (r.ev_t_ns[e] < r.ev_t_ns[e - 1]) return false;
+  }
+  return true;
+}
+
 CellFigures summarize_cell(const RecordView& r, ns_t t0, ns_t t1, double bin_s, ns_t steady_from_ns,
                            ns_t ttft_from_ns, std::span<const double> tbt_qs) {
   CellFigures f = empty_figures();
@@ -830,8 +774,9 @@ CellFigures summarize_cell(const RecordView& r, ns_t t0, ns_t t1, double bin_s, 
   // --- tokens in the window, per bin, and the gaps between arrivals ---
   // Read straight from the event columns when they are in the transport's order (bounded
   // memory however many events, which may be spilled mappings); else from a sorted copy.
-  WindowEvents w = time_ordered(r) ? window_events_streamed(r, t0, t1, bin_ns, n_bins, tbt_qs)
-                                   : window_events_sorted(r, t0, t1, bin_ns, n_bins, tbt_qs);
+  WindowEvents w = detail::time_ordered(r)
+                       ? window_events_streamed(r, t0, t1, bin_ns, n_bins, tbt_qs)
+                       : window_events_sorted(r, t0, t1, bin_ns, n_bins, tbt_qs);
   f.output_tokens = w.output_tokens;
   const std::vector<Span>& spans = w.spans;
   const std::vector<std::int64_t>& bin_tokens = w.bin_tokens;
@@ -971,7 +916,7 @@ std::vector<RequestTokens> request_tokens(const RecordView& r, ns_t t0, ns_t t1)
     const double silence = gap_ms * static_cast<double>(tokens);  // as token_arrivals' reader
     if (!std::isnan(silence) && !(silence <= q.max_gap_ms)) q.max_gap_ms = silence;
   };
-  if (time_ordered(r)) {
+  if (detail::time_ordered(r)) {
     stream_arrivals(r, -1, add);
   } else {
     for (const Arrival& a : token_arrivals(r, -1)) add(a.request, a.t_ns, a.tokens, a.gap_ms);

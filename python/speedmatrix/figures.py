@@ -28,6 +28,7 @@ __all__ = [
     "CATALOGUE",
     "CI_FIGURES",
     "CONFIDENCE",
+    "DEFAULT_PERCENTILES",
     "DISTRIBUTION_PREFIX",
     "GROUPS",
     "OPTIONAL_GROUPS",
@@ -38,12 +39,23 @@ __all__ = [
     "label",
     "markdown_table",
     "t_quantile",
+    "tbt_levels",
 ]
 
 #: the confidence level of every interval (cpp stats.hpp kConfidence)
 CONFIDENCE: float = float(_core.CONFIDENCE)
 #: its two-sided normal quantile (cpp stats.hpp kZ975)
 Z_TWO_SIDED: float = float(_core.Z_TWO_SIDED)
+
+
+#: the percentiles (the ``{p}`` of the distributions' columns) a run gives unless told
+DEFAULT_PERCENTILES: tuple[float, ...] = (50.0, 90.0, 95.0, 99.0, 99.9)
+
+
+def tbt_levels(percentiles: tuple[float, ...] | list[float]) -> list[float]:
+    """The quantiles (in [0, 1]: ``tbt_qs``) of `_core.summarize_cell` whose tbt_quantiles_ms
+    the TBT distribution of these percentiles reads: the median and each one, ascending."""
+    return [p / 100 for p in sorted({50.0, *percentiles})]
 
 
 def t_quantile(df: int) -> float:

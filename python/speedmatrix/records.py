@@ -234,22 +234,13 @@ def token_arrivals(requests: dict, events: dict | None, phase: int = 1) -> dict[
     return {k: np.asarray(v) for k, v in arrivals.items()}
 
 
-def tbt_samples(
-    requests: dict,
-    events: dict | None,
-    t0: int,
-    t1: int,
-    arrivals: dict[str, np.ndarray] | None = None,
-) -> np.ndarray:
+def tbt_samples(requests: dict, events: dict | None, t0: int, t1: int) -> np.ndarray:
     """Per-token gaps (ms) between token arrivals of the window requests that did not fail,
     arrivals in [t0, t1], an arrival's gap once per token: the multiset whose median is the
-    cell's ``tbt_ms`` (`_core.summarize_cell` takes its median from the same arrivals).
-    ``arrivals``: `token_arrivals` of these records already made (any phase), not made again."""
-    a = token_arrivals(requests, events, 1) if arrivals is None else arrivals
+    cell's ``tbt_ms`` (`_core.summarize_cell` takes its median from the same arrivals)."""
+    a = token_arrivals(requests, events, 1)
     q = a["request"]
     failed = np.asarray(requests.get("outcome", ()), dtype=np.int64) == _OUTCOME_ERROR
     ok = ~failed[q] if len(failed) else np.ones(len(q), bool)
-    if arrivals is not None:  # arrivals of every phase: the window requests' only
-        ok &= np.asarray(requests["phase"])[q] == 1
     sel = ok & (a["t_ns"] >= t0) & (a["t_ns"] <= t1) & np.isfinite(a["gap_ms"])
     return np.repeat(a["gap_ms"][sel], a["tokens"][sel])

@@ -13,6 +13,7 @@ from typing import Protocol
 
 import numpy as np
 
+from speedmatrix import figures
 from speedmatrix.records import Records
 from speedmatrix.verdict import preemption
 from speedmatrix.verdict.counts import (
@@ -253,12 +254,13 @@ def decode_cell(
     w = _window(shape, records)
     if w is None:
         return _never_started(base, records, errors, idle=idle, facts=facts)
-    fig = _window_figures(base, shape, records, facts, errors, w.settle, w.ramp)
+    pct = tuple(percentiles or figures.DEFAULT_PERCENTILES)
+    fig = _window_figures(base, shape, records, facts, errors, w, figures.tbt_levels(pct))
     unserved, unserved_longer = ttft_unserved(req, w.ramp, w.t1, base["ttft_ms"])
     base["ttft_unserved"] = unserved
     base["flags"] = []
     rate = getattr(shape, "rate_per_s", None)
-    base.update(_distributions(records, w.t0, w.t1, rate, percentiles, slo_targets))
+    base.update(_distributions(records, w.t0, w.t1, rate, pct, slo_targets, fig))
     if not w.open_loop:
         # the send of the first N to the window's opening (a run saved before steady
         # windows opened at the send: its ramp is the first wave's settling)
@@ -413,15 +415,16 @@ def _distributions(
     t0: int,
     t1: int,
     rate: float | None,
-    percentiles: tuple[float, ...] | list[float] | None,
+    pct: tuple[float, ...],
     slo_targets: dict[str, float] | None,
+    fig: dict,
 ) -> dict:
-    """Latency distributions, SLO attainment and goodput, open-loop figures."""
+    """Latency distributions, SLO attainment and goodput, open-loop figures; ``fig``: the
+    cell's `_core.summarize_cell` (made with ``figures.tbt_levels(pct)``), read, not redone."""
     # imported here: speedmatrix.latency imports speedmatrix.verdict.openloop, so an
     # import at the top would be a circle through this package's __init__
-    from speedmatrix import latency, slo
+    from speedmatrix import slo
 
-    pct = tuple(percentiles or latency.DEFAULT_PERCENTILES)
     extra = slo.cell_figures(
         records.requests,
         records.events,
@@ -430,6 +433,7 @@ def _distributions(
         rate_per_s=rate,
         percentiles=pct,
         slo=slo_targets or None,
+        core=fig,
     )
     extra["latency"]["percentiles"] = [float(p) for p in pct]
     return extra
@@ -441,17 +445,17 @@ def _window_figures(
     records: Records,
     facts: EngineFacts,
     errors: dict[str, int],
-    settle: int,
-    ramp: int,
+    w: _Window,
+    tbt_qs: list[float],
 ) -> dict:
     """Puts the window's figures (C++), the server's view and the prompt check in ``base``;
-    returns the C++ figures."""
+    returns the C++ figures (with the TBT sample set's quantiles at ``tbt_qs``)."""
     from speedmatrix._native import _core
 
     req, ev = records.requests, records.events
-    t0, t1 = int(records.window_start_ns), int(records.window_end_ns)
+    t0, t1, settle = w.t0, w.t1, w.settle
     window = req["phase"] == 1
-    fig = _core.summarize_cell(req, ev, t0, t1, 1.0, settle, ramp)
+    fig = _core.summarize_cell(req, ev, t0, t1, 1.0, settle, w.ramp, tbt_qs)
     server = server_view(records.metrics, facts, t0, t1, settle)
     reported = [int(x) for x in req["prompt_tokens"][window] if x >= 0]
     ptok = prompt_check(shape.context, reported)
