@@ -218,8 +218,17 @@ def predicted_handles(guessed: set[tuple[int, int]]) -> list[Line2D]:
     """The legend entry of the hollow points, where a chart has any."""
     if not guessed:
         return []
-    marker = {"markerfacecolor": "white", "markeredgecolor": "0.3"}
-    return [Line2D([], [], marker="o", ls="", label=CHART_LABEL, **marker)]
+    return [
+        Line2D(
+            [],
+            [],
+            marker="o",
+            ls="",
+            label=CHART_LABEL,
+            markerfacecolor="white",
+            markeredgecolor="0.3",
+        )
+    ]
 
 
 def decode_flags(run: Run) -> dict[tuple[int, int], list[str]]:
