@@ -168,6 +168,14 @@ def test_spilled_request_records_reach_python_whole():
     assert list(np.asarray(res.requests["output_tokens"])[ok]) == [8] * int(ok.sum())
     assert {res.requests["finish_reason"][i] for i in np.flatnonzero(ok)} == {"length"}
     assert np.all(np.diff(np.asarray(res.requests["sent_ns"])) >= 0)  # send order
+    # the columns issue 23 added cross spilled and kept alike: /v1/completions has no
+    # reasoning channel, so the first content is the first token, and no reasoning streamed
+    for r in (res, kept):
+        first = np.asarray(r.requests["first_token_ns"])
+        assert np.array_equal(np.asarray(r.requests["first_content_ns"]), first)
+        assert not np.asarray(r.requests["reasoning_deltas"]).any()
+        assert np.asarray(r.requests["reasoning_tokens"]).dtype == np.int64
+        assert np.asarray(r.requests["cached_tokens"]).dtype == np.int64
     _counts, tokens = _per_request(res)
     assert list(tokens) == list(res.requests["output_tokens"])
 
