@@ -11,9 +11,22 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from speedmatrix import runfile
+from speedmatrix.adapters import discover, strip_credentials
+from speedmatrix.dryrun import estimate_cells_s
 from speedmatrix.errors import SpeedmatrixError, clip
+from speedmatrix.http import ClientConfig, url_credentials
+from speedmatrix.plan import plan_learning_running
 from speedmatrix.progress import Progress
-from speedmatrix.runmeta import plan_meta, run_meta, tokenizer_name, utc_now, verdict_meta
+from speedmatrix.prompts import load_tokenizer
+from speedmatrix.results import load
+from speedmatrix.runmeta import (
+    plan_meta,
+    run_meta,
+    server_changes,
+    tokenizer_name,
+    utc_now,
+    verdict_meta,
+)
 from speedmatrix.sweep.search import SweepSearch
 from speedmatrix.verdict import EngineFacts, Rules
 
@@ -48,8 +61,6 @@ class Sweep(SweepSearch):
         client=None,
         force: bool = False,
     ):
-        from speedmatrix.adapters import strip_credentials
-        from speedmatrix.http import ClientConfig, url_credentials
 
         if client is None and target is not None:
             client = target.client_config
@@ -116,8 +127,6 @@ class Sweep(SweepSearch):
             return self._execute()
 
     def _execute(self) -> int:
-        from speedmatrix.adapters import discover
-        from speedmatrix.adapters.running import plan_learning_running
 
         stale = runfile.clean_stale_temp(self.out)  # left by a writer killed with -9
         if stale:
@@ -127,8 +136,6 @@ class Sweep(SweepSearch):
             )
         given_tokenizer = None
         if isinstance(self.tokenizer, (str, os.PathLike)):
-            from speedmatrix.prompts import load_tokenizer
-
             given_tokenizer = os.fspath(self.tokenizer)  # as given: what a resume needs
             self.tokenizer = load_tokenizer(given_tokenizer)
         if self.target is None:
@@ -190,7 +197,6 @@ class Sweep(SweepSearch):
         """A resumed run continues only on the server it measured: its engine, version,
         model and limits as saved. Otherwise one line naming what changed, before anything
         is written; with --force the difference goes into the run's warnings."""
-        from speedmatrix.runmeta import server_changes
 
         changes = server_changes(self.doc.get("meta") or {}, self.target)
         if not changes:
@@ -239,7 +245,6 @@ class Sweep(SweepSearch):
         self._write()
 
     def run_result(self) -> Run:
-        from speedmatrix.results import load
 
         return load(self.out)
 
@@ -272,7 +277,6 @@ class Sweep(SweepSearch):
         """Seconds each of the ``remaining`` cells will take (dryrun.estimate_s): warm-ups
         and prefill at the median prefill rate measured so far, prompts already sent
         counted as sent."""
-        from speedmatrix.dryrun import estimate_cells_s
 
         measured: list[float] = [
             c["prompt_tok_s"]

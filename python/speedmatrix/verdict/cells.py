@@ -14,6 +14,7 @@ from typing import Protocol
 import numpy as np
 
 from speedmatrix import figures
+from speedmatrix._native import _core
 from speedmatrix.records import Records
 from speedmatrix.verdict import preemption
 from speedmatrix.verdict.counts import (
@@ -423,7 +424,7 @@ def _distributions(
     cell's `_core.summarize_cell` (made with ``figures.tbt_levels(pct)``), read, not redone."""
     # imported here: speedmatrix.latency imports speedmatrix.verdict.openloop, so an
     # import at the top would be a circle through this package's __init__
-    from speedmatrix import slo
+    from speedmatrix import slo  # circle: latency -> verdict.openloop -> verdict -> here
 
     extra = slo.cell_figures(
         records.requests,
@@ -450,8 +451,6 @@ def _window_figures(
 ) -> dict:
     """Puts the window's figures (C++), the server's view and the prompt check in ``base``;
     returns the C++ figures (with the TBT sample set's quantiles at ``tbt_qs``)."""
-    from speedmatrix._native import _core
-
     req, ev = records.requests, records.events
     t0, t1, settle = w.t0, w.t1, w.settle
     window = req["phase"] == 1
