@@ -8,6 +8,7 @@ the top (the report's sections: none over 600 lines, no function over 80)."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import speedmatrix
@@ -43,6 +44,13 @@ def _modules() -> dict[str, Path]:
     return out
 
 
+@functools.cache
+def _parsed(path: Path) -> tuple[str, ast.Module]:
+    """(text, tree) of a file, read and parsed once for every check of this module."""
+    text = path.read_text()
+    return text, ast.parse(text)
+
+
 def _is_import_call(node: ast.AST) -> bool:
     """``importlib.import_module(...)``, ``import_module(...)`` or ``__import__(...)``."""
     if not isinstance(node, ast.Call):
@@ -70,7 +78,7 @@ def _imports(path: Path, top_level_only: bool, known: set[str] | None = None):
     """(module imported, names imported) of speedmatrix imports in `path`: import statements
     (in functions and under ``if TYPE_CHECKING:`` too, unless ``top_level_only``) and import
     calls (``importlib.import_module``), resolved against ``known`` module names."""
-    tree = ast.parse(path.read_text())
+    tree = _parsed(path)[1]
     nodes = tree.body if top_level_only else list(ast.walk(tree))
     for node in nodes:
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -91,9 +99,10 @@ def _function_imports(path: Path) -> list[tuple[int, str]]:
     """(line, text) of every import inside a function of ``path`` (nested ones once),
     import statements and import calls (``importlib.import_module``) alike; an import
     call's reason may stand on the line above it."""
-    lines = path.read_text().splitlines()
+    text, tree = _parsed(path)
+    lines = text.splitlines()
     seen: dict[int, str] = {}
-    for node in ast.walk(ast.parse("\n".join(lines))):
+    for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             for sub in ast.walk(node):
                 if isinstance(sub, (ast.Import, ast.ImportFrom)):
@@ -174,7 +183,7 @@ def test_no_private_names_across_modules():
 
 def test_long_files_say_why():
     for mod, path in _modules().items():
-        text = path.read_text()
+        text = _parsed(path)[0]
         if text.count("\n") > MAX_LINES:
             head = text[:4000]
             assert "Over 500 lines" in head, f"{mod}: {text.count(chr(10))} lines, no reason"
@@ -199,9 +208,9 @@ def test_the_report_is_in_sections_of_short_files_and_functions():
     for mod, path in _modules().items():
         if not mod.startswith(SECTIONED):
             continue
-        text = path.read_text()
+        text, tree = _parsed(path)
         assert text.count("\n") <= MAX_SECTION_LINES, f"{mod}: {text.count(chr(10))} lines"
-        for node in ast.walk(ast.parse(text)):
+        for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 n = (node.end_lineno or node.lineno) - node.lineno + 1
                 assert n <= MAX_FUNCTION_LINES, f"{mod}.{node.name}: {n} lines"
