@@ -31,6 +31,8 @@ _EXPORTS = {
     "Sim": "speedmatrix.sim",
     "write_report": "speedmatrix.report",
     "compare": "speedmatrix.report.compare",
+    "fit": "speedmatrix.twin.fitrun",
+    "predict": "speedmatrix.twin.predictrun",
 }
 
 # Spelled out for static tools; tests/python/test_api.py holds it to _EXPORTS.
@@ -44,8 +46,10 @@ __all__ = [
     "compare",
     "concat",
     "discover",
+    "fit",
     "load",
     "plan",
+    "predict",
     "register_adapter",
     "run",
     "write_report",

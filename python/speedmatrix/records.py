@@ -42,6 +42,7 @@ STAMPS = (
     "warmup_start_ns",
     "end_ns",
     "client_cpu_s",
+    "client_threads",
     "loop_lag_max_ms",
     "fatal_error",
     "events_note",
@@ -85,6 +86,8 @@ class Records:
     warmup_start_ns: int = -1
     end_ns: int = -1
     client_cpu_s: float = 0.0
+    #: the event loops the client ran the cell with (1: a run saved before there were more)
+    client_threads: int = 1
     loop_lag_max_ms: float = 0.0
     fatal_error: str = ""
     #: why the token events were held in memory instead of spilled to disk ("" = as planned)
@@ -114,6 +117,7 @@ class Records:
             warmup_start_ns=int(res.warmup_start_ns),
             end_ns=int(res.end_ns),
             client_cpu_s=float(res.client_cpu_s),
+            client_threads=int(getattr(res, "client_threads", 1)),
             loop_lag_max_ms=float(res.loop_lag_max_ms),
             fatal_error=str(res.fatal_error or ""),
             events_note=str(getattr(res, "events_note", "") or ""),
@@ -143,6 +147,7 @@ class Records:
                 "warmup_start_ns": cell.get("warmup_start_ns"),
                 "end_ns": cell.get("end_ns"),
                 "client_cpu_s": client.get("cpu_s"),
+                "client_threads": cell.get("client_threads"),
                 "loop_lag_max_ms": client.get("loop_lag_max_ms"),
             }
 
@@ -167,6 +172,7 @@ class Records:
             warmup_start_ns=num("warmup_start_ns", -1, int),
             end_ns=num("end_ns", -1, int),
             client_cpu_s=num("client_cpu_s", 0.0, float),
+            client_threads=num("client_threads", 1, int),
             loop_lag_max_ms=num("loop_lag_max_ms", 0.0, float),
             fatal_error=str(stamps.get("fatal_error") or ""),
             events_note=str(stamps.get("events_note") or ""),

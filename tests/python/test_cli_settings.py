@@ -44,6 +44,14 @@ EDITS = {
     "stall_min_s": ("3.0", 3.0),
     "stall_gap_factor": ("30.0", 30.0),
     "ramp_cap_s": ("90.0", 90.0),
+    "client_threads": ("2", 2),
+    "cached_fraction": ("[0.0, 0.5]", [0.0, 0.5]),
+    "interference_every_s": ("2.0", 2.0),
+    "trace": ('"t.jsonl"', "t.jsonl"),
+    "speedup": ("4.0", 4.0),
+    "sessions": ("3", 3),
+    "turn_tokens": ("128", 128),
+    "think_time_s": ("1.5", 1.5),
 }
 
 KEY_LINE = re.compile(r"^([a-z_]+) = ", re.MULTILINE)

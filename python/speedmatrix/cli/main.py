@@ -56,6 +56,7 @@ start here:
         parsers.add_compare,
         parsers.add_capacity,
         parsers.add_predict,
+        parsers.add_fit,
     ):
         add(sub)
     for p in sub.choices.values():  # --debug after the command too; SUPPRESS keeps the top's
@@ -91,6 +92,7 @@ COMMANDS = {
         "recompute",
         "show",
         "predict",
+        "fit",
     )
 }
 

@@ -213,17 +213,53 @@ def add_predict(sub: argparse._SubParsersAction) -> None:
         "predict",
         help="predict a decode matrix from an engine profile (no load sent)",
         description="Evaluates the built-in engine's model for every (context, concurrency) "
-        "decode cell; every figure is predicted, never measured (docs/metrics.md).",
-        epilog="example:\n  speedmatrix predict seed-h200 --contexts 8K,64K "
-        "--concurrency 1,16,64 --set kv_tokens=2x\n",
+        "decode cell of a profile (shipped, or fitted by `speedmatrix fit`); every figure is "
+        "predicted, never measured, with its interval (docs/metrics.md, Predicted cells).",
+        epilog="examples:\n  speedmatrix predict seed-h200 --contexts 8K,64K "
+        "--concurrency 1,16,64 --set kv_tokens=2x\n"
+        "  speedmatrix predict h200.json --contexts 8K,max --concurrency 1,64 --out out/pred\n",
         formatter_class=Formatter,
     )
     p.add_argument("profile", help="a shipped profile name or a .json path")
-    p.add_argument("--contexts", required=True, help="context lengths, e.g. 8K,16K")
+    p.add_argument("--contexts", required=True, help="context lengths, e.g. 8K,16K,max")
     p.add_argument("--concurrency", required=True, help="concurrency levels, e.g. 1,2,4")
-    p.add_argument("--max-output", type=int, default=4096, help="tokens each request may make")
-    p.add_argument("--window", type=float, default=30.0, help="window seconds")
+    p.add_argument(
+        "--max-output",
+        type=int,
+        default=None,
+        help="tokens each request may make (default: the fitted run's, else 4096)",
+    )
+    p.add_argument(
+        "--window",
+        type=float,
+        default=None,
+        help="window seconds (default: the fitted run's, else 30)",
+    )
     p.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="what-if: VALUE or Nx"
     )
     p.add_argument("--json", action="store_true", help="one JSON object per cell")
+    p.add_argument(
+        "--out", type=Path, help="also write a run folder (run.json) of the predicted cells"
+    )
+
+
+def add_fit(sub: argparse._SubParsersAction) -> None:
+    """The `fit` command."""
+    p = sub.add_parser(
+        "fit",
+        help="fit the built-in engine's profile to a measured run (for sim and predict)",
+        description="Fits the decode step (from the arrival gaps at each batch and context), "
+        "the cold prefill (from warm-ups that ran alone) and the KV pool and limits (from "
+        "discovery) to a saved run's raw records. The profile loads in `speedmatrix sim "
+        "--profile` and `speedmatrix predict`; its `fit` section holds each parameter's "
+        "standard deviation and the residuals (docs/metrics.md, Predicted cells).",
+        epilog="example:\n  speedmatrix fit out/h200 -o h200.json\n"
+        "  speedmatrix predict h200.json --contexts 8K,64K --concurrency 1,64 --out out/pred\n",
+        formatter_class=Formatter,
+    )
+    p.add_argument("dir", type=Path, help="folder of a saved run (holds run.json and records/)")
+    p.add_argument("-o", "--out", type=Path, required=True, help="profile JSON to write")
+    p.add_argument(
+        "--base", help="a profile whose other fields (chunk budget, ...) the fitted one keeps"
+    )

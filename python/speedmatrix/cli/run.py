@@ -16,7 +16,14 @@ from typing import Any
 from speedmatrix import dryrun, http, runfile, sweep
 from speedmatrix.cli.common import api_key_of
 from speedmatrix.cli.run_flags import MATRIX_FLAGS, META_KEYS
-from speedmatrix.cliargs import UsageError, base_url, csv_list, positive_int
+from speedmatrix.cli.traffic_flags import apply_traffic_flags
+from speedmatrix.cliargs import (
+    UsageError,
+    base_url,
+    csv_list,
+    parse_client_threads,
+    positive_int,
+)
 from speedmatrix.errors import SpeedmatrixError
 from speedmatrix.latency import parse_percentiles
 from speedmatrix.matrix import (
@@ -76,6 +83,8 @@ def matrix_from_args(args: argparse.Namespace):
             m.max_output = parse_tokens(args.max_output)
         if args.api:
             m.api = args.api
+        if args.client_threads:
+            m.client_threads = parse_client_threads(args.client_threads)
         if args.repetitions is not None:
             m.repetitions = args.repetitions
         if args.shared_prefix:
@@ -88,6 +97,7 @@ def matrix_from_args(args: argparse.Namespace):
                 raise UsageError("--extra-body must be a JSON object")
             m.extra_body = extra
         apply_open_loop_flags(m, args)
+        apply_traffic_flags(m, args)
         m.validate()
     except UsageError:
         raise

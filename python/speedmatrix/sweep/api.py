@@ -112,7 +112,6 @@ def _saved_run(out: Path) -> dict:
 def _resume_locked(
     out: Path, doc: dict, api_key, progress: bool, report: bool, tokenizer, client, force: bool
 ) -> int:
-
     meta = doc["meta"]
     matrix = Matrix.from_dict(meta["run"]["matrix"])
     given = {
