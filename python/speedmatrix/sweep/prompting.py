@@ -71,7 +71,6 @@ class SweepPrompts(SweepServer):
         )
 
     def _bodies(self, cell, prompts, max_tokens: int) -> list[bytes]:
-
         return [
             request_body(self.target, cell.api, p, max_tokens, extra=cell.extra) for p in prompts
         ]

@@ -126,7 +126,6 @@ class Sweep(SweepSearch):
             return self._execute()
 
     def _execute(self) -> int:
-
         stale = runfile.clean_stale_temp(self.out)  # left by a writer killed with -9
         if stale:
             self.progress.message(
@@ -244,7 +243,6 @@ class Sweep(SweepSearch):
         self._write()
 
     def run_result(self) -> Run:
-
         return load(self.out)
 
     def _prefill_from_warmup(self, planned) -> dict[str, str]:

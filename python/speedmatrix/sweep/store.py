@@ -76,7 +76,6 @@ class SweepStore(SweepState):
         )
 
     def _store(self, outcome: CellOutcome) -> None:
-
         cell = redact_known(outcome.cell, self._secrets) if self._secrets else outcome.cell
         self.cells[cell["id"]] = cell
         self._write()
