@@ -19,6 +19,7 @@ sys.path.insert(0, str(ROOT / "python"))
 
 from speedmatrix import _core, latency
 from speedmatrix.sim import Sim
+from speedmatrix.verdict import openloop
 
 
 def main() -> None:
@@ -44,7 +45,9 @@ def main() -> None:
     req = res.requests
     win = req["phase"] == 1
     late_ms = (req["sent_ns"][win] - req["scheduled_ns"][win]) / 1e6
-    f = latency.open_loop_figures(req, res.window_start_ns, res.window_end_ns, rate)
+    f = latency.open_loop_figures(
+        req, res.window_start_ns, res.window_end_ns, rate, judge=openloop.kept_up
+    )
     print(
         f"open loop, {arrival} {rate:g}/s for {seconds:g} s, {max_tokens} tokens each, "
         f"{os.cpu_count()} CPUs (engine on the same machine)"

@@ -145,16 +145,10 @@ def estimate_cells_s(
     return times
 
 
-def estimate_s(
-    cells: list[Any],
-    matrix: Matrix,
-    prefill_tok_s: float | None = None,
-    from_warmup: set[str] | None = None,
-    sent: dict[tuple[int, int], int] | None = None,
-    shortest: bool = False,
-) -> float:
-    """Seconds the runnable ``cells`` will take in all (see :func:`estimate_cells_s`)."""
-    return float(sum(estimate_cells_s(cells, matrix, prefill_tok_s, from_warmup, sent, shortest)))
+def estimate_s(cells: list[Any], matrix: Matrix, **options: Any) -> float:
+    """Seconds the runnable ``cells`` will take in all: :func:`estimate_cells_s` (whose
+    keyword ``options`` these are) summed."""
+    return float(sum(estimate_cells_s(cells, matrix, **options)))
 
 
 def prefill_from_warmup(cells: list[Any], matrix: Matrix) -> set[str]:

@@ -17,16 +17,9 @@ from typing import Any
 import httpcore
 import httpx
 
+from speedmatrix import httptransport as bounds
 from speedmatrix.httperrors import ConnectError
-from speedmatrix.httptransport import (
-    INFLATE_STEP,
-    KEEPALIVE_S,
-    MAX_BODY_BYTES,
-    MAX_HEADER_LINE_BYTES,
-    MAX_HEADERS,
-    Budget,
-    connect_error,
-)
+from speedmatrix.httptransport import Budget, connect_error
 from speedmatrix.redact import redact
 
 #: what a request can raise besides our own errors: httpx's and httpcore's exceptions (h11's
@@ -140,7 +133,7 @@ class _Transport(httpx.BaseTransport):
             proxy=_proxy(base_url),
             max_connections=8,
             max_keepalive_connections=2,
-            keepalive_expiry=KEEPALIVE_S,
+            keepalive_expiry=bounds.KEEPALIVE_S,
             network_backend=_DeadlineBackend(budget),  # type: ignore[arg-type]
         )
 
@@ -173,16 +166,20 @@ def check_headers(resp: httpx.Response, url: str) -> None:
     """http.client's limits, which h11 (100 KiB in all) does not set: 100 headers, 64 KiB a
     line."""
     raw = resp.headers.raw
-    if len(raw) > MAX_HEADERS:
+    if len(raw) > bounds.MAX_HEADERS:
         raise ConnectError(
-            url, f"a broken HTTP answer (more than {MAX_HEADERS} headers: {len(raw)})"
+            url, f"a broken HTTP answer (more than {bounds.MAX_HEADERS} headers: {len(raw)})"
         )
-    if any(len(k) + len(v) + 2 > MAX_HEADER_LINE_BYTES for k, v in raw):
+    if any(len(k) + len(v) + 2 > bounds.MAX_HEADER_LINE_BYTES for k, v in raw):
         raise ConnectError(url, "the answer has a header line over 64 KiB")
 
 
 def read_body(
-    resp: httpx.Response, url: str, budget: Budget, timeout: float, limit: int = MAX_BODY_BYTES
+    resp: httpx.Response,
+    url: str,
+    budget: Budget,
+    timeout: float,
+    limit: int = bounds.MAX_BODY_BYTES,
 ) -> str:
     """The body as text, at most ``limit`` bytes (decompressed, when the server compressed it
     although asked not to) and within the request's deadline; otherwise a ConnectError.
@@ -224,7 +221,7 @@ def _inflated(inflate: Any, data: bytes, url: str, encoding: str) -> Iterator[by
     it has not used yet), so that one compressed chunk never becomes one huge buffer."""
     while data:
         try:
-            out = inflate.decompress(data, INFLATE_STEP)
+            out = inflate.decompress(data, bounds.INFLATE_STEP)
         except zlib.error:
             raise ConnectError(url, f"the answer's {encoding} body is corrupt") from None
         data = inflate.unconsumed_tail

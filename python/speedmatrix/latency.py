@@ -33,6 +33,7 @@ interval of the median TBT is the core's (``ci.tbt_ms``).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -40,7 +41,10 @@ import numpy as np
 from speedmatrix import figures
 from speedmatrix._native import _core
 from speedmatrix.figures import DEFAULT_PERCENTILES, tbt_levels
-from speedmatrix.verdict import openloop
+
+#: the open-loop rule (`speedmatrix.verdict.openloop.kept_up`): (latency from the scheduled
+#: time per arrival in schedule order, unfinished arrivals, unsent ones) -> (kept up, why not)
+KeptUpRule = Callable[[np.ndarray, int, int], tuple[bool, str]]
 
 __all__ = [
     "DEFAULT_PERCENTILES",
@@ -299,7 +303,7 @@ def open_loop_figures(
     rate_per_s: float,
     *,
     bin_s: float = 1.0,
-    growth_ratio: float = openloop.GROWTH_RATIO,
+    judge: KeptUpRule | None = None,
 ) -> dict:
     """What an open-loop cell did against what was asked.
 
@@ -310,9 +314,10 @@ def open_loop_figures(
       sent: ``unsent``); ``completed_rate_per_s`` = completed / D;
     - ``in_flight``: requests in flight at t0, t0 + bin, ... (a list), and its max;
     - ``queue_p99_ms``: p99 of sent − scheduled (the client's gate and send lateness);
-    - ``kept_up`` and ``reason``: the verdict's rule (`speedmatrix.verdict.openloop.kept_up`)
-      on these arrivals: none unfinished at the drain bound, and no latency from the
-      scheduled time that grew ``growth_ratio`` times from the first quarter to the last.
+    - ``kept_up`` and ``reason``, with ``judge``: the verdict's rule
+      (`speedmatrix.verdict.openloop.kept_up`, which the verdict passes) on these arrivals'
+      latencies from their scheduled times and the unfinished and unsent ones. Figures are
+      derived here and judged there: this module imports no verdict.
     """
     phase = _col(requests, "phase")
     sched = _col(requests, "scheduled_ns").astype(np.int64)
@@ -335,8 +340,7 @@ def open_loop_figures(
     series = _in_flight_series(wsent, wdone, t0_ns, t1_ns, bin_s)
     q = (wsent - ws)[wsent >= 0] / 1e6
     e2e_sched = np.where((wout == OUTCOME_OK) & (wdone >= 0), (wdone - ws) / 1e6, np.nan)
-    kept_up, reason = openloop.kept_up(e2e_sched, cancelled, unsent, growth_ratio)
-    return {
+    out = {
         "rate_per_s": float(rate_per_s),
         "arrivals": n,
         "offered_rate_per_s": n / d_s,
@@ -350,6 +354,7 @@ def open_loop_figures(
         "in_flight": [int(x) for x in series],
         "in_flight_max": int(series.max()) if len(series) else 0,
         "queue_p99_ms": float(np.percentile(q, 99)) if len(q) else math.nan,
-        "kept_up": kept_up,
-        "reason": reason,
     }
+    if judge is not None:
+        out["kept_up"], out["reason"] = judge(e2e_sched, cancelled, unsent)
+    return out

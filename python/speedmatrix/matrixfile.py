@@ -147,31 +147,24 @@ def coerce_contexts(value: Any, keywords: tuple[str, ...]) -> list[int | str]:
     return out
 
 
-def coerce_float_list(value: str | float) -> list[Any]:
-    if not isinstance(value, str):
-        return [value]
+def _split_list(text: str, convert: Any) -> list[Any]:
+    """The items of "a,b,c", each converted; an item that does not convert is kept as it
+    is, so that validate() reports it with the field's name."""
     out: list[Any] = []
-    for item in value.split(","):
+    for item in text.split(","):
         item = item.strip()
         if not item:
             continue
         try:
-            out.append(float(item))
-        except ValueError:
-            out.append(item)  # kept so validate() reports it with the field name
-    return out
-
-
-def coerce_int_list(value: str | int) -> list[Any]:
-    if isinstance(value, int):
-        return [value]
-    out: list[Any] = []
-    for item in value.split(","):
-        item = item.strip()
-        if not item:
-            continue
-        try:
-            out.append(int(item))
+            out.append(convert(item))
         except ValueError:
             out.append(item)
     return out
+
+
+def coerce_float_list(value: str | float) -> list[Any]:
+    return _split_list(value, float) if isinstance(value, str) else [value]
+
+
+def coerce_int_list(value: str | int) -> list[Any]:
+    return [value] if isinstance(value, int) else _split_list(value, int)

@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from speedmatrix import trafficaxes
+from speedmatrix.adapters.running import learn_layout, learn_max_running
 from speedmatrix.capacity import CapacityModel, model_for
 from speedmatrix.matrix import Matrix
 from speedmatrix.trafficplan import shape_traffic_cell, traffic_cells
@@ -449,3 +450,21 @@ def _cell(
         cell.capacity_check, cell.capacity_note = fit.judged, fit.reason
         cell.kv_admit_share = fit.admit_share
     return cell
+
+
+def plan_learning_running(
+    matrix: Any, target: Any, launch_command: str | None = None, probe: bool = True
+) -> Any:
+    """``plan(matrix, target)``; where some cell's capacity verdict depends on the
+    running cap the server did not publish, the cap is learnt first (launch command, then
+    a load probe of max N + 1 requests) and the matrix planned again."""
+    learn_layout(target, launch_command)
+    planned = plan(matrix, target)
+    if not any(c.capacity_check == "measured" for c in planned):
+        return planned
+    most = max([int(c.concurrency) for c in planned] or [1])
+    note = learn_max_running(target, launch_command, most + 1 if probe else 0)
+    again = plan(matrix, target)
+    if note:
+        again.warnings.append(note)
+    return again

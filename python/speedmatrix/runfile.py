@@ -168,7 +168,6 @@ def ensure_unlocked(run_dir: str | os.PathLike) -> None:
 
 
 def _acquire(path: Path, command: str) -> int:
-
     for _ in range(50):  # each turn lost to a holder unlinking as it let go
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -212,7 +211,6 @@ def _file_mode() -> int:
 
 
 def _write_failed(path: Path, exc: OSError) -> RunFileError:
-
     why = "the disk is full" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else exc.strerror
     return RunFileError(f"cannot write {path}: {why or exc}; the previous file is kept")
 

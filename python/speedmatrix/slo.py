@@ -327,12 +327,14 @@ def cell_figures(
     percentiles: tuple[float, ...] = latency.DEFAULT_PERCENTILES,
     slo: dict[str, float] | None = None,
     core: dict | None = None,
+    kept_up: latency.KeptUpRule | None = None,
 ) -> dict[str, Any]:
     """The fields this module and :mod:`speedmatrix.latency` add to a cell of run.json, from
     its records: ``latency`` (distributions), ``coalesced_share`` (with token events),
     ``open_loop`` (a rate cell, ``rate_per_s`` set) and ``slo`` (with ``slo`` targets).
     JSON-ready (NaN -> null). ``core``: the cell's `_core.summarize_cell` already made
-    (`latency.cell_latency`'s)."""
+    (`latency.cell_latency`'s); ``kept_up``: the verdict's open-loop rule, which judges the
+    ``open_loop`` figures (`latency.open_loop_figures`)."""
     open_loop = rate_per_s is not None
     out: dict[str, Any] = {
         "latency": latency.cell_latency(
@@ -349,7 +351,9 @@ def cell_figures(
     if math.isfinite(share):
         out["coalesced_share"] = share
     if rate_per_s is not None:
-        out["open_loop"] = latency.open_loop_figures(requests, t0_ns, t1_ns, float(rate_per_s))
+        out["open_loop"] = latency.open_loop_figures(
+            requests, t0_ns, t1_ns, float(rate_per_s), judge=kept_up
+        )
     if slo:
         out["slo"] = evaluate(requests, events, t0_ns, t1_ns, slo, open_loop=open_loop)
     return _json_ready(out)

@@ -99,7 +99,7 @@ def test_bad_flags_give_one_line_and_exit_2(args, needle, tmp_path, monkeypatch)
 def test_unreachable_server_is_one_line_and_exit_1(tmp_path):
     port = _free_port()  # nothing listens there
     out = tmp_path / "run"
-    res = _cli(
+    res = _main(  # in this process: the message, not the process, is tested
         "run",
         "--url",
         f"http://127.0.0.1:{port}",

@@ -139,7 +139,7 @@ def test_bad_matrix_files_are_one_line(tmp_path, content, needle):
 )
 def test_bad_flags_are_one_line(tmp_path, args, needle):
     base = ["run", "--url", UNREACHABLE, "--out", str(tmp_path / "o"), "--contexts", "1k"]
-    res = _cli(*base, *args)
+    res = _main(*base, *args)
     assert res.returncode == cli.EXIT_USAGE
     assert needle in _one_line(res)
 
@@ -155,9 +155,10 @@ def test_report_and_compare_on_damaged_run_files(tmp_path, content, command):
     bad.mkdir()
     (bad / "run.json").write_bytes(content)
     args = [command, str(bad)] if command == "report" else [command, str(bad), str(bad)]
-    # one file as a whole process (its exit status, nothing else on stderr); the rest in
+    # one case as a whole process (its exit status, nothing else on stderr); the rest in
     # this process, which spares the interpreter's start-up and heavy imports each time
-    res = (_cli if content.startswith(b"\x89PNG") else _main)(*args)
+    whole = command == "report" and content.startswith(b"\x89PNG")
+    res = (_cli if whole else _main)(*args)
     assert res.returncode == cli.EXIT_FAILURE
     assert str(bad) in _one_line(res)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from cliproc import run_cli
+from cliproc import run_cli, run_main
 from speedmatrix.adapters import ModelNotServedError, discover
 from speedmatrix.errors import clip, some_of
 from speedmatrix.http import ConnectError
@@ -47,7 +47,7 @@ def test_ten_thousand_model_names_are_not_echoed_whole(tmp_path):
         target = discover(srv.url, timeout_s=5)  # several models: the warning is bounded too
         (warning,) = [w for w in target.warnings if "several models" in w]
         assert len(warning) < 500 and "and 9,990 more" in warning
-        res = run_cli(
+        res = run_main(  # in this process: the message, not the process, is tested
             "run", "--url", srv.url, "--model", "x" * 20_000, "--out", str(tmp_path / "run")
         )
         assert res.returncode == 1 and res.stderr.count("\n") == 1

@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 from speedmatrix import latency, slo
+from speedmatrix.verdict import openloop
 
 MS = 1_000_000
 S = 1_000_000_000
@@ -174,7 +175,7 @@ def test_open_loop_figures_when_the_server_keeps_up():
         for k in range(40)
     ]  # 20/s for 2 s, 120 ms each: 2 to 3 in flight
     req, _ = make_records(rows)
-    f = latency.open_loop_figures(req, T0, T0 + 2 * S, 20.0, bin_s=0.5)
+    f = latency.open_loop_figures(req, T0, T0 + 2 * S, 20.0, bin_s=0.5, judge=openloop.kept_up)
     assert f["arrivals"] == 40
     assert f["offered_rate_per_s"] == pytest.approx(20)
     assert f["achieved_rate_per_s"] == pytest.approx(20)
@@ -191,7 +192,7 @@ def test_open_loop_figures_when_the_server_falls_behind():
         done = (k + 1) * 100
         rows.append({"sched": k * 50, "sent": k * 50, "first": done - 10, "done": done, "out": 2})
     req, _ = make_records(rows)
-    f = latency.open_loop_figures(req, T0, T0 + 2 * S, 20.0)
+    f = latency.open_loop_figures(req, T0, T0 + 2 * S, 20.0, judge=openloop.kept_up)
     assert f["achieved_rate_per_s"] == pytest.approx(20)
     assert f["completed_rate_per_s"] == pytest.approx(20)  # drained after the window
     assert not f["kept_up"]
@@ -207,8 +208,10 @@ def test_open_loop_figures_count_unfinished_and_unsent_arrivals():
         {"sched": 30, "sent": 30, "done": 40, "outcome": 3},
     ]
     req, _ = make_records(rows)
-    f = latency.open_loop_figures(req, T0, T0 + S, 4.0)
+    f = latency.open_loop_figures(req, T0, T0 + S, 4.0, judge=openloop.kept_up)
     assert (f["completed"], f["failed"], f["cancelled"], f["unsent"]) == (1, 1, 2, 1)
+    unjudged = latency.open_loop_figures(req, T0, T0 + S, 4.0)  # figures, no judgement
+    assert "kept_up" not in unjudged and unjudged["unsent"] == f["unsent"]
     assert f["achieved_rate_per_s"] == pytest.approx(3)
     assert not f["kept_up"] and "2 of 4" in f["reason"] and "1 never sent" in f["reason"]
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from speedmatrix import _core, latency, slo
 from speedmatrix.sim import Sim
+from speedmatrix.verdict import openloop
 
 pytestmark = pytest.mark.e2e
 
@@ -59,7 +60,7 @@ def test_poisson_cell_has_the_asked_rate_and_a_poisson_spread():
     req = res.requests
     t0, t1 = res.window_start_ns, res.window_end_ns
     assert t1 - t0 == int(d * 1e9)
-    f = latency.open_loop_figures(req, t0, t1, rate)
+    f = latency.open_loop_figures(req, t0, t1, rate, judge=openloop.kept_up)
     # The seeded schedule has 1600 +- 40 arrivals; the core must send them all on time.
     assert f["achieved_rate_per_s"] == pytest.approx(rate, rel=0.03), f
     assert f["completed"] == f["arrivals"] and f["failed"] == 0, f
@@ -90,7 +91,7 @@ def test_over_capacity_latency_grows_from_the_schedule_and_stays_flat_from_the_s
         )
     req, ev = res.requests, res.events
     t0, t1 = res.window_start_ns, res.window_end_ns
-    f = latency.open_loop_figures(req, t0, t1, 50)
+    f = latency.open_loop_figures(req, t0, t1, 50, judge=openloop.kept_up)
     assert not f["kept_up"] and "grew" in f["reason"]
     lat = latency.per_request(req, ev)
     win = (req["phase"] == 1) & (req["outcome"] == 1)

@@ -151,9 +151,15 @@ def test_no_mark_and_no_legend_when_every_cell_meets_the_target(base_dir, tmp_pa
             assert st.loc[c["label"], int(c["failing"])] in ("over_capacity", "error")
 
 
-def test_a_run_without_slo_has_no_slo_views_until_the_report_asks(base_dir):
+@pytest.fixture(scope="module")
+def base_report(base_dir):
+    """(markdown, html, svgs) of the run without an SLO, charts drawn: drawn once."""
+    return render_report(load(base_dir))
+
+
+def test_a_run_without_slo_has_no_slo_views_until_the_report_asks(base_dir, base_report):
     run = load(base_dir)
-    md, _, svgs = render_report(run)
+    md, _, svgs = base_report
     assert "## Goodput at SLO" not in md and "## Capacity at SLO" not in md
     assert "capacity_vs_load" not in svgs
     # asked of the report: each cell re-judged from its records, the same numbers as a run
@@ -433,6 +439,6 @@ def test_a_cell_with_nothing_judged_says_so_and_why(base_dir, tmp_path):
     assert _section(md, "Goodput at SLO").count("no requests judged") == 1
 
 
-def test_a_run_without_prefill_cells_draws_no_empty_prefill_chart(base_dir):
-    _, _, svgs = render_report(load(base_dir))
+def test_a_run_without_prefill_cells_draws_no_empty_prefill_chart(base_report):
+    _, _, svgs = base_report
     assert "prefill_vs_context" not in svgs and "decode_heatmap" in svgs

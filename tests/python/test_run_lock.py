@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from cliproc import CLI, run_cli
+from cliproc import CLI, run_cli, run_main
 from speedmatrix import runfile, sweep
 from speedmatrix.errors import SpeedmatrixError
 
@@ -104,11 +104,12 @@ def test_resume_and_report_and_force_are_refused_while_a_run_holds_the_folder(he
     (run_dir / runfile.RUN_FILE).write_text(json.dumps(before))
     with pytest.raises(SpeedmatrixError, match=f"in use by pid {h.proc.pid}"):
         sweep.resume(run_dir, progress=False, report=False)
-    res = run_cli("report", str(run_dir))
+    # in this process: the holder is another process, and flock tells them apart
+    res = run_main("report", str(run_dir))
     assert res.returncode == 1
     assert res.stderr.count("\n") == 1 and f"pid {h.proc.pid}" in res.stderr, res.stderr
     assert not (run_dir / "report.md").exists()
-    res = run_cli("run", "--url", "http://127.0.0.1:9", "--out", str(run_dir), "--force")
+    res = run_main("run", "--url", "http://127.0.0.1:9", "--out", str(run_dir), "--force")
     assert res.returncode == 1 and f"pid {h.proc.pid}" in res.stderr, res.stderr
     assert run_dir.is_dir() and not list(run_dir.parent.glob("run.replaced-*"))
     assert json.loads((run_dir / runfile.RUN_FILE).read_text()) == before

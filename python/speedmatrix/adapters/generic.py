@@ -37,18 +37,10 @@ class GenericAdapter(Adapter):
     stream_options = USAGE_FINAL
 
     def probe(self, ctx: ProbeContext) -> dict[str, Any] | None:
-        found: dict[str, Any] = {
-            "warnings": [
-                (
-                    "engine not recognised: treated as a generic OpenAI-compatible server "
-                    "(KV capacity unknown unless given; output length not forced)"
-                )
-            ],
-            "capacity_detail": {},
-        }
-        found["context_length"] = ctx.max_model_len()
-        if found["context_length"]:
-            found["capacity_detail"]["context_length"] = "/v1/models max_model_len"
+        found = ctx.found(
+            "engine not recognised: treated as a generic OpenAI-compatible server "
+            "(KV capacity unknown unless given; output length not forced)"
+        )
         samples = ctx.get_metrics("/metrics")
         if samples:
             for running, waiting, kv in _KNOWN_METRICS:

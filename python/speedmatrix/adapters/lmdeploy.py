@@ -36,24 +36,13 @@ class LMDeployAdapter(Adapter):
     stream_options = USAGE_FINAL
 
     def probe(self, ctx: ProbeContext) -> dict[str, Any] | None:
-        samples = ctx.get_metrics("/metrics")
-        has_metrics = samples is not None and any(
-            n.startswith("lmdeploy:") for n, _l, _v in samples
-        )
+        samples, has_metrics = ctx.metrics_named("lmdeploy:")
         if not has_metrics and not ctx.owned_by_matches(self):
             return None
-        found: dict[str, Any] = {
-            "warnings": [
-                (
-                    "LMDeploy exposes no KV capacity: over-capacity cells cannot be predicted "
-                    "(give --kv-capacity)"
-                )
-            ],
-            "capacity_detail": {},
-        }
-        found["context_length"] = ctx.max_model_len()
-        if found["context_length"]:
-            found["capacity_detail"]["context_length"] = "/v1/models max_model_len"
+        found = ctx.found(
+            "LMDeploy exposes no KV capacity: over-capacity cells cannot be predicted "
+            "(give --kv-capacity)"
+        )
         if samples is None:
             found["metrics"] = MetricsSpec(
                 running=self.metrics.running,

@@ -94,6 +94,23 @@ class ProbeContext:
         """GET path as text; None if it fails in any way."""
         return self._get("text", path)
 
+    def found(self, *warnings: str) -> dict[str, Any]:
+        """What an engine's probe starts from: its ``warnings``, ``capacity_detail``, and the
+        context length /v1/models gives (``max_model_len``; its source said when given)."""
+        found: dict[str, Any] = {"warnings": list(warnings), "capacity_detail": {}}
+        found["context_length"] = self.max_model_len()
+        if found["context_length"]:
+            found["capacity_detail"]["context_length"] = "/v1/models max_model_len"
+        return found
+
+    def metrics_named(
+        self, prefix: str, path: str = "/metrics"
+    ) -> tuple[list[tuple[str, dict[str, str], float]] | None, bool]:
+        """(the samples at ``path``, or None, and whether any is named ``prefix...``): an
+        engine's own metric names recognise it."""
+        samples = self.get_metrics(path)
+        return samples, samples is not None and any(n.startswith(prefix) for n, _l, _v in samples)
+
     def get_metrics(self, path: str = "/metrics") -> list[tuple[str, dict[str, str], float]] | None:
         """Parsed Prometheus samples at path; None when it is missing or not Prometheus."""
         text = self.get_text(path)

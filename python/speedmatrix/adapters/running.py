@@ -203,23 +203,3 @@ def learn_layout(target: Any, launch_command: str | None) -> None:
     if ctx and slots and (kv is None or kv.source != "given"):
         pool = ctx if given["unified"] else ctx * slots
         target.set_capacity("kv_tokens", pool, "given", given["source"].removeprefix("given: "))
-
-
-def plan_learning_running(
-    matrix: Any, target: Any, launch_command: str | None = None, probe: bool = True
-) -> Any:
-    """``plan(matrix, target)``; where some cell's capacity verdict depends on the
-    running cap the server did not publish, the cap is learnt first (launch command, then
-    a load probe of max N + 1 requests) and the matrix planned again."""
-    from speedmatrix.plan import plan  # layering: moves to plan.py when sweep.py is free (issue 19)
-
-    learn_layout(target, launch_command)
-    planned = plan(matrix, target)
-    if not any(c.capacity_check == "measured" for c in planned):
-        return planned
-    most = max([int(c.concurrency) for c in planned] or [1])
-    note = learn_max_running(target, launch_command, most + 1 if probe else 0)
-    again = plan(matrix, target)
-    if note:
-        again.warnings.append(note)
-    return again

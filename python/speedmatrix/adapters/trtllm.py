@@ -36,17 +36,13 @@ class TRTLLMAdapter(Adapter):
     stream_options = USAGE_CONTINUOUS
 
     def probe(self, ctx: ProbeContext) -> dict[str, Any] | None:
-        samples = ctx.get_metrics(PROM_PATH)
-        has_prom = samples is not None and any(n.startswith("trtllm_") for n, _l, _v in samples)
+        samples, has_prom = ctx.metrics_named("trtllm_", PROM_PATH)
         if not has_prom and not ctx.owned_by_matches(self):
             return None
-        found: dict[str, Any] = {"warnings": [], "capacity_detail": {}}
+        found = ctx.found()
         version = ctx.get_dict("/version")
         if version:
             found["version"], found["commit"] = split_version(version.get("version"))
-        found["context_length"] = ctx.max_model_len()
-        if found["context_length"]:
-            found["capacity_detail"]["context_length"] = "/v1/models max_model_len"
         values = {n: v for n, _l, v in samples or []}
         blocks = positive_int(values.get("trtllm_kv_cache_max_blocks"))
         per_block = positive_int(values.get("trtllm_kv_cache_tokens_per_block"))

@@ -69,18 +69,15 @@ class VLLMAdapter(Adapter):
     cache_reset = "/reset_prefix_cache"
 
     def probe(self, ctx: ProbeContext) -> dict[str, Any] | None:
-        samples = ctx.get_metrics("/metrics")
-        has_vllm_metrics = samples is not None and any(
-            n.startswith("vllm:") for n, _l, _v in samples
-        )
+        samples, has_vllm_metrics = ctx.metrics_named("vllm:")
         if not has_vllm_metrics and not ctx.owned_by_matches(self):
             return None
-        found: dict[str, Any] = {"warnings": [], "capacity_detail": {}}
+        found = ctx.found()
+        # named even when /v1/models gives no length, as this adapter always did
+        found["capacity_detail"]["context_length"] = "/v1/models max_model_len"
         version = ctx.get_dict("/version")
         if version:
             found["version"], found["commit"] = split_version(version.get("version"))
-        found["context_length"] = ctx.max_model_len()
-        found["capacity_detail"]["context_length"] = "/v1/models max_model_len"
         kv = kv_from_cache_config(samples or [])
         if kv:
             found["kv_tokens"] = kv

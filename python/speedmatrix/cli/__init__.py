@@ -12,7 +12,7 @@
     speedmatrix capacity DIR --slo ttft=2s,tpot=50ms [--attainment 95%] [--json]
 
 One module per command with its ``command(args)`` (run, init, sim, demo, report, show,
-recompute, compare, capacity, predict), imported only when that command runs; the parsers
+recompute, compare, capacity, predict, fit), imported only when that command runs; the parsers
 are apart and light, so that ``--help`` imports no numpy: ``run_flags`` holds run's
 argument groups, ``parsers`` the other commands', ``common`` the exit statuses, the parser
 classes and the API key, ``main`` the whole parser and ``main()``. The names below are

@@ -11,7 +11,6 @@ from speedmatrix.results import load
 
 
 def command(args: argparse.Namespace) -> int:
-
     try:
         targets = slo.parse_slo(args.slo)
         share = slo.parse_attainment(args.attainment)

@@ -9,7 +9,6 @@ from speedmatrix.report.compare import write_compare
 
 
 def command(args: argparse.Namespace) -> int:
-
     paths = write_compare(args.dir_a, args.dir_b, args.out or args.dir_b / COMPARE_DIR)
     for p in paths:
         print(f"wrote {p}")

@@ -8,5 +8,4 @@ from speedmatrix import demo
 
 
 def command(args: argparse.Namespace) -> int:
-
     return demo.main(out=args.out, duration=args.duration, progress=not args.quiet)

@@ -9,7 +9,6 @@ from speedmatrix.cliargs import UsageError
 
 
 def command(args: argparse.Namespace) -> int:
-
     if args.path.exists() and not args.force:
         raise UsageError(f"{args.path} exists (--force overwrites it)")
     # a plain write: a config file the user edits, with the umask's usual mode

@@ -10,7 +10,6 @@ from speedmatrix.runfile import read_run, write_run
 
 
 def command(args: argparse.Namespace) -> int:
-
     changes: dict[str, float] = {}
     for item in args.rule:
         name, eq, value = item.partition("=")

@@ -12,7 +12,6 @@ from speedmatrix.slo import parse_attainment, parse_slo
 
 
 def command(args: argparse.Namespace) -> int:
-
     try:  # a malformed --slo or --attainment is a usage error before any work
         slo = parse_slo(args.slo) if args.slo else None
         attainment = parse_attainment(args.attainment) if args.attainment else None

@@ -45,7 +45,6 @@ FD_MARGIN = 64
 
 
 def matrix_from_args(args: argparse.Namespace):
-
     try:
         if args.matrix is not None:
             if not args.matrix.is_file():
@@ -164,7 +163,6 @@ def matrix_sources(args: argparse.Namespace) -> dict[str, str]:
 
 
 def target_overrides(args: argparse.Namespace) -> dict:
-
     out: dict = {}
     try:
         if args.kv_capacity:
@@ -205,7 +203,6 @@ def apply_meta(args: argparse.Namespace) -> None:
 
 
 def command(args: argparse.Namespace) -> int:
-
     apply_meta(args)
     api_key = api_key_of(args)
     if args.ca_file is not None and not args.ca_file.is_file():
@@ -243,7 +240,6 @@ def _dry_run(args: argparse.Namespace, api_key: str | None, client: Any) -> int:
 
 
 def _resume(args: argparse.Namespace, api_key: str | None, client: Any) -> int:
-
     doc = runfile.read_run(args.resume)
     conc = ((doc.get("meta") or {}).get("run") or {}).get("matrix", {}).get("concurrency")
     ensure_descriptors(max(conc or [1]))
@@ -282,7 +278,6 @@ def _report_info(args: argparse.Namespace, matrix: Any) -> dict[str, Any]:
 
 
 def _new_run(args: argparse.Namespace, api_key: str | None, client: Any) -> int:
-
     if not args.url:
         raise UsageError("--url is required (or --resume DIR)")
     url = base_url(args.url)

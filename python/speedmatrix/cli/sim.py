@@ -9,7 +9,6 @@ from speedmatrix.cliargs import UsageError
 
 
 def command(args: argparse.Namespace) -> int:
-
     argv = ["--port", str(args.port), "--host", args.host, "--profile", args.profile]
     if args.flavour:
         argv += ["--flavour", args.flavour]

@@ -10,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 
+from speedmatrix.recompute import recompute_doc
 from speedmatrix.results.flatten import id_of_cell
 from speedmatrix.results.tables import RunTables
 from speedmatrix.runfile import read_run
@@ -24,8 +25,6 @@ class Run(RunTables):
         `speedmatrix.verdict` (`speedmatrix.recompute.recompute_doc`): with the saved
         rules, other ``rules`` (a `speedmatrix.verdict.Rules`), or some thresholds changed
         (``error_threshold=0.1``). ``notes`` on the result says what had to be assumed."""
-        from speedmatrix.recompute import recompute_doc
-
         if self.path is None:
             raise ValueError("recompute needs a run loaded from a folder (its records)")
         out = recompute_doc(self.doc, self.path, rules=rules, changes=changes or None)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from speedmatrix import runfile
+from speedmatrix.cliargs import UsageError, base_url
 from speedmatrix.errors import SpeedmatrixError
 from speedmatrix.matrix import Matrix
 from speedmatrix.sweep.runner import Sweep
@@ -47,7 +48,6 @@ def run(
 
     The URL (the CLI's rule: http:// or https://, HOST:PORT as http://) and the matrix are
     checked before anything is sent or written: ValueError naming what is wrong."""
-    from speedmatrix.cliargs import UsageError, base_url
 
     if not isinstance(matrix, Matrix):
         raise TypeError(f"matrix: a speedmatrix.Matrix, not {type(matrix).__name__}")

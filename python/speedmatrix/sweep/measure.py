@@ -10,7 +10,9 @@ import zlib
 import numpy as np
 
 from speedmatrix import verdict
+from speedmatrix._native import _core
 from speedmatrix.errors import SpeedmatrixError
+from speedmatrix.matrix import parse_arrival
 from speedmatrix.records import Records
 from speedmatrix.sweep.prompting import SweepPrompts
 from speedmatrix.sweep.state import CellOutcome
@@ -28,7 +30,6 @@ class SweepMeasure(SweepPrompts):
         duration_s: float,
         max_requests: int = 0,
     ):
-        from speedmatrix._native import _core
 
         spec = _core.CellSpec()
         spec.url = self.target.endpoint(cell.api)
@@ -79,7 +80,6 @@ class SweepMeasure(SweepPrompts):
     def _run_spec(self, spec):
         """Runs a cell on a worker thread so Ctrl-C stays responsive; returns
         (result, interrupted)."""
-        from speedmatrix._native import _core
 
         runner = _core.CellRunner(spec)
         self.progress.live.runner = runner
@@ -219,7 +219,6 @@ class SweepMeasure(SweepPrompts):
 def open_loop_spec(spec, cell) -> None:
     """Turns a CellSpec into a request-rate cell's: arrivals on the cell's schedule, seeded
     by its id (the same cell, the same schedule), the gate and the drain bound."""
-    from speedmatrix.matrix import parse_arrival
 
     kind, shape = parse_arrival(cell.arrival)
     spec.mode = "open"

@@ -3,7 +3,9 @@ prefill measurement, a workload file's requests, and the request bodies made of 
 
 from __future__ import annotations
 
+from speedmatrix.prompts import PromptFactory, request_body
 from speedmatrix.sweep.server import SweepServer
+from speedmatrix.workload import load_prompts
 
 
 def sent_its_prompts(cell: dict) -> bool:
@@ -28,7 +30,6 @@ class SweepPrompts(SweepServer):
         process's nonce and a counter, so that neither an earlier cell (concurrency
         given in descending order), an earlier repetition, nor the part of a run before
         `--resume` sent them, and the prefill is not served from the prefix cache."""
-        from speedmatrix.prompts import PromptFactory
 
         run_seed = self.doc["meta"]["run"]["seed"]
         if cold:
@@ -70,8 +71,6 @@ class SweepPrompts(SweepServer):
         )
 
     def _bodies(self, cell, prompts, max_tokens: int) -> list[bytes]:
-        from speedmatrix.prompts import request_body
-
         return [
             request_body(self.target, cell.api, p, max_tokens, extra=cell.extra) for p in prompts
         ]
@@ -79,8 +78,6 @@ class SweepPrompts(SweepServer):
     def _file_bodies(self, cell) -> list[bytes]:
         """The bodies of a workload file's requests (`speedmatrix.workload`), in file order,
         each with its own max_tokens (else the cell's); loaded once per run."""
-        from speedmatrix.prompts import request_body
-        from speedmatrix.workload import load_prompts
 
         cache = self.__dict__.setdefault("_file_prompts", {})
         if cell.prompts_file not in cache:

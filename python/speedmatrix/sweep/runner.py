@@ -9,9 +9,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from speedmatrix import runfile
+from speedmatrix.adapters import discover, strip_credentials
+from speedmatrix.dryrun import estimate_cells_s
 from speedmatrix.errors import SpeedmatrixError, clip
+from speedmatrix.http import ClientConfig, url_credentials
+from speedmatrix.plan import plan_learning_running
 from speedmatrix.progress import Progress
-from speedmatrix.runmeta import plan_meta, run_meta, tokenizer_name, utc_now, verdict_meta
+from speedmatrix.prompts import load_tokenizer
+from speedmatrix.results import load
+from speedmatrix.runmeta import (
+    plan_meta,
+    run_meta,
+    server_changes,
+    tokenizer_name,
+    utc_now,
+    verdict_meta,
+)
 from speedmatrix.sweep.prompting import sent_its_prompts
 from speedmatrix.sweep.search import SweepSearch
 from speedmatrix.verdict import EngineFacts, Rules
@@ -47,8 +60,6 @@ class Sweep(SweepSearch):
         client=None,
         force: bool = False,
     ):
-        from speedmatrix.adapters import strip_credentials
-        from speedmatrix.http import ClientConfig, url_credentials
 
         if client is None and target is not None:
             client = target.client_config
@@ -115,9 +126,6 @@ class Sweep(SweepSearch):
             return self._execute()
 
     def _execute(self) -> int:
-        from speedmatrix.adapters import discover
-        from speedmatrix.adapters.running import plan_learning_running
-
         stale = runfile.clean_stale_temp(self.out)  # left by a writer killed with -9
         if stale:
             self.progress.message(
@@ -126,8 +134,6 @@ class Sweep(SweepSearch):
             )
         given_tokenizer = None
         if isinstance(self.tokenizer, (str, os.PathLike)):
-            from speedmatrix.prompts import load_tokenizer
-
             given_tokenizer = os.fspath(self.tokenizer)  # as given: what a resume needs
             self.tokenizer = load_tokenizer(given_tokenizer)
         if self.target is None:
@@ -189,7 +195,6 @@ class Sweep(SweepSearch):
         """A resumed run continues only on the server it measured: its engine, version,
         model and limits as saved. Otherwise one line naming what changed, before anything
         is written; with --force the difference goes into the run's warnings."""
-        from speedmatrix.runmeta import server_changes
 
         changes = server_changes(self.doc.get("meta") or {}, self.target)
         if not changes:
@@ -238,8 +243,6 @@ class Sweep(SweepSearch):
         self._write()
 
     def run_result(self) -> Run:
-        from speedmatrix.results import load
-
         return load(self.out)
 
     def _prefill_from_warmup(self, planned) -> dict[str, str]:
@@ -271,8 +274,6 @@ class Sweep(SweepSearch):
         """Seconds each of the ``remaining`` cells will take (dryrun.estimate_s): warm-ups
         and prefill at the median prefill rate measured so far, prompts already sent
         counted as sent."""
-        from speedmatrix.dryrun import estimate_cells_s
-
         sent: dict[tuple[int, int], int] = {}
         for c in self.cells.values():
             if sent_its_prompts(c):

@@ -3,6 +3,8 @@ only the cells the bracket-and-bisect of `speedmatrix.slo.search` needs."""
 
 from __future__ import annotations
 
+from speedmatrix import slo
+from speedmatrix.plan import search_cell
 from speedmatrix.sweep.measure import SweepMeasure
 
 #: the most cells a search measures per context
@@ -21,8 +23,6 @@ class SweepSearch(SweepMeasure):
         measures only the cells the bracket-and-bisect needs, each stored like a grid
         cell; the answer goes to meta.run.search. Cells already in run.json (a resumed
         run) are not measured again."""
-        from speedmatrix import slo
-        from speedmatrix.plan import search_cell
 
         m = self.matrix
         by_rate = m.search == "rate"

@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 
 from speedmatrix import verdict
 from speedmatrix.errors import clip
+from speedmatrix.http import ConnectError, HttpError
 from speedmatrix.sweep.state import SERVER_UNREACHABLE
 from speedmatrix.sweep.store import SweepStore
 
@@ -34,9 +36,6 @@ class SweepServer(SweepStore):
         IDLE_SAY_AFTER_S is said on the terminal, and each ends in a note of the cell. A
         gauge that stayed at the same non-zero value through a whole wait (stuck, or another
         client's load) is waited for only IDLE_SAY_AFTER_S before the later cells."""
-        import math
-
-        from speedmatrix.http import ConnectError, HttpError
 
         self._cell_notes = []
         if self.target.metrics_url is None:
@@ -98,7 +97,6 @@ class SweepServer(SweepStore):
         GET /v1/models counts (even 404): only a failure to connect is loss."""
         if cell is not None and not cell.get("errors") and cell.get("status") != "error":
             return False
-        from speedmatrix.http import ConnectError, HttpError
 
         client = self.target.client(5.0)
         for attempt in range(REPROBE_TRIES):

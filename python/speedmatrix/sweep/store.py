@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import sys
 
-from speedmatrix import runfile, verdict
+from speedmatrix import report, runfile, verdict
 from speedmatrix.errors import clip
+from speedmatrix.export import write_exports
+from speedmatrix.http import ConnectError
 from speedmatrix.records import Records
+from speedmatrix.redact import redact_known
 from speedmatrix.report.terminal import cell_summary
 from speedmatrix.runmeta import utc_now
 from speedmatrix.sweep.state import KEPT_ON_RESUME, CellOutcome, SweepState
@@ -43,7 +46,6 @@ class SweepStore(SweepState):
     def _prompt_failure(self, cell, exc: Exception) -> CellOutcome:
         """An `error` cell for a cell whose prompts could not be made (nothing was sent):
         kind `connect` when the server did not answer, else `prompt`."""
-        from speedmatrix.http import ConnectError
 
         kind = "connect" if isinstance(exc, ConnectError) else "prompt"
         return CellOutcome(verdict.prompt_failure_cell(cell, kind, str(exc)))
@@ -74,8 +76,6 @@ class SweepStore(SweepState):
         )
 
     def _store(self, outcome: CellOutcome) -> None:
-        from speedmatrix.redact import redact_known
-
         cell = redact_known(outcome.cell, self._secrets) if self._secrets else outcome.cell
         self.cells[cell["id"]] = cell
         self._write()
@@ -101,16 +101,13 @@ class SweepStore(SweepState):
             self._write()
         if not self.report and self.doc.get("cells"):
             try:  # the open exports come with the report; without it, on their own
-                from speedmatrix.export import write_exports
-
                 write_exports(self.out)
             except Exception as exc:  # noqa: BLE001 - the measurements are safe on disk
                 self.progress.message(f"speedmatrix: the exports could not be written: {exc}")
         if self.report:
             try:
-                from speedmatrix.report import write_report
-
-                md, html = write_report(self.out, secrets=self._secrets)
+                # the report package loads its renderer (matplotlib) on first use
+                md, html = report.write_report(self.out, secrets=self._secrets)
                 self.progress.message(f"report: {md} and {html}")
             except Exception as exc:  # noqa: BLE001 - the measurements are safe on disk
                 self.progress.message(f"speedmatrix: the report could not be written: {exc}")

@@ -16,9 +16,10 @@ from typing import Protocol
 
 import numpy as np
 
-from speedmatrix import figures
+from speedmatrix import figures, slo
+from speedmatrix._native import _core
 from speedmatrix.records import Records
-from speedmatrix.verdict import preemption
+from speedmatrix.verdict import openloop, preemption
 from speedmatrix.verdict.cache import cache_columns
 from speedmatrix.verdict.counts import (
     ERROR_EXAMPLE_CHARS,
@@ -453,10 +454,6 @@ def _distributions(
 ) -> dict:
     """Latency distributions, SLO attainment and goodput, open-loop figures; ``fig``: the
     cell's `_core.summarize_cell` (made with ``figures.tbt_levels(pct)``), read, not redone."""
-    # imported here: speedmatrix.latency imports speedmatrix.verdict.openloop, so an
-    # import at the top would be a circle through this package's __init__
-    from speedmatrix import slo
-
     extra = slo.cell_figures(
         records.requests,
         records.events,
@@ -466,6 +463,7 @@ def _distributions(
         percentiles=pct,
         slo=slo_targets or None,
         core=fig,
+        kept_up=openloop.kept_up,
     )
     extra["latency"]["percentiles"] = [float(p) for p in pct]
     return extra
@@ -482,8 +480,6 @@ def _window_figures(
 ) -> dict:
     """Puts the window's figures (C++), the server's view and the prompt check in ``base``;
     returns the C++ figures (with the TBT sample set's quantiles at ``tbt_qs``)."""
-    from speedmatrix._native import _core
-
     req, ev = records.requests, records.events
     t0, t1, settle = w.t0, w.t1, w.settle
     window = req["phase"] == 1

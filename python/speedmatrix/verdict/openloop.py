@@ -1,7 +1,8 @@
 """The open-loop judgement: did the server keep up with the arrival rate?
 
 Pure and free of other speedmatrix modules: `speedmatrix.latency` computes an open-loop
-cell's figures and asks this rule for ``kept_up`` (the cell's `behind` flag reads it).
+cell's figures and `speedmatrix.verdict.cells` hands it this rule for ``kept_up`` (the
+cell's `behind` flag reads it); latency imports no verdict.
 """
 
 from __future__ import annotations
