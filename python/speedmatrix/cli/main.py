@@ -11,6 +11,7 @@ import threading
 
 from speedmatrix.cli import capacity, compare, demo, init, recompute, report, run, run_flags, show
 from speedmatrix.cli import predict as predict_cmd
+from speedmatrix.cli import selftest as selftest_cmd
 from speedmatrix.cli import sim as sim_cmd
 from speedmatrix.cli.common import (
     EXIT_FAILURE,
@@ -53,6 +54,7 @@ start here:
         compare,
         capacity,
         predict_cmd,
+        selftest_cmd,
     ):
         module.add_parser(sub)
     for p in sub.choices.values():  # --debug after the command too; SUPPRESS keeps the top's
@@ -76,6 +78,7 @@ COMMANDS = {
     "recompute": recompute.command,
     "show": show.command,
     "predict": predict_cmd.command,
+    "selftest": selftest_cmd.command,
 }
 
 
