@@ -32,10 +32,13 @@ def default_loops(cpus: int | None = None) -> list[int]:
 
 
 def cache_path(host: str | None = None) -> Path:
-    """Where this host's roofline is kept: $XDG_CACHE_HOME (else ~/.cache)/speedmatrix/
-    selftest/<host>.json."""
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    """Where this host's roofline is kept: $SPEEDMATRIX_SELFTEST_DIR/<host>.json, else
+    $XDG_CACHE_HOME (else ~/.cache)/speedmatrix/selftest/<host>.json."""
     name = "".join(c if c.isalnum() or c in "-_." else "_" for c in (host or platform.node()))
+    folder = os.environ.get("SPEEDMATRIX_SELFTEST_DIR")
+    if folder:
+        return Path(folder) / f"{name or 'host'}.json"
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     return root / "speedmatrix" / "selftest" / f"{name or 'host'}.json"
 
 

@@ -41,6 +41,7 @@ def test_default_loops_reach_the_cores_minus_one(cpus, want):
 
 
 def test_the_roofline_is_kept_per_host(tmp_path, monkeypatch):
+    monkeypatch.delenv("SPEEDMATRIX_SELFTEST_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert roofline.load_cached("h1") is None
     path = roofline.save(ROOF)
@@ -53,7 +54,7 @@ def test_the_roofline_is_kept_per_host(tmp_path, monkeypatch):
 
 
 def test_a_run_copies_this_hosts_roofline(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("SPEEDMATRIX_SELFTEST_DIR", str(tmp_path))
     assert roofline.roofline_for_run() is None
     roofline.save({**ROOF, "host": os.uname().nodename})
     assert roofline.roofline_for_run()["loops"] == ROOF["loops"]
@@ -69,7 +70,7 @@ def test_the_table_says_each_loop_count():
 def test_selftest_measures_and_keeps_the_roofline(tmp_path):
     env = {
         **os.environ,
-        "XDG_CACHE_HOME": str(tmp_path),
+        "SPEEDMATRIX_SELFTEST_DIR": str(tmp_path),
         "PYTHONPATH": str(ROOT / "python"),
     }
     out = subprocess.run(
@@ -89,5 +90,5 @@ def test_selftest_measures_and_keeps_the_roofline(tmp_path):
         assert r["events_per_s"] > 1000
         assert r["lockstep_streams"] == 32
         assert 0 < r["lockstep_p99_delay_ms"] < 1000
-    kept = tmp_path / "speedmatrix" / "selftest" / roofline.cache_path(roof["host"]).name
+    kept = tmp_path / roofline.cache_path(roof["host"]).name
     assert json.loads(kept.read_text()) == roof
