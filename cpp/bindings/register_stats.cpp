@@ -4,6 +4,7 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -103,6 +104,33 @@ struct Columns {
     }
   }
 };
+
+// One member of a row struct, named as the column it becomes (columns_of).
+template <class Row, class T>
+struct Field {
+  const char* name;
+  T Row::*member;
+};
+template <class Row, class T>
+Field<Row, T> field(const char* name, T Row::*member) {
+  return {name, member};
+}
+
+// A dict of 1-D arrays, one per field, aligned with `rows`: d[name][i] = rows[i].*member.
+template <class Row, class... T>
+py::dict columns_of(const std::vector<Row>& rows, Field<Row, T>... fields) {
+  py::dict d;
+  const auto n = static_cast<py::ssize_t>(rows.size());
+  auto add = [&](auto f) {
+    using V = std::remove_cvref_t<decltype(rows[0].*(f.member))>;
+    py::array_t<V> a(n);
+    auto m = a.template mutable_unchecked<1>();
+    for (py::ssize_t i = 0; i < n; ++i) m(i) = rows[static_cast<std::size_t>(i)].*(f.member);
+    d[f.name] = a;
+  };
+  (add(fields), ...);
+  return d;
+}
 
 py::list interval(const Interval& i) {
   py::list l;
@@ -237,29 +265,11 @@ void register_stats(py::module_& m) {
           py::gil_scoped_release nogil;
           rows = request_tokens(cols.view, t0_ns, t1_ns);
         }
-        const auto n = static_cast<py::ssize_t>(rows.size());
-        py::array_t<std::int64_t> tokens(n), window_tokens(n), first_ns(n), last_ns(n);
-        py::array_t<double> max_gap_ms(n);
-        auto k = tokens.mutable_unchecked<1>();
-        auto w = window_tokens.mutable_unchecked<1>();
-        auto f = first_ns.mutable_unchecked<1>();
-        auto l = last_ns.mutable_unchecked<1>();
-        auto g = max_gap_ms.mutable_unchecked<1>();
-        for (py::ssize_t i = 0; i < n; ++i) {
-          const RequestTokens& q = rows[static_cast<std::size_t>(i)];
-          k(i) = q.tokens;
-          w(i) = q.window_tokens;
-          f(i) = q.first_ns;
-          l(i) = q.last_ns;
-          g(i) = q.max_gap_ms;
-        }
-        py::dict d;
-        d["tokens"] = tokens;
-        d["window_tokens"] = window_tokens;
-        d["first_ns"] = first_ns;
-        d["last_ns"] = last_ns;
-        d["max_gap_ms"] = max_gap_ms;
-        return d;
+        return columns_of(rows, field("tokens", &RequestTokens::tokens),
+                          field("window_tokens", &RequestTokens::window_tokens),
+                          field("first_ns", &RequestTokens::first_ns),
+                          field("last_ns", &RequestTokens::last_ns),
+                          field("max_gap_ms", &RequestTokens::max_gap_ms));
       },
       py::arg("requests"), py::arg("events"), py::arg("t0_ns"), py::arg("t1_ns"),
       "Per request (aligned with the records, every phase), what its token arrivals add up to:\n"
@@ -276,27 +286,9 @@ void register_stats(py::module_& m) {
           py::gil_scoped_release nogil;
           arrivals = token_arrivals(cols.view, phase);
         }
-        const auto n = static_cast<py::ssize_t>(arrivals.size());
-        py::array_t<std::int32_t> request(n);
-        py::array_t<std::int64_t> t_ns(n), tokens(n);
-        py::array_t<double> gap_ms(n);
-        auto q = request.mutable_unchecked<1>();
-        auto t = t_ns.mutable_unchecked<1>();
-        auto k = tokens.mutable_unchecked<1>();
-        auto g = gap_ms.mutable_unchecked<1>();
-        for (py::ssize_t i = 0; i < n; ++i) {
-          const Arrival& a = arrivals[static_cast<std::size_t>(i)];
-          q(i) = a.request;
-          t(i) = a.t_ns;
-          k(i) = a.tokens;
-          g(i) = a.gap_ms;
-        }
-        py::dict d;
-        d["request"] = request;
-        d["t_ns"] = t_ns;
-        d["tokens"] = tokens;
-        d["gap_ms"] = gap_ms;
-        return d;
+        return columns_of(arrivals, field("request", &Arrival::request),
+                          field("t_ns", &Arrival::t_ns), field("tokens", &Arrival::tokens),
+                          field("gap_ms", &Arrival::gap_ms));
       },
       py::arg("requests"), py::arg("events"), py::arg("phase") = 1,
       "Token arrivals of a cell's records (the one derivation the figures use): events of one\n"

@@ -39,6 +39,7 @@ import numpy as np
 
 from speedmatrix import figures
 from speedmatrix._native import _core
+from speedmatrix.figures import DEFAULT_PERCENTILES, tbt_levels
 from speedmatrix.verdict import openloop
 
 __all__ = [
@@ -53,9 +54,9 @@ __all__ = [
     "parse_percentiles",
     "per_request",
     "percentile_key",
+    "request_tokens",
 ]
 
-DEFAULT_PERCENTILES: tuple[float, ...] = (50.0, 90.0, 95.0, 99.0, 99.9)
 OUTCOME_OK, OUTCOME_CANCELLED, OUTCOME_ERROR = 1, 2, 3
 
 
@@ -130,15 +131,28 @@ def _col(d: dict, name: str) -> np.ndarray:
     return np.asarray(d[name])
 
 
-def per_request(
-    requests: dict, events: dict | None = None, arrivals: dict[str, np.ndarray] | None = None
-) -> dict[str, np.ndarray]:
+def _core_requests(requests: dict) -> dict:
+    """``requests`` as the core reads them: records built by hand may lack ``prompt_tokens``,
+    which no per-token figure reads (zeros stand in)."""
+    if "prompt_tokens" in requests:
+        return requests
+    return {**requests, "prompt_tokens": np.zeros(len(requests["sent_ns"]), np.int64)}
+
+
+def request_tokens(requests: dict, events: dict, t0_ns: int, t1_ns: int) -> dict[str, np.ndarray]:
+    """Per request, what its token arrivals add up to (`_core.request_tokens`: ``tokens``,
+    ``window_tokens`` in [t0_ns, t1_ns], ``first_ns``, ``last_ns``, ``max_gap_ms``); O(requests)
+    memory, no per-token array."""
+    rt = _core.request_tokens(_core_requests(requests), events, int(t0_ns), int(t1_ns))
+    return {k: np.asarray(v) for k, v in rt.items()}
+
+
+def per_request(requests: dict, events: dict | None = None) -> dict[str, np.ndarray]:
     """Per-request latencies in ms (NaN where undefined) for every record, aligned with the
     records: e2e_ms, ttft_ms, tpot_ms, e2e_sched_ms, ttft_sched_ms, queue_ms, and from
     ``events`` tbt_max_ms (the request's longest gap between token arrivals) and
     tpot_so_far_ms (first to last token received over the tokens between: the pace of a
-    request cut before its end); ``arrivals``: `token_arrivals(requests, events, -1)` already
-    made."""
+    request cut before its end), both from `_core.request_tokens`."""
     sched = _col(requests, "scheduled_ns").astype(np.int64)
     sent = _col(requests, "sent_ns").astype(np.int64)
     first = _col(requests, "first_token_ns").astype(np.int64)
@@ -157,10 +171,7 @@ def per_request(
     tbt_max = np.full(n, np.nan)
     tpot_so_far = np.full(n, np.nan)
     if events and len(events.get("t_ns", ())) and n:
-        if "prompt_tokens" not in requests:  # not read here; records built by hand lack it
-            requests = {**requests, "prompt_tokens": np.zeros(n, np.int64)}
-        # the core's per-request reduction of its arrivals (O(requests); no per-token array)
-        rt = _core.request_tokens(requests, events, 0, 0)
+        rt = request_tokens(requests, events, 0, 0)
         tbt_max = np.asarray(rt["max_gap_ms"], dtype=float)
         seen = np.asarray(rt["tokens"]).astype(float)
         last = np.asarray(rt["last_ns"], dtype=np.int64)
@@ -186,9 +197,7 @@ def coalesced_share(requests: dict, events: dict | None, t0_ns: int, t1_ns: int)
     (`_core.coalesced_share`; the catalogue's ``coalesced_share``); NaN without events."""
     if not events or not len(events.get("t_ns", ())):
         return math.nan
-    if "prompt_tokens" not in requests:  # not read here; records built by hand lack it
-        requests = {**requests, "prompt_tokens": np.zeros(len(requests["sent_ns"]), np.int64)}
-    return float(_core.coalesced_share(requests, events, int(t0_ns), int(t1_ns)))
+    return float(_core.coalesced_share(_core_requests(requests), events, int(t0_ns), int(t1_ns)))
 
 
 def counted_mask(requests: dict, t0_ns: int, t1_ns: int, open_loop: bool) -> np.ndarray:
@@ -220,23 +229,30 @@ def cell_latency(
     *,
     open_loop: bool = False,
     percentiles: tuple[float, ...] = DEFAULT_PERCENTILES,
+    core: dict | None = None,
 ) -> dict:
     """The latency distributions of one cell: ``{"e2e_ms", "ttft_ms", "tpot_ms", "tbt_ms"}``
     (each a :func:`distribution`), and for an open-loop cell also ``e2e_sched_ms``,
-    ``ttft_sched_ms`` and ``queue_ms``. Only requests that completed OK count."""
-    # the core's arrivals, made once for both the per-request figures and the TBT samples
+    ``ttft_sched_ms`` and ``queue_ms``. Only requests that completed OK count. ``core``: the
+    cell's `_core.summarize_cell` over [t0_ns, t1_ns] already made with
+    ``tbt_qs=figures.tbt_levels(percentiles)`` (the verdict's), read instead of summarizing again."""
     lat = per_request(requests, events)
     ok = counted_mask(requests, t0_ns, t1_ns, open_loop) & (_col(requests, "outcome") == OUTCOME_OK)
     names = ["e2e_ms", "ttft_ms", "tpot_ms"]
     if open_loop:
         names += ["e2e_sched_ms", "ttft_sched_ms", "queue_ms"]
     out = {name: distribution(lat[name][ok], percentiles) for name in names}
-    out["tbt_ms"] = _tbt_distribution(requests, events, t0_ns, t1_ns, percentiles)
+    out["tbt_ms"] = _tbt_distribution(requests, events, t0_ns, t1_ns, percentiles, core)
     return out
 
 
 def _tbt_distribution(
-    requests: dict, events: dict | None, t0_ns: int, t1_ns: int, percentiles: tuple[float, ...]
+    requests: dict,
+    events: dict | None,
+    t0_ns: int,
+    t1_ns: int,
+    percentiles: tuple[float, ...],
+    core: dict | None = None,
 ) -> dict:
     """The TBT distribution: the core's sample set (`_core.summarize_cell`'s tbt_count,
     tbt_mean_ms, tbt_quantiles_ms: the multiset whose median is the cell's tbt_ms), read, not
@@ -245,12 +261,13 @@ def _tbt_distribution(
     (run.json ci.tbt_ms, over per-second bins); none is written here."""
     ps = sorted({50.0, *percentiles})
     nan2 = [math.nan, math.nan]
-    if events and len(events.get("t_ns", ())) and t1_ns > t0_ns:
-        if "prompt_tokens" not in requests:  # not read here; records built by hand lack it
-            n = len(requests["sent_ns"])
-            requests = {**requests, "prompt_tokens": np.zeros(n, np.int64)}
+    if core is not None:
+        n_tbt, mean, values = int(core["tbt_count"]), core["tbt_mean_ms"], core["tbt_quantiles_ms"]
+        if len(values) != len(ps):
+            raise ValueError("the core's figures were made for other percentiles (tbt_levels)")
+    elif events and len(events.get("t_ns", ())) and t1_ns > t0_ns:
         fig = _core.summarize_cell(
-            requests, events, int(t0_ns), int(t1_ns), 1.0, -1, -1, [p / 100 for p in ps]
+            _core_requests(requests), events, int(t0_ns), int(t1_ns), 1.0, -1, -1, tbt_levels(ps)
         )
         n_tbt, mean, values = int(fig["tbt_count"]), fig["tbt_mean_ms"], fig["tbt_quantiles_ms"]
     else:

@@ -29,7 +29,12 @@ from typing import Any
 from speedmatrix import runfile, slo, verdict
 from speedmatrix.records import Records
 from speedmatrix.verdict import CellShape, EngineFacts, Flag, Rules
+from speedmatrix.verdict.interference import interference_cell
+from speedmatrix.verdict.sessions import session_cell
 from speedmatrix.verdict.upgrade import facts_of, rules_of
+
+#: the phases of cells judged from their records
+_PHASES = ("prefill", "decode", "interference", "session")
 
 __all__ = ["Recomputed", "facts_of", "recompute_doc", "rules_of", "slo_judged_doc"]
 
@@ -73,7 +78,7 @@ def recompute_doc(
     roofline = (doc.get("meta") or {}).get("client_roofline")
     for cell in out.get("cells") or []:
         rel = cell.get("records")
-        if not rel or cell.get("status") is None or cell.get("phase") not in ("prefill", "decode"):
+        if not rel or cell.get("status") is None or cell.get("phase") not in _PHASES:
             cells.append(cell)
             continue
         try:
@@ -116,6 +121,10 @@ def _rejudge(
             slo_targets=(cell.get("slo") or {}).get("slo"),
             client_roofline=roofline,
         )
+    elif cell["phase"] == "interference":
+        new = interference_cell(shape, records, idle=idle)
+    elif cell["phase"] == "session":
+        new = session_cell(shape, records, idle=idle)
     else:
         new = verdict.prefill_cell(shape, records, idle=idle, measured_in=cell.get("measured_in"))
     method = (cell.get("prompt_tokens") or {}).get("method")

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from speedmatrix._native import _core
 from speedmatrix.runfile import load_records
 
 __all__ = ["STAMPS", "Records", "tbt_samples", "token_arrivals"]
@@ -212,8 +213,6 @@ class Records:
     def bins(self, t0: int, t1: int, bin_s: float = 1.0) -> np.ndarray:
         """Output tok/s per ``bin_s`` bin of [t0, t1] (`_core.summarize_cell`'s bins: a
         remainder shorter than a bin widens the last one)."""
-        from speedmatrix._native import _core
-
         if not self.has_events() or t1 <= t0:
             return np.zeros(0)
         fig = _core.summarize_cell(self.requests, self.events, int(t0), int(t1), float(bin_s))
@@ -225,8 +224,6 @@ def token_arrivals(requests: dict, events: dict | None, phase: int = 1) -> dict[
     ``tokens``, ``gap_ms`` (ms per token since the request's previous arrival; NaN for its
     first), one read's events merged, ordered by request then time. ``phase`` 1 = window
     requests, 0 = warm-up, -1 = all."""
-    from speedmatrix._native import _core  # the compiled core loads on first use (start-up time)
-
     if not events or not len(events.get("t_ns", ())) or not requests:
         return {
             "request": np.zeros(0, np.int32),
@@ -240,22 +237,13 @@ def token_arrivals(requests: dict, events: dict | None, phase: int = 1) -> dict[
     return {k: np.asarray(v) for k, v in arrivals.items()}
 
 
-def tbt_samples(
-    requests: dict,
-    events: dict | None,
-    t0: int,
-    t1: int,
-    arrivals: dict[str, np.ndarray] | None = None,
-) -> np.ndarray:
+def tbt_samples(requests: dict, events: dict | None, t0: int, t1: int) -> np.ndarray:
     """Per-token gaps (ms) between token arrivals of the window requests that did not fail,
     arrivals in [t0, t1], an arrival's gap once per token: the multiset whose median is the
-    cell's ``tbt_ms`` (`_core.summarize_cell` takes its median from the same arrivals).
-    ``arrivals``: `token_arrivals` of these records already made (any phase), not made again."""
-    a = token_arrivals(requests, events, 1) if arrivals is None else arrivals
+    cell's ``tbt_ms`` (`_core.summarize_cell` takes its median from the same arrivals)."""
+    a = token_arrivals(requests, events, 1)
     q = a["request"]
     failed = np.asarray(requests.get("outcome", ()), dtype=np.int64) == _OUTCOME_ERROR
     ok = ~failed[q] if len(failed) else np.ones(len(q), bool)
-    if arrivals is not None:  # arrivals of every phase: the window requests' only
-        ok &= np.asarray(requests["phase"])[q] == 1
     sel = ok & (a["t_ns"] >= t0) & (a["t_ns"] <= t1) & np.isfinite(a["gap_ms"])
     return np.repeat(a["gap_ms"][sel], a["tokens"][sel])

@@ -38,7 +38,6 @@ from typing import Any
 import numpy as np
 
 from speedmatrix import latency
-from speedmatrix.records import token_arrivals
 from speedmatrix.units import parse_duration
 
 __all__ = [
@@ -191,13 +190,11 @@ def evaluate(
 
 
 def _window_tokens(requests: dict, events: dict, t0_ns: int, t1_ns: int) -> np.ndarray:
-    """Per request, the tokens of its arrivals in [t0, t1] (`records.token_arrivals`, usage
+    """Per request, the tokens of its arrivals in [t0, t1] (`latency.request_tokens`, usage
     scaled: the window's tokens exactly as the cell's total tok/s counts them)."""
-    n = len(requests["sent_ns"])
-    a = token_arrivals(requests, events, -1)
-    inside = (a["t_ns"] >= t0_ns) & (a["t_ns"] <= t1_ns)
-    req = a["request"].astype(np.int64)[inside]
-    return np.bincount(req, weights=a["tokens"][inside].astype(float), minlength=n)[:n]
+    if not len(events.get("t_ns", ())):
+        return np.zeros(len(requests["sent_ns"]))
+    return latency.request_tokens(requests, events, t0_ns, t1_ns)["window_tokens"].astype(float)
 
 
 _METHOD = "linear interpolation of attainment between the last passing and first failing loads"
@@ -329,15 +326,23 @@ def cell_figures(
     rate_per_s: float | None = None,
     percentiles: tuple[float, ...] = latency.DEFAULT_PERCENTILES,
     slo: dict[str, float] | None = None,
+    core: dict | None = None,
 ) -> dict[str, Any]:
     """The fields this module and :mod:`speedmatrix.latency` add to a cell of run.json, from
     its records: ``latency`` (distributions), ``coalesced_share`` (with token events),
     ``open_loop`` (a rate cell, ``rate_per_s`` set) and ``slo`` (with ``slo`` targets).
-    JSON-ready (NaN -> null)."""
+    JSON-ready (NaN -> null). ``core``: the cell's `_core.summarize_cell` already made
+    (`latency.cell_latency`'s)."""
     open_loop = rate_per_s is not None
     out: dict[str, Any] = {
         "latency": latency.cell_latency(
-            requests, events, t0_ns, t1_ns, open_loop=open_loop, percentiles=percentiles
+            requests,
+            events,
+            t0_ns,
+            t1_ns,
+            open_loop=open_loop,
+            percentiles=percentiles,
+            core=core,
         )
     }
     share = latency.coalesced_share(requests, events, t0_ns, t1_ns)

@@ -155,7 +155,16 @@ def test_entries_are_named_once_and_complete():
     for f in figures.CATALOGUE:
         assert f.group in figures.GROUPS, f.name
         assert f.definition and f.label and f.summary and f.reads, f.name
-        assert f.by == "core" or f.by in ("verdict", "latency", "slo", "prefixcache"), f.name
+        assert f.by == "core" or f.by in (
+            "verdict",
+            "latency",
+            "slo",
+            "prefixcache",
+            "interference",
+            "sessions",
+            "twin/model",
+            "twin/predictrun",
+        ), f.name
     assert figures.RENAMED.keys().isdisjoint(names)  # an old name never names a figure
 
 
@@ -223,7 +232,9 @@ def test_the_core_computes_what_the_catalogue_says_it_does():
     from speedmatrix._native import _core
 
     rec = _records()
-    fig = _core.summarize_cell(rec.requests, rec.events, 1 * NS, 5 * NS, 1.0, NS, NS)
+    pct = sorted({50.0, *latency.DEFAULT_PERCENTILES})
+    qs = [p / 100 for p in pct]
+    fig = _core.summarize_cell(rec.requests, rec.events, 1 * NS, 5 * NS, 1.0, NS, NS, qs)
     core_funcs = {"coalesced_share"}
     renamed_in_cell = {"errors": "errors_total"}  # the core's count; the cell's is by kind
     for f in figures.CATALOGUE:
@@ -234,10 +245,33 @@ def test_the_core_computes_what_the_catalogue_says_it_does():
         if key.endswith("_ci") or key in ("bin_tok_s", "drifting"):
             continue  # intervals go to ci / {fig}_lo/_hi; bins to plots; drifting to a flag
         if key in ("tbt_count", "tbt_mean_ms", "tbt_quantiles_ms"):
-            continue  # the latency distribution's tbt_ms (n, mean, pXX): read in its test
+            continue  # the latency distribution's tbt_ms (n, mean, pXX): checked below
         name = renamed_in_cell.get(key, key)
         assert figures.find(name) is not None, key
         assert cell[name] == pytest.approx(value, nan_ok=True), key
+    # the TBT sample set's summary reaches the cell's latency distribution unchanged
+    tbt = cell["latency"]["tbt_ms"]
+    assert fig["tbt_count"] > 0 and tbt["n"] == fig["tbt_count"]
+    assert tbt["mean"] == fig["tbt_mean_ms"]
+    assert [tbt[latency.percentile_key(p)] for p in pct] == fig["tbt_quantiles_ms"]
+    assert tbt["median"] == fig["tbt_ms"] == cell["tbt_ms"]
+
+
+def test_a_decode_cell_summarizes_its_window_once(monkeypatch):
+    """The verdict's figures and the latency distribution's TBT read one summarize_cell."""
+    from speedmatrix._native import _core
+
+    calls = []
+    real = _core.summarize_cell
+
+    def counting(*args):
+        calls.append(args[2:4])
+        return real(*args)
+
+    monkeypatch.setattr(_core, "summarize_cell", counting)
+    cell = decode_cell(_shape(), _records(), EngineFacts(), Rules(), idle=True)
+    assert calls == [(1 * NS, 5 * NS)]
+    assert cell["latency"]["tbt_ms"]["n"] > 0
 
 
 def test_old_column_names_still_find_their_figure():
@@ -384,11 +418,9 @@ def test_the_engine_writing_bursts_reads_as_coalesced_and_tbt_stays_the_streams_
     assert p["tbt_ms"] == pytest.approx(20, rel=0.1)
 
 
-def test_tbt_samples_from_arrivals_of_every_phase_are_the_window_requests_own():
-    # cell_latency makes the core's arrivals once (all phases) for the per-request figures
-    # and the TBT samples; the samples must be those of the window requests alone, as
-    # when tbt_samples makes its own (phase 1) arrivals
-    from speedmatrix.records import tbt_samples, token_arrivals
+def test_tbt_samples_are_the_window_requests_own():
+    # the samples are those of the window requests alone: a warm-up stream's gaps are not
+    from speedmatrix.records import tbt_samples
 
     ms = 1_000_000
     req = {
@@ -408,6 +440,4 @@ def test_tbt_samples_from_arrivals_of_every_phase_are_the_window_requests_own():
     }
     order = np.argsort(ev["t_ns"], kind="stable")
     ev = {k: v[order] for k, v in ev.items()}
-    own = tbt_samples(req, ev, 0, 100 * ms)
-    shared = tbt_samples(req, ev, 0, 100 * ms, token_arrivals(req, ev, -1))
-    assert sorted(own) == sorted(shared) == [20.0, 20.0, 20.0, 30.0, 30.0]
+    assert sorted(tbt_samples(req, ev, 0, 100 * ms)) == [20.0, 20.0, 20.0, 30.0, 30.0]

@@ -217,6 +217,10 @@ std::vector<Arrival> token_arrivals(const RecordView& r, int phase = 1);
 // delivery is one arrival (token_arrivals), so a burst reads as the gap between deliveries
 // spread over its tokens, never as ~0 gaps; this figure says how much of the window came
 // that way (a buffering proxy, a server that flushes per batch). NaN without token events.
+// Memory: when the events' t_ns never goes back (the loop's order) they are read in place in
+// three passes, holding O(requests) plus the paces (8 bytes a delivery) of the streams that
+// still have window events to come; in any other order, from a sorted copy (16 bytes an
+// event). The figure is the same either way (stats_coalesced.cpp).
 double coalesced_share(const RecordView& r, ns_t t0, ns_t t1);
 
 // Per request, what its token arrivals (token_arrivals of every phase) add up to, streamed

@@ -1,5 +1,8 @@
 """A cell's stored form: its figures, status and flags, from its records.
 
+Over 500 lines: a decode cell's figures, evidence and status are gathered from one window
+in one place, so none of them reads another set of requests.
+
 `decode_cell` gathers the figures (`_core.summarize_cell`, `speedmatrix.slo.cell_figures`),
 the evidence the flag rules read (`speedmatrix.verdict.flags`) and the status rule's inputs
 (`speedmatrix.verdict.status`); `prefill_cell`, `unrun_cell` and `prompt_failure_cell`
@@ -13,8 +16,10 @@ from typing import Protocol
 
 import numpy as np
 
+from speedmatrix import figures
 from speedmatrix.records import Records
 from speedmatrix.verdict import preemption
+from speedmatrix.verdict.cache import cache_columns
 from speedmatrix.verdict.client import cell_headroom
 from speedmatrix.verdict.counts import (
     ERROR_EXAMPLE_CHARS,
@@ -87,6 +92,18 @@ class CellShape:
     #: "measured": the plan left the capacity verdict to the measurement
     capacity_check: str = ""
     kv_admit_share: float = 0.0
+    #: a cached-fraction cell: the share asked and the counters read around it
+    cached_fraction: float | None = None
+    cache_counters: dict | None = None
+    #: an interference cell: seconds between its prefills; a trace replay: file, speed-up
+    interference_every_s: float = 0.0
+    trace: str = ""
+    speedup: float = 1.0
+    #: a sessions cell: turns, new tokens a turn, think time, the answer's tokens
+    sessions: int = 0
+    turn_tokens: int = 0
+    think_time_s: float = 0.0
+    max_output: int = 0
 
     @classmethod
     def from_cell(cls, cell: dict) -> CellShape:
@@ -102,6 +119,15 @@ class CellShape:
             prompts_file=cell.get("prompts_file") or "",
             capacity_check=cell.get("capacity_check") or "",
             kv_admit_share=float(cell.get("kv_admit_share") or 0.0),
+            cached_fraction=cell.get("cached_fraction"),
+            cache_counters=cell.get("cache_counters"),
+            interference_every_s=float(cell.get("interference_every_s") or 0.0),
+            trace=cell.get("trace") or "",
+            speedup=float(cell.get("speedup") or 1.0),
+            sessions=int(cell.get("sessions") or 0),
+            turn_tokens=int(cell.get("turn_tokens") or 0),
+            think_time_s=float(cell.get("think_time_s") or 0.0),
+            max_output=int(cell.get("session_answer_tokens") or 0),
         )
 
 
@@ -138,6 +164,10 @@ def _open_loop_shape(shape: _Shape) -> dict:
     rate = getattr(shape, "rate_per_s", None)
     if rate is not None:
         out.update(rate_per_s=float(rate), arrival=getattr(shape, "arrival", "poisson"))
+    if getattr(shape, "cached_fraction", None) is not None:
+        out["cached_fraction"] = float(shape.cached_fraction)  # type: ignore[attr-defined]
+    if getattr(shape, "trace", ""):
+        out.update(trace=shape.trace, speedup=float(shape.speedup))  # type: ignore[attr-defined]
     return out
 
 
@@ -256,12 +286,13 @@ def decode_cell(
     w = _window(shape, records)
     if w is None:
         return _never_started(base, records, errors, idle=idle, facts=facts)
-    fig = _window_figures(base, shape, records, facts, errors, w.settle, w.ramp)
+    pct = tuple(percentiles or figures.DEFAULT_PERCENTILES)
+    fig = _window_figures(base, shape, records, facts, errors, w, figures.tbt_levels(pct))
     unserved, unserved_longer = ttft_unserved(req, w.ramp, w.t1, base["ttft_ms"])
     base["ttft_unserved"] = unserved
     base["flags"] = []
     rate = getattr(shape, "rate_per_s", None)
-    base.update(_distributions(records, w.t0, w.t1, rate, percentiles, slo_targets))
+    base.update(_distributions(records, w.t0, w.t1, rate, pct, slo_targets, fig))
     if not w.open_loop:
         # the send of the first N to the window's opening (a run saved before steady
         # windows opened at the send: its ramp is the first wave's settling)
@@ -269,6 +300,7 @@ def decode_cell(
         base["first_wave_streamed"] = first_wave_streamed(req, shape.concurrency)
     base["waiting_without_tokens"] = client_queue_signal(req, w.settle, w.t1)
     base["client_headroom"] = cell_headroom(records, w.t0, w.t1, client_roofline)
+    base.update(cache_columns(shape, records))
     e = _evidence(base, shape, records, facts, fig, w, idle=idle, unserved_longer=unserved_longer)
     if e.usage_below or e.usage_above:
         base["usage_mismatch"] = {"below_chunks": e.usage_below, "above_chunks": e.usage_above}
@@ -386,6 +418,8 @@ def _evidence(
         usage_above=above,
         warmup_unfinished=warmup_unfinished(req),
         coalesced_share=finite(base.get("coalesced_share", fig.get("coalesced_share"))),
+        cached_fraction=base.get("cached_fraction"),
+        delivered_cached_fraction=base.get("delivered_cached_fraction"),
     )
 
 
@@ -418,15 +452,16 @@ def _distributions(
     t0: int,
     t1: int,
     rate: float | None,
-    percentiles: tuple[float, ...] | list[float] | None,
+    pct: tuple[float, ...],
     slo_targets: dict[str, float] | None,
+    fig: dict,
 ) -> dict:
-    """Latency distributions, SLO attainment and goodput, open-loop figures."""
+    """Latency distributions, SLO attainment and goodput, open-loop figures; ``fig``: the
+    cell's `_core.summarize_cell` (made with ``figures.tbt_levels(pct)``), read, not redone."""
     # imported here: speedmatrix.latency imports speedmatrix.verdict.openloop, so an
     # import at the top would be a circle through this package's __init__
-    from speedmatrix import latency, slo
+    from speedmatrix import slo
 
-    pct = tuple(percentiles or latency.DEFAULT_PERCENTILES)
     extra = slo.cell_figures(
         records.requests,
         records.events,
@@ -435,6 +470,7 @@ def _distributions(
         rate_per_s=rate,
         percentiles=pct,
         slo=slo_targets or None,
+        core=fig,
     )
     extra["latency"]["percentiles"] = [float(p) for p in pct]
     return extra
@@ -446,17 +482,17 @@ def _window_figures(
     records: Records,
     facts: EngineFacts,
     errors: dict[str, int],
-    settle: int,
-    ramp: int,
+    w: _Window,
+    tbt_qs: list[float],
 ) -> dict:
     """Puts the window's figures (C++), the server's view and the prompt check in ``base``;
-    returns the C++ figures."""
+    returns the C++ figures (with the TBT sample set's quantiles at ``tbt_qs``)."""
     from speedmatrix._native import _core
 
     req, ev = records.requests, records.events
-    t0, t1 = int(records.window_start_ns), int(records.window_end_ns)
+    t0, t1, settle = w.t0, w.t1, w.settle
     window = req["phase"] == 1
-    fig = _core.summarize_cell(req, ev, t0, t1, 1.0, settle, ramp)
+    fig = _core.summarize_cell(req, ev, t0, t1, 1.0, settle, w.ramp, tbt_qs)
     server = server_view(records.metrics, facts, t0, t1, settle)
     reported = [int(x) for x in req["prompt_tokens"][window] if x >= 0]
     ptok = prompt_check(shape.context, reported)
