@@ -228,6 +228,7 @@ _ENTRIES: tuple[Figure, ...] = (
     _f("client_cpu_s", "s", "Client CPU", "CPU time of the client thread over the cell", "cell", "value", _V, "client"),
     _f("client_loop_lag_max_ms", "ms", "Client loop lag", "longest lateness of the client's event loop", "cell", "max", _V, "client"),
     _f("client_threads", "", "Client threads", "event loops the client ran the cell with (--client-threads)", "cell", "value", _V, "client"),
+    _f("client_headroom", "×", "Client headroom", "the client's roofline on this host (speedmatrix selftest) over the window's token events/s and finished requests/s, the smaller ratio", "events", "value", _V, "client"),
     # --- open loop (latency.open_loop_figures; run.json's open_loop) ---
     # --- the prefix-cache axis (--cached-fraction) ---
     _f("cached_fraction", "share", "Cached fraction asked", "share of each prompt repeating a prefix the server has seen", "cell", "value", "prefixcache", "prefix_cache"),

@@ -74,6 +74,8 @@ def recompute_doc(
         notes.append(note)
     old_stamps = 0
     cells = []
+    # the host's client roofline the run started with (`speedmatrix selftest`; None: none)
+    roofline = (doc.get("meta") or {}).get("client_roofline")
     for cell in out.get("cells") or []:
         rel = cell.get("records")
         if not rel or cell.get("status") is None or cell.get("phase") not in _PHASES:
@@ -86,7 +88,7 @@ def recompute_doc(
             cells.append(cell)
             continue
         old_stamps += records.stamps_from_cell
-        cells.append(_rejudge(cell, records, facts, use))
+        cells.append(_rejudge(cell, records, facts, use, roofline))
     if old_stamps:
         notes.append(
             f"{old_stamps} cells' records were saved without their clock stamps: the "
@@ -102,7 +104,9 @@ def recompute_doc(
     return Recomputed(new, notes, changed)
 
 
-def _rejudge(cell: dict, records: Records, facts: EngineFacts, rules: Rules) -> dict:
+def _rejudge(
+    cell: dict, records: Records, facts: EngineFacts, rules: Rules, roofline: dict | None = None
+) -> dict:
     shape = CellShape.from_cell(cell)
     idle = Flag.BUSY_AT_START not in (cell.get("flags") or [])
     if cell["phase"] == "decode":
@@ -115,6 +119,7 @@ def _rejudge(cell: dict, records: Records, facts: EngineFacts, rules: Rules) -> 
             idle=idle,
             percentiles=(cell.get("latency") or {}).get("percentiles"),
             slo_targets=(cell.get("slo") or {}).get("slo"),
+            client_roofline=roofline,
         )
     elif cell["phase"] == "interference":
         new = interference_cell(shape, records, idle=idle)

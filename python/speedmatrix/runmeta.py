@@ -15,6 +15,7 @@ from speedmatrix.adapters import strip_credentials
 from speedmatrix.hardware import detect_hardware
 from speedmatrix.naming import served_model_name
 from speedmatrix.redact import redact
+from speedmatrix.roofline import roofline_for_run
 from speedmatrix.verdict import EngineFacts, Rules
 
 __all__ = [
@@ -162,6 +163,9 @@ def run_meta(url: str, target: Any, matrix: Any, info: dict, rules: Rules) -> di
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
         },
+        # this host's `speedmatrix selftest` (None: never run here); client_near_limit
+        # and each cell's client_headroom read it
+        "client_roofline": roofline_for_run(),
         "verdict": verdict_meta(EngineFacts.of_target(t), rules),
     }
 

@@ -3,7 +3,15 @@ cliproc.py)."""
 
 from __future__ import annotations
 
+import os
+import tempfile
+
 import pytest
+
+# Runs started by the tests (and their subprocesses) never read this host's own
+# `speedmatrix selftest` roofline: a cell's client_headroom and client_near_limit would
+# then depend on whether someone ran it here. Tests that want one write it here.
+os.environ["SPEEDMATRIX_SELFTEST_DIR"] = tempfile.mkdtemp(prefix="speedmatrix-selftest-")
 
 
 @pytest.fixture(scope="module")

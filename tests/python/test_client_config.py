@@ -80,7 +80,7 @@ def test_the_sweeps_cells_use_the_targets_config():
                 endpoint=lambda api: "https://127.0.0.1:1/v1/completions",
             ),
         )
-        cell = types.SimpleNamespace(api="completions", request_idle_timeout_s=30)
+        cell = types.SimpleNamespace(api="completions", request_idle_timeout_s=30, client_threads=0)
         return sweep.Sweep._spec(fake, cell, 1, [b"{}"], [], 1.0)
 
     assert spec(ClientConfig(ca_file="/etc/ssl/x.pem")).ca_file == "/etc/ssl/x.pem"

@@ -6,11 +6,15 @@ token per ITL, no running cap), run with 1 and with 2 or 3 loops, closed and ope
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
+from cliproc import run_cli
+from speedmatrix import roofline
 from speedmatrix._native import _core
 from speedmatrix.records import Records
+from speedmatrix.results import load
 from speedmatrix.sim import Sim
 
 pytestmark = pytest.mark.e2e
@@ -89,3 +93,50 @@ def test_open_loop_figures_do_not_depend_on_the_loops(engine):
     f1, f3 = _figures(one), _figures(three)
     for name in ("decode_tok_s_per_request", "ttft_ms", "tbt_ms"):
         assert f3[name] == pytest.approx(f1[name], rel=0.05), (name, f1[name], f3[name])
+
+
+def test_the_flag_travels_from_the_command_line_to_every_cell(fixed_sim, tmp_path):
+    # a roofline for this host so the cells are judged against it (the tests' own folder)
+    roofline.save(
+        {
+            "host": os.uname().nodename,
+            "cpus": 2,
+            "loops": [
+                {"client_threads": 1, "events_per_s": 1e6, "requests_per_s": 1e4},
+                {"client_threads": 2, "events_per_s": 10.0, "requests_per_s": 1e4},
+            ],
+        }
+    )
+    out = tmp_path / "run"
+    res = run_cli(
+        "run",
+        "--url",
+        fixed_sim.url,
+        "--contexts",
+        "64",
+        "--concurrency",
+        "1,4",
+        "--duration",
+        "1s",
+        "--max-output",
+        "50",
+        "--client-threads",
+        "2",
+        "--out",
+        str(out),
+        "--quiet",
+        "--no-report",
+        timeout=120,
+    )
+    assert res.returncode == 0, res.stderr
+    doc = json.loads((out / "run.json").read_text())
+    assert doc["meta"]["run"]["matrix"]["client_threads"] == 2
+    assert doc["meta"]["client_roofline"]["loops"][1]["events_per_s"] == 10.0
+    decode = [c for c in doc["cells"] if c["phase"] == "decode"]
+    # the N=1 cell has one slot: one loop; the N=4 cell ran two
+    assert [c["client_threads"] for c in decode] == [1, 2]
+    # the 2-loop row of the roofline (10 events/s) is far below the cell's demand
+    assert "client_near_limit" in decode[1]["flags"] and decode[1]["client_headroom"] < 1
+    assert "client_near_limit" not in decode[0]["flags"]
+    cells = load(out).cells
+    assert cells.set_index("id").loc[decode[1]["id"], "client_threads"] == 2

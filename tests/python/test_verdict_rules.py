@@ -46,6 +46,9 @@ FLAG_CASES = [
         {"client_cpu_s": 8.6, "cell_s": 10.0},
         {"client_cpu_s": 8.5, "cell_s": 10.0},
     ),
+    # a roofline 1.99 times the cell's demand flags, 2 times does not, none does not
+    (Flag.CLIENT_NEAR_LIMIT, {"client_headroom": 1.99}, {"client_headroom": 2.0}),
+    (Flag.CLIENT_NEAR_LIMIT, {"client_headroom": 0.5}, {"client_headroom": None}),
     # N 4: more than 4 x 1.1 + 0.5 = 4.9 running on average
     (
         Flag.SERVER_RUNNING_MISMATCH,

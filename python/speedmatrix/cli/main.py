@@ -57,6 +57,7 @@ start here:
         parsers.add_capacity,
         parsers.add_predict,
         parsers.add_fit,
+        parsers.add_selftest,
     ):
         add(sub)
     for p in sub.choices.values():  # --debug after the command too; SUPPRESS keeps the top's
@@ -93,6 +94,7 @@ COMMANDS = {
         "show",
         "predict",
         "fit",
+        "selftest",
     )
 }
 

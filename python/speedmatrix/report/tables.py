@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from speedmatrix.report import formatting as fmt
 from speedmatrix.report.cells import by_rate, missing_cells
+from speedmatrix.report.client import client_section
 from speedmatrix.report.goodput import goodput_section, slo_capacity_section, summary_items
 from speedmatrix.report.measurements import (
     all_section,
@@ -97,6 +98,9 @@ def build(run: Run, slo: Any = None) -> Report:
         server_section(run),
         kv_capacity_section(run),
     ]
+    client_view = client_section(run)
+    if client_view is not None:
+        sections.append(client_view)
     for extra in (sources_section(run), warns, errors_section(run), missing_section(run)):
         if extra is not None:
             sections.append(extra)

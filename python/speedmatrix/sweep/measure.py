@@ -40,6 +40,8 @@ class SweepMeasure(SweepPrompts):
         spec.duration_s = float(duration_s)
         spec.max_requests = int(max_requests)
         spec.idle_timeout_s = float(cell.request_idle_timeout_s)
+        # the client's event loops (--client-threads; 0: auto, docs/SCALE.md)
+        spec.client_threads = int(cell.client_threads)
         # Keep the engine's own send stamps when it gives them (the built-in
         # engine does, real servers do not): they let a saved run show how late
         # tokens arrived after they were sent. The decoder reads the field anyway.
@@ -207,6 +209,8 @@ class SweepMeasure(SweepPrompts):
             idle=idle,
             percentiles=cell.percentiles,
             slo_targets=cell.slo,
+            # this host's `speedmatrix selftest`, as the run recorded it when it started
+            client_roofline=(self.doc.get("meta") or {}).get("client_roofline"),
         )
         out = self._store_measured(cell_dict, records, prompts)
         if measures_prefill:

@@ -21,6 +21,7 @@ from speedmatrix._native import _core
 from speedmatrix.records import Records
 from speedmatrix.verdict import openloop, preemption
 from speedmatrix.verdict.cache import cache_columns
+from speedmatrix.verdict.client import cell_headroom
 from speedmatrix.verdict.counts import (
     ERROR_EXAMPLE_CHARS,
     error_counts,
@@ -274,10 +275,12 @@ def decode_cell(
     idle: bool,
     percentiles: tuple[float, ...] | list[float] | None = None,
     slo_targets: dict[str, float] | None = None,
+    client_roofline: dict | None = None,
 ) -> dict:
     """A decode cell: figures of its window, its status and flags; with its latency
-    distributions (`percentiles`), SLO attainment and goodput (`slo_targets`, ms) and, for
-    a request-rate cell, what the open loop did (`speedmatrix.slo.cell_figures`)."""
+    distributions (`percentiles`), SLO attainment and goodput (`slo_targets`, ms), for
+    a request-rate cell what the open loop did (`speedmatrix.slo.cell_figures`), and with
+    the host's `client_roofline` (`speedmatrix selftest`) the client's headroom."""
     base = base_cell(shape)
     req = records.requests
     errors = error_counts(req, np.flatnonzero(req["phase"] == 1))
@@ -297,6 +300,7 @@ def decode_cell(
         base["ramp_s"] = (w.settle - w.ramp) / 1e9
         base["first_wave_streamed"] = first_wave_streamed(req, shape.concurrency)
     base["waiting_without_tokens"] = client_queue_signal(req, w.settle, w.t1)
+    base["client_headroom"] = cell_headroom(records, w.t0, w.t1, client_roofline)
     base.update(cache_columns(shape, records))
     e = _evidence(base, shape, records, facts, fig, w, idle=idle, unserved_longer=unserved_longer)
     if e.usage_below or e.usage_above:
@@ -397,6 +401,7 @@ def _evidence(
         # client CPU covers the whole cell, warm-up included
         client_cpu_s=float(records.client_cpu_s),
         cell_s=(int(records.end_ns) - int(records.warmup_start_ns)) / 1e9,
+        client_headroom=base["client_headroom"],
         concurrency=int(shape.concurrency),
         open_loop=w.open_loop,
         running_mean=(base["server"] or {}).get("running_mean"),

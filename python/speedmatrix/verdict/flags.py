@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from speedmatrix.verdict.cache import cache_hit_mismatch
+from speedmatrix.verdict.client import near_limit
 from speedmatrix.verdict.names import Flag
 from speedmatrix.verdict.rules import Rules
 
@@ -35,6 +36,9 @@ class Evidence:
     #: the client's CPU time over the cell (warm-up included), and the cell's length
     client_cpu_s: float = 0.0
     cell_s: float = 0.0
+    #: the client's roofline over the cell's demand (`speedmatrix.verdict.client`; None: no
+    #: selftest on the host)
+    client_headroom: float | None = None
     #: N, whether the cell is open loop, and the server's mean running count (None: no gauge)
     concurrency: int = 1
     open_loop: bool = False
@@ -93,6 +97,10 @@ def estimated_tokens(e: Evidence, rules: Rules) -> bool:
 
 def client_bound(e: Evidence, rules: Rules) -> bool:
     return e.cell_s > 0 and e.client_cpu_s > rules.client_bound_cpu_share * e.cell_s
+
+
+def client_near_limit(e: Evidence, rules: Rules) -> bool:
+    return near_limit(e.client_headroom, rules.client_near_limit_headroom)
 
 
 def server_running_mismatch(e: Evidence, rules: Rules) -> bool:
@@ -166,6 +174,7 @@ FLAG_RULES: tuple[tuple[Flag, Callable[[Evidence, Rules], bool]], ...] = (
     (Flag.WARMUP_UNFINISHED, warmup_unfinished),
     (Flag.COALESCED_DELIVERY, coalesced_delivery),
     (Flag.CACHE_HIT_MISMATCH, cache_hit_mismatch_rule),
+    (Flag.CLIENT_NEAR_LIMIT, client_near_limit),
 )
 
 

@@ -36,6 +36,8 @@ class Flag(str, Enum):
     PROMPT_MISMATCH = "prompt_mismatch"
     ESTIMATED_TOKENS = "estimated_tokens"
     CLIENT_BOUND = "client_bound"
+    #: `speedmatrix.verdict.client`: the cell needed more than half the client's roofline
+    CLIENT_NEAR_LIMIT = "client_near_limit"
     SERVER_RUNNING_MISMATCH = "server_running_mismatch"
     TTFT_UNSERVED = "ttft_unserved"
     STALLS = "stalls"
@@ -71,6 +73,7 @@ _SHORT = {
     Flag.PROMPT_MISMATCH: "Prompt mismatch",
     Flag.ESTIMATED_TOKENS: "Estimated tokens",
     Flag.CLIENT_BOUND: "Client bound",
+    Flag.CLIENT_NEAR_LIMIT: "Client near its limit",
     Flag.INTERRUPTED: "Interrupted",
     Flag.SERVER_RUNNING_MISMATCH: "Server running mismatch",
     Flag.LONG_RAMP: "Long ramp",
@@ -98,6 +101,11 @@ _TEXT = {
         "from the server's usage, so they can read low where a chunk carries several tokens."
     ),
     Flag.CLIENT_BOUND: "Client bound: the benchmark client was busy enough to limit the figures.",
+    Flag.CLIENT_NEAR_LIMIT: (
+        "Client near its limit: the cell made the client take in more than half of what "
+        "it can on this host (speedmatrix selftest; see the cell's client_headroom), so "
+        "the client's own delay may be in the figures: run with more --client-threads."
+    ),
     Flag.INTERRUPTED: "Interrupted: the run stopped during or after this cell.",
     Flag.SERVER_RUNNING_MISMATCH: (
         "Server running mismatch: the server ran more requests than the "

@@ -24,6 +24,9 @@ class Rules:
     queue_gap_requests: float = 0.5
     #: the client is the bottleneck (`client_bound`) when its thread used this share of a core
     client_bound_cpu_share: float = 0.85
+    #: `client_near_limit` when the client's roofline on this host (`speedmatrix selftest`)
+    #: is less than this many times what the cell made it take in (its ``client_headroom``)
+    client_near_limit_headroom: float = 2.0
     #: runs saved before steady-state windows (no ramp_start_ns): a first wave that took
     #: more than this share of the window to stream (or never all streamed) is flagged
     #: `long_ramp`. Newer runs are flagged when the ramp cap opened the window.
