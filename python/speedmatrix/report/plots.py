@@ -34,6 +34,8 @@ from speedmatrix.report.goodput import slo_capacities
 from speedmatrix.report.heatmap import decode_heatmap
 from speedmatrix.report.prefixcache import CHART as CACHE_CHART
 from speedmatrix.report.prefixcache import cache_cells, ttft_by_cached_fraction
+from speedmatrix.report.reasoning import CHART as REASONING_CHART
+from speedmatrix.report.reasoning import first_output_times, reasoning_cells
 
 if TYPE_CHECKING:  # pragma: no cover
     from speedmatrix.results import Run
@@ -382,6 +384,8 @@ def all_figures(run: Run, slo: Any = None) -> dict[str, Figure]:
         figs["prefill_vs_context"] = prefill_vs_context(run)
     if not cache_cells(run.all_cells).empty:
         figs[CACHE_CHART] = ttft_by_cached_fraction(run.all_cells)
+    if not reasoning_cells(run.all_cells).empty:
+        figs[REASONING_CHART] = first_output_times(run.all_cells)
     if slo is not None:
         caps = slo_capacities(run, slo)
         if caps:

@@ -32,6 +32,7 @@ from speedmatrix.report.metadata import (
 from speedmatrix.report.model import Report, Section
 from speedmatrix.report.prefixcache import prefix_cache_section
 from speedmatrix.report.rates import open_loop_section, rate_matrix_line
+from speedmatrix.report.reasoning import reasoning_section
 from speedmatrix.report.summary import rate_summary_section, summary_section
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -68,6 +69,9 @@ def build(run: Run, slo: Any = None) -> Report:
     cache_view = prefix_cache_section(run.all_cells)
     if cache_view is not None:
         load_views.append(cache_view)
+    reasoning_view = reasoning_section(run.all_cells)
+    if reasoning_view is not None:
+        load_views.append(reasoning_view)
     sections = [
         summ,
         hardware_section(run),

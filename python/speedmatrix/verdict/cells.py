@@ -14,6 +14,7 @@ from typing import Protocol
 import numpy as np
 
 from speedmatrix import figures
+from speedmatrix.reasoning import hidden_evidence, reasoning_figures
 from speedmatrix.records import Records
 from speedmatrix.verdict import preemption
 from speedmatrix.verdict.counts import (
@@ -261,6 +262,7 @@ def decode_cell(
     base["flags"] = []
     rate = getattr(shape, "rate_per_s", None)
     base.update(_distributions(records, w.t0, w.t1, rate, pct, slo_targets, fig))
+    base.update(reasoning_figures(req, w.ramp, w.t1))
     if not w.open_loop:
         # the send of the first N to the window's opening (a run saved before steady
         # windows opened at the send: its ramp is the first wave's settling)
@@ -383,6 +385,7 @@ def _evidence(
         usage_above=above,
         warmup_unfinished=warmup_unfinished(req),
         coalesced_share=finite(base.get("coalesced_share", fig.get("coalesced_share"))),
+        reasoning=hidden_evidence(req),
     )
 
 
