@@ -6,6 +6,7 @@ report's section and chart."""
 from __future__ import annotations
 
 import json
+import subprocess
 
 import numpy as np
 import pandas as pd
@@ -15,6 +16,7 @@ from speedmatrix.reasoning import hidden_evidence, reasoning_figures
 from speedmatrix.records import Records
 from speedmatrix.report.reasoning import first_output_times, reasoning_section
 from speedmatrix.results import Run
+from speedmatrix.sim import Sim, _binary, profile_path
 from speedmatrix.verdict import CellShape, EngineFacts, Rules, decode_cell
 
 NS = 1_000_000_000
@@ -177,3 +179,24 @@ def test_the_report_shows_a_section_and_chart_only_with_reasoning() -> None:
     bars = [p.get_height() for p in fig.axes[0].patches]
     assert len(bars) == 6  # three times for each of the two cells
     assert max(bars) == pytest.approx(250.0)
+
+
+@pytest.mark.parametrize("value", ["-3", "ten", "4x"])
+def test_the_engine_refuses_a_bad_reasoning_count_in_one_line(value: str) -> None:
+    r = subprocess.run(
+        [str(_binary()), "--profile", str(profile_path("test-fast")), "--reasoning-tokens", value],
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=False,
+    )
+    assert r.returncode == 2
+    assert r.stderr.splitlines() == [
+        f"speedmatrix-sim: --reasoning-tokens wants a count >= 0, got '{value}'"
+    ]
+
+
+def test_the_python_wrapper_passes_the_reasoning_flags() -> None:
+    sim = Sim("test-fast", reasoning_tokens=7, reasoning_hidden=True, start=False)
+    assert sim.args[-3:] == ["--reasoning-tokens", "7", "--reasoning-hidden"]
+    assert "--reasoning-tokens" not in Sim("test-fast", start=False).args
