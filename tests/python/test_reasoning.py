@@ -179,6 +179,8 @@ def test_the_report_shows_a_section_and_chart_only_with_reasoning() -> None:
     bars = [p.get_height() for p in fig.axes[0].patches]
     assert len(bars) == 6  # three times for each of the two cells
     assert max(bars) == pytest.approx(250.0)
+    names = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    assert names == ["C=100 N=6 hidden", "C=100 N=6"]
 
 
 @pytest.mark.parametrize("value", ["-3", "ten", "4x"])

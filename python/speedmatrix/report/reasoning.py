@@ -31,16 +31,19 @@ def reasoning_cells(cells: pd.DataFrame) -> pd.DataFrame:
     if "reasoning_share" not in cells or cells["reasoning_share"].isna().all():
         return cells.iloc[0:0]
     rows = cells[(cells["phase"] == "decode") & cells["reasoning_share"].notna()]
-    return rows.sort_values(["context", "concurrency"])
+    return rows.sort_values(["context", "concurrency"], kind="stable")
 
 
 def _ms(value: Any) -> str:
     return "—" if value is None or pd.isna(value) else f"{float(value):.1f}"
 
 
-def _row(c: pd.Series) -> list[str]:
+def _hidden(c: pd.Series) -> bool:
     flags = c.get("flags")
-    hidden = isinstance(flags, (list, tuple)) and _FLAG in flags
+    return isinstance(flags, (list, tuple)) and _FLAG in flags
+
+
+def _row(c: pd.Series) -> list[str]:
     tokens = c.get("reasoning_tokens")
     return [
         str(int(c["context"])),
@@ -48,7 +51,7 @@ def _row(c: pd.Series) -> list[str]:
         *(_ms(c.get(k)) for k, _ in _TIMES),
         f"{100 * float(c['reasoning_share']):.1f}%",
         "—" if tokens is None or pd.isna(tokens) else str(int(tokens)),
-        "reasoning hidden" if hidden else "",
+        "reasoning hidden" if _hidden(c) else "",
     ]
 
 
@@ -88,10 +91,13 @@ def first_output_times(cells: pd.DataFrame) -> Figure:
         for k, (col, name) in enumerate(_TIMES):
             y = rows[col].to_numpy(float) if col in rows else np.full(len(rows), np.nan)
             ax.bar(x + (k - 1) * width, np.nan_to_num(y), width, label=name)
-        ax.set_xticks(
-            x, [f"C={c} N={n}" for c, n in zip(rows["context"], rows["concurrency"], strict=True)]
-        )
-        ax.tick_params(axis="x", labelrotation=45, labelsize=7)
+        names = [
+            f"C={int(c['context'])} N={int(c['concurrency'])}" + (" hidden" if _hidden(c) else "")
+            for _, c in rows.iterrows()
+        ]
+        ax.set_xticks(x, names)
+        if len(names) > 6:  # many cells: slanted names that do not overlap
+            ax.tick_params(axis="x", labelrotation=30, labelsize=7)
         ax.set_ylabel("ms (median)")
         ax.set_title("Time to first byte, first token and first content")
         ax.legend(fontsize=7.5)
