@@ -20,6 +20,7 @@ struct PyCellResult {
   ns_t warmup_start_ns = kNever, ramp_start_ns = kNever, window_start_ns = kNever,
        window_end_ns = kNever, end_ns = kNever;
   double client_cpu_s = 0, loop_lag_max_ms = 0;
+  std::int32_t client_threads = 1;
   bool stopped = false, ramp_capped = false;
   std::string stopped_by;
   std::int64_t stalls = 0;
@@ -142,6 +143,7 @@ PyCellResult to_python(CellResult&& r) {
   out.window_end_ns = r.window_end_ns;
   out.end_ns = r.end_ns;
   out.client_cpu_s = r.client_cpu_s;
+  out.client_threads = r.client_threads;
   out.loop_lag_max_ms = r.loop_lag_max_ms;
   out.stopped = r.stopped;
   out.fatal_error = r.fatal_error;
@@ -312,6 +314,8 @@ void register_cell_spec(py::module_& m) {
       .def_readwrite("spill_events", &CellSpec::spill_events)
       .def_readwrite("spill_requests", &CellSpec::spill_requests)
       .def_readwrite("spill_dir", &CellSpec::spill_dir)
+      .def_readwrite("client_threads", &CellSpec::client_threads,
+                     "event loops: N > 1 on their own threads, 1 one loop, 0 auto (loops.hpp)")
       .def("__repr__", [](const CellSpec& s) {
         return "<CellSpec url=" + s.http.url + " concurrency=" + std::to_string(s.concurrency) +
                " bodies=" + std::to_string(s.bodies.size()) +
@@ -337,6 +341,7 @@ void register_cell_runner(py::module_& m) {
       .def_readonly("window_end_ns", &PyCellResult::window_end_ns)
       .def_readonly("end_ns", &PyCellResult::end_ns)
       .def_readonly("client_cpu_s", &PyCellResult::client_cpu_s)
+      .def_readonly("client_threads", &PyCellResult::client_threads)
       .def_readonly("loop_lag_max_ms", &PyCellResult::loop_lag_max_ms)
       .def_readonly("stopped", &PyCellResult::stopped)
       .def_readonly("fatal_error", &PyCellResult::fatal_error)

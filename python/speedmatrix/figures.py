@@ -89,12 +89,26 @@ GROUPS = (
     "open_loop",
     "slo",
     "prefix_cache",
+    "interference",
+    "trace",
+    "sessions",
+    "predicted",
     "reasoning",
 )
 
 #: groups of what a run may not have measured: `Run.cells` drops their columns that are
 #: empty in every cell (`Run.all_cells` keeps them)
-OPTIONAL_GROUPS = ("distribution", "open_loop", "slo", "prefix_cache", "reasoning")
+OPTIONAL_GROUPS = (
+    "distribution",
+    "open_loop",
+    "slo",
+    "prefix_cache",
+    "interference",
+    "trace",
+    "sessions",
+    "predicted",
+    "reasoning",
+)
 
 _V = "verdict"
 _L = "latency"
@@ -111,7 +125,7 @@ def _f(*a: str) -> Figure:
 _ENTRIES: tuple[Figure, ...] = (
     # --- identity and judgement of a cell ---
     _f("id", "", "Cell", "phase-context-concurrency-repetition", "cell", "value", _V, "cell"),
-    _f("phase", "", "Phase", "decode or prefill", "cell", "value", _V, "cell"),
+    _f("phase", "", "Phase", "decode, prefill, interference or session", "cell", "value", _V, "cell"),
     _f("context", "tokens", "Context", "prompt tokens per request asked", "cell", "value", _V, "cell"),
     _f("label", "", "Context", "the context as the matrix wrote it", "cell", "value", _V, "cell"),
     _f("concurrency", "requests", "Concurrency", "requests kept in flight (closed loop)", "cell", "value", _V, "cell"),
@@ -124,6 +138,12 @@ _ENTRIES: tuple[Figure, ...] = (
     _f("prompts_file", "", "Prompts file", "the workload file the prompts came from", "cell", "value", _V, "cell"),
     _f("rate_per_s", "requests/s", "Request rate", "arrival rate asked (open loop)", "cell", "value", _V, "cell"),
     _f("arrival", "", "Arrivals", "arrival process (open loop): poisson, constant, gamma", "cell", "value", _V, "cell"),
+    # --- predicted cells (the twin: nothing measured) ---
+    _f("predicted", "", "Predicted", "the twin predicted this cell from an engine profile; nothing in it was measured", "run", "value", "twin/predictrun", "predicted"),
+    _f("total_tok_s_low", "tok/s", "Total tok/s low", "predicted cell: low end of total_tok_s's prediction interval", "run", "interval", "twin/model", "predicted"),
+    _f("total_tok_s_high", "tok/s", "Total tok/s high", "predicted cell: high end of total_tok_s's prediction interval", "run", "interval", "twin/model", "predicted"),
+    _f("tbt_ms_low", "ms", "TBT low", "predicted cell: low end of tbt_ms's prediction interval", "run", "interval", "twin/model", "predicted"),
+    _f("tbt_ms_high", "ms", "TBT high", "predicted cell: high end of tbt_ms's prediction interval", "run", "interval", "twin/model", "predicted"),
     # --- throughput ---
     _f("total_tok_s", "tok/s", "Total tok/s", "output tokens that arrived in the window / its length", "events", "rate", "core", "throughput"),
     _f("per_request_tok_s", "tok/s", "Per-request tok/s", "1000 / tbt_ms (the seed's definition)", "events", "median", "core", "throughput"),
@@ -212,10 +232,39 @@ _ENTRIES: tuple[Figure, ...] = (
     # --- the client ---
     _f("client_cpu_s", "s", "Client CPU", "CPU time of the client thread over the cell", "cell", "value", _V, "client"),
     _f("client_loop_lag_max_ms", "ms", "Client loop lag", "longest lateness of the client's event loop", "cell", "max", _V, "client"),
+    _f("client_threads", "", "Client threads", "event loops the client ran the cell with (--client-threads)", "cell", "value", _V, "client"),
     # --- open loop (latency.open_loop_figures; run.json's open_loop) ---
     # --- the prefix-cache axis (--cached-fraction) ---
     _f("cached_fraction", "share", "Cached fraction asked", "share of each prompt repeating a prefix the server has seen", "cell", "value", "prefixcache", "prefix_cache"),
     _f("delivered_cached_fraction", "share", "Cached fraction delivered", "prompt tokens the server served from its cache / prompt tokens (usage cached_tokens, else llama.cpp timings, else the server's counters)", "requests", "share", "prefixcache", "prefix_cache"),
+    _f("delivered_cached_source", "", "Delivered from", "where delivered_cached_fraction was read: usage (the requests' cached_tokens) or counters", "requests, metrics", "value", "prefixcache", "prefix_cache"),
+    _f("cache_counters_before", "", "Cache counters before", "the server's prefix-cache counters (summed over labels) read after the prefix warm-up, before the window", "metrics", "value", "prefixcache", "prefix_cache"),
+    _f("cache_counters_after", "", "Cache counters after", "the same counters read after the window", "metrics", "value", "prefixcache", "prefix_cache"),
+    # --- the prefill-interference cell (--interference EVERY) ---
+    _f("interference_every_s", "s", "Prefill every", "seconds between the cold C-token prompts sent beside the N decoding streams", "cell", "value", _V, "interference"),
+    _f("interference_streams", "requests", "Decoding streams", "decoding streams that reached their first token", "requests", "count", "interference", "interference"),
+    _f("interference_prefills", "requests", "Prefills", "interfering prompts that reached their first token", "requests", "count", "interference", "interference"),
+    _f("tbt_overlap_p99_ms", "ms", "TBT p99 during prefills", "p99 of the decoders' gaps (after all stream) that overlap a prefill's send-to-first-token window", "events, requests", "percentile", "interference", "interference"),
+    _f("tbt_clear_p99_ms", "ms", "TBT p99 clear of prefills", "p99 of the decoders' gaps that overlap no prefill window", "events, requests", "percentile", "interference", "interference"),
+    _f("tbt_inflation", "", "TBT inflation", "tbt_overlap_p99_ms / tbt_clear_p99_ms", "events, requests", "value", "interference", "interference"),
+    _f("overlap_gaps", "", "Gaps during prefills", "decoder gaps that overlap a prefill window", "events, requests", "count", "interference", "interference"),
+    _f("clear_gaps", "", "Gaps clear of prefills", "decoder gaps that overlap none", "events, requests", "count", "interference", "interference"),
+    _f("gaps_over_100ms", "", "Gaps over 100 ms", "decoder gaps longer than 100 ms, during prefills or not", "events", "count", "interference", "interference"),
+    # --- trace replay (--trace FILE --speedup K): lateness is queue_p{p}_ms ---
+    _f("trace", "", "Trace", "the trace file replayed", "cell", "value", _V, "trace"),
+    _f("speedup", "", "Speed-up", "the trace's arrival times were divided by this", "cell", "value", _V, "trace"),
+    # --- multi-turn sessions (--sessions TURNS --turn-tokens --think-time) ---
+    _f("sessions", "", "Turns", "turns of each session (concurrency: sessions at once; context: the first turn's prompt)", "cell", "value", _V, "sessions"),
+    _f("turn_tokens", "tokens", "Turn tokens", "new user tokens each turn adds after the previous answer", "cell", "value", _V, "sessions"),
+    _f("think_time_s", "s", "Think time", "seconds between a turn's end and the next turn", "cell", "value", _V, "sessions"),
+    _f("session_answer_tokens", "tokens", "Answer tokens", "tokens of each turn's answer the next prompt carries (max_output)", "cell", "value", _V, "sessions"),
+    _f("session_ttft_ms_by_turn", "ms", "TTFT per turn", "per turn, median first token - send (a list)", "requests", "median", "sessions", "sessions"),
+    _f("session_turn_cached_tokens", "tokens", "Cached prefix per turn", "per turn, the prompt tokens the server had seen: the previous turn's prompt (a list)", "cell", "value", "sessions", "sessions"),
+    _f("session_tbt_ms", "ms", "Session TBT", "median gap between a request's token deliveries, every turn, a delivery of k tokens counted k times", "events", "median", "sessions", "sessions"),
+    _f("session_turns_completed", "requests", "Turns completed", "turns that completed, every session", "requests", "count", "sessions", "sessions"),
+    _f("session_duration_s", "s", "Session duration", "median over sessions of its last end - its first send", "requests", "median", "sessions", "sessions"),
+    _f("session_turns_per_s", "requests/s", "Turns/s", "completed turns / (last end - first send)", "requests", "rate", "sessions", "sessions"),
+    _f("session_output_tok_s", "tok/s", "Session output tok/s", "output tokens of every turn / (last end - first send)", "requests", "rate", "sessions", "sessions"),
     _f("open_loop_rate_per_s", "requests/s", "Rate asked", "arrival rate asked", "cell", "value", _L, "open_loop"),
     _f("open_loop_arrivals", "requests", "Arrivals", "arrivals scheduled in the window", "requests", "count", _L, "open_loop"),
     _f("open_loop_offered_rate_per_s", "requests/s", "Offered rate", "arrivals / window", "requests", "rate", _L, "open_loop"),

@@ -35,6 +35,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     pass
 
+from speedmatrix import trafficaxes
 from speedmatrix.latency import DEFAULT_PERCENTILES, parse_percentiles
 from speedmatrix.matrixfile import (
     changes_text,
@@ -46,13 +47,6 @@ from speedmatrix.matrixfile import (
 )
 from speedmatrix.slo import parse_attainment, parse_slo
 from speedmatrix.units import format_tokens, parse_duration, parse_token_list, parse_tokens
-
-#: a matrix key of issue 23 whose sweep hook has not landed: refused, never run wrongly
-_PENDING_AXIS = "cached_fraction"
-_PENDING_TEXT = (
-    "cached_fraction: the prefix-cache axis is not run by this build's sweep yet; "
-    "remove it from the matrix file"
-)
 
 __all__ = [
     "API_KINDS",
@@ -79,6 +73,8 @@ PREFILL_KEYWORDS = ("max", "max-decode")
 #: extra digit), not a setting; no model serves 100M tokens, no client holds 64K streams
 MAX_TOKENS = 100_000_000
 MAX_CONCURRENCY = 65_536
+#: the most event loops a cell may ask for (the core's own bound)
+MAX_CLIENT_THREADS = 1024
 MAX_REPETITIONS = 1_000
 #: a week: a window, timeout or drain longer than this is a typo
 MAX_DURATION_S = 7 * 86_400.0
@@ -155,6 +151,22 @@ class Matrix:
     #: opens anyway with the ``long_ramp`` flag; a cell's own cap is shorter when its
     #: expected TTFT is (see Sweep)
     ramp_cap_s: float = 180.0
+    #: the client's event loops per cell (docs/SCALE.md): N, or 0 = auto (one per 256
+    #: streams, at most the cores minus one); a precision stop or a --max-concurrency open
+    #: loop runs one. The figures do not depend on it.
+    client_threads: int = 0
+    #: issue 23's traffic shapes (`speedmatrix.trafficaxes`), each replacing the closed-loop
+    #: grid: shares of each prompt served from a warmed prefix (cells x fraction); one
+    #: prefill every that many seconds beside N decoding streams; a trace replayed at
+    #: speedup; N multi-turn sessions
+    cached_fraction: list[float] = field(default_factory=list)
+    interference_every_s: float = 0.0
+    trace: str = ""
+    speedup: float = 1.0
+    #: sessions of that many turns (0 = none), each turn adding the answer and turn_tokens
+    sessions: int = 0
+    turn_tokens: int = 256
+    think_time_s: float = 0.0
 
     # ---- construction -------------------------------------------------------------------
     def __post_init__(self) -> None:
@@ -195,6 +207,7 @@ class Matrix:
             self.attainment = parse_attainment(self.attainment)
         if isinstance(self.drain_timeout_s, str):
             self.drain_timeout_s = parse_duration(self.drain_timeout_s)
+        trafficaxes.coerce(self)
 
     @classmethod
     def preset(cls, name: str) -> Matrix:
@@ -212,8 +225,6 @@ class Matrix:
         """From a mapping with this class's field names; ``duration``/``idle_timeout`` are
         accepted for ``duration_s``/``idle_timeout_s``. Unknown keys are an error."""
         data = resolve_aliases(data)
-        if _PENDING_AXIS in data:
-            raise ValueError(_PENDING_TEXT)
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
@@ -312,6 +323,12 @@ class Matrix:
         _seconds(errors, "prefill_cooldown_s", self.prefill_cooldown_s, positive=False)
         self._open_loop_problems(errors)
         self._window_problems(errors)
+        if not _is_int(self.client_threads) or not 0 <= self.client_threads <= MAX_CLIENT_THREADS:
+            errors.append(
+                f"client_threads: {self.client_threads!r} is not 0 (auto) or 1 to "
+                f"{MAX_CLIENT_THREADS}"
+            )
+        errors += trafficaxes.problems(self)
         return errors
 
     def _concurrency_problems(self, errors: list[str]) -> None:
@@ -492,6 +509,10 @@ def _null_paths(value: Any, path: str) -> list[str]:
 
 def _is_positive_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _is_number(value: Any) -> bool:

@@ -35,8 +35,10 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from speedmatrix import trafficaxes
 from speedmatrix.capacity import CapacityModel, model_for
 from speedmatrix.matrix import Matrix
+from speedmatrix.trafficplan import shape_traffic_cell, traffic_cells
 from speedmatrix.units import format_tokens
 
 __all__ = [
@@ -133,8 +135,22 @@ class PlannedCell:
     precision: float = 0.0
     min_duration_s: float = 5.0
     ramp_cap_s: float = 180.0
+    client_threads: int = 0  #: the client's event loops (0: auto; Matrix.client_threads)
     percentiles: list[float] = field(default_factory=list)
     slo: dict[str, float] = field(default_factory=dict)
+    #: issue 23's traffic shapes (`speedmatrix.trafficplan`): the share of each prompt
+    #: served from a warmed prefix; one cold prefill every that many seconds (phase
+    #: "interference"); the trace file replayed and its speed-up
+    cached_fraction: float | None = None
+    interference_every_s: float = 0.0
+    trace: str = ""
+    speedup: float = 1.0
+    #: a sessions cell (phase "session"): turns, each turn's new tokens, the pause between
+    sessions: int = 0
+    turn_tokens: int = 0
+    think_time_s: float = 0.0
+    #: a cached-fraction cell's counters read around its window (the sweep's, once run)
+    cache_counters: dict[str, Any] | None = None
 
     @property
     def runnable(self) -> bool:
@@ -229,7 +245,14 @@ def plan(
     for spec, context in prefill_resolved:
         for r in range(matrix.repetitions):
             cells.append(_cell("prefill", spec, context, 1, r, PREFILL_OUTPUT, model, ctx_len, cap))
-    if not matrix.search:  # the sweep plans each searched load with search_cell as it goes
+    kind = trafficaxes.kind(matrix)
+    if kind:
+
+        def make(spec: int | str, context: int, n: int, r: int) -> PlannedCell:
+            return _cell("decode", spec, context, n, r, matrix.max_output, model, ctx_len, cap)
+
+        cells += traffic_cells(matrix, kind, decode_resolved, make)
+    elif not matrix.search:  # the sweep plans each searched load with search_cell as it goes
         cells += _decode_cells(matrix, decode_resolved, model, ctx_len, cap)
     for cell in cells:
         _shape(cell, matrix)
@@ -300,6 +323,7 @@ def _shape(cell: PlannedCell, matrix: Matrix) -> None:
     cell.precision = float(matrix.precision)
     cell.min_duration_s = float(matrix.min_duration_s)
     cell.ramp_cap_s = float(matrix.ramp_cap_s)
+    cell.client_threads = int(matrix.client_threads)
     cell.percentiles = [float(p) for p in matrix.percentiles]
     cell.slo = dict(matrix.slo)
     if cell.phase == "decode" and matrix.prompts_file:
@@ -323,6 +347,7 @@ def _shape(cell: PlannedCell, matrix: Matrix) -> None:
         cell.duration_s = max(PREFILL_LIMIT_S, cell.context / PREFILL_SLOWEST_TOK_S)
         cell.max_requests = 1
         cell.prompt_count = 1
+    shape_traffic_cell(cell, matrix)
 
 
 def search_cell(matrix: Matrix, planned: Plan, context: int, load: float, repetition: int = 0):

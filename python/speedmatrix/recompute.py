@@ -29,7 +29,12 @@ from typing import Any
 from speedmatrix import runfile, slo, verdict
 from speedmatrix.records import Records
 from speedmatrix.verdict import CellShape, EngineFacts, Flag, Rules
+from speedmatrix.verdict.interference import interference_cell
+from speedmatrix.verdict.sessions import session_cell
 from speedmatrix.verdict.upgrade import facts_of, rules_of
+
+#: the phases of cells judged from their records
+_PHASES = ("prefill", "decode", "interference", "session")
 
 __all__ = ["Recomputed", "facts_of", "recompute_doc", "rules_of", "slo_judged_doc"]
 
@@ -71,7 +76,7 @@ def recompute_doc(
     cells = []
     for cell in out.get("cells") or []:
         rel = cell.get("records")
-        if not rel or cell.get("status") is None or cell.get("phase") not in ("prefill", "decode"):
+        if not rel or cell.get("status") is None or cell.get("phase") not in _PHASES:
             cells.append(cell)
             continue
         try:
@@ -111,6 +116,10 @@ def _rejudge(cell: dict, records: Records, facts: EngineFacts, rules: Rules) -> 
             percentiles=(cell.get("latency") or {}).get("percentiles"),
             slo_targets=(cell.get("slo") or {}).get("slo"),
         )
+    elif cell["phase"] == "interference":
+        new = interference_cell(shape, records, idle=idle)
+    elif cell["phase"] == "session":
+        new = session_cell(shape, records, idle=idle)
     else:
         new = verdict.prefill_cell(shape, records, idle=idle, measured_in=cell.get("measured_in"))
     method = (cell.get("prompt_tokens") or {}).get("method")

@@ -160,6 +160,10 @@ def test_entries_are_named_once_and_complete():
             "latency",
             "slo",
             "prefixcache",
+            "interference",
+            "sessions",
+            "twin/model",
+            "twin/predictrun",
             "reasoning",
         ), f.name
     assert figures.RENAMED.keys().isdisjoint(names)  # an old name never names a figure

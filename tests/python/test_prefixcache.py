@@ -1,6 +1,5 @@
 """The prefix-cache axis's pure parts: the requested prefix, the delivered rate from each
-server's source, the `cache_hit_mismatch` rule, and the matrix file's refusal of the axis
-until the sweep runs it."""
+server's source, the `cache_hit_mismatch` rule, and the matrix file's axis."""
 
 from __future__ import annotations
 
@@ -122,9 +121,12 @@ def test_delivered_from_counters(
     assert got == (pytest.approx(rate) if rate is not None else None)
 
 
-def test_a_matrix_file_with_cached_fraction_is_refused_in_one_line() -> None:
-    with pytest.raises(ValueError, match="cached_fraction: the prefix-cache axis") as info:
-        Matrix.from_toml("[matrix]\ncached_fraction = [0.5]\n")
+def test_a_matrix_file_reads_the_cached_fraction_axis() -> None:
+    m = Matrix.from_toml("[matrix]\ncached_fraction = [0, 0.5, 0.9]\n")
+    assert m.cached_fraction == [0.0, 0.5, 0.9]
+    assert Matrix.from_toml(m.to_toml()).cached_fraction == [0.0, 0.5, 0.9]
+    with pytest.raises(ValueError, match="cached_fraction: 1.0 is outside") as info:
+        Matrix.from_toml("[matrix]\ncached_fraction = [0.5, 1.0]\n").validate()
     assert "\n" not in str(info.value)
 
 

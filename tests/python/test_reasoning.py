@@ -16,7 +16,7 @@ from speedmatrix.reasoning import hidden_evidence, reasoning_figures
 from speedmatrix.records import Records
 from speedmatrix.report.reasoning import first_output_times, reasoning_section
 from speedmatrix.results import Run
-from speedmatrix.sim import Sim, _binary, profile_path
+from speedmatrix.sim import Sim, profile_path, sim_binary
 from speedmatrix.verdict import CellShape, EngineFacts, Rules, decode_cell
 
 NS = 1_000_000_000
@@ -186,7 +186,13 @@ def test_the_report_shows_a_section_and_chart_only_with_reasoning() -> None:
 @pytest.mark.parametrize("value", ["-3", "ten", "4x"])
 def test_the_engine_refuses_a_bad_reasoning_count_in_one_line(value: str) -> None:
     r = subprocess.run(
-        [str(_binary()), "--profile", str(profile_path("test-fast")), "--reasoning-tokens", value],
+        [
+            str(sim_binary()),
+            "--profile",
+            str(profile_path("test-fast")),
+            "--reasoning-tokens",
+            value,
+        ],
         capture_output=True,
         text=True,
         timeout=10,

@@ -8,6 +8,7 @@ import argparse
 from pathlib import Path
 
 from speedmatrix.cli.common import Formatter
+from speedmatrix.cli.traffic_flags import TRAFFIC_FLAGS, add_traffic_flags
 
 #: the matrix defaults the help shows (no preset, no --matrix): written out, not read from
 #: speedmatrix.matrix, so --help imports nothing heavy; a test keeps them equal to Matrix()
@@ -86,6 +87,8 @@ MATRIX_FLAGS = (
     ("slo", "slo", "--slo"),
     ("attainment", "attainment", "--attainment"),
     ("search", "search", "--search"),
+    ("client_threads", "client_threads", "--client-threads"),
+    *TRAFFIC_FLAGS,
 )
 
 
@@ -133,6 +136,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     add_run_groups(run)
     add_open_loop_flags(run)
+    add_traffic_flags(run)
 
 
 def _target_flags(g: argparse._ArgumentGroup, d: dict[str, str]) -> None:
@@ -220,6 +224,12 @@ def _load_flags(g: argparse._ArgumentGroup, d: dict[str, str]) -> None:
         "--extra-body",
         metavar="JSON",
         help="JSON object merged into every request body, e.g. '{\"top_k\": 1}'",
+    )
+    g.add_argument(
+        "--client-threads",
+        metavar="N|auto",
+        help="the client's event loops per cell, each on its own core (default: auto, one "
+        "per 256 streams, at most the cores minus one; see speedmatrix selftest)",
     )
 
 

@@ -30,10 +30,12 @@ from speedmatrix.report.metadata import (
     warnings_section,
 )
 from speedmatrix.report.model import Report, Section
+from speedmatrix.report.predicted import predicted_section
 from speedmatrix.report.prefixcache import prefix_cache_section
 from speedmatrix.report.rates import open_loop_section, rate_matrix_line
 from speedmatrix.report.reasoning import reasoning_section
 from speedmatrix.report.summary import rate_summary_section, summary_section
+from speedmatrix.report.traffic import interference_section, session_section, trace_section
 
 if TYPE_CHECKING:  # pragma: no cover
     from speedmatrix.results import Run
@@ -55,6 +57,12 @@ def build(run: Run, slo: Any = None) -> Report:
     warns = warnings_section(run)
     if warns is not None:
         notes.append(f"The run recorded {fmt.plural(len(warns.text), 'warning')}: see Warnings.")
+    guessed = predicted_section(run)
+    if guessed is not None:
+        notes.append(
+            "Some cells of this report were predicted by the twin, not measured: they are "
+            "marked predicted, with their intervals and the model's limits (see Predicted cells)."
+        )
     summ = summary_section(run)
     if by_rate(run):
         summ = rate_summary_section(run)
@@ -66,12 +74,15 @@ def build(run: Run, slo: Any = None) -> Report:
     ol = open_loop_section(run)
     if ol is not None:
         load_views.append(ol)
-    cache_view = prefix_cache_section(run.all_cells)
-    if cache_view is not None:
-        load_views.append(cache_view)
-    reasoning_view = reasoning_section(run.all_cells)
-    if reasoning_view is not None:
-        load_views.append(reasoning_view)
+    for view in (
+        prefix_cache_section(run.all_cells),
+        interference_section(run.all_cells),
+        trace_section(run.all_cells),
+        session_section(run.all_cells),
+        reasoning_section(run.all_cells),
+    ):
+        if view is not None:
+            load_views.append(view)
     sections = [
         summ,
         hardware_section(run),
@@ -80,6 +91,7 @@ def build(run: Run, slo: Any = None) -> Report:
         launch_section(run),
         prefill_section(run),
         decode_section(run),
+        *([guessed] if guessed is not None else []),
         *load_views,
         all_section(run),
         ci_section(run),

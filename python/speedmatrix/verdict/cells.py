@@ -1,5 +1,8 @@
 """A cell's stored form: its figures, status and flags, from its records.
 
+Over 500 lines: a decode cell's figures, evidence and status are gathered from one window
+in one place, so none of them reads another set of requests.
+
 `decode_cell` gathers the figures (`_core.summarize_cell`, `speedmatrix.slo.cell_figures`),
 the evidence the flag rules read (`speedmatrix.verdict.flags`) and the status rule's inputs
 (`speedmatrix.verdict.status`); `prefill_cell`, `unrun_cell` and `prompt_failure_cell`
@@ -17,6 +20,7 @@ from speedmatrix import figures
 from speedmatrix.reasoning import hidden_evidence, reasoning_figures
 from speedmatrix.records import Records
 from speedmatrix.verdict import preemption
+from speedmatrix.verdict.cache import cache_columns
 from speedmatrix.verdict.counts import (
     ERROR_EXAMPLE_CHARS,
     error_counts,
@@ -88,6 +92,18 @@ class CellShape:
     #: "measured": the plan left the capacity verdict to the measurement
     capacity_check: str = ""
     kv_admit_share: float = 0.0
+    #: a cached-fraction cell: the share asked and the counters read around it
+    cached_fraction: float | None = None
+    cache_counters: dict | None = None
+    #: an interference cell: seconds between its prefills; a trace replay: file, speed-up
+    interference_every_s: float = 0.0
+    trace: str = ""
+    speedup: float = 1.0
+    #: a sessions cell: turns, new tokens a turn, think time, the answer's tokens
+    sessions: int = 0
+    turn_tokens: int = 0
+    think_time_s: float = 0.0
+    max_output: int = 0
 
     @classmethod
     def from_cell(cls, cell: dict) -> CellShape:
@@ -103,6 +119,15 @@ class CellShape:
             prompts_file=cell.get("prompts_file") or "",
             capacity_check=cell.get("capacity_check") or "",
             kv_admit_share=float(cell.get("kv_admit_share") or 0.0),
+            cached_fraction=cell.get("cached_fraction"),
+            cache_counters=cell.get("cache_counters"),
+            interference_every_s=float(cell.get("interference_every_s") or 0.0),
+            trace=cell.get("trace") or "",
+            speedup=float(cell.get("speedup") or 1.0),
+            sessions=int(cell.get("sessions") or 0),
+            turn_tokens=int(cell.get("turn_tokens") or 0),
+            think_time_s=float(cell.get("think_time_s") or 0.0),
+            max_output=int(cell.get("session_answer_tokens") or 0),
         )
 
 
@@ -139,6 +164,10 @@ def _open_loop_shape(shape: _Shape) -> dict:
     rate = getattr(shape, "rate_per_s", None)
     if rate is not None:
         out.update(rate_per_s=float(rate), arrival=getattr(shape, "arrival", "poisson"))
+    if getattr(shape, "cached_fraction", None) is not None:
+        out["cached_fraction"] = float(shape.cached_fraction)  # type: ignore[attr-defined]
+    if getattr(shape, "trace", ""):
+        out.update(trace=shape.trace, speedup=float(shape.speedup))  # type: ignore[attr-defined]
     return out
 
 
@@ -269,6 +298,7 @@ def decode_cell(
         base["ramp_s"] = (w.settle - w.ramp) / 1e9
         base["first_wave_streamed"] = first_wave_streamed(req, shape.concurrency)
     base["waiting_without_tokens"] = client_queue_signal(req, w.settle, w.t1)
+    base.update(cache_columns(shape, records))
     e = _evidence(base, shape, records, facts, fig, w, idle=idle, unserved_longer=unserved_longer)
     if e.usage_below or e.usage_above:
         base["usage_mismatch"] = {"below_chunks": e.usage_below, "above_chunks": e.usage_above}
@@ -385,6 +415,8 @@ def _evidence(
         usage_above=above,
         warmup_unfinished=warmup_unfinished(req),
         coalesced_share=finite(base.get("coalesced_share", fig.get("coalesced_share"))),
+        cached_fraction=base.get("cached_fraction"),
+        delivered_cached_fraction=base.get("delivered_cached_fraction"),
         reasoning=hidden_evidence(req),
     )
 
@@ -514,6 +546,7 @@ def _window_figures(
             "server": server,
             "prompt_tokens": ptok,
             "client": {"cpu_s": records.client_cpu_s, "loop_lag_max_ms": records.loop_lag_max_ms},
+            "client_threads": int(records.client_threads),
         }
     )
     return dict(fig)

@@ -1,0 +1,217 @@
+"""Measuring the cells of issue 23's traffic shapes (`speedmatrix.trafficplan`) inside a
+sweep: a cached-fraction cell (`speedmatrix.cachedcell`), a prefill-interference cell
+(`speedmatrix.interference`), a trace replay (`speedmatrix.trace`) and a sessions cell
+(`speedmatrix.sessions`).
+
+Each function takes the running `speedmatrix.sweep.Sweep` and uses its own steps (the idle
+wait, the CellSpec, the run on a worker thread, storing), so these cells are waited for,
+interrupted, saved and resumed as every other; each returns the stored outcome, or None
+when the run was interrupted. `measure` picks the one a cell needs, None for a grid cell.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+from speedmatrix import interference, sessions, verdict
+from speedmatrix.cachedcell import WARM_INDEX, prompt_seed, read_counters, warm_prefix
+from speedmatrix.errors import SpeedmatrixError
+from speedmatrix.prompts import PromptError, PromptFactory, request_body
+from speedmatrix.records import Records
+from speedmatrix.trace import load_trace, schedule_ns
+from speedmatrix.trafficplan import DECODE_PROMPT_TOKENS
+from speedmatrix.verdict.interference import interference_cell
+from speedmatrix.verdict.sessions import session_cell
+
+__all__ = ["is_traffic_cell", "measure"]
+
+#: seconds the prefix warm-up and a counters read may take
+_CLIENT_TIMEOUT_S = 120.0
+
+
+def is_traffic_cell(cell: Any) -> bool:
+    return (
+        cell.cached_fraction is not None
+        or cell.phase in ("interference", "session")
+        or bool(cell.trace)
+    )
+
+
+def measure(sweep: Any, cell: Any) -> Any:
+    """Measures a traffic cell in ``sweep``; returns its outcome (None when interrupted)."""
+    if cell.cached_fraction is not None:
+        return _cached(sweep, cell)
+    if cell.phase == "interference":
+        return _interference(sweep, cell)
+    if cell.phase == "session":
+        return _sessions(sweep, cell)
+    return _trace(sweep, cell)
+
+
+def _factory(sweep: Any, cell: Any, context: int, seed: int | str, shared: int = 0):
+    return PromptFactory(
+        sweep.target,
+        context,
+        api=cell.api,
+        shared_prefix=shared,
+        seed=seed,
+        tokenizer=sweep.tokenizer,
+    )
+
+
+def _body(sweep: Any, cell: Any, prompt: Any, max_tokens: int) -> bytes:
+    return request_body(sweep.target, cell.api, prompt, max_tokens, extra=cell.extra)
+
+
+def _run(sweep: Any, spec: Any) -> Records | None:
+    res, interrupted = sweep._run_spec(spec)
+    if interrupted:
+        sweep.interrupted = True
+        return None
+    return Records.from_result(res)
+
+
+def _failed(sweep: Any, cell: Any, exc: Exception) -> Any:
+    out = sweep._prompt_failure(cell, exc)
+    sweep._store(out)
+    return out
+
+
+def _cached(sweep: Any, cell: Any) -> Any:
+    """N unique prompts sharing the cell's prefix, which one request sent first warmed;
+    the server's counters read around the window."""
+    idle, _ = sweep._wait_idle()
+    seed = prompt_seed(sweep.doc["meta"]["run"]["seed"], cell.id)
+    try:
+        factory = _factory(sweep, cell, cell.context, seed, cell.shared_prefix)
+        prompts = factory.prompts(cell.prompt_count)
+        bodies = [_body(sweep, cell, p, cell.max_output) for p in prompts]
+        warm = _body(sweep, cell, factory.prompt(WARM_INDEX), 1) if cell.shared_prefix else b""
+    except (SpeedmatrixError, ValueError) as exc:
+        return _failed(sweep, cell, exc)
+    client = sweep.target.client(_CLIENT_TIMEOUT_S)
+    if warm and (note := warm_prefix(client, sweep.target.endpoint(cell.api), warm)):
+        sweep._note(note)
+    before = read_counters(client, sweep.target.metrics_url)
+    spec = sweep._spec(cell, cell.concurrency, bodies, [], cell.duration_s, cell.max_requests)
+    sweep._decode_bounds(spec, cell)
+    records = _run(sweep, spec)
+    if records is None:
+        return None
+    after = read_counters(client, sweep.target.metrics_url)
+    counters = {"before": before, "after": after} if before and after else None
+    shape = dataclasses.replace(cell, cache_counters=counters)
+    stored = verdict.decode_cell(
+        shape,
+        records,
+        sweep.facts,
+        sweep.rules,
+        idle=idle,
+        percentiles=cell.percentiles,
+        slo_targets=cell.slo,
+    )
+    return sweep._store_measured(stored, records, prompts)
+
+
+def _interference(sweep: Any, cell: Any) -> Any:
+    """N decoders from short prompts, then a cold C-token prompt every T seconds."""
+    idle, _ = sweep._wait_idle()
+    n, every, duration = int(cell.concurrency), float(cell.interference_every_s), cell.duration_s
+    salt = f"{sweep.doc['meta']['run']['seed']}/{cell.id}/{sweep._nonce}"
+    try:
+        decoders = _factory(sweep, cell, DECODE_PROMPT_TOKENS, f"{salt}/decode").prompts(n)
+        cold = _factory(sweep, cell, cell.context, f"{salt}/prefill")
+        prefills = cold.prompts(interference.prefill_count(every, duration))
+        bodies = [_body(sweep, cell, p, cell.max_output) for p in decoders]
+        bodies += [_body(sweep, cell, p, 1) for p in prefills]
+    except (SpeedmatrixError, ValueError) as exc:
+        return _failed(sweep, cell, exc)
+    spec = sweep._spec(cell, 1, bodies, [], duration)
+    interference.configure(spec, n, every, duration)
+    records = _run(sweep, spec)
+    if records is None:
+        return None
+    return sweep._store_measured(interference_cell(cell, records, idle=idle), records, prefills)
+
+
+def _trace(sweep: Any, cell: Any) -> Any:
+    """The trace's requests at their arrival times / the speed-up, each a unique prompt of
+    its own length with its own output length."""
+    idle, _ = sweep._wait_idle()
+    salt = f"{sweep.doc['meta']['run']['seed']}/{cell.id}/{sweep._nonce}"
+    try:
+        trace = load_trace(cell.trace)
+        factories: dict[int, PromptFactory] = {}
+        prompts, bodies = [], []
+        for i, r in enumerate(trace.requests):
+            if r.input_tokens not in factories:
+                factories[r.input_tokens] = _factory(sweep, cell, r.input_tokens, salt)
+            prompt = factories[r.input_tokens].prompt(i)
+            prompts.append(prompt)
+            bodies.append(_body(sweep, cell, prompt, r.output_tokens))
+    except (SpeedmatrixError, ValueError) as exc:
+        return _failed(sweep, cell, exc)
+    spec = sweep._spec(cell, 1, bodies, [], cell.duration_s)
+    spec.mode = "open"
+    spec.schedule_ns = schedule_ns(trace, cell.speedup)
+    spec.rate_per_s = float(cell.rate_per_s)
+    spec.max_concurrency = int(cell.concurrency)
+    spec.drain_timeout_s = float(cell.drain_timeout_s)
+    records = _run(sweep, spec)
+    if records is None:
+        return None
+    stored = verdict.decode_cell(
+        cell,
+        records,
+        sweep.facts,
+        sweep.rules,
+        idle=idle,
+        percentiles=cell.percentiles,
+        slo_targets=cell.slo,
+    )
+    return sweep._store_measured(stored, records, prompts)
+
+
+def _session_turns(sweep: Any, cell: Any) -> tuple[list[Any], list[list[bytes]]]:
+    """Each session's full prompt (its last turn's) and every turn's bodies, turn by turn."""
+    turns, step, out_tokens = cell.sessions, cell.turn_tokens, cell.max_output
+    last = sessions.final_tokens(cell.context, step, out_tokens, turns)
+    salt = f"{sweep.doc['meta']['run']['seed']}/{cell.id}/{sweep._nonce}"
+    full = _factory(sweep, cell, last, salt).prompts(cell.concurrency)
+    if full[0].method != "token_ids":
+        raise PromptError(
+            "sessions need token-id prompts (the completions API of an engine that takes "
+            f"them) so that each turn's prompt is a prefix of the next; this server: {full[0].method}"
+        )
+    overhead = last - len(full[0].payload)
+    bodies = []
+    for k in range(turns):
+        tokens = sessions.turn_tokens_at(cell.context, step, out_tokens, k)
+        ids = [sessions.turn_ids(list(p.payload), overhead, tokens) for p in full]
+        bodies.append([_body(sweep, cell, i, out_tokens) for i in ids])
+    return full, bodies
+
+
+def _sessions(sweep: Any, cell: Any) -> Any:
+    """The turns in lock step: turn k of every session, one request a slot, then the
+    think time; the turns' records merged into the cell's."""
+    idle, _ = sweep._wait_idle()
+    try:
+        full, turns = _session_turns(sweep, cell)
+    except (SpeedmatrixError, ValueError) as exc:
+        return _failed(sweep, cell, exc)
+    parts = []
+    for k, bodies in enumerate(turns):
+        if k and cell.think_time_s > 0:
+            time.sleep(cell.think_time_s)
+        spec = sweep._spec(cell, cell.concurrency, bodies, [], cell.duration_s, cell.concurrency)
+        spec.steady_window = False
+        records = _run(sweep, spec)
+        if records is None:
+            return None
+        parts.append(records)
+    merged = sessions.merge(parts, int(cell.concurrency))
+    stored = session_cell(cell, merged, idle=idle)
+    return sweep._store_measured(stored, merged, full)

@@ -1,0 +1,127 @@
+"""A sessions cell's stored form (`speedmatrix.sessions` runs it): N conversations of T
+turns; per turn the median TTFT against the cached prefix the turn found, and over the
+cell the time between tokens, the sessions' duration, turns/s and output tok/s.
+
+Reads the merged records: request rows of turn k carry bodies k x N .. k x N + N - 1.
+
+- ``session_ttft_ms_by_turn``: per turn, the median first token - send over its requests that
+  reached a first token (None for a turn where none did);
+- ``session_turn_cached_tokens``: per turn, the prompt tokens the server had seen (the
+  previous turn's prompt; `sessions.cached_prefix_tokens`);
+- ``session_tbt_ms``: the median gap between two token deliveries of one request, over
+  every request of every turn, a delivery of k tokens counted k times (its gap / k each);
+- ``session_duration_s``: the median over sessions of its last answer's end - its first
+  send (think time included);
+- ``session_turns_per_s``: completed turns / (the last end - the first send);
+- ``session_output_tok_s``: output tokens of every turn / that same span.
+
+Status: ``valid`` when every turn of every session completed; ``error`` otherwise, with how
+many did not and the errors by kind.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from speedmatrix.records import Records
+from speedmatrix.sessions import cached_prefix_tokens
+from speedmatrix.verdict.cells import base_cell
+from speedmatrix.verdict.counts import error_counts, error_examples
+from speedmatrix.verdict.flags import Evidence, flags_of
+from speedmatrix.verdict.names import Status
+from speedmatrix.verdict.rules import Rules
+from speedmatrix.verdict.window import OK
+
+__all__ = ["session_cell", "session_figures"]
+
+
+def _median(values: Any) -> float | None:
+    v = np.asarray(values, dtype=float)
+    return float(np.median(v)) if v.size else None
+
+
+def _tbt_samples(records: Records, rows: np.ndarray) -> np.ndarray:
+    ev = records.events
+    out = []
+    for i in rows:
+        mine = ev["tokens"][ev["request"] == i] > 0
+        t = ev["t_ns"][ev["request"] == i][mine]
+        k = ev["tokens"][ev["request"] == i][mine]
+        if len(t) > 1:
+            gaps = np.diff(t) / k[1:] / 1e6
+            out.append(np.repeat(gaps, k[1:]))
+    return np.concatenate(out) if out else np.zeros(0)
+
+
+def session_figures(records: Records, shape: Any) -> dict[str, Any]:
+    """The cell's figures from its merged records and its plan (`shape`)."""
+    req = records.requests
+    n, turns = int(shape.concurrency), int(shape.sessions)
+    rows = np.flatnonzero(req["phase"] == 1)
+    turn = req["body"][rows] // n
+    first, sent = req["first_token_ns"][rows], req["sent_ns"][rows]
+    ok = req["outcome"][rows] == OK
+    ttft = []
+    for k in range(turns):
+        mine = (turn == k) & (first > 0)
+        ttft.append(_median((first[mine] - sent[mine]) / 1e6))
+    out: dict[str, Any] = {
+        "session_ttft_ms_by_turn": ttft,
+        "session_turn_cached_tokens": [
+            cached_prefix_tokens(shape.context, shape.turn_tokens, shape.max_output, k)
+            for k in range(turns)
+        ],
+        "session_tbt_ms": _median(_tbt_samples(records, rows)),
+        "session_turns_completed": int(np.count_nonzero(ok)),
+    }
+    done = req["done_ns"][rows]
+    if ok.any():
+        span_s = (done[ok].max() - sent[sent > 0].min()) / 1e9
+        session = req["body"][rows] % n
+        durations = [
+            (done[session == s].max() - sent[session == s].min()) / 1e9
+            for s in range(n)
+            if (session == s).any() and ok[session == s].all()
+        ]
+        out.update(
+            session_duration_s=_median(durations),
+            session_turns_per_s=int(np.count_nonzero(ok)) / span_s if span_s > 0 else None,
+            session_output_tok_s=float(req["output_tokens"][rows][ok].sum()) / span_s
+            if span_s > 0
+            else None,
+        )
+    return out
+
+
+def session_cell(shape: Any, records: Records, *, idle: bool) -> dict:
+    """The stored cell: `base_cell`'s fields, the session figures, status and flags."""
+    base = base_cell(shape)
+    req = records.requests
+    rows = np.flatnonzero(req["phase"] == 1)
+    errors = error_counts(req, rows)
+    base.update(
+        sessions=int(shape.sessions),
+        turn_tokens=int(shape.turn_tokens),
+        think_time_s=float(shape.think_time_s),
+        session_answer_tokens=int(shape.max_output),
+        errors=errors,
+        errors_total=sum(errors.values()),
+        error_examples=error_examples(req, rows),
+        measured_s=(int(records.window_end_ns) - int(records.window_start_ns)) / 1e9,
+    )
+    base.update(session_figures(records, shape))
+    base["flags"] = flags_of(Evidence(idle=idle), Rules())
+    expected = int(shape.sessions) * int(shape.concurrency)
+    missing = expected - base["session_turns_completed"]
+    if records.fatal_error:
+        base["status"], base["reason"] = Status.ERROR.value, records.fatal_error
+    elif missing:
+        base["status"] = Status.ERROR.value
+        base["reason"] = f"{missing} of {expected} turns did not complete" + (
+            f" ({', '.join(f'{k}: {v}' for k, v in sorted(errors.items()))})" if errors else ""
+        )
+    else:
+        base["status"] = Status.VALID.value
+    return base
