@@ -93,6 +93,7 @@ GROUPS = (
     "trace",
     "sessions",
     "predicted",
+    "reasoning",
 )
 
 #: groups of what a run may not have measured: `Run.cells` drops their columns that are
@@ -106,11 +107,13 @@ OPTIONAL_GROUPS = (
     "trace",
     "sessions",
     "predicted",
+    "reasoning",
 )
 
 _V = "verdict"
 _L = "latency"
 _S = "slo"
+_R = "reasoning"
 
 
 def _f(*a: str) -> Figure:
@@ -157,6 +160,8 @@ _ENTRIES: tuple[Figure, ...] = (
     _f("tbt_ms", "ms", "Time between tokens", "median gap between a window request's token deliveries (a read, or reads < 1 ms after its first), spread over the delivery's tokens (failed requests excluded)", "events", "median", "core", "latency"),
     _f("tbt_p90_ms", "ms", "TBT p90", "90th percentile of the gaps tbt_ms is the median of", "events", "percentile", "core", "latency"),
     _f("tbt_p99_ms", "ms", "TBT p99", "99th percentile of the gaps tbt_ms is the median of", "events", "percentile", "core", "latency"),
+    _f("ttfb_ms", "ms", "TTFB", "median first response byte - send over the requests ttft_ms reads", "requests", "median", _R, "latency"),
+    _f("ttfo_ms", "ms", "TTFO", "median first content token (not reasoning) - send over the requests ttft_ms reads", "requests", "median", _R, "latency"),
     _f("coalesced_share", "share", "Coalesced delivery", "share of the window's token events that came with another in one delivery of their stream", "events", "share", "core", "latency"),
     # --- the window ---
     _f("measured_s", "s", "Window", "length of the measured window t1 - t0", "cell", "value", "core", "window"),
@@ -276,6 +281,9 @@ _ENTRIES: tuple[Figure, ...] = (
     _f("open_loop_queue_p99_ms", "ms", "Queue p99", "p99 of sent - scheduled over every window arrival sent (queue_p99_ms: completed ones)", "requests", "percentile", _L, "open_loop"),
     _f("open_loop_kept_up", "", "Kept up", "the server kept up with the arrivals (verdict's rule)", "requests", "value", _L, "open_loop"),
     _f("open_loop_reason", "", "Why not kept up", "why the server did not keep up", "requests", "value", _L, "open_loop"),
+    # --- reasoning (speedmatrix.reasoning): counted in the output tokens and throughput ---
+    _f("reasoning_tokens", "tokens", "Reasoning tokens", "reasoning tokens of the window requests that completed (usage reasoning_tokens, else reasoning chunks streamed)", "requests", "count", _R, "reasoning"),
+    _f("reasoning_share", "share", "Reasoning share", "reasoning_tokens / the output tokens of those requests", "requests", "share", _R, "reasoning"),
     # --- SLO (slo.evaluate; run.json's slo) ---
     _f("slo_slo", "ms", "SLO", "the targets judged (ms)", "run", "value", _S, "slo"),
     _f("slo_counted", "requests", "SLO counted", "requests judged against the SLO", "requests", "count", _S, "slo"),

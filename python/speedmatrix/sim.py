@@ -143,6 +143,9 @@ class Sim:
         "drop", "stall" (values 0..1); seed makes them reproducible.
     overrides: profile fields to override, {"fixed_itl_ms": 10, ...}.
     host: the numeric address to bind, IPv4 or IPv6 ("::1").
+    reasoning_tokens: chat replies' first N tokens are reasoning (``delta.reasoning_content``
+        and ``usage.completion_tokens_details.reasoning_tokens``); reasoning_hidden: reported
+        but never streamed, as a server that hides its thinking.
     """
 
     def __init__(
@@ -161,6 +164,8 @@ class Sim:
         start: bool = True,
         api_key: str | None = None,
         host: str = "127.0.0.1",
+        reasoning_tokens: int = 0,
+        reasoning_hidden: bool = False,
     ) -> None:
         self.profile = str(profile)
         self.host = host
@@ -186,6 +191,7 @@ class Sim:
         if stamp:
             args.append("--stamp")
         args += _fault_args(faults or {})
+        args += _reasoning_args(reasoning_tokens, reasoning_hidden)
         if seed is not None:
             args += ["--seed", str(int(seed))]
         for k, v in (overrides or {}).items():
@@ -325,6 +331,11 @@ class Sim:
         return False
 
 
+def _reasoning_args(tokens: int, hidden: bool) -> list[str]:
+    args = ["--reasoning-tokens", str(int(tokens))] if tokens else []
+    return [*args, "--reasoning-hidden"] if hidden else args
+
+
 def add_engine_flags(ap: argparse.ArgumentParser) -> None:
     """The flags `speedmatrix sim` passes through to the binary: pacing, stamps, faults.
     Shared by this module's parser and the `sim` subcommand of speedmatrix.cli."""
@@ -344,6 +355,20 @@ def add_engine_flags(ap: argparse.ArgumentParser) -> None:
         )
     ap.add_argument("--seed", type=int, help="seed of the fault draws (reproducible faults)")
     ap.add_argument(
+        "--reasoning-tokens",
+        type=int,
+        default=0,
+        metavar="N",
+        help="chat replies' first N tokens are reasoning: streamed as "
+        "delta.reasoning_content, reported in usage.completion_tokens_details",
+    )
+    ap.add_argument(
+        "--reasoning-hidden",
+        action="store_true",
+        help="test mode: report the reasoning tokens in the usage without streaming them "
+        "(a server that thinks in silence)",
+    )
+    ap.add_argument(
         "--api-key",
         help="require this key (Authorization: Bearer) on the API paths; also "
         "$SPEEDMATRIX_SIM_API_KEY",
@@ -361,7 +386,7 @@ def engine_flag_args(a: argparse.Namespace) -> list[str]:
     args += _fault_args({k: v for k, v in shares.items() if v})
     if a.seed is not None:
         args += ["--seed", str(a.seed)]
-    return args
+    return args + _reasoning_args(a.reasoning_tokens, a.reasoning_hidden)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -164,6 +164,7 @@ def test_entries_are_named_once_and_complete():
             "sessions",
             "twin/model",
             "twin/predictrun",
+            "reasoning",
         ), f.name
     assert figures.RENAMED.keys().isdisjoint(names)  # an old name never names a figure
 

@@ -113,6 +113,13 @@ FLAG_CASES = [
         {"cached_fraction": 0.5, "delivered_cached_fraction": 0.2},
         {"cached_fraction": 0.5},
     ),
+    # more than half of the reported reasoning never streamed; just under half
+    (
+        Flag.REASONING_HIDDEN,
+        {"reasoning": ((100, 49), (100, 50))},
+        {"reasoning": ((100, 50), (100, 50))},
+    ),
+    (Flag.REASONING_HIDDEN, {"reasoning": ((40, 0),)}, {"reasoning": ((-1, 0),)}),
 ]
 
 

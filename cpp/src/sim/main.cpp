@@ -19,7 +19,7 @@ const char kUsage[] =
     "                       [--set key=value ...] [--unpaced] [--stamp]\n"
     "                       [--fault-http500 P] [--fault-malformed P] [--fault-drop P] "
     "[--fault-stall P]\n"
-    "                       [--seed N] [--watch-stdin] [--api-key KEY]\n"
+    "                       [--seed N] [--watch-stdin] [--api-key KEY] [--reasoning-tokens N]\n"
     "The key may also come from $SPEEDMATRIX_SIM_API_KEY (kept out of the process list).\n";
 
 // 4096 concurrent streams need more descriptors than the usual soft limit.
@@ -100,6 +100,18 @@ int parse_args(int argc, char** argv, Args& args) {
       share("--fault-drop", args.opt.fault_drop);
     else if (a == "--fault-stall")
       share("--fault-stall", args.opt.fault_stall);
+    else if (a == "--reasoning-tokens") {
+      const char* v = value("--reasoning-tokens");
+      char* end = nullptr;
+      const long long n = std::strtoll(v, &end, 10);
+      if (end == v || *end != '\0' || n < 0) {
+        std::fprintf(stderr, "speedmatrix-sim: --reasoning-tokens wants a count >= 0, got '%s'\n",
+                     v);
+        return 2;
+      }
+      args.opt.reasoning_tokens = n;
+    } else if (a == "--reasoning-hidden")  // not in the usage: a test mode (issue 23)
+      args.opt.reasoning_hidden = true;
     else if (a == "--seed")
       args.opt.seed = std::strtoull(value("--seed"), nullptr, 10);
     else if (a == "-h" || a == "--help") {

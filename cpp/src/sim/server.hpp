@@ -23,6 +23,13 @@ struct ServerOptions {
   // When set, every API path (all but /health, /ping, /metrics, /version and /sim/*, as
   // vLLM and SGLang leave open) wants "Authorization: Bearer <api_key>"; others get 401.
   std::string api_key;
+  // Reasoning mode (chat only; /v1/completions has no reasoning channel): a reply's first
+  // min(reasoning_tokens, output - 1) tokens are reasoning, streamed as
+  // delta.reasoning_content and reported as usage.completion_tokens_details.reasoning_tokens
+  // (counted in completion_tokens, as every server does). reasoning_hidden: generated and
+  // reported, never streamed (the first visible chunk follows the silence they take).
+  std::int64_t reasoning_tokens = 0;
+  bool reasoning_hidden = false;
 };
 
 // Runs until SIGTERM/SIGINT. Prints "speedmatrix-sim listening on HOST:PORT" to

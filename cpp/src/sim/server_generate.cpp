@@ -272,6 +272,8 @@ Stream& Server::open_stream(evhttp_request* req, const GenerateArgs& a, RequestS
   spec.free_prefill = a.free_prefill;
   spec.eos_at = eos_at;
   s.out_tokens = output_tokens(spec);
+  if (a.chat && opt_.reasoning_tokens > 0)
+    s.reasoning = std::clamp<std::int64_t>(opt_.reasoning_tokens, 0, s.out_tokens - 1);
   s.fault = a.fault;
   s.fault_at = std::max<std::int64_t>(1, std::min<std::int64_t>(3, s.out_tokens - 1));
   char idbuf[40];
@@ -281,9 +283,11 @@ Stream& Server::open_stream(evhttp_request* req, const GenerateArgs& a, RequestS
       std::string("{\"id\":\"") + idbuf + "\",\"object\":\"" +
       (a.chat ? (a.streaming ? "chat.completion.chunk" : "chat.completion") : "text_completion") +
       "\",\"created\":" + std::to_string(time(nullptr)) + ",\"model\":" + jstr(prof_.model);
-  if (a.chat)
+  if (a.chat) {
     s.head = "data: " + s.obj_head + ",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"";
-  else
+    s.reasoning_head =
+        "data: " + s.obj_head + ",\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\"";
+  } else
     s.head = "data: " + s.obj_head + ",\"choices\":[{\"index\":0,\"text\":\"";
   s.tail = a.chat ? "\"},\"logprobs\":null,\"finish_reason\":"
                   : "\",\"logprobs\":null,\"finish_reason\":";

@@ -69,13 +69,15 @@ struct Stream {
   std::int64_t prompt_tokens = 0, max_tokens = 0, cached = 0;
   std::int64_t out_tokens = 0;  // tokens the reply carries: max_tokens, or fewer at EOS
   std::int64_t sent = 0;        // tokens written
+  std::int64_t reasoning = 0;   // the first `reasoning` tokens are reasoning (ServerOptions)
   Fault fault = Fault::kNone;
   std::int64_t fault_at = 1;  // the fault fires after this many tokens
   bool stalled = false;
   bool in_engine = false;
-  std::string head;      // 'data: {"id":...,"choices":[{"index":0,"text":"' (or delta content)
-  std::string tail;      // '","logprobs":null,"finish_reason":'
-  std::string obj_head;  // '{"id":"...","object":"...","created":N,"model":"..."'
+  std::string head;  // 'data: {"id":...,"choices":[{"index":0,"text":"' (or delta content)
+  std::string reasoning_head;  // chat: '... "delta":{"reasoning_content":"'
+  std::string tail;            // '","logprobs":null,"finish_reason":'
+  std::string obj_head;        // '{"id":"...","object":"...","created":N,"model":"..."'
 };
 
 class Server {

@@ -22,9 +22,16 @@ void Server::usage_json(std::string& out, const Stream& s, std::int64_t completi
   append_int(out, s.prompt_tokens + completion);
   out += ",\"completion_tokens\":";
   append_int(out, completion);
-  if (s.cached > 0) {
+  // With the prefix cache on (batched mode), every usage says how many prompt tokens it
+  // served, 0 included: a delivered hit rate of nothing is a figure, not an unknown.
+  if ((prof_.prefix_cache && prof_.mode == "batched") || s.cached > 0) {
     out += ",\"prompt_tokens_details\":{\"cached_tokens\":";
     append_int(out, s.cached);
+    out += '}';
+  }
+  if (s.reasoning > 0) {
+    out += ",\"completion_tokens_details\":{\"reasoning_tokens\":";
+    append_int(out, std::min(completion, s.reasoning));
     out += '}';
   }
   out += '}';
@@ -34,8 +41,14 @@ void Server::usage_json(std::string& out, const Stream& s, std::int64_t completi
 void Server::send_token(Stream& s, ns_t, bool last) {
   std::string& c = scratch_;
   c.assign(kChunkHead, ' ');  // room for the HTTP chunk-size line, see write_chunk()
+  const bool reasoning = s.sent < s.reasoning;  // never the last token (open_stream)
+  if (reasoning && opt_.reasoning_hidden) {     // generated, not streamed
+    s.sent++;
+    tokens_sent_++;
+    return;
+  }
   const std::string& w = words_[static_cast<std::size_t>((s.sent + s.id * 31) % kWords)];
-  c += s.head;
+  c += reasoning ? s.reasoning_head : s.head;
   if (s.sent == 0)
     c.append(w, 1, std::string::npos);  // no leading space on the first token
   else

@@ -35,6 +35,8 @@ from speedmatrix.report.heatmap import decode_heatmap, mark_predicted_points, pr
 from speedmatrix.report.predicted import predicted_keys
 from speedmatrix.report.prefixcache import CHART as CACHE_CHART
 from speedmatrix.report.prefixcache import cache_cells, ttft_by_cached_fraction
+from speedmatrix.report.reasoning import CHART as REASONING_CHART
+from speedmatrix.report.reasoning import first_output_times, reasoning_cells
 from speedmatrix.report.traffic import (
     INTERFERENCE_CHART,
     LATENESS_CHART,
@@ -403,6 +405,8 @@ def all_figures(run: Run, slo: Any = None) -> dict[str, Figure]:
         figs[LATENESS_CHART] = lateness_by_trace(run.all_cells)
     if not session_cells(run.all_cells).empty:
         figs[SESSION_CHART] = ttft_by_cached_prefix(run.all_cells)
+    if not reasoning_cells(run.all_cells).empty:
+        figs[REASONING_CHART] = first_output_times(run.all_cells)
     if slo is not None:
         caps = slo_capacities(run, slo)
         if caps:

@@ -34,6 +34,7 @@ from speedmatrix.report.model import Report, Section
 from speedmatrix.report.predicted import predicted_section
 from speedmatrix.report.prefixcache import prefix_cache_section
 from speedmatrix.report.rates import open_loop_section, rate_matrix_line
+from speedmatrix.report.reasoning import reasoning_section
 from speedmatrix.report.summary import rate_summary_section, summary_section
 from speedmatrix.report.traffic import interference_section, session_section, trace_section
 
@@ -79,6 +80,7 @@ def build(run: Run, slo: Any = None) -> Report:
         interference_section(run.all_cells),
         trace_section(run.all_cells),
         session_section(run.all_cells),
+        reasoning_section(run.all_cells),
     ):
         if view is not None:
             load_views.append(view)

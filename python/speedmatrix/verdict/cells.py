@@ -18,6 +18,7 @@ import numpy as np
 
 from speedmatrix import figures, slo
 from speedmatrix._native import _core
+from speedmatrix.reasoning import hidden_evidence, reasoning_figures
 from speedmatrix.records import Records
 from speedmatrix.verdict import openloop, preemption
 from speedmatrix.verdict.cache import cache_columns
@@ -294,6 +295,7 @@ def decode_cell(
     base["flags"] = []
     rate = getattr(shape, "rate_per_s", None)
     base.update(_distributions(records, w.t0, w.t1, rate, pct, slo_targets, fig))
+    base.update(reasoning_figures(req, w.ramp, w.t1))
     if not w.open_loop:
         # the send of the first N to the window's opening (a run saved before steady
         # windows opened at the send: its ramp is the first wave's settling)
@@ -421,6 +423,7 @@ def _evidence(
         coalesced_share=finite(base.get("coalesced_share", fig.get("coalesced_share"))),
         cached_fraction=base.get("cached_fraction"),
         delivered_cached_fraction=base.get("delivered_cached_fraction"),
+        reasoning=hidden_evidence(req),
     )
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from speedmatrix.verdict.cache import cache_hit_mismatch
 from speedmatrix.verdict.client import near_limit
 from speedmatrix.verdict.names import Flag
+from speedmatrix.verdict.reasoning import reasoning_hidden
 from speedmatrix.verdict.rules import Rules
 
 __all__ = ["FLAG_RULES", "Evidence", "flags_of"]
@@ -70,6 +71,9 @@ class Evidence:
     #: delivered (None: no axis / nothing reported)
     cached_fraction: float | None = None
     delivered_cached_fraction: float | None = None
+    #: per window request that completed: (reasoning tokens its usage reported, -1 unsaid;
+    #: reasoning chunks it streamed) (`speedmatrix.reasoning.hidden_evidence`)
+    reasoning: tuple[tuple[int, int], ...] = ()
     # (an engine's own evidence, such as the preemptions a server reports, goes here too)
 
 
@@ -156,6 +160,10 @@ def cache_hit_mismatch_rule(e: Evidence, rules: Rules) -> bool:
     )
 
 
+def reasoning_hidden_rule(e: Evidence, rules: Rules) -> bool:
+    return reasoning_hidden(e.reasoning)
+
+
 #: every decode-cell flag rule, in the order the flags are stored
 FLAG_RULES: tuple[tuple[Flag, Callable[[Evidence, Rules], bool]], ...] = (
     (Flag.BUSY_AT_START, busy_at_start),
@@ -175,6 +183,7 @@ FLAG_RULES: tuple[tuple[Flag, Callable[[Evidence, Rules], bool]], ...] = (
     (Flag.COALESCED_DELIVERY, coalesced_delivery),
     (Flag.CACHE_HIT_MISMATCH, cache_hit_mismatch_rule),
     (Flag.CLIENT_NEAR_LIMIT, client_near_limit),
+    (Flag.REASONING_HIDDEN, reasoning_hidden_rule),
 )
 
 

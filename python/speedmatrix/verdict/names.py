@@ -49,7 +49,7 @@ class Flag(str, Enum):
     COALESCED_DELIVERY = "coalesced_delivery"
     #: the prefix-cache axis's rule (`speedmatrix.verdict.cache`)
     CACHE_HIT_MISMATCH = "cache_hit_mismatch"
-    #: `speedmatrix.verdict.reasoning`; no record carries its inputs yet (issue 23 item 3)
+    #: reported reasoning tokens mostly never streamed (`speedmatrix.verdict.reasoning`)
     REASONING_HIDDEN = "reasoning_hidden"
     #: the measurement's rule, not a FLAG_RULES one (`speedmatrix.verdict.preemption`)
     PREEMPTED = "preempted"
