@@ -505,3 +505,21 @@ def test_cold_prefill_reads_no_prefix_cache_hits(small_pool, tmp_path):
         before, "vllm:prefix_cache_hits_total"
     )
     assert dq == 512 and dh == 0, (dq, dh)
+
+
+def test_cached_fraction_cells_deliver_the_asked_share(big_pool, tmp_path, capsys):
+    """issue 23: the sweep's cached-fraction cells on a real vLLM (prefix caching on by
+    default, 128-token blocks): 0.5 and 0.9 of 1,280 tokens are whole blocks, so vLLM's
+    own counters must show exactly the asked share."""
+    m = _matrix(contexts=[1280], concurrency=[2], cached_fraction=[0.0, 0.5, 0.9])
+    result = run(big_pool.url, m, tmp_path, progress=False, report=False)
+    cells = {c["id"]: c for c in result.doc["cells"]}
+    _show(capsys, "cached fraction", cells.values())
+    for f in (0.0, 0.5, 0.9):
+        cell = cells[f"decode-c1280-n2-f{f:g}-r0"]
+        assert cell["status"] == "valid", cell.get("reason")
+        assert cell["delivered_cached_source"] in ("usage", "counters"), cell
+        assert cell["delivered_cached_fraction"] == pytest.approx(f, abs=0.02), cell
+        assert "cache_hit_mismatch" not in cell["flags"]
+    ttft = [cells[f"decode-c1280-n2-f{f:g}-r0"]["ttft_ms"] for f in (0.0, 0.9)]
+    assert ttft[1] < ttft[0]
