@@ -196,3 +196,38 @@ def test_sessions(tmp_path: Path) -> None:
     assert 0.4 <= cell["session_duration_s"] <= 3.0
     _recomputes_to_itself(doc, tmp_path)
     _section(tmp_path, "Sessions", "session_ttft_vs_cached_prefix")
+
+
+def test_trace_requests_sharing_blocks_share_their_prompt_prefix(tmp_path: Path) -> None:
+    """Mooncake rows: the second request repeats the first's two leading 512-token blocks
+    and finds them cached; the third shares none and pays its whole prefill."""
+    rows = [
+        (0, 1030, [1, 2, 3]),
+        (1000, 1100, [1, 2, 4]),
+        (2000, 1030, [9, 10, 11]),
+    ]
+    trace = tmp_path / "mooncake.jsonl"
+    trace.write_text(
+        "\n".join(
+            json.dumps({"timestamp": t, "input_length": n, "output_length": 4, "hash_ids": h})
+            for t, n, h in rows
+        )
+    )
+    overrides = {
+        "prefill_per_token_us": PREFILL_US,
+        "step_base_ms": 5.0,
+        "kv_tokens": 65536,
+        "context_length": 8192,
+    }
+    m = Matrix(trace=str(trace), prefill_contexts=[], max_output=16)
+    out = tmp_path / "run"
+    with Sim("test-batch", overrides=overrides) as sim:
+        _doc, cells = _sweep(sim.url, m, out)
+    assert cells["trace-r0"]["open_loop"]["completed"] == 3
+    req = load(out).records("trace-r0").requests
+    order = np.argsort(req["scheduled_ns"])
+    ttft_ms = ((req["first_token_ns"] - req["sent_ns"]) / 1e6)[order]
+    assert list(req["prompt_tokens"][order]) == [1030, 1100, 1030]
+    cold_ms = 1030 * PREFILL_US / 1000
+    assert ttft_ms[0] >= cold_ms and ttft_ms[2] >= cold_ms
+    assert ttft_ms[1] < 0.3 * ttft_ms[0]  # 1,024 of its 1,100 tokens were cached
