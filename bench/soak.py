@@ -17,8 +17,8 @@ prints:
   difference is tokens written to sockets the client had already closed at the window's end,
   at most one event's worth per stream;
   the end of the cell, as a run does it (the records of the result, the verdict's figures
-  from summarize_cell, its latency distributions, the records saved as .npz, the Parquet
-  export), RSS sampled every 20 ms: the peak of each step and of them all, against the
+  from summarize_cell, its latency distributions, coalesced_share, the records saved as
+  .npz, the Parquet export), RSS sampled every 20 ms: the peak of each step and of them all, against the
   in-window peak (target: within 1.5x; the events are read from their spill mappings, never
   copied whole, docs/RELIABILITY.md).
 A benchmark prints figures; it does not fail on a slow machine. docs/RELIABILITY.md holds
@@ -50,7 +50,7 @@ import numpy as np
 # the window, so that the in-window RSS counts their code as a run's does
 import pandas as pd
 import pyarrow.parquet  # noqa: F401
-from speedmatrix import export, latency, runfile
+from speedmatrix import export, figures, latency, runfile
 from speedmatrix._native import _core
 from speedmatrix.records import Records
 from speedmatrix.sim import Sim
@@ -156,13 +156,20 @@ def end_of_cell(held: dict) -> dict[str, float]:
     }
     with tempfile.TemporaryDirectory(prefix="soak-") as d:
         box: dict = {}
+        qs = figures.tbt_levels(figures.DEFAULT_PERCENTILES)
         rec = Records.from_result(held.pop("res"))
         t0, t1 = int(rec.window_start_ns), int(rec.window_end_ns)
         steps = {
-            "summarize_cell": lambda: _core.summarize_cell(
-                rec.requests, rec.events, t0, t1, 1.0, t0, int(rec.ramp_start_ns)
+            # as decode_cell: one summary, its TBT quantiles read by the latency distributions
+            "summarize_cell": lambda: box.update(
+                fig=_core.summarize_cell(
+                    rec.requests, rec.events, t0, t1, 1.0, t0, int(rec.ramp_start_ns), qs
+                )
             ),
-            "latency": lambda: latency.cell_latency(rec.requests, rec.events, t0, t1),
+            "latency": lambda: latency.cell_latency(
+                rec.requests, rec.events, t0, t1, core=box["fig"]
+            ),
+            "coalesced_share": lambda: latency.coalesced_share(rec.requests, rec.events, t0, t1),
             "save_records": lambda: box.update(
                 rel=runfile.save_records(
                     d, "soak", rec.requests, rec.events, dict(rec.metrics), stamps=rec.stamps()

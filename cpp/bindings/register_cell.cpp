@@ -20,6 +20,7 @@ struct PyCellResult {
   ns_t warmup_start_ns = kNever, ramp_start_ns = kNever, window_start_ns = kNever,
        window_end_ns = kNever, end_ns = kNever;
   double client_cpu_s = 0, loop_lag_max_ms = 0;
+  std::int32_t client_threads = 1;
   bool stopped = false, ramp_capped = false;
   std::string stopped_by;
   std::int64_t stalls = 0;
@@ -57,15 +58,17 @@ py::array_t<T> adopt(PlainColumn<T>&& c) {
 void request_columns(const RequestLog& q, py::dict& d) {
   const std::size_t n = q.size();
   const auto len = static_cast<py::ssize_t>(n);
-  py::array_t<std::int32_t> slot(len), body(len), http_status(len), retries(len);
+  py::array_t<std::int32_t> slot(len), body(len), http_status(len), retries(len),
+      reasoning_deltas(len);
   py::array_t<std::uint8_t> phase(len), token_source(len), outcome(len);
-  py::array_t<std::int64_t> scheduled(len), sent(len), first_byte(len), first_token(len), done(len),
-      prompt(len), output(len);
+  py::array_t<std::int64_t> scheduled(len), sent(len), first_byte(len), first_token(len),
+      first_content(len), done(len), prompt(len), output(len), reasoning(len), cached(len);
   py::list finish(n), kind(n), message(n);
   auto* p_slot = slot.mutable_data();
   auto* p_body = body.mutable_data();
   auto* p_status = http_status.mutable_data();
   auto* p_retries = retries.mutable_data();
+  auto* p_reasoning_deltas = reasoning_deltas.mutable_data();
   auto* p_phase = phase.mutable_data();
   auto* p_source = token_source.mutable_data();
   auto* p_outcome = outcome.mutable_data();
@@ -73,14 +76,18 @@ void request_columns(const RequestLog& q, py::dict& d) {
   auto* p_sent = sent.mutable_data();
   auto* p_first_byte = first_byte.mutable_data();
   auto* p_first_token = first_token.mutable_data();
+  auto* p_first_content = first_content.mutable_data();
   auto* p_done = done.mutable_data();
   auto* p_prompt = prompt.mutable_data();
   auto* p_output = output.mutable_data();
+  auto* p_reasoning = reasoning.mutable_data();
+  auto* p_cached = cached.mutable_data();
   q.for_each(0, n, [&](std::size_t i, const RequestRecord& x) {
     p_slot[i] = x.slot;
     p_body[i] = x.body;
     p_status[i] = x.http_status;
     p_retries[i] = x.retries;
+    p_reasoning_deltas[i] = x.reasoning_deltas;
     p_phase[i] = static_cast<std::uint8_t>(x.phase);
     p_source[i] = static_cast<std::uint8_t>(x.token_source);
     p_outcome[i] = static_cast<std::uint8_t>(x.outcome);
@@ -88,9 +95,12 @@ void request_columns(const RequestLog& q, py::dict& d) {
     p_sent[i] = x.sent_ns;
     p_first_byte[i] = x.first_byte_ns;
     p_first_token[i] = x.first_token_ns;
+    p_first_content[i] = x.first_content_ns;
     p_done[i] = x.done_ns;
     p_prompt[i] = x.prompt_tokens;
     p_output[i] = x.output_tokens;
+    p_reasoning[i] = x.reasoning_tokens;
+    p_cached[i] = x.cached_tokens;
     finish[i] = to_str(x.finish_reason);
     kind[i] = to_str(x.error_kind);
     message[i] = to_str(x.error_message);
@@ -102,10 +112,14 @@ void request_columns(const RequestLog& q, py::dict& d) {
   d["sent_ns"] = sent;
   d["first_byte_ns"] = first_byte;
   d["first_token_ns"] = first_token;
+  d["first_content_ns"] = first_content;
   d["done_ns"] = done;
   d["http_status"] = http_status;
   d["prompt_tokens"] = prompt;
   d["output_tokens"] = output;
+  d["reasoning_tokens"] = reasoning;
+  d["cached_tokens"] = cached;
+  d["reasoning_deltas"] = reasoning_deltas;
   d["token_source"] = token_source;
   d["outcome"] = outcome;
   d["finish_reason"] = finish;
@@ -129,6 +143,7 @@ PyCellResult to_python(CellResult&& r) {
   out.window_end_ns = r.window_end_ns;
   out.end_ns = r.end_ns;
   out.client_cpu_s = r.client_cpu_s;
+  out.client_threads = r.client_threads;
   out.loop_lag_max_ms = r.loop_lag_max_ms;
   out.stopped = r.stopped;
   out.fatal_error = r.fatal_error;
@@ -299,6 +314,8 @@ void register_cell_spec(py::module_& m) {
       .def_readwrite("spill_events", &CellSpec::spill_events)
       .def_readwrite("spill_requests", &CellSpec::spill_requests)
       .def_readwrite("spill_dir", &CellSpec::spill_dir)
+      .def_readwrite("client_threads", &CellSpec::client_threads,
+                     "event loops: N > 1 on their own threads, 1 one loop, 0 auto (loops.hpp)")
       .def("__repr__", [](const CellSpec& s) {
         return "<CellSpec url=" + s.http.url + " concurrency=" + std::to_string(s.concurrency) +
                " bodies=" + std::to_string(s.bodies.size()) +
@@ -324,6 +341,7 @@ void register_cell_runner(py::module_& m) {
       .def_readonly("window_end_ns", &PyCellResult::window_end_ns)
       .def_readonly("end_ns", &PyCellResult::end_ns)
       .def_readonly("client_cpu_s", &PyCellResult::client_cpu_s)
+      .def_readonly("client_threads", &PyCellResult::client_threads)
       .def_readonly("loop_lag_max_ms", &PyCellResult::loop_lag_max_ms)
       .def_readonly("stopped", &PyCellResult::stopped)
       .def_readonly("fatal_error", &PyCellResult::fatal_error)

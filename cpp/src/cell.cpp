@@ -1,5 +1,6 @@
 #include "speedmatrix/cell.hpp"
 
+#include <sched.h>
 #include <sys/resource.h>
 
 #include <chrono>
@@ -14,6 +15,7 @@
 #include <thread>
 
 #include "speedmatrix/http.hpp"
+#include "speedmatrix/loops.hpp"
 #include "speedmatrix/open_loop.hpp"
 #include "speedmatrix/prom.hpp"
 #include "speedmatrix/scheduler.hpp"
@@ -140,8 +142,8 @@ struct CellRunner::Impl {
   CellProgress progress;
   std::atomic<bool> stop{false};
   std::atomic<bool> ran{false};
-  std::mutex transport_mu;  // guards `transport` against stop() racing its destruction
-  Transport* transport = nullptr;
+  std::mutex group_mu;         // guards `group` against stop() racing its destruction
+  LoopGroup* group = nullptr;  // the loops' group while they run (it wakes their transports)
 };
 
 CellRunner::CellRunner(CellSpec spec) : impl_(std::make_unique<Impl>()) {
@@ -154,8 +156,8 @@ const CellProgress& CellRunner::progress() const noexcept { return impl_->progre
 
 void CellRunner::stop() noexcept {
   impl_->stop.store(true);
-  std::lock_guard<std::mutex> lock(impl_->transport_mu);
-  if (impl_->transport) impl_->transport->wake();
+  std::lock_guard<std::mutex> lock(impl_->group_mu);
+  if (impl_->group) impl_->group->wake_all();
 }
 
 namespace {
@@ -269,6 +271,90 @@ void copy_times(const ScheduleTimes& times, CellResult& res) {
 
 }  // namespace
 
+namespace {
+
+// The loops the cell runs (CellSpec::client_threads).
+std::int32_t loops_for(const CellSpec& spec, std::int64_t streams) {
+  if (spec.precision > 0) return 1;  // the precision stop reads one loop's records
+  if (spec.mode == "open" && spec.max_concurrency > 0) return 1;  // one FIFO gate
+  const auto cores = static_cast<std::int32_t>(std::max(1u, std::thread::hardware_concurrency()));
+  std::int32_t n = auto_client_threads(spec.client_threads, streams, cores);
+  if (spec.mode != "open") n = std::min(n, spec.concurrency);
+  return std::max(n, 1);
+}
+
+// One loop's run and what it leaves.
+struct LoopOut {
+  ScheduleTimes times;
+  double cpu_s = 0;
+  double lag_ms = 0;
+  std::string error;  // what it threw
+};
+
+// Runs loop `i` of `group` on the calling thread into `records`.
+void run_loop(const CellSpec& spec, const HttpOptions& opt, ClosedLoopPlan plan, LoopGroup& group,
+              std::int32_t i, CellRecords& records, const std::atomic<bool>& stop,
+              CellProgress* progress, LoopOut& out) {
+  try {
+    CurlTransport transport(opt, records, progress);
+    group.attach(i, &transport);
+    struct Detach {
+      LoopGroup& g;
+      std::int32_t i;
+      ~Detach() { g.attach(i, nullptr); }
+    } detach{group, i};
+    if (stop.load()) transport.wake();  // a stop before the attach
+    plan.group = &group;
+    plan.loop = i;
+    SystemClock clock;
+    const ns_t cpu0 = thread_cpu_ns();
+    out.times = spec.mode == "open"
+                    ? run_open_loop_cell(spec, transport, clock, records, stop, progress, &group, i)
+                    : run_closed_loop(plan, transport, clock, records, stop, progress);
+    out.cpu_s = static_cast<double>(thread_cpu_ns() - cpu0) / 1e9;
+    out.lag_ms = transport.loop_lag_max_ms();
+  } catch (const std::exception& e) {
+    out.error = e.what();
+    group.abort(out.error);  // the other loops end too
+  }
+}
+
+// Loops 1..N-1 on their own threads (pinned to CPUs 1..N-1 where allowed), loop 0 on the
+// calling thread (CPU 0); their records merged into `records`.
+std::vector<LoopOut> run_loops(const CellSpec& spec, const HttpOptions& opt,
+                               const ClosedLoopPlan& plan, LoopGroup& group, CellRecords& records,
+                               const std::atomic<bool>& stop, CellProgress* progress) {
+  const std::int32_t n = group.loops();
+  std::vector<LoopOut> out(static_cast<std::size_t>(n));
+  if (n == 1) {
+    run_loop(spec, opt, plan, group, 0, records, stop, progress, out[0]);
+    return out;
+  }
+  std::vector<CellRecords> parts(static_cast<std::size_t>(n));
+  for (CellRecords& p : parts) {
+    p.events.configure_spill(spec.spill_events, spec.spill_dir);
+    p.requests.configure_spill(spec.spill_requests, spec.spill_dir);
+  }
+  std::vector<std::thread> threads;
+  for (std::int32_t i = 1; i < n; ++i) {
+    threads.emplace_back([&, i] {
+      pin_to_cpu(i);
+      const auto k = static_cast<std::size_t>(i);
+      run_loop(spec, opt, plan, group, i, parts[k], stop, progress, out[k]);
+    });
+  }
+  cpu_set_t before;
+  const bool had = sched_getaffinity(0, sizeof before, &before) == 0;
+  pin_to_cpu(0);
+  run_loop(spec, opt, plan, group, 0, parts[0], stop, progress, out[0]);
+  if (had) sched_setaffinity(0, sizeof before, &before);  // the caller's thread as it was
+  for (std::thread& t : threads) t.join();
+  merge_loop_records(parts, records);
+  return out;
+}
+
+}  // namespace
+
 CellResult CellRunner::run() {
   CellResult res;
   Impl& m = *impl_;
@@ -281,12 +367,14 @@ CellResult CellRunner::run() {
   res.fatal_error = check_spec(spec);
   if (!res.fatal_error.empty()) return res;
 
-  HttpOptions opt = spec.http;
   const std::int64_t streams =
       spec.mode == "open" ? open_loop_stream_bound(spec) : std::int64_t{spec.concurrency};
-  opt.max_concurrency = static_cast<std::int32_t>(
-      std::max<std::int64_t>(streams, static_cast<std::int64_t>(spec.warmup_bodies.size())));
-  ensure_descriptors(opt.max_concurrency);
+  const std::int32_t loops = loops_for(spec, streams);
+  HttpOptions opt = spec.http;
+  const std::int64_t most =
+      std::max<std::int64_t>(streams, static_cast<std::int64_t>(spec.warmup_bodies.size()));
+  ensure_descriptors(most);
+  opt.max_concurrency = static_cast<std::int32_t>((most + loops - 1) / loops);  // each loop's
 
   ClosedLoopPlan plan = closed_loop_plan(spec);
   CellRecords records;
@@ -295,33 +383,32 @@ CellResult CellRunner::run() {
   records.events.reserve(1u << 16);
   if (spec.precision > 0)
     plan.should_end = precision_check(records, spec.precision, spec.min_duration_s);
+  LoopGroup group(loops, spec.mode == "open" ? 0 : spec.concurrency);
+  {
+    std::lock_guard<std::mutex> lock(m.group_mu);
+    m.group = &group;
+  }
+  std::vector<LoopOut> outs;
   try {
-    CurlTransport transport(opt, records, &m.progress);
-    {
-      std::lock_guard<std::mutex> lock(m.transport_mu);
-      m.transport = &transport;
-    }
-    struct Detach {
-      Impl& m;
-      ~Detach() {
-        std::lock_guard<std::mutex> lock(m.transport_mu);
-        m.transport = nullptr;
-      }
-    } detach{m};
     MetricsSampler sampler(spec, res.metrics, &m.progress);
-    SystemClock clock;
-    const ns_t cpu0 = thread_cpu_ns();
-    const ScheduleTimes times =
-        spec.mode == "open"
-            ? run_open_loop_cell(spec, transport, clock, records, m.stop, &m.progress)
-            : run_closed_loop(plan, transport, clock, records, m.stop, &m.progress);
-    res.client_cpu_s = static_cast<double>(thread_cpu_ns() - cpu0) / 1e9;
+    outs = run_loops(spec, opt, plan, group, records, m.stop, &m.progress);
     sampler.finish();
-    copy_times(times, res);
-    res.loop_lag_max_ms = transport.loop_lag_max_ms();
   } catch (const std::exception& e) {
     res.fatal_error = e.what();
   }
+  {
+    std::lock_guard<std::mutex> lock(m.group_mu);
+    m.group = nullptr;
+  }
+  std::vector<ScheduleTimes> times;
+  for (const LoopOut& o : outs) {
+    if (!o.error.empty() && res.fatal_error.empty()) res.fatal_error = o.error;
+    times.push_back(o.times);
+    res.client_cpu_s += o.cpu_s;
+    res.loop_lag_max_ms = std::max(res.loop_lag_max_ms, o.lag_ms);
+  }
+  if (res.fatal_error.empty()) copy_times(merge_loop_times(times), res);
+  res.client_threads = loops;
   res.requests = std::move(records.requests);
   res.events = std::move(records.events);
   return res;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <memory>
 #include <queue>
 #include <string>
 #include <unordered_map>
@@ -14,6 +15,7 @@
 
 #include "loop_book.hpp"
 #include "speedmatrix/cell.hpp"
+#include "speedmatrix/loops.hpp"
 #include "speedmatrix/scheduler.hpp"
 #include "warmup.hpp"
 
@@ -22,9 +24,9 @@ namespace {
 
 struct Refill {
   ns_t due_ns;
-  std::int32_t slot;
-  ns_t since_ns;  // the failed request's end: a backoff's wait runs from there
-  bool backoff;   // imposed by the BackoffPolicy (counted in backoffs / backoff_ns)
+  std::int32_t slot;  // this loop's own (local) slot
+  ns_t since_ns;      // the failed request's end: a backoff's wait runs from there
+  bool backoff;       // imposed by the BackoffPolicy (counted in backoffs / backoff_ns)
   bool operator>(const Refill& o) const { return due_ns > o.due_ns; }
 };
 
@@ -102,7 +104,14 @@ class ClosedLoop {
         progress_(progress),
         loop_(transport, records, stop, progress),
         backoff_(plan.backoff),
-        n_(static_cast<std::size_t>(std::max<std::int32_t>(plan.concurrency, 1))),
+        own_group_(plan.group ? nullptr
+                              : std::make_unique<LoopGroup>(
+                                    1, std::max<std::int32_t>(plan.concurrency, 1))),
+        group_(plan.group ? *plan.group : *own_group_),
+        index_(plan.group ? plan.loop : 0),
+        loops_(group_.loops()),
+        n_(static_cast<std::size_t>(
+            group_.share(index_, std::max<std::int32_t>(plan.concurrency, 1)))),
         slot_request_(n_, -1),
         slot_first_token_(n_, kNever),
         stalls_on_(plan.stall_min_ns > 0) {
@@ -112,14 +121,15 @@ class ClosedLoop {
   ScheduleTimes run() {
     // Warm-up (warmup.hpp): everything at once, then wait for all (or the
     // timeout); what failed or timed out is sent again, up to warmup_retries times.
-    if (!run_warmup(plan_.warmup_bodies, plan_.warmup_timeout_ns, plan_.warmup_retries, loop_,
-                    clock_, records_, progress_, times_,
-                    [&](std::int32_t id) { backoff_after(id); })) {
-      times_.stopped = true;
-      times_.stopped_by = StopReason::kStop;
-      times_.end_ns = clock_.now();
-      return times_;
+    if (!run_warmup(
+            plan_.warmup_bodies, plan_.warmup_timeout_ns, plan_.warmup_retries, loop_, clock_,
+            records_, progress_, times_, [&](std::int32_t id) { backoff_after(id); },
+            static_cast<std::size_t>(index_), static_cast<std::size_t>(loops_))) {
+      return stopped_before_ramp();
     }
+    // Every loop's warm-up is over: the ramp starts at one time for all.
+    ramp_start_ = group_.arrive(clock_, loop_.stop_requested_flag());
+    if (ramp_start_ == kNever) return stopped_before_ramp();
     start_ramp();
     while (step()) {
     }
@@ -128,25 +138,39 @@ class ClosedLoop {
   }
 
  private:
+  ScheduleTimes stopped_before_ramp() {
+    times_.stopped = true;
+    times_.stopped_by = StopReason::kStop;
+    times_.end_ns = clock_.now();
+    return times_;
+  }
+  // Global slot (records, the group) of local slot j, and back (n_: not this loop's).
+  std::int32_t global_slot(std::size_t j) const {
+    return index_ + static_cast<std::int32_t>(j) * loops_;
+  }
+  std::size_t local_slot(std::int32_t k) const {
+    if (k < index_ || (k - index_) % loops_ != 0) return n_;
+    return std::min(static_cast<std::size_t>((k - index_) / loops_), n_);
+  }
   // Every finished request feeds the backoff; returns the wait it asks of the slot.
   ns_t backoff_after(std::int32_t id) {
     return backoff_.on_finished(records_.requests[static_cast<std::size_t>(id)],
                                 records_.retry_after(id));
   }
-  bool may_start() const { return plan_.max_requests <= 0 || started_ < plan_.max_requests; }
+  bool may_start() const { return group_.budget_left(plan_.max_requests); }
+  // Local slot j sends global slot k's body, bodies[k % size], if the budget allows.
   void launch_slot(std::size_t slot, ns_t scheduled) {
-    const std::size_t b = slot % plan_.bodies.size();
+    if (!group_.take_request(plan_.max_requests)) return;
+    const std::int32_t k = global_slot(slot);
+    const std::size_t b = static_cast<std::size_t>(k) % plan_.bodies.size();
     slot_request_[slot] =
-        loop_.launch(static_cast<std::int32_t>(slot), static_cast<std::int32_t>(b), plan_.bodies[b],
-                     Phase::kWindow, scheduled);
-    ++started_;
+        loop_.launch(k, static_cast<std::int32_t>(b), plan_.bodies[b], Phase::kWindow, scheduled);
   }
 
   // Window: N slots, each refilled with its own body as soon as it finishes. The
   // ramp's start is read once, before the first hand-over: requests are timed
   // from when they were sent, not from when the last of N was queued.
   void start_ramp() {
-    ramp_start_ = clock_.now();
     times_.ramp_start_ns = ramp_start_;
     const bool steady = plan_.steady_window && plan_.max_requests <= 0;
     if (!steady) open_window(ramp_start_);
@@ -171,24 +195,29 @@ class ClosedLoop {
     if (plan_.should_end) next_check_ = t0_ + std::max<ns_t>(plan_.min_duration_ns, 0);
     if (!progress_) return;
     // the live figure counts window tokens only: the ramp's are dropped (a t0 in the
-    // past keeps the tokens that arrived since)
-    std::int64_t since = 0;
+    // past keeps the tokens that arrived since); with many loops each drops its own
+    std::int64_t before = 0, since = 0;
     records_.events.for_each(0, records_.events.size(),
                              [&](std::size_t, std::int32_t req, ns_t t, std::int32_t tokens) {
                                const auto q = static_cast<std::size_t>(req);
-                               if (t >= t0_ && q < records_.requests.size() &&
+                               if (q < records_.requests.size() &&
                                    std::as_const(records_.requests)[q].phase == Phase::kWindow)
-                                 since += tokens;
+                                 (t >= t0_ ? since : before) += tokens;
                              });
-    progress_->tokens.store(since, std::memory_order_relaxed);
+    if (loops_ == 1)
+      progress_->tokens.store(since, std::memory_order_relaxed);
+    else
+      progress_->tokens.fetch_sub(before, std::memory_order_relaxed);
     progress_->window_start_ns.store(t0_, std::memory_order_relaxed);
   }
 
   void note_streamed(const RequestRecord& rec) {
-    const auto slot = static_cast<std::size_t>(rec.slot);
-    if (rec.phase == Phase::kWindow && rec.first_token_ns != kNever &&
-        slot_first_token_[slot] == kNever)
+    const std::size_t slot = local_slot(rec.slot);
+    if (rec.phase == Phase::kWindow && rec.first_token_ns != kNever && slot < n_ &&
+        slot_first_token_[slot] == kNever) {
       slot_first_token_[slot] = rec.first_token_ns;
+      group_.note_first_token(rec.slot, rec.first_token_ns);
+    }
   }
 
   // During the ramp: opens the window at steady state (steady_window_open).
@@ -197,15 +226,11 @@ class ClosedLoop {
       if (slot_request_[k] >= 0)
         note_streamed(records_.requests[static_cast<std::size_t>(slot_request_[k])]);
     }
+    // Every slot of every loop (LoopGroup::open_window); with a whole wave failed and
+    // nothing streaming, at once.
     bool capped = false;
-    ns_t at = steady_window_open(slot_first_token_, ramp_start_, now, plan_.plateau_settle_ns,
-                                 plan_.ramp_cap_ns, &capped);
-    // Nothing streams and a whole wave failed: no steady state is coming, and
-    // the window (which records the failures) should not wait for the cap.
-    if (at == kNever && ramp_failures_ >= static_cast<std::int64_t>(n_) &&
-        std::none_of(slot_first_token_.begin(), slot_first_token_.end(),
-                     [](ns_t t) { return t != kNever; }))
-      at = now;
+    const ns_t at =
+        group_.open_window(ramp_start_, now, plan_.plateau_settle_ns, plan_.ramp_cap_ns, &capped);
     if (at != kNever) {
       times_.ramp_capped = capped;
       open_window(at);
@@ -252,8 +277,8 @@ class ClosedLoop {
     events_seen_ = m;
     // Every event of a request no slot holds has now been seen: it gets no more.
     std::erase_if(pace_, [&](const auto& e) {
-      const auto slot = static_cast<std::size_t>(
-          std::as_const(records_.requests)[static_cast<std::size_t>(e.first)].slot);
+      const std::size_t slot =
+          local_slot(std::as_const(records_.requests)[static_cast<std::size_t>(e.first)].slot);
       return slot >= n_ || slot_request_[slot] != e.first;
     });
   }
@@ -319,10 +344,11 @@ class ClosedLoop {
     const ns_t wait = backoff_after(id);
     const RequestRecord& rec = records_.requests[static_cast<std::size_t>(id)];
     if (rec.phase != Phase::kWindow) return;
-    const auto slot = static_cast<std::size_t>(rec.slot);
+    const std::size_t slot = local_slot(rec.slot);
+    if (slot >= n_) return;  // not a slot of this loop (never)
     if (t0_ == kNever) {
       note_streamed(rec);
-      if (rec.outcome == Outcome::kError) ++ramp_failures_;
+      if (rec.outcome == Outcome::kError) group_.note_ramp_failure();
     }
     slot_request_[slot] = -1;
     const ns_t now = clock_.now();
@@ -331,6 +357,7 @@ class ClosedLoop {
     if (!gave_up_ && backoff_.give_up(finished_at)) {
       gave_up_ = true;
       times_.stop_reason = backoff_.give_up_reason(finished_at);
+      group_.abort(times_.stop_reason);  // every loop ends
     }
     if (gave_up_ || !may_start() || now >= end_at_ || loop_.stop_requested()) return;
     // A failed request's slot waits at least error_backoff_ns from its send,
@@ -344,7 +371,7 @@ class ClosedLoop {
       ++times_.backoffs;
     }
     if (due > now) {
-      refills_.push({due, rec.slot, finished_at, imposed});
+      refills_.push({due, static_cast<std::int32_t>(slot), finished_at, imposed});
     } else {
       if (imposed) times_.backoff_ns += window_wait_ns(finished_at, due);
       launch_slot(slot, finished_at);
@@ -374,6 +401,10 @@ class ClosedLoop {
       return false;
     }
     for (std::int32_t id : loop_.poll(poll_deadline())) on_finished(id);
+    if (!gave_up_ && group_.aborted()) {  // another loop gave up
+      gave_up_ = true;
+      times_.stop_reason = group_.abort_reason();
+    }
     if (gave_up_) {
       times_.stopped_by = StopReason::kUnreachable;
       gave_up_at_ = clock_.now();
@@ -414,18 +445,19 @@ class ClosedLoop {
   LoopBook loop_;
   Backoff backoff_;
   ScheduleTimes times_;
-  const std::size_t n_;
+  std::unique_ptr<LoopGroup> own_group_;  // a run with no group: the only loop
+  LoopGroup& group_;
+  const std::int32_t index_, loops_;        // this loop, of loops_
+  const std::size_t n_;                     // this loop's slots
   std::vector<std::int32_t> slot_request_;  // by slot: its request in flight, or -1
   std::priority_queue<Refill, std::vector<Refill>, std::greater<>> refills_;
-  std::int64_t started_ = 0;
   ns_t ramp_start_ = kNever;
   ns_t t0_ = kNever;
   ns_t end_at_ = kNoDeadline;
   ns_t next_check_ = kNoDeadline;
   ns_t next_tick_ = kNoDeadline;
   ns_t last_done_ = kNever;
-  std::vector<ns_t> slot_first_token_;  // the ramp: first token per slot
-  std::int64_t ramp_failures_ = 0;      // window requests that failed before any slot streamed
+  std::vector<ns_t> slot_first_token_;  // the ramp: first token per local slot
   const bool stalls_on_;
   // by request id, for the requests in flight at the last scan (so it does not grow with
   // the window: finished ones are dropped once their events have been scanned)

@@ -23,6 +23,12 @@ void global_init();
 // One line, bounded: error messages end up in tables and JSON.
 std::string one_line(std::string s, std::size_t max = 500);
 
+// Whether `s` starts with `prefix`, ASCII case-insensitively. `prefix` is lower case.
+bool iequals_prefix(std::string_view s, std::string_view prefix);
+
+// The error kind (records.hpp) of a libcurl failure; `connected`: the connection was made.
+const char* kind_of(CURLcode code, bool connected);
+
 // One transfer: parser state reused across requests, and an easy handle made
 // afresh for each request from the transport's template (the connection lives
 // in the multi handle's cache, not in the easy handle).

@@ -87,6 +87,11 @@ bool Transfer::on_event(const SseEvent& ev) {
         if (progress && r.phase == Phase::kWindow)
           progress->first_tokens.fetch_add(1, std::memory_order_relaxed);
       }
+      if (c.first_content && r.first_content_ns == kNever) r.first_content_ns = last_read_ns;
+      if (c.has_reasoning) ++r.reasoning_deltas;
+      // usage details arrive on any chunk (final usage mostly): the latest wins
+      r.reasoning_tokens = decoder.summary().reasoning_tokens;
+      r.cached_tokens = decoder.summary().cached_tokens;
       if (c.tokens > 0) {
         if (opt->record_events) {
           records->events.push(id, last_read_ns, c.tokens,

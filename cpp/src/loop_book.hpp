@@ -33,7 +33,7 @@ class LoopBook {
   // Hands record `id` to the transport.
   void start(std::int32_t id, std::string_view body) {
     live_.push_back(id);
-    publish_in_flight();
+    if (progress_) progress_->in_flight.fetch_add(1, std::memory_order_relaxed);
     transport_.start(id, body);
   }
   // add then start: the shape run_warmup (warmup.hpp) drives.
@@ -60,19 +60,18 @@ class LoopBook {
     for (std::int32_t id : ids) cancel(id);
   }
   bool stop_requested() const { return stop_.load(std::memory_order_relaxed); }
+  const std::atomic<bool>& stop_requested_flag() const { return stop_; }
   std::int32_t in_flight() const { return static_cast<std::int32_t>(live_.size()); }
 
  private:
-  void publish_in_flight() {
-    if (progress_) progress_->in_flight.store(in_flight(), std::memory_order_relaxed);
-  }
   void account(std::int32_t id) {
     // live_ is the in-flight set, oldest first; the oldest usually finish first, so the
     // search is short.
     auto it = std::find(live_.begin(), live_.end(), id);
-    if (it != live_.end()) live_.erase(it);
-    publish_in_flight();
+    const bool was_live = it != live_.end();
+    if (was_live) live_.erase(it);
     if (!progress_) return;
+    if (was_live) progress_->in_flight.fetch_sub(1, std::memory_order_relaxed);
     const RequestRecord& r = records_.requests[static_cast<std::size_t>(id)];
     if (r.phase != Phase::kWindow) return;
     if (r.outcome == Outcome::kOk) progress_->completed.fetch_add(1, std::memory_order_relaxed);

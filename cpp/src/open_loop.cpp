@@ -8,6 +8,7 @@
 
 #include "loop_book.hpp"
 #include "speedmatrix/cell.hpp"
+#include "speedmatrix/loops.hpp"
 #include "warmup.hpp"
 
 namespace speedmatrix {
@@ -37,20 +38,25 @@ class OpenLoop {
         records_(records),
         progress_(progress),
         loop_(transport, records, stop, progress),
-        backoff_(plan.backoff) {}
+        backoff_(plan.backoff),
+        own_group_(plan.group ? nullptr : std::make_unique<LoopGroup>(1, 0)),
+        group_(plan.group ? *plan.group : *own_group_),
+        index_(plan.group ? plan.loop : 0),
+        loops_(group_.loops()) {}
 
   ScheduleTimes run() {
     // Warm-up (warmup.hpp), as the closed loop does, so both modes start from
     // the same server state.
-    if (!run_warmup(plan_.warmup_bodies, plan_.warmup_timeout_ns, plan_.warmup_retries, loop_,
-                    clock_, records_, progress_, times_, [&](std::int32_t id) { feed(id); })) {
-      loop_.cancel_all();
-      times_.stopped = true;
-      times_.stopped_by = StopReason::kStop;
-      times_.end_ns = clock_.now();
-      return times_;
+    if (!run_warmup(
+            plan_.warmup_bodies, plan_.warmup_timeout_ns, plan_.warmup_retries, loop_, clock_,
+            records_, progress_, times_, [&](std::int32_t id) { feed(id); },
+            static_cast<std::size_t>(index_), static_cast<std::size_t>(loops_))) {
+      return stopped_in_warmup();
     }
-    open_window();
+    // Every loop's warm-up is over: one t0 for all.
+    const ns_t t0 = group_.arrive(clock_, loop_.stop_requested_flag());
+    if (t0 == kNever) return stopped_in_warmup();
+    open_window(t0);
     while (step()) {
     }
     finish();
@@ -58,12 +64,20 @@ class OpenLoop {
   }
 
  private:
+  ScheduleTimes stopped_in_warmup() {
+    loop_.cancel_all();
+    times_.stopped = true;
+    times_.stopped_by = StopReason::kStop;
+    times_.end_ns = clock_.now();
+    return times_;
+  }
+
   void feed(std::int32_t id) {
     backoff_.on_finished(records_.requests[static_cast<std::size_t>(id)], records_.retry_after(id));
   }
 
-  void open_window() {
-    t0_ = clock_.now();
+  void open_window(ns_t t0) {
+    t0_ = t0;
     times_.window_start_ns = t0_;
     if (progress_) progress_->window_start_ns.store(t0_, std::memory_order_relaxed);
     window_end_ = t0_ + plan_.duration_ns;
@@ -82,8 +96,9 @@ class OpenLoop {
   void queue_due(ns_t now) {
     const std::size_t nb = plan_.bodies.size();
     while (next_due_ != kNever && next_due_ <= now) {
-      const auto slot = static_cast<std::int32_t>(k_);
-      const auto body = static_cast<std::int32_t>(static_cast<std::size_t>(k_) % nb);
+      const std::int64_t global = index_ + k_ * loops_;  // this loop's k-th of the schedule
+      const auto slot = static_cast<std::int32_t>(global);
+      const auto body = static_cast<std::int32_t>(static_cast<std::size_t>(global) % nb);
       gate_.push_back(loop_.add(slot, body, Phase::kWindow, next_due_));
       ++k_;
       advance();
@@ -107,6 +122,7 @@ class OpenLoop {
     if (times_.stopped_by != StopReason::kUnreachable && backoff_.give_up(done)) {
       times_.stopped_by = StopReason::kUnreachable;
       times_.stop_reason = backoff_.give_up_reason(done);
+      group_.abort(times_.stop_reason);  // every loop ends
     }
   }
 
@@ -125,6 +141,10 @@ class OpenLoop {
     if (now >= drain_end_) return false;
     const ns_t deadline = next_due_ != kNever ? std::min(next_due_, drain_end_) : drain_end_;
     for (std::int32_t id : loop_.poll(deadline)) on_finished(id);
+    if (times_.stopped_by != StopReason::kUnreachable && group_.aborted()) {  // another loop
+      times_.stopped_by = StopReason::kUnreachable;
+      times_.stop_reason = group_.abort_reason();
+    }
     return times_.stopped_by != StopReason::kUnreachable;
   }
 
@@ -150,6 +170,9 @@ class OpenLoop {
   LoopBook loop_;
   Backoff backoff_;
   ScheduleTimes times_;
+  std::unique_ptr<LoopGroup> own_group_;  // a run with no group: the only loop
+  LoopGroup& group_;
+  const std::int32_t index_, loops_;  // this loop, of loops_
   ns_t t0_ = kNever, window_end_ = kNever, drain_end_ = kNever;
   std::int64_t k_ = 0;  // next arrival
   ns_t next_due_ = kNever;
@@ -186,7 +209,7 @@ std::string check_open_loop(const CellSpec& spec) {
 
 ScheduleTimes run_open_loop_cell(const CellSpec& spec, Transport& transport, Clock& clock,
                                  CellRecords& records, const std::atomic<bool>& stop,
-                                 CellProgress* progress) {
+                                 CellProgress* progress, LoopGroup* group, std::int32_t loop) {
   OpenLoopPlan plan;
   plan.warmup_bodies.assign(spec.warmup_bodies.begin(), spec.warmup_bodies.end());
   plan.warmup_timeout_ns = s_to_ns(spec.warmup_timeout_s);
@@ -197,6 +220,10 @@ ScheduleTimes run_open_loop_cell(const CellSpec& spec, Transport& transport, Clo
   plan.backoff.give_up_ns = s_to_ns(spec.unreachable_after_s);
   std::string why;
   std::unique_ptr<Pacer> pacer = spec_pacer(spec, &why);
+  plan.group = group;
+  plan.loop = loop;
+  if (group && group->loops() > 1)  // this loop's arrivals of the one schedule
+    pacer = std::make_unique<DealtPacer>(std::move(pacer), loop, group->loops());
   return run_open_loop(plan, *pacer, transport, clock, records, stop, progress);
 }
 

@@ -50,12 +50,16 @@ std::string one_line(std::string_view in) {
 // What one chunk says, before it is applied to the running counts.
 struct Chunk {
   std::size_t n_choices = 0;
-  bool has_text = false;
+  bool has_text = false;  // has_content || has_reasoning
+  bool has_content = false;
+  bool has_reasoning = false;
   bool finished = false;
   std::string_view finish_reason;
   bool has_usage = false;  // usage object with completion_tokens
   std::int64_t prompt_tokens = -1;
   std::int64_t completion_tokens = -1;
+  std::int64_t reasoning_tokens = -1;  // usage.completion_tokens_details.reasoning_tokens
+  std::int64_t cached_tokens = -1;     // usage.prompt_tokens_details.cached_tokens
   std::int64_t server_ns = -1;
   // Errors: {"error": {...}} / {"error": "text", "error_type": ...} /
   // {"object": "error", "message": ..., "type": ...}.
@@ -131,8 +135,10 @@ simdjson::error_code read_delta(od::value v, Chunk* c) {
     od::field field;
     if (auto e = std::move(f).get(field)) return e;
     const od::raw_json_string key = field.key();
-    if (key_is(key, "content") || key_is(key, "reasoning_content") || key_is(key, "reasoning")) {
-      if (auto e = read_text(field.value(), &c->has_text)) return e;
+    if (key_is(key, "content")) {
+      if (auto e = read_text(field.value(), &c->has_content)) return e;
+    } else if (key_is(key, "reasoning_content") || key_is(key, "reasoning")) {
+      if (auto e = read_text(field.value(), &c->has_reasoning)) return e;
     } else if (key_is(key, "tool_calls")) {
       // Streamed tool-call arguments are output tokens too.
       od::value tv = field.value();
@@ -143,8 +149,27 @@ simdjson::error_code read_delta(od::value v, Chunk* c) {
         if (auto e = tv.get_array().get(arr)) return e;
         bool empty = true;
         if (auto e = arr.is_empty().get(empty)) return e;
-        if (!empty) c->has_text = true;
+        if (!empty) c->has_content = true;
       }
+    }
+  }
+  return simdjson::SUCCESS;
+}
+
+// One int field `name` of an object-or-null (usage's *_details objects); null or absent
+// leaves *out as it was, other fields are skipped.
+template <std::size_t N>
+simdjson::error_code read_detail(od::value v, const char (&name)[N], std::int64_t* out) {
+  od::json_type t;
+  if (auto e = v.type().get(t)) return e;
+  if (t == od::json_type::null) return simdjson::SUCCESS;
+  od::object obj;
+  if (auto e = v.get_object().get(obj)) return e;
+  for (auto f : obj) {
+    od::field field;
+    if (auto e = std::move(f).get(field)) return e;
+    if (key_is(field.key(), name)) {
+      if (auto e = read_int_or_null(field.value(), out)) return e;
     }
   }
   return simdjson::SUCCESS;
@@ -158,7 +183,7 @@ simdjson::error_code read_choice(od::value v, Chunk* c) {
     if (auto e = std::move(f).get(field)) return e;
     const od::raw_json_string key = field.key();
     if (key_is(key, "text")) {
-      if (auto e = read_text(field.value(), &c->has_text)) return e;
+      if (auto e = read_text(field.value(), &c->has_content)) return e;
     } else if (key_is(key, "delta")) {
       if (auto e = read_delta(field.value(), c)) return e;
     } else if (key_is(key, "finish_reason")) {
@@ -194,6 +219,10 @@ simdjson::error_code read_usage(od::value v, Chunk* c) {
       if (auto e = read_int_or_null(field.value(), &c->prompt_tokens)) return e;
     } else if (key_is(key, "completion_tokens")) {
       if (auto e = read_int_or_null(field.value(), &c->completion_tokens)) return e;
+    } else if (key_is(key, "completion_tokens_details")) {
+      if (auto e = read_detail(field.value(), "reasoning_tokens", &c->reasoning_tokens)) return e;
+    } else if (key_is(key, "prompt_tokens_details")) {
+      if (auto e = read_detail(field.value(), "cached_tokens", &c->cached_tokens)) return e;
     }
   }
   c->has_usage = c->completion_tokens >= 0;
@@ -303,7 +332,8 @@ OpenAIStreamDecoder::OpenAIStreamDecoder(OpenAIStreamDecoder&& o) noexcept
       final_usage_completion_(o.final_usage_completion_),
       usage_max_(o.usage_max_),
       counted_(o.counted_),
-      seen_text_(o.seen_text_) {}
+      seen_text_(o.seen_text_),
+      seen_content_(o.seen_content_) {}
 
 OpenAIStreamDecoder& OpenAIStreamDecoder::operator=(OpenAIStreamDecoder&& o) noexcept {
   if (this != &o) {
@@ -316,6 +346,7 @@ OpenAIStreamDecoder& OpenAIStreamDecoder::operator=(OpenAIStreamDecoder&& o) noe
     usage_max_ = o.usage_max_;
     counted_ = o.counted_;
     seen_text_ = o.seen_text_;
+    seen_content_ = o.seen_content_;
   }
   return *this;
 }
@@ -328,6 +359,7 @@ void OpenAIStreamDecoder::reset(ApiKind api) {
   usage_max_ = -1;
   counted_ = TokenSource::kNone;
   seen_text_ = false;
+  seen_content_ = false;
   if (impl_ == nullptr) impl_ = new Impl;  // a moved-from decoder becomes usable again
 }
 
@@ -380,6 +412,7 @@ ChunkResult OpenAIStreamDecoder::decode(std::string_view data) {
     return r;
   }
   r.server_ns = c.server_ns;
+  c.has_text = c.has_content || c.has_reasoning;
   if (c.error || c.object_is_error) {
     r.kind = ChunkKind::kError;
     std::string_view type = !c.type.empty()         ? c.type
@@ -393,6 +426,10 @@ ChunkResult OpenAIStreamDecoder::decode(std::string_view data) {
     return r;
   }
   r.has_text = c.has_text;
+  r.has_content = c.has_content;
+  r.has_reasoning = c.has_reasoning;
+  if (c.reasoning_tokens >= 0) summary_.reasoning_tokens = c.reasoning_tokens;
+  if (c.cached_tokens >= 0) summary_.cached_tokens = c.cached_tokens;
   if (c.finished) {
     r.finished = true;
     summary_.finish_reason.assign(c.finish_reason);
@@ -447,6 +484,10 @@ ChunkResult OpenAIStreamDecoder::decode(std::string_view data) {
   if (!seen_text_ && (c.has_text || (c.has_usage && c.completion_tokens > 0))) {
     seen_text_ = true;
     r.first_token = true;
+  }
+  if (!seen_content_ && c.has_content) {
+    seen_content_ = true;
+    r.first_content = true;
   }
   return r;
 }

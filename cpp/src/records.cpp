@@ -411,7 +411,7 @@ EventColumns::Plain EventColumns::take_plain() {
 
 // ---- RequestLog ----
 
-static_assert(sizeof(RequestLog::Row) == 96, "the spill row is 96 bytes");
+static_assert(sizeof(RequestLog::Row) == 128, "the spill row is 128 bytes");
 
 RequestLog::RequestLog() = default;
 RequestLog::RequestLog(RequestLog&& o) noexcept { *this = std::move(o); }
@@ -498,9 +498,13 @@ void RequestLog::spill_finished(ns_t before_ns) {
     w.sent_ns = r.sent_ns;
     w.first_byte_ns = r.first_byte_ns;
     w.first_token_ns = r.first_token_ns;
+    w.first_content_ns = r.first_content_ns;
     w.done_ns = r.done_ns;
     w.prompt_tokens = r.prompt_tokens;
     w.output_tokens = r.output_tokens;
+    w.reasoning_tokens = r.reasoning_tokens;
+    w.cached_tokens = r.cached_tokens;
+    w.reasoning_deltas = r.reasoning_deltas;
     w.text_off = text_bytes_ + text.size();
     w.slot = r.slot;
     w.body = r.body;
@@ -556,10 +560,14 @@ void RequestLog::read_spilled(std::size_t from, std::size_t n,
     r.sent_ns = w.sent_ns;
     r.first_byte_ns = w.first_byte_ns;
     r.first_token_ns = w.first_token_ns;
+    r.first_content_ns = w.first_content_ns;
     r.done_ns = w.done_ns;
     r.http_status = w.http_status;
     r.prompt_tokens = w.prompt_tokens;
     r.output_tokens = w.output_tokens;
+    r.reasoning_tokens = w.reasoning_tokens;
+    r.cached_tokens = w.cached_tokens;
+    r.reasoning_deltas = w.reasoning_deltas;
     r.token_source = static_cast<TokenSource>(w.token_source);
     r.outcome = static_cast<Outcome>(w.outcome);
     r.retries = w.retries;

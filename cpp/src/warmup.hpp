@@ -14,7 +14,8 @@
 
 namespace speedmatrix {
 
-// Every body is sent at once (slot = body = its index, Phase::kWarmup), then
+// Every body w = first, first + stride, ... (a loop's share, loops.hpp; all of them by
+// default) is sent at once (slot = body = w, Phase::kWarmup), then
 // all are awaited up to timeout_ns (<= 0: no bound); what failed or timed out
 // is cancelled and sent again, up to `retries` times, each try bounded by the
 // same timeout. Sets times.warmup_start_ns and times.warmup_retried, and the
@@ -24,15 +25,14 @@ namespace speedmatrix {
 template <class OnFinished>
 bool run_warmup(const std::vector<std::string_view>& bodies, ns_t timeout_ns, std::int32_t retries,
                 LoopBook& loop, Clock& clock, CellRecords& records, CellProgress* progress,
-                ScheduleTimes& times, OnFinished on_finished) {
-  if (bodies.empty()) return !loop.stop_requested();
+                ScheduleTimes& times, OnFinished on_finished, std::size_t first = 0,
+                std::size_t stride = 1) {
+  std::vector<std::size_t> pending;
+  for (std::size_t i = first; i < bodies.size(); i += stride) pending.push_back(i);
+  if (pending.empty()) return !loop.stop_requested();
   times.warmup_start_ns = clock.now();
-  std::vector<std::size_t> pending(bodies.size());
-  for (std::size_t i = 0; i < pending.size(); ++i) pending[i] = i;
-  if (progress) {
-    progress->warmup_total.store(static_cast<std::int32_t>(pending.size()));
-    progress->warmup_done.store(0);
-  }
+  if (progress)  // every loop adds its share
+    progress->warmup_total.fetch_add(static_cast<std::int32_t>(pending.size()));
   for (std::int32_t attempt = 0; !pending.empty() && attempt <= retries; ++attempt) {
     if (attempt > 0) times.warmup_retried += static_cast<std::int32_t>(pending.size());
     const ns_t start = clock.now();

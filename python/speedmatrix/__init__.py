@@ -31,6 +31,8 @@ _EXPORTS = {
     "Sim": "speedmatrix.sim",
     "write_report": "speedmatrix.report",
     "compare": "speedmatrix.report.compare",
+    "fit": "speedmatrix.twin.fitrun",
+    "predict": "speedmatrix.twin.predictrun",
 }
 
 # Spelled out for static tools; tests/python/test_api.py holds it to _EXPORTS.
@@ -44,8 +46,10 @@ __all__ = [
     "compare",
     "concat",
     "discover",
+    "fit",
     "load",
     "plan",
+    "predict",
     "register_adapter",
     "run",
     "write_report",
@@ -55,14 +59,14 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     if name == "__version__":
         # One version source: pyproject.toml -> CMake -> _core.version -> here.
-        from speedmatrix._native import _core
+        from speedmatrix._native import _core  # start-up: `import speedmatrix` loads no core
 
         globals()[name] = _core.version
         return _core.version
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'speedmatrix' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    value = getattr(importlib.import_module(module), name)  # start-up: loaded on first use
     globals()[name] = value
     return value
 

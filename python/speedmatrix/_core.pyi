@@ -62,6 +62,9 @@ class CellSpec:
     spill_events: int
     spill_requests: int
     spill_dir: str
+    # event loops: N > 1 on their own threads, 1 one loop, 0 auto (ceil(streams / 256),
+    # at most the cores minus one)
+    client_threads: int
     def __init__(self) -> None: ...
     @property
     def bodies(self) -> list[bytes]: ...
@@ -79,11 +82,17 @@ class Requests(TypedDict):
     scheduled_ns: npt.NDArray[np.int64]  # -1 = never
     sent_ns: npt.NDArray[np.int64]
     first_byte_ns: npt.NDArray[np.int64]
-    first_token_ns: npt.NDArray[np.int64]
+    first_token_ns: npt.NDArray[np.int64]  # first text on any channel (reasoning or content)
+    first_content_ns: npt.NDArray[np.int64]  # first visible content (not reasoning); -1 = never
     done_ns: npt.NDArray[np.int64]
     http_status: npt.NDArray[np.int32]
     prompt_tokens: npt.NDArray[np.int64]  # -1 unknown
-    output_tokens: npt.NDArray[np.int64]
+    output_tokens: npt.NDArray[np.int64]  # every channel, reasoning included
+    # usage.completion_tokens_details.reasoning_tokens / usage.prompt_tokens_details.cached_tokens;
+    # -1 where the server did not say
+    reasoning_tokens: npt.NDArray[np.int64]
+    cached_tokens: npt.NDArray[np.int64]
+    reasoning_deltas: npt.NDArray[np.int32]  # chunks that carried non-empty reasoning
     # 0 none, 1 chunks, 2 usage_final, 3 usage_continuous, 4 usage below the text chunks
     # (counted as received), 5 final usage far above them (kept): openai.hpp TokenSource
     token_source: npt.NDArray[np.uint8]
@@ -150,6 +159,8 @@ class CellResult:
     def end_ns(self) -> int: ...
     @property
     def client_cpu_s(self) -> float: ...
+    @property
+    def client_threads(self) -> int: ...
     @property
     def loop_lag_max_ms(self) -> float: ...
     @property

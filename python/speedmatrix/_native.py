@@ -1,15 +1,11 @@
-"""Loads the compiled core and locates the built-in engine binary.
+"""Loads the compiled core (and re-exports ``sim_binary``, the built-in engine's path, which
+``speedmatrix.sim`` finds without the core).
 
 Kept apart so that a missing build gives one clear message instead of an
 ImportError deep inside another module.
 """
 
 from __future__ import annotations
-
-import os
-from pathlib import Path
-
-_HERE = Path(__file__).resolve().parent
 
 try:
     from speedmatrix import _core  # noqa: F401  (re-exported)
@@ -22,14 +18,4 @@ except ImportError as exc:  # pragma: no cover - exercised only on broken instal
         f" (import error: {exc})"
     ) from exc
 
-
-def sim_binary() -> Path:
-    """Path of the `speedmatrix-sim` executable shipped inside the package."""
-    override = os.environ.get("SPEEDMATRIX_SIM_BINARY")
-    path = Path(override) if override else _HERE / "_bin" / "speedmatrix-sim"
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"the built-in engine binary is missing at {path}; reinstall speedmatrix "
-            "(`pip install .`) or build in place with -DSPEEDMATRIX_INPLACE=ON"
-        )
-    return path
+from speedmatrix.sim import sim_binary  # noqa: F401  (re-exported)

@@ -29,6 +29,13 @@ def positive_int(text: str, flag: str) -> int:
     return value
 
 
+def parse_client_threads(text: str) -> int:
+    """``--client-threads``: ``auto`` (0) or a positive number of event loops."""
+    if text.strip().lower() == "auto":
+        return 0
+    return positive_int(text.strip(), "--client-threads")
+
+
 def port(text: str) -> int:
     """A TCP port from the command line (argparse type): 0 (pick one) to 65535."""
     try:

@@ -22,7 +22,9 @@ from typing import Any
 
 import tomli_w
 
+from speedmatrix.adapters import discover
 from speedmatrix.matrix import Matrix
+from speedmatrix.plan import plan
 from speedmatrix.units import format_tokens
 
 #: prompt tok/s assumed until a prefill has been measured (a mid-size model on one GPU)
@@ -250,11 +252,7 @@ def describe(
     """The dry run's text: target, the settings in force (and where each came from:
     ``sources``, field -> "default" / "file NAME" / the flag), plan, statuses known in
     advance, prompts, duration."""
-    from speedmatrix.plan import plan
-
     if target is None:
-        from speedmatrix.adapters import discover
-
         target = discover(
             url, api_key=api_key, model=model, overrides=overrides or {}, client=client
         )
@@ -402,6 +400,8 @@ _FIELD_HELP = {
     "median gap) seconds is cut as a stall (0 = off)",
     "stall_gap_factor": "see stall_min_s",
     "ramp_cap_s": "the longest ramp (seconds) before the window opens anyway (flag long_ramp)",
+    "client_threads": "the client's event loops per cell: N, or 0 = auto (one per 256 "
+    "streams, at most the cores minus one); the figures do not depend on it",
     "cached_fraction": "shares of each prompt served from a prefix the server has seen, e.g. "
     "[0.0, 0.5, 0.9]: the decode cells become contexts × concurrency × share ([] = none)",
     "interference_every_s": "instead of decode cells, N streams decode while one cold prompt "

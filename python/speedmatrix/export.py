@@ -30,6 +30,12 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from numpy.lib import format as npformat
+
+from speedmatrix.results import load
 from speedmatrix.runfile import RECORDS_DIR
 
 CELLS_CSV = "cells.csv"
@@ -52,8 +58,6 @@ LABELS = {
 def labelled(name: str, codes: Any) -> tuple[str, Any]:
     """(exported name, pyarrow array) of a record column: a coded column as its labels
     (dictionary-encoded; an unknown code keeps its number as text), any other as it is."""
-    import numpy as np
-    import pyarrow as pa
 
     a = np.asarray(codes)
     if name not in LABELS:
@@ -70,8 +74,6 @@ def labelled(name: str, codes: Any) -> tuple[str, Any]:
 
 def _jsonish(v: Any) -> Any:
     """A dict or list cell value as compact JSON text (CSV has no nesting)."""
-    import numpy as np
-
     if isinstance(v, np.ndarray):
         v = v.tolist()
     if isinstance(v, (dict, list, tuple)):
@@ -103,8 +105,6 @@ _GROUPS = (("requests", "req_", REQUESTS_PARQUET), ("events", "ev_", TOKENS_PARQ
 
 
 def _front_schema():
-    import pyarrow as pa
-
     return [
         pa.field("cell", pa.string()),
         pa.field("phase", pa.string()),
@@ -115,9 +115,6 @@ def _front_schema():
 
 
 def _arrow_type(dtype):
-    import numpy as np
-    import pyarrow as pa
-
     dtype = np.dtype(dtype)
     if dtype.kind == "U":
         return pa.string()
@@ -139,10 +136,6 @@ class _Column:
 
 
 def _npz_columns(path: Path, prefix: str, stack) -> dict[str, _Column]:
-
-    import numpy as np
-    from numpy.lib import format as npformat
-
     z = stack.enter_context(zipfile.ZipFile(path))
     cols: dict[str, _Column] = {}
     for info in z.infolist():
@@ -167,8 +160,6 @@ def _npz_columns(path: Path, prefix: str, stack) -> dict[str, _Column]:
 
 
 def _memory_columns(arrays: dict) -> dict[str, _Column]:
-    import numpy as np
-
     cols: dict[str, _Column] = {}
     for k, v in arrays.items():
         a = np.asarray(v)
@@ -229,10 +220,6 @@ def _open_columns(run, cid, path, rec, group: str, prefix: str, stack) -> dict[s
 def _write_group(run, group: str, prefix: str, dest: Path) -> None:
     """One Parquet file of every cell's ``group`` rows, written a row group at a time."""
 
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     # the columns of every cell first (the file has one schema): from the arrays' headers
     fields: dict[str, Any] = {}
     source: dict[str, str] = {}  # exported name -> records column (a coded one as labels)
@@ -264,7 +251,8 @@ def _write_group(run, group: str, prefix: str, dest: Path) -> None:
                     for field in schema:
                         src = source.get(field.name, "")
                         if field.name in front:
-                            arrays.append(pa.array([front[field.name]] * rows, field.type))
+                            value = pa.scalar(front[field.name], field.type)
+                            arrays.append(pa.repeat(value, rows))
                         elif src in cols and src in LABELS:
                             arrays.append(labelled(src, cols[src].take(rows))[1])
                         elif src in cols:
@@ -303,8 +291,6 @@ def _write_bytes(path: Path, data: bytes) -> None:
 
 def write_exports(run_dir: str | os.PathLike, run=None, parquet: bool = True) -> list[Path]:
     """Write every export of the run in ``run_dir``; returns the paths written."""
-    from speedmatrix.results import load
-
     d = Path(run_dir)
     run = run if run is not None else load(d)
     paths = [write_cells_csv(run, d / CELLS_CSV)]

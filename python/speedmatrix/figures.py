@@ -92,6 +92,7 @@ GROUPS = (
     "interference",
     "trace",
     "sessions",
+    "predicted",
 )
 
 #: groups of what a run may not have measured: `Run.cells` drops their columns that are
@@ -104,6 +105,7 @@ OPTIONAL_GROUPS = (
     "interference",
     "trace",
     "sessions",
+    "predicted",
 )
 
 _V = "verdict"
@@ -133,6 +135,12 @@ _ENTRIES: tuple[Figure, ...] = (
     _f("prompts_file", "", "Prompts file", "the workload file the prompts came from", "cell", "value", _V, "cell"),
     _f("rate_per_s", "requests/s", "Request rate", "arrival rate asked (open loop)", "cell", "value", _V, "cell"),
     _f("arrival", "", "Arrivals", "arrival process (open loop): poisson, constant, gamma", "cell", "value", _V, "cell"),
+    # --- predicted cells (the twin: nothing measured) ---
+    _f("predicted", "", "Predicted", "the twin predicted this cell from an engine profile; nothing in it was measured", "run", "value", "twin/predictrun", "predicted"),
+    _f("total_tok_s_low", "tok/s", "Total tok/s low", "predicted cell: low end of total_tok_s's prediction interval", "run", "interval", "twin/model", "predicted"),
+    _f("total_tok_s_high", "tok/s", "Total tok/s high", "predicted cell: high end of total_tok_s's prediction interval", "run", "interval", "twin/model", "predicted"),
+    _f("tbt_ms_low", "ms", "TBT low", "predicted cell: low end of tbt_ms's prediction interval", "run", "interval", "twin/model", "predicted"),
+    _f("tbt_ms_high", "ms", "TBT high", "predicted cell: high end of tbt_ms's prediction interval", "run", "interval", "twin/model", "predicted"),
     # --- throughput ---
     _f("total_tok_s", "tok/s", "Total tok/s", "output tokens that arrived in the window / its length", "events", "rate", "core", "throughput"),
     _f("per_request_tok_s", "tok/s", "Per-request tok/s", "1000 / tbt_ms (the seed's definition)", "events", "median", "core", "throughput"),
@@ -219,6 +227,7 @@ _ENTRIES: tuple[Figure, ...] = (
     # --- the client ---
     _f("client_cpu_s", "s", "Client CPU", "CPU time of the client thread over the cell", "cell", "value", _V, "client"),
     _f("client_loop_lag_max_ms", "ms", "Client loop lag", "longest lateness of the client's event loop", "cell", "max", _V, "client"),
+    _f("client_threads", "", "Client threads", "event loops the client ran the cell with (--client-threads)", "cell", "value", _V, "client"),
     # --- open loop (latency.open_loop_figures; run.json's open_loop) ---
     # --- the prefix-cache axis (--cached-fraction) ---
     _f("cached_fraction", "share", "Cached fraction asked", "share of each prompt repeating a prefix the server has seen", "cell", "value", "prefixcache", "prefix_cache"),

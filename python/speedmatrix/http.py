@@ -29,9 +29,11 @@ library's default context (the system's CAs, or the CA file), not httpx's certif
 libcurl in the core does not read ``SSL_CERT_FILE`` itself, so the config passes it on. Proxies come from the environment (``http_proxy``,
 ``https_proxy``, ``no_proxy``) as the standard library reads them, as before.
 
-The errors live in ``speedmatrix.httperrors`` and the bounds httpx does not give (one deadline
-for the whole request, inflating under a cap, header-line and header-count limits, proxies as
-the standard library reads them) in ``speedmatrix.httptransport``; both are re-exported here.
+The errors live in ``speedmatrix.httperrors``, the bounds httpx does not give (one deadline
+for the whole request, header-line and header-count limits, the body's size) and the
+one-line errors in ``speedmatrix.httptransport`` (both re-exported here), and the httpx side
+(the pool, proxies as the standard library reads them, inflating under a cap) in
+``speedmatrix.httppool``, imported on the first request.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from speedmatrix.errors import SpeedmatrixError
@@ -62,11 +65,7 @@ from speedmatrix.httptransport import (
     MAX_HEADER_LINE_BYTES,
     MAX_HEADERS,
     Budget,
-    check_headers,
     connect_error,
-    read_body,
-    transport,
-    transport_errors,
 )
 from speedmatrix.redact import redact, redact_known
 
@@ -348,13 +347,7 @@ class HttpClient:
     def _httpx_client(self) -> httpx.Client:
         with self._lock:
             if self._client is None:
-                import httpx
-
-                self._client = httpx.Client(
-                    transport=transport(self.base_url, self._ssl, self._budget),
-                    follow_redirects=False,
-                    trust_env=False,  # proxies: the transport's, from the environment
-                )
+                self._client = _pool().client(self.base_url, self._ssl, self._budget)
             return self._client
 
     def _send(
@@ -367,7 +360,7 @@ class HttpClient:
             req = client.build_request(method, url, content=data, headers=headers, timeout=timeout)
             try:
                 resp = client.send(req, stream=True)
-            except transport_errors() as exc:
+            except _pool().TRANSPORT_ERRORS as exc:
                 raise connect_error(exc, url, timeout, budget, in_body=False) from None
             try:
                 return self._answer(resp, method, url, timeout)
@@ -377,14 +370,14 @@ class HttpClient:
             budget.stop()
 
     def _answer(self, resp: httpx.Response, method: str, url: str, timeout: float):
-        check_headers(resp, url)
+        _pool().check_headers(resp, url)
         status = resp.status_code
         if 200 <= status < 300:
-            return status, read_body(resp, url, self._budget, timeout)
+            return status, _pool().read_body(resp, url, self._budget, timeout)
         if status in (301, 302, 303, 307, 308):
             raise RedirectError(method, url, status, resp.headers.get("Location", ""))
         try:
-            text = read_body(resp, url, self._budget, timeout, limit=64 << 10)
+            text = _pool().read_body(resp, url, self._budget, timeout, limit=64 << 10)
         except ConnectError:
             text = ""
         if status in (401, 403):
@@ -416,6 +409,13 @@ class HttpClient:
             err = HttpError(method, self.url(path), 200, what)
             err.args = tuple(redact_known(list(err.args), self._secrets))
             raise err from None
+
+
+def _pool() -> ModuleType:
+    """``speedmatrix.httppool`` (httpx, httpcore), imported on the first request."""
+    from speedmatrix import httppool  # start-up: `speedmatrix --help` does not pay for httpx
+
+    return httppool
 
 
 def _origin(url: str) -> tuple[str, str, int | None]:

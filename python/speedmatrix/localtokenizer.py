@@ -32,7 +32,7 @@ def load_tokenizer(name_or_path: str) -> Any:
     with ``transformers`` when installed, else ``tokenizers``. Neither is a dependency of
     speedmatrix: without both, a SpeedmatrixError says what to install."""
     try:
-        from transformers import AutoTokenizer
+        from transformers import AutoTokenizer  # optional: not a dependency (--tokenizer)
     except ImportError:
         AutoTokenizer = None
     if AutoTokenizer is not None:
@@ -43,7 +43,7 @@ def load_tokenizer(name_or_path: str) -> Any:
                 f"tokenizer {name_or_path!r} could not be loaded with transformers: {exc}"
             ) from None
     try:
-        from tokenizers import Tokenizer
+        from tokenizers import Tokenizer  # optional: not a dependency (--tokenizer)
     except ImportError:
         raise SpeedmatrixError(
             f"tokenizer {name_or_path!r}: a local tokenizer needs the `transformers` or "

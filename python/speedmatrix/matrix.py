@@ -73,6 +73,8 @@ PREFILL_KEYWORDS = ("max", "max-decode")
 #: extra digit), not a setting; no model serves 100M tokens, no client holds 64K streams
 MAX_TOKENS = 100_000_000
 MAX_CONCURRENCY = 65_536
+#: the most event loops a cell may ask for (the core's own bound)
+MAX_CLIENT_THREADS = 1024
 MAX_REPETITIONS = 1_000
 #: a week: a window, timeout or drain longer than this is a typo
 MAX_DURATION_S = 7 * 86_400.0
@@ -149,6 +151,10 @@ class Matrix:
     #: opens anyway with the ``long_ramp`` flag; a cell's own cap is shorter when its
     #: expected TTFT is (see Sweep)
     ramp_cap_s: float = 180.0
+    #: the client's event loops per cell (docs/SCALE.md): N, or 0 = auto (one per 256
+    #: streams, at most the cores minus one); a precision stop or a --max-concurrency open
+    #: loop runs one. The figures do not depend on it.
+    client_threads: int = 0
     #: issue 23's traffic shapes (`speedmatrix.trafficaxes`), each replacing the closed-loop
     #: grid: shares of each prompt served from a warmed prefix (cells x fraction); one
     #: prefill every that many seconds beside N decoding streams; a trace replayed at
@@ -317,6 +323,11 @@ class Matrix:
         _seconds(errors, "prefill_cooldown_s", self.prefill_cooldown_s, positive=False)
         self._open_loop_problems(errors)
         self._window_problems(errors)
+        if not _is_int(self.client_threads) or not 0 <= self.client_threads <= MAX_CLIENT_THREADS:
+            errors.append(
+                f"client_threads: {self.client_threads!r} is not 0 (auto) or 1 to "
+                f"{MAX_CLIENT_THREADS}"
+            )
         errors += trafficaxes.problems(self)
         return errors
 
@@ -498,6 +509,10 @@ def _null_paths(value: Any, path: str) -> list[str]:
 
 def _is_positive_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _is_number(value: Any) -> bool:

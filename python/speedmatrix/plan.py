@@ -135,6 +135,7 @@ class PlannedCell:
     precision: float = 0.0
     min_duration_s: float = 5.0
     ramp_cap_s: float = 180.0
+    client_threads: int = 0  #: the client's event loops (0: auto; Matrix.client_threads)
     percentiles: list[float] = field(default_factory=list)
     slo: dict[str, float] = field(default_factory=dict)
     #: issue 23's traffic shapes (`speedmatrix.trafficplan`): the share of each prompt
@@ -322,6 +323,7 @@ def _shape(cell: PlannedCell, matrix: Matrix) -> None:
     cell.precision = float(matrix.precision)
     cell.min_duration_s = float(matrix.min_duration_s)
     cell.ramp_cap_s = float(matrix.ramp_cap_s)
+    cell.client_threads = int(matrix.client_threads)
     cell.percentiles = [float(p) for p in matrix.percentiles]
     cell.slo = dict(matrix.slo)
     if cell.phase == "decode" and matrix.prompts_file:

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from speedmatrix._native import _core
 from speedmatrix.runfile import load_records
 
 __all__ = ["STAMPS", "Records", "tbt_samples", "token_arrivals"]
@@ -41,6 +42,7 @@ STAMPS = (
     "warmup_start_ns",
     "end_ns",
     "client_cpu_s",
+    "client_threads",
     "loop_lag_max_ms",
     "fatal_error",
     "events_note",
@@ -84,6 +86,8 @@ class Records:
     warmup_start_ns: int = -1
     end_ns: int = -1
     client_cpu_s: float = 0.0
+    #: the event loops the client ran the cell with (1: a run saved before there were more)
+    client_threads: int = 1
     loop_lag_max_ms: float = 0.0
     fatal_error: str = ""
     #: why the token events were held in memory instead of spilled to disk ("" = as planned)
@@ -113,6 +117,7 @@ class Records:
             warmup_start_ns=int(res.warmup_start_ns),
             end_ns=int(res.end_ns),
             client_cpu_s=float(res.client_cpu_s),
+            client_threads=int(getattr(res, "client_threads", 1)),
             loop_lag_max_ms=float(res.loop_lag_max_ms),
             fatal_error=str(res.fatal_error or ""),
             events_note=str(getattr(res, "events_note", "") or ""),
@@ -142,6 +147,7 @@ class Records:
                 "warmup_start_ns": cell.get("warmup_start_ns"),
                 "end_ns": cell.get("end_ns"),
                 "client_cpu_s": client.get("cpu_s"),
+                "client_threads": cell.get("client_threads"),
                 "loop_lag_max_ms": client.get("loop_lag_max_ms"),
             }
 
@@ -166,6 +172,7 @@ class Records:
             warmup_start_ns=num("warmup_start_ns", -1, int),
             end_ns=num("end_ns", -1, int),
             client_cpu_s=num("client_cpu_s", 0.0, float),
+            client_threads=num("client_threads", 1, int),
             loop_lag_max_ms=num("loop_lag_max_ms", 0.0, float),
             fatal_error=str(stamps.get("fatal_error") or ""),
             events_note=str(stamps.get("events_note") or ""),
@@ -206,8 +213,6 @@ class Records:
     def bins(self, t0: int, t1: int, bin_s: float = 1.0) -> np.ndarray:
         """Output tok/s per ``bin_s`` bin of [t0, t1] (`_core.summarize_cell`'s bins: a
         remainder shorter than a bin widens the last one)."""
-        from speedmatrix._native import _core
-
         if not self.has_events() or t1 <= t0:
             return np.zeros(0)
         fig = _core.summarize_cell(self.requests, self.events, int(t0), int(t1), float(bin_s))
@@ -219,8 +224,6 @@ def token_arrivals(requests: dict, events: dict | None, phase: int = 1) -> dict[
     ``tokens``, ``gap_ms`` (ms per token since the request's previous arrival; NaN for its
     first), one read's events merged, ordered by request then time. ``phase`` 1 = window
     requests, 0 = warm-up, -1 = all."""
-    from speedmatrix._native import _core  # the compiled core loads on first use (start-up time)
-
     if not events or not len(events.get("t_ns", ())) or not requests:
         return {
             "request": np.zeros(0, np.int32),

@@ -43,18 +43,22 @@ RECORDS_DIR = "records"
 #: the lock file of a run folder (hidden; removed by its holder when it lets go)
 LOCK_FILE = ".speedmatrix.lock"
 
-# DESIGN.md's cell contract: every cell carries these (figures may be null).
-REQUIRED_CELL_FIELDS = (
-    "phase",
-    "context",
-    "concurrency",
-    "status",
+#: the figures of DESIGN.md's cell contract (each may be null)
+CELL_FIGURES = (
     "total_tok_s",
     "per_request_tok_s",
     "prompt_tok_s",
     "ttft_ms",
     "tbt_ms",
     "avg_active",
+)
+# DESIGN.md's cell contract: every cell carries these (figures may be null).
+REQUIRED_CELL_FIELDS = (
+    "phase",
+    "context",
+    "concurrency",
+    "status",
+    *CELL_FIGURES,
     "completed",
     "output_tokens",
     "measured_s",

@@ -12,6 +12,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import jsonschema
+
 from speedmatrix.errors import SpeedmatrixError
 
 SCHEMA_ID = "speedmatrix.run/1"
@@ -37,8 +39,6 @@ def _where(path) -> str:
 def check(doc: Any, source: str = "run.json") -> dict:
     """``doc`` when it follows the schema; else RunSchemaError: ``SOURCE does not follow
     speedmatrix.run/1: at cells[3].status: 'done' is not one of [...]``."""
-    import jsonschema
-
     validator = jsonschema.Draft202012Validator(schema())
     errors = sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path))
     if errors:

@@ -61,22 +61,26 @@ def load_profile(name: str | os.PathLike[str]) -> dict[str, Any]:
     return json.loads(profile_path(name).read_text())
 
 
-def _binary() -> Path:
-    try:
-        from speedmatrix import _native
-    except ImportError:  # _core not built: find the binary the same way _native does
-        override = os.environ.get("SPEEDMATRIX_SIM_BINARY")
-        path = (
-            Path(override)
-            if override
-            else Path(__file__).resolve().parent / "_bin" / "speedmatrix-sim"
+def sim_binary() -> Path:
+    """Path of the `speedmatrix-sim` executable shipped inside the package
+    ($SPEEDMATRIX_SIM_BINARY overrides it); it runs without the compiled core."""
+    override = os.environ.get("SPEEDMATRIX_SIM_BINARY")
+    path = (
+        Path(override) if override else Path(__file__).resolve().parent / "_bin" / "speedmatrix-sim"
+    )
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"the built-in engine binary is missing at {path}; reinstall speedmatrix "
+            "(`pip install .`) or build in place with -DSPEEDMATRIX_INPLACE=ON"
         )
-        if not path.is_file():
-            raise FileNotFoundError(
-                f"the built-in engine binary is missing at {path}; build with -DSPEEDMATRIX_INPLACE=ON"
-            ) from None
-        return path
-    return _native.sim_binary()
+    return path
+
+
+def _urlopen(url: str, timeout_s: float) -> Any:
+    """``urllib.request.urlopen`` (the context manager of the answer)."""
+    import urllib.request  # start-up: `speedmatrix --help` imports this module, not urllib's
+
+    return urllib.request.urlopen(url, timeout=timeout_s)
 
 
 FAULT_KINDS = ("http500", "malformed", "drop", "stall")
@@ -166,7 +170,7 @@ class Sim:
         # --watch-stdin: the engine exits when our end of its stdin pipe closes, so it
         # never outlives this process, even one that is killed.
         args = [
-            str(_binary()),
+            str(sim_binary()),
             "--profile",
             str(profile_path(profile)),
             "--port",
@@ -216,9 +220,7 @@ class Sim:
         deadline = time.monotonic() + self._timeout
         while True:
             try:
-                import urllib.request  # here: `speedmatrix --help` must not pay for it
-
-                with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
+                with _urlopen(self.url + "/health", 2) as r:
                     if r.status == 200:
                         break
             except OSError:
@@ -296,9 +298,7 @@ class Sim:
 
     # --- queries ---
     def get_json(self, path: str, timeout_s: float = 10.0) -> Any:
-        import urllib.request
-
-        with urllib.request.urlopen(self.url + path, timeout=timeout_s) as r:
+        with _urlopen(self.url + path, timeout_s) as r:
             return json.loads(r.read())
 
     def state(self) -> dict[str, Any]:
@@ -387,7 +387,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     try:
         args = [
-            str(_binary()),
+            str(sim_binary()),
             "--profile",
             str(profile_path(a.profile)),
             "--port",

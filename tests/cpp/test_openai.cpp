@@ -498,6 +498,85 @@ TEST(Decoder, FirstTokenOnlyOnceAndNotForRoleChunk) {
   EXPECT_FALSE(dec.decode_copy(R"({"choices":[{"delta":{"content":"y"}}]})").first_token);
 }
 
+TEST(Decoder, ReasoningIsKeptApartFromContent) {
+  // SGLang's recorded reasoning stream: four reasoning deltas, then content.
+  DecodingSink sink(ApiKind::kChat);
+  SseParser parser;
+  const std::string bytes = read_stream_file("sglang_chat_reasoning.sse");
+  ASSERT_EQ(parser.feed(bytes.data(), bytes.size(), sink), SseStatus::kOk);
+  ASSERT_GE(sink.results.size(), 6u);
+  int first_token = -1, first_content = -1, reasoning = 0, content = 0;
+  for (std::size_t i = 0; i < sink.results.size(); ++i) {
+    const ChunkResult& r = sink.results[i];
+    if (r.first_token) first_token = static_cast<int>(i);
+    if (r.first_content) first_content = static_cast<int>(i);
+    reasoning += r.has_reasoning;
+    content += r.has_content;
+    EXPECT_FALSE(r.has_reasoning && r.has_content) << i;
+    EXPECT_EQ(r.has_text, r.has_reasoning || r.has_content) << i;
+  }
+  EXPECT_EQ(first_token, 1);
+  EXPECT_EQ(first_content, 5);
+  EXPECT_EQ(reasoning, 4);
+  EXPECT_EQ(content, 4);
+  EXPECT_EQ(sink.dec.summary().output_tokens, 12);     // reasoning counts as output
+  EXPECT_EQ(sink.dec.summary().reasoning_tokens, -1);  // this server's usage does not say
+  EXPECT_EQ(sink.dec.summary().cached_tokens, -1);
+}
+
+TEST(Decoder, FirstContentOnceForTextContentOrToolCallsNeverForReasoning) {
+  OpenAIStreamDecoder chat(ApiKind::kChat);
+  EXPECT_FALSE(chat.decode_copy(R"({"choices":[{"delta":{"reasoning":"hm"}}]})").first_content);
+  EXPECT_FALSE(
+      chat.decode_copy(R"({"choices":[{"delta":{"reasoning_content":"so"}}]})").first_content);
+  EXPECT_TRUE(
+      chat.decode_copy(R"({"choices":[{"delta":{"tool_calls":[{"index":0}]}}]})").first_content);
+  EXPECT_FALSE(chat.decode_copy(R"({"choices":[{"delta":{"content":"x"}}]})").first_content);
+  OpenAIStreamDecoder completions(ApiKind::kCompletions);
+  const ChunkResult r = completions.decode_copy(R"({"choices":[{"text":"a"}]})");
+  EXPECT_TRUE(r.first_token);
+  EXPECT_TRUE(r.first_content);
+  EXPECT_FALSE(r.has_reasoning);
+  // a reset decoder finds its first content again
+  chat.reset(ApiKind::kChat);
+  EXPECT_TRUE(chat.decode_copy(R"({"choices":[{"delta":{"content":"x"}}]})").first_content);
+}
+
+TEST(Decoder, UsageDetailsGiveReasoningAndCachedTokens) {
+  OpenAIStreamDecoder dec(ApiKind::kChat);
+  decode_all(
+      dec,
+      {R"({"choices":[{"delta":{"content":"a"}}],"usage":null})",
+       R"({"choices":[],"usage":{"prompt_tokens":100,"completion_tokens":40,)"
+       R"("prompt_tokens_details":{"cached_tokens":64,"audio_tokens":0},)"
+       R"("completion_tokens_details":{"accepted_prediction_tokens":0,"reasoning_tokens":32}}})"});
+  EXPECT_EQ(dec.summary().reasoning_tokens, 32);
+  EXPECT_EQ(dec.summary().cached_tokens, 64);
+  EXPECT_EQ(dec.summary().output_tokens, 40);
+  EXPECT_EQ(dec.summary().prompt_tokens, 100);
+  // null or absent details leave -1; a later report replaces an earlier one
+  OpenAIStreamDecoder none(ApiKind::kChat);
+  decode_all(none, {R"({"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":1,)"
+                    R"("prompt_tokens_details":null,"completion_tokens_details":{}}})"});
+  EXPECT_EQ(none.summary().reasoning_tokens, -1);
+  EXPECT_EQ(none.summary().cached_tokens, -1);
+  decode_all(none, {R"({"choices":[],"usage":{"completion_tokens":2,)"
+                    R"("prompt_tokens_details":{"cached_tokens":null},)"
+                    R"("completion_tokens_details":{"reasoning_tokens":0}}})"});
+  EXPECT_EQ(none.summary().reasoning_tokens, 0);
+  EXPECT_EQ(none.summary().cached_tokens, -1);
+}
+
+TEST(Decoder, UsageDetailsOfAWrongTypeAreMalformed) {
+  for (
+      const char* bad :
+      {R"({"choices":[],"usage":{"completion_tokens":1,"prompt_tokens_details":3}})",
+       R"({"choices":[],"usage":{"completion_tokens":1,"completion_tokens_details":{"reasoning_tokens":"x"}}})"}) {
+    OpenAIStreamDecoder dec(ApiKind::kChat);
+    EXPECT_EQ(dec.decode_copy(bad).kind, ChunkKind::kMalformed) << bad;
+  }
+}
+
 TEST(Decoder, AWithheldTokenTextIsFirstTokenedByTheUsageThatCountsIt) {
   // llama.cpp with max_tokens 1 and a token that is an incomplete UTF-8 sequence: an
   // empty-text chunk, then the finish with usage. The token exists: the usage marks it.

@@ -1,8 +1,12 @@
 """What the command-line tests share: the CLI run as a subprocess (the speedmatrix under
-test, as installed), a free local port, and the cells of a run folder as saved so far."""
+test, as installed) or in this process (``cli.main``, the same code without the interpreter's
+start-up: for tests of what a command says, not of the process), a free local port, and the
+cells of a run folder as saved so far."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import socket
 import subprocess
@@ -16,6 +20,16 @@ def run_cli(*args: str, timeout: float = 60, **kw) -> subprocess.CompletedProces
     return subprocess.run(
         [*CLI, *args], capture_output=True, text=True, timeout=timeout, check=False, **kw
     )
+
+
+def run_main(*args: str) -> subprocess.CompletedProcess:
+    """``speedmatrix ARGS`` through ``cli.main`` in this process, as run_cli answers it."""
+    from speedmatrix import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main(list(args))
+    return subprocess.CompletedProcess([*CLI, *args], code, out.getvalue(), err.getvalue())
 
 
 def free_port() -> int:

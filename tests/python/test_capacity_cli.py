@@ -7,6 +7,7 @@ import json
 import pytest
 import synthetic
 from speedmatrix import cli
+from speedmatrix.cli import run as cli_run
 from speedmatrix.results import load
 
 
@@ -79,7 +80,7 @@ def test_open_loop_flags_reach_the_matrix():
             "30s",
         ]
     )
-    m = cli._matrix_from_args(args)
+    m = cli_run.matrix_from_args(args)
     assert m.request_rates == [0.5, 2.0] and m.arrival == "gamma:0.5"
     assert m.max_concurrency == 32 and m.percentiles == [50.0, 99.0]
     assert m.slo == {"ttft": 2000.0, "tpot": 50.0} and m.attainment == pytest.approx(0.9)
@@ -99,4 +100,4 @@ def test_open_loop_flags_reach_the_matrix():
 def test_open_loop_flags_refuse_bad_values(flags, says):
     args = cli.build_parser().parse_args(["run", *flags])
     with pytest.raises(cli.UsageError, match=says):
-        cli._matrix_from_args(args)
+        cli_run.matrix_from_args(args)

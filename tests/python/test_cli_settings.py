@@ -10,6 +10,7 @@ import re
 
 import pytest
 from speedmatrix import cli
+from speedmatrix.cli import run as cli_run
 from speedmatrix.dryrun import commented_toml
 from speedmatrix.matrix import Matrix
 
@@ -43,6 +44,7 @@ EDITS = {
     "stall_min_s": ("3.0", 3.0),
     "stall_gap_factor": ("30.0", 30.0),
     "ramp_cap_s": ("90.0", 90.0),
+    "client_threads": ("2", 2),
     "cached_fraction": ("[0.0, 0.5]", [0.0, 0.5]),
     "interference_every_s": ("2.0", 2.0),
     "trace": ('"t.jsonl"', "t.jsonl"),
@@ -285,11 +287,11 @@ def test_matrix_sources_say_default_preset_file_and_flag(tmp_path):
     path = tmp_path / "m.toml"
     path.write_text("[matrix]\nprecision = 0.02\nduration = 20\n")
     parse = cli.build_parser().parse_args
-    src = cli.matrix_sources(parse(["run", "--matrix", str(path), "--duration", "10s"]))
+    src = cli_run.matrix_sources(parse(["run", "--matrix", str(path), "--duration", "10s"]))
     assert src["precision"] == "file m.toml"
     assert src["duration_s"] == "--duration"  # the flag wins over the file
     assert src["contexts"] == "default"
-    src = cli.matrix_sources(parse(["run", "--preset", "seed", "--shared-prefix", "-512"]))
+    src = cli_run.matrix_sources(parse(["run", "--preset", "seed", "--shared-prefix", "-512"]))
     assert src["contexts"] == "preset seed" and src["warmup"] == "default"
     assert src["shared_prefix"] == "--shared-prefix"
 

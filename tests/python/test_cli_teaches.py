@@ -18,6 +18,7 @@ import pytest
 import speedmatrix
 from cliproc import CLI
 from speedmatrix import cli
+from speedmatrix.cli import run as cli_run
 from speedmatrix.matrix import Matrix
 
 # the folder holding the speedmatrix under test (the installed package in CI, the
@@ -93,20 +94,20 @@ def test_the_defaults_the_help_shows_are_the_matrix_defaults():
 
 
 def test_prefill_contexts_none_drops_the_presets_prefill():
-    m = cli._matrix_from_args(_args("--preset", "seed", "--prefill-contexts", "none"))
+    m = cli_run.matrix_from_args(_args("--preset", "seed", "--prefill-contexts", "none"))
     assert m.prefill_contexts == [] and m.contexts == Matrix.preset("seed").contexts
 
 
 def test_meta_fills_the_flags_and_the_flag_wins():
     a = _args("--meta", "gpu=H200 NVL", "--meta", "vram=141 GB", "--gpu", "B200")
-    cli._apply_meta(a)
+    cli_run.apply_meta(a)
     assert a.gpu == "B200" and a.vram == "141 GB"
     a = _args("--meta", "launch-command=sglang serve --tp 2")
-    cli._apply_meta(a)
+    cli_run.apply_meta(a)
     assert a.launch_command == "sglang serve --tp 2"
     for bad in ("gpu", "colour=red"):
         with pytest.raises(cli.UsageError):
-            cli._apply_meta(_args("--meta", bad))
+            cli_run.apply_meta(_args("--meta", bad))
 
 
 def test_init_writes_a_commented_matrix_that_reads_back(tmp_path):

@@ -95,6 +95,7 @@ class _OpenAI(http.server.BaseHTTPRequestHandler):
     chunks 5 ms apart. Every request without the right Basic auth gets 401."""
 
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out at once
 
     def log_message(self, *args) -> None:
         pass

@@ -162,6 +162,8 @@ def test_entries_are_named_once_and_complete():
             "prefixcache",
             "interference",
             "sessions",
+            "twin/model",
+            "twin/predictrun",
         ), f.name
     assert figures.RENAMED.keys().isdisjoint(names)  # an old name never names a figure
 

@@ -284,7 +284,7 @@ def test_context_beyond_the_slot_is_refused_before_any_request(server, tmp_path)
     assert re.search(rf"{slot} \+ .*{slot}", cell["reason"]), cell["reason"]
     assert after["llamacpp:prompt_tokens_total"] == before["llamacpp:prompt_tokens_total"]
     # Not every cell asked for was measured: 1 when nothing was (this matrix has no other
-    # cell), 3 beside measured cells (cli.run_exit_status).
+    # cell), 3 beside measured cells (speedmatrix.cli.run.run_exit_status).
     assert proc.returncode == 1, proc.stderr
 
 

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from speedmatrix.sim import Sim, list_profiles, load_profile, profile_path
+from speedmatrix.sim import Sim, list_profiles, load_profile, profile_path, sim_binary
 
 MS = 1_000_000
 
@@ -280,9 +280,8 @@ def test_sim_starts_and_stops_cleanly():
 
 
 def test_binary_cli_errors():
-    from speedmatrix.sim import _binary
 
-    b = str(_binary())
+    b = str(sim_binary())
     r = subprocess.run([b], capture_output=True, text=True, timeout=10, check=False)
     assert r.returncode == 2 and "--profile" in r.stderr
     r = subprocess.run(
@@ -366,10 +365,9 @@ def test_cli_sim_listens_on_the_ipv6_loopback():
 
 
 def test_a_host_that_is_not_a_numeric_address_is_one_clear_line():
-    from speedmatrix.sim import _binary
 
     r = subprocess.run(
-        [str(_binary()), "--profile", str(profile_path("test-fast")), "--host", "localhost"],
+        [str(sim_binary()), "--profile", str(profile_path("test-fast")), "--host", "localhost"],
         capture_output=True,
         text=True,
         timeout=10,

@@ -126,6 +126,7 @@ class _ChunkServer:
 
         class H(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # headers and body go out at once
 
             def log_message(self, *a):  # quiet
                 pass
@@ -323,11 +324,12 @@ def test_matrix_precision_fields():
 
 
 def test_cli_precision_flags_reach_the_matrix():
-    from speedmatrix.cli import UsageError, _matrix_from_args, build_parser
+    from speedmatrix.cli import UsageError, build_parser
+    from speedmatrix.cli.run import matrix_from_args
 
     def matrix(*flags):
         args = build_parser().parse_args(["run", "--url", "http://127.0.0.1:1", *flags])
-        return _matrix_from_args(args)
+        return matrix_from_args(args)
 
     m = matrix("--precision", "2%", "--min-duration", "3s", "--duration", "60s")
     assert (m.precision, m.min_duration_s, m.duration_s) == (pytest.approx(0.02), 3.0, 60.0)

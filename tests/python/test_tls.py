@@ -109,6 +109,7 @@ def _sse() -> list[bytes]:
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as a real server
+    disable_nagle_algorithm = True  # headers and body go out at once
 
     def log_message(self, *args) -> None:  # quiet
         pass

@@ -120,6 +120,7 @@ CHUNKS = 16
 
 class _LyingUsage(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out at once
 
     def do_POST(self):
         self.rfile.read(int(self.headers.get("Content-Length") or 0))

@@ -275,9 +275,10 @@ def test_exit_status(cells, code):
 
 def test_cli_exit_status_is_the_verdicts():
     from speedmatrix import cli
+    from speedmatrix.cli import run as cli_run
 
     doc = {"cells": [_cell("valid"), _cell("error")]}
-    assert cli.run_exit_status(doc) == cli.EXIT_PARTIAL == ExitStatus.PARTIAL
+    assert cli_run.run_exit_status(doc) == cli.EXIT_PARTIAL == ExitStatus.PARTIAL
 
 
 # ---- open loop: kept up ------------------------------------------------------------------

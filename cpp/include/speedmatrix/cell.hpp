@@ -109,6 +109,14 @@ struct CellSpec {
   // (records.hpp RequestLog); 0 = all in memory.
   std::size_t spill_requests = RequestLog::kDefaultSpillThreshold;
   std::string spill_dir;
+
+  // Event loops (loops.hpp, docs/SCALE.md): N > 1 runs N loops on their own threads, each
+  // with its own libcurl multi handle and records, the slots (closed) or the arrivals
+  // (open) dealt round-robin, one window, the records merged exactly at the end; 1: one
+  // loop on the calling thread; 0: auto (auto_client_threads: ceil(streams / 256), at most
+  // the cores minus one). Never more loops than slots. A precision stop, and an open loop
+  // capped by max_concurrency (one FIFO gate), run one loop.
+  std::int32_t client_threads = 1;
 };
 
 struct CellResult {
@@ -130,10 +138,11 @@ struct CellResult {
   RequestLog requests;  // warm-up first, then window, in send order (some maybe spilled)
   EventColumns events;
   MetricSamples metrics;
-  double client_cpu_s = 0;     // CPU time of the client thread during the cell
-  double loop_lag_max_ms = 0;  // worst event-loop iteration beyond its wait
-  bool stopped = false;        // CellRunner::stop() ended it early
-  std::string fatal_error;     // set when the cell could not run at all (bad URL, ...)
+  std::int32_t client_threads = 1;  // the event loops the cell ran with
+  double client_cpu_s = 0;          // CPU time of the client's loop threads during the cell
+  double loop_lag_max_ms = 0;       // worst event-loop iteration beyond its wait
+  bool stopped = false;             // CellRunner::stop() ended it early
+  std::string fatal_error;          // set when the cell could not run at all (bad URL, ...)
 };
 
 // Live view for progress displays; read from another thread.

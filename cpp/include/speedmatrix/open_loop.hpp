@@ -42,6 +42,12 @@ struct OpenLoopPlan {
   // give_up_failures times in a row over give_up_ns end the cell
   // (StopReason::kUnreachable, stop_reason); the wait fields are unused.
   BackoffPolicy backoff;
+
+  // Many loops (loops.hpp): this run is loop `loop` of group->loops(); its pacer is its
+  // share of the one schedule (DealtPacer), and its t0 and end are the group's. nullptr:
+  // the only loop.
+  LoopGroup* group = nullptr;
+  std::int32_t loop = 0;
 };
 
 // Runs warm-up then the open-loop window on the calling thread. Every window
@@ -59,11 +65,13 @@ ScheduleTimes run_open_loop(const OpenLoopPlan& plan, Pacer& pacer, Transport& t
 // The open-loop fields of a CellSpec checked: "" or a one-line reason.
 std::string check_open_loop(const CellSpec& spec);
 
-// Runs an open-loop cell's schedule from its spec (pacer built from the spec).
+// Runs an open-loop cell's schedule from its spec (pacer built from the spec); with a
+// group, as loop `loop` of it (its share of the arrivals).
 // REQUIRES: check_open_loop(spec) == "".
 ScheduleTimes run_open_loop_cell(const CellSpec& spec, Transport& transport, Clock& clock,
                                  CellRecords& records, const std::atomic<bool>& stop,
-                                 CellProgress* progress);
+                                 CellProgress* progress, LoopGroup* group = nullptr,
+                                 std::int32_t loop = 0);
 
 // How many streams an open-loop cell may hold at once, for sizing the
 // connection cache and the descriptor limit.

@@ -12,7 +12,11 @@
 // far: llama.cpp and TGI put the final usage there.
 // First token = first chunk with non-empty `text` / `delta.content` /
 // `delta.reasoning_content` / `delta.reasoning` (or streamed tool calls);
-// role-only chunks are not. Only choices[0] is read.
+// role-only chunks are not. First content = first chunk with non-empty `text`,
+// `delta.content` or tool calls: reasoning is kept apart from content (it counts as
+// output tokens all the same). Only choices[0] is read.
+// Usage details: `usage.completion_tokens_details.reasoning_tokens` and
+// `usage.prompt_tokens_details.cached_tokens` (either may be null or absent: -1).
 // Shape: wrong JSON types for the fields read are kMalformed; an object
 // without choices, usage or error is a kData chunk with no tokens.
 #pragma once
@@ -60,7 +64,10 @@ struct ChunkResult {
   ChunkKind kind = ChunkKind::kData;
   std::int32_t tokens = 0;      // output tokens this chunk adds (>= 0)
   bool has_text = false;        // non-empty text/content/reasoning
+  bool has_content = false;     // non-empty text/content or tool calls (not reasoning)
+  bool has_reasoning = false;   // non-empty delta.reasoning_content / delta.reasoning
   bool first_token = false;     // this chunk carries the request's first token
+  bool first_content = false;   // this chunk carries the request's first content
   bool finished = false;        // a finish_reason was given in this chunk
   std::int64_t server_ns = -1;  // "sm_t_ns" stamp of the built-in engine (benchmarks), else -1
 };
@@ -70,6 +77,10 @@ struct StreamSummary {
   std::int64_t chunk_tokens = 0;    // sum of ChunkResult::tokens
   std::int64_t text_chunks = 0;     // chunks with non-empty text (each at least one token)
   std::int64_t prompt_tokens = -1;  // usage.prompt_tokens, -1 if never given
+  // usage.completion_tokens_details.reasoning_tokens, the last one given; -1 if never
+  std::int64_t reasoning_tokens = -1;
+  // usage.prompt_tokens_details.cached_tokens, the last one given; -1 if never
+  std::int64_t cached_tokens = -1;
   TokenSource source = TokenSource::kNone;
   std::string finish_reason;  // "" until given
   std::string error_type;     // kError: the server's type (or code); kMalformed: "malformed_event"
@@ -110,6 +121,7 @@ class OpenAIStreamDecoder {
   // adds the judgement of the usage against the text chunks.
   TokenSource counted_ = TokenSource::kNone;
   bool seen_text_ = false;
+  bool seen_content_ = false;
 };
 
 // Parses a non-streaming error body (an HTTP 4xx/5xx answer) of any of the

@@ -47,11 +47,24 @@ struct RequestRecord {
   ns_t scheduled_ns = kNever;    // when the scheduler wanted it sent
   ns_t sent_ns = kNever;         // when the transfer was handed to libcurl
   ns_t first_byte_ns = kNever;   // first response byte (headers)
-  ns_t first_token_ns = kNever;  // first chunk with text
-  ns_t done_ns = kNever;         // finished, failed or cancelled
+  ns_t first_token_ns = kNever;  // first chunk with text on any channel (reasoning or content)
+  // First chunk with visible content (`text`, `delta.content`, streamed tool calls), not
+  // reasoning: the time to first output (TTFO) a reader sees. Equal to first_token_ns on a
+  // server that streams no reasoning; kNever when only reasoning (or nothing) came.
+  ns_t first_content_ns = kNever;
+  ns_t done_ns = kNever;  // finished, failed or cancelled
   std::int32_t http_status = 0;
   std::int64_t prompt_tokens = -1;  // usage.prompt_tokens as the server reported
-  std::int64_t output_tokens = 0;
+  std::int64_t output_tokens = 0;   // every channel: reasoning tokens included
+  // usage.completion_tokens_details.reasoning_tokens (part of output_tokens); -1 when the
+  // server did not say.
+  std::int64_t reasoning_tokens = -1;
+  // usage.prompt_tokens_details.cached_tokens: prompt tokens served from the server's
+  // prefix cache; -1 when the server did not say.
+  std::int64_t cached_tokens = -1;
+  // Chunks that carried non-empty `delta.reasoning_content` / `delta.reasoning`: what was
+  // streamed of the reasoning (compared with reasoning_tokens by the reasoning_hidden rule).
+  std::int32_t reasoning_deltas = 0;
   TokenSource token_source = TokenSource::kNone;
   Outcome outcome = Outcome::kPending;
   std::string finish_reason;
@@ -66,7 +79,7 @@ struct RequestRecord {
 // A cell's request records in send order (request id = index). Memory does not grow with
 // the window: once the in-memory tail holds spill_threshold records, spill_finished() moves
 // its longest prefix of records that finished before a given time to two unlinked files
-// (fixed 96-byte rows, and the three strings of each row back to back) and drops them.
+// (fixed 128-byte rows, and the three strings of each row back to back) and drops them.
 // Records in flight always stay in memory.
 //   operator[] (mutable): the transport and the loops change only records in flight or just
 //     finished, which the loops' lag (they spill what finished seconds ago) keeps in memory;
@@ -78,7 +91,7 @@ struct RequestRecord {
 // and note() says so once; none is lost. Not thread-safe: the transport's thread only.
 class RequestLog {
  public:
-  static constexpr std::size_t kDefaultSpillThreshold = 4096;  // ~0.8 MB of records
+  static constexpr std::size_t kDefaultSpillThreshold = 4096;  // ~0.9 MB of records
 
   RequestLog();
   RequestLog(RequestLog&& o) noexcept;
@@ -138,12 +151,13 @@ class RequestLog {
 
   // One spilled record: fixed fields, and where its strings lie in the text file.
   struct Row {
-    ns_t scheduled_ns, sent_ns, first_byte_ns, first_token_ns, done_ns;
-    std::int64_t prompt_tokens, output_tokens;
+    ns_t scheduled_ns, sent_ns, first_byte_ns, first_token_ns, first_content_ns, done_ns;
+    std::int64_t prompt_tokens, output_tokens, reasoning_tokens, cached_tokens;
     std::uint64_t text_off;  // finish_reason, error_kind, error_message, back to back
-    std::int32_t slot, body, http_status, retries;
+    std::int32_t slot, body, http_status, retries, reasoning_deltas;
     std::uint32_t finish_len, kind_len, message_len;
     std::uint8_t phase, token_source, outcome, pad;
+    std::uint32_t pad2;
   };
 
  private:

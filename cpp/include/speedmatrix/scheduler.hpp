@@ -20,6 +20,7 @@
 namespace speedmatrix {
 
 struct CellProgress;  // cell.hpp
+class LoopGroup;      // loops.hpp
 
 // The loops spill request records (RequestLog::spill_finished) that finished at least this
 // long ago: a just-finished record is still read (and a stalled one written) by the loop
@@ -166,6 +167,12 @@ struct ClosedLoopPlan {
   std::function<bool(ns_t t0, ns_t now)> should_end;
   ns_t min_duration_ns = 0;
   ns_t check_interval_ns = 1'000'000'000;
+
+  // Many loops (loops.hpp): this run is loop `loop` of group->loops(), and runs the global
+  // slots loop, loop + N, ... and warm-up bodies likewise; the window, the request budget
+  // and the end are the group's. nullptr: the only loop (slots 0..concurrency-1).
+  LoopGroup* group = nullptr;
+  std::int32_t loop = 0;
 };
 
 enum class StopReason : std::uint8_t {

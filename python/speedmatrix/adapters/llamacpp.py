@@ -18,6 +18,7 @@ Slot caches are emptied with ``POST /slots/{id}?action=erase``."""
 from __future__ import annotations
 
 import re
+import shlex
 from typing import Any
 
 from speedmatrix.adapters.base import (
@@ -60,8 +61,6 @@ def layout_from_launch(command: str | None) -> dict[str, Any] | None:
     ``-kvu``/``--kv-unified`` unified, ``-no-kvu``/``--no-kv-unified`` split, an explicit
     ``-np``/``--parallel`` K > 1 without either split (unified is the default only when
     the slot count is auto)."""
-    import shlex
-
     if not command:
         return None
     try:

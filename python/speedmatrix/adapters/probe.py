@@ -4,12 +4,19 @@ sampler during a cell uses the same C++ code)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from typing import Any, Protocol
 
+from speedmatrix._native import _core
 from speedmatrix.http import ConnectError, HttpClient, HttpError
 
-if TYPE_CHECKING:
-    from speedmatrix.adapters.registry import Adapter
+
+class Owned(Protocol):
+    """What `ProbeContext.owned_by_matches` reads of an adapter (registry.Adapter has it);
+    a protocol, so that the registry imports this module and not the other way round."""
+
+    @property
+    def owned_by(self) -> Iterable[str]: ...
 
 
 # ---- probing ------------------------------------------------------------------------------
@@ -31,7 +38,7 @@ class ProbeContext:
         self.failures: dict[str, str] = {}
         self._cache: dict[tuple[str, str], Any] = {}
 
-    def owned_by_matches(self, adapter: Adapter) -> bool:
+    def owned_by_matches(self, adapter: Owned) -> bool:
         return bool(self.owned_by & {o.lower() for o in adapter.owned_by})
 
     def max_model_len(self, model: str | None = None) -> int | None:
@@ -103,6 +110,4 @@ def parse_prometheus(text: str) -> list[tuple[str, dict[str, str], float]]:
     """Samples of Prometheus text exposition: ``[(name, labels, value), ...]`` (the C++
     parser the in-cell sampler uses). Raises ValueError when a line is not a sample, a
     comment or blank: such a page is not Prometheus text."""
-    from speedmatrix._native import _core
-
     return [(n, dict(labels), float(v)) for n, labels, v in _core.parse_prometheus(text, True)]

@@ -5,12 +5,10 @@ knows it."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
+from speedmatrix.adapters.probe import ProbeContext
 from speedmatrix.adapters.types import USAGE_FINAL, MetricsSpec, OutputControl, TokenizeSpec
-
-if TYPE_CHECKING:
-    from speedmatrix.adapters.probe import ProbeContext
 
 
 # ---- the interface ------------------------------------------------------------------------

@@ -211,7 +211,7 @@ def plan_learning_running(
     """``plan(matrix, target)``; where some cell's capacity verdict depends on the
     running cap the server did not publish, the cap is learnt first (launch command, then
     a load probe of max N + 1 requests) and the matrix planned again."""
-    from speedmatrix.plan import plan
+    from speedmatrix.plan import plan  # layering: moves to plan.py when sweep.py is free (issue 19)
 
     learn_layout(target, launch_command)
     planned = plan(matrix, target)

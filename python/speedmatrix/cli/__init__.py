@@ -11,10 +11,12 @@
     speedmatrix compare DIR_A DIR_B [--out DIR]
     speedmatrix capacity DIR --slo ttft=2s,tpot=50ms [--attainment 95%] [--json]
 
-One module per command, each with ``add_parser(sub)`` and ``command(args)`` (run, init,
-sim, demo, report, show, recompute, compare, capacity); ``run_flags`` holds run's argument
-groups, ``common`` the exit statuses and the parser classes, ``main`` the whole parser and
-``main()``. The names below are re-exported for tests and scripts.
+One module per command with its ``command(args)`` (run, init, sim, demo, report, show,
+recompute, compare, capacity, predict), imported only when that command runs; the parsers
+are apart and light, so that ``--help`` imports no numpy: ``run_flags`` holds run's
+argument groups, ``parsers`` the other commands', ``common`` the exit statuses, the parser
+classes and the API key, ``main`` the whole parser and ``main()``. The names below are
+re-exported for tests and scripts (the run's helpers: ``speedmatrix.cli.run``).
 
 Exit status (docs/RELIABILITY.md): 0 every runnable cell measured; 3 some cells failed
 (status error) or were not run; 1 nothing was measured or the run could not start (a target
@@ -42,20 +44,10 @@ from speedmatrix.cli.common import (
     STOP_SIGNALS,
     Formatter,
     Parser,
-)
-from speedmatrix.cli.compare import COMPARE_DIR
-from speedmatrix.cli.main import COMMANDS, build_parser, main
-from speedmatrix.cli.run import (
-    FD_MARGIN,
     api_key_of,
-    apply_meta,
-    ensure_descriptors,
-    matrix_from_args,
-    matrix_sources,
-    prepare_out,
-    run_exit_status,
-    target_overrides,
 )
+from speedmatrix.cli.main import COMMANDS, build_parser, main
+from speedmatrix.cli.parsers import COMPARE_DIR
 from speedmatrix.cli.run_flags import (
     MATRIX_FLAGS,
     META_KEYS,
@@ -68,8 +60,6 @@ from speedmatrix.cliargs import UsageError
 # the names the tests and scripts used when this was one module (cli.py)
 _Parser = Parser
 _Formatter = Formatter
-_apply_meta = apply_meta
-_matrix_from_args = matrix_from_args
 
 __all__ = [
     "COMMANDS",
@@ -78,7 +68,6 @@ __all__ = [
     "EXIT_OK",
     "EXIT_PARTIAL",
     "EXIT_USAGE",
-    "FD_MARGIN",
     "MATRIX_FLAGS",
     "META_KEYS",
     "RUN_DEFAULTS",
@@ -89,13 +78,6 @@ __all__ = [
     "UsageError",
     "add_run_groups",
     "api_key_of",
-    "apply_meta",
     "build_parser",
-    "ensure_descriptors",
     "main",
-    "matrix_from_args",
-    "matrix_sources",
-    "prepare_out",
-    "run_exit_status",
-    "target_overrides",
 ]

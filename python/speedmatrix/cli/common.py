@@ -4,9 +4,12 @@ error, the help formatter."""
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 
+from speedmatrix._native import _core
 from speedmatrix.cliargs import UsageError
+from speedmatrix.errors import SpeedmatrixError
 
 EXIT_OK = 0
 #: nothing was measured, or the run could not start
@@ -45,6 +48,25 @@ class Formatter(argparse.HelpFormatter):
 
 
 def version_text() -> str:
-    from speedmatrix import __version__
+    return f"speedmatrix {_core.version}"  # speedmatrix.__version__ reads the same
 
-    return f"speedmatrix {__version__}"
+
+def api_key_of(args: argparse.Namespace) -> str | None:
+    """The API key: --api-key-file, --api-key, $SPEEDMATRIX_API_KEY or $OPENAI_API_KEY."""
+    if getattr(args, "api_key_file", None) is not None:
+        try:
+            key = args.api_key_file.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            why = getattr(exc, "strerror", None) or "not UTF-8 text"
+            raise SpeedmatrixError(f"--api-key-file {args.api_key_file}: {why}") from None
+        if not key or "\n" in key:
+            raise SpeedmatrixError(
+                f"--api-key-file {args.api_key_file}: expected the key alone on one line"
+            )
+        return key
+    return (
+        args.api_key
+        or os.environ.get("SPEEDMATRIX_API_KEY")
+        or os.environ.get("OPENAI_API_KEY")
+        or None
+    )

@@ -4,24 +4,27 @@ per failure, exit statuses)."""
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import signal
 import sys
 import threading
+import traceback
+from collections.abc import Callable
 
-from speedmatrix.cli import capacity, compare, demo, init, recompute, report, run, run_flags, show
-from speedmatrix.cli import predict as predict_cmd
-from speedmatrix.cli import sim as sim_cmd
+from speedmatrix.cli import parsers, run_flags
 from speedmatrix.cli.common import (
     EXIT_FAILURE,
     EXIT_USAGE,
     STOP_SIGNALS,
     Formatter,
     Parser,
+    api_key_of,
     version_text,
 )
-from speedmatrix.cli.run import api_key_of
 from speedmatrix.cliargs import UsageError
+from speedmatrix.errors import SpeedmatrixError, clip, route_warnings
+from speedmatrix.redact import redact, redact_known
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,19 +45,20 @@ start here:
     parser.add_argument("--version", action="version", version=version_text())
     parser.add_argument("--debug", action="store_true", help="show tracebacks of failures")
     sub = parser.add_subparsers(dest="command", parser_class=Parser, metavar="COMMAND")
-    for module in (
-        run_flags,
-        init,
-        sim_cmd,
-        demo,
-        report,
-        show,
-        recompute,
-        compare,
-        capacity,
-        predict_cmd,
+    for add in (
+        run_flags.add_parser,
+        parsers.add_init,
+        parsers.add_sim,
+        parsers.add_demo,
+        parsers.add_report,
+        parsers.add_show,
+        parsers.add_recompute,
+        parsers.add_compare,
+        parsers.add_capacity,
+        parsers.add_predict,
+        parsers.add_fit,
     ):
-        module.add_parser(sub)
+        add(sub)
     for p in sub.choices.values():  # --debug after the command too; SUPPRESS keeps the top's
         p.add_argument(
             "--debug",
@@ -65,17 +69,31 @@ start here:
     return parser
 
 
+def _command(name: str) -> Callable[[argparse.Namespace], int]:
+    """`speedmatrix NAME`: ``speedmatrix.cli.NAME.command``, imported when it runs."""
+
+    def command(args: argparse.Namespace) -> int:
+        # start-up: a command's module (numpy, pandas, the sweep) loads only when it runs
+        return int(importlib.import_module(f"speedmatrix.cli.{name}").command(args))
+
+    return command
+
+
 COMMANDS = {
-    "run": run.command,
-    "init": init.command,
-    "sim": sim_cmd.command,
-    "demo": demo.command,
-    "report": report.command,
-    "compare": compare.command,
-    "capacity": capacity.command,
-    "recompute": recompute.command,
-    "show": show.command,
-    "predict": predict_cmd.command,
+    name: _command(name)
+    for name in (
+        "run",
+        "init",
+        "sim",
+        "demo",
+        "report",
+        "compare",
+        "capacity",
+        "recompute",
+        "show",
+        "predict",
+        "fit",
+    )
 }
 
 
@@ -121,18 +139,11 @@ def _exit_now(status: int) -> None:
 
 
 def _one_line(text: str, secrets: list[str]) -> str:
-    from speedmatrix.errors import clip
-    from speedmatrix.redact import redact, redact_known
-
     text = clip(text, 2000) or "(no message)"  # speedmatrix.errors.clip: one line, bounded
     return redact_known(redact(text), secrets)
 
 
 def main(argv: list[str] | None = None) -> int:
-    import traceback
-
-    from speedmatrix.errors import SpeedmatrixError, route_warnings
-
     parser = build_parser()
     secrets: list[str] = []
     debug = "--debug" in (sys.argv[1:] if argv is None else argv)
@@ -141,8 +152,6 @@ def main(argv: list[str] | None = None) -> int:
 
     def say(text: str) -> None:
         if debug:
-            from speedmatrix.redact import redact, redact_known
-
             sys.stderr.write(redact_known(redact(traceback.format_exc()), secrets))
         print(f"speedmatrix: error: {_one_line(text, secrets)}", file=sys.stderr)
 

@@ -3,42 +3,13 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from speedmatrix.cli.common import Formatter
 from speedmatrix.cliargs import UsageError
-
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    """The `recompute` command."""
-    rec = sub.add_parser(
-        "recompute",
-        help="rebuild every cell of a saved run from its records (optionally with other rules)",
-        description="Judges every measured cell of a saved run again from its raw records, "
-        "the engine facts and the rules saved with it, and says which cells changed. "
-        "Nothing is written without --write.",
-        epilog="examples:\n  speedmatrix recompute out/h200\n"
-        "  speedmatrix recompute out/h200 --rule error_threshold=0.1 --write\n",
-        formatter_class=Formatter,
-    )
-    rec.add_argument("dir", type=Path, help="folder of a saved run (holds run.json and records/)")
-    rec.add_argument(
-        "--rule",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="change a threshold (e.g. error_threshold=0.1, queue_gap_requests=1); repeatable",
-    )
-    rec.add_argument(
-        "--write", action="store_true", help="rewrite DIR/run.json with the recomputed cells"
-    )
+from speedmatrix.recompute import recompute_doc
+from speedmatrix.runfile import read_run, write_run
 
 
 def command(args: argparse.Namespace) -> int:
-    if not (args.dir / "run.json").is_file():
-        raise UsageError(f"{args.dir} holds no run.json")
-    from speedmatrix.recompute import recompute_doc
-    from speedmatrix.runfile import read_run, write_run
 
     changes: dict[str, float] = {}
     for item in args.rule:

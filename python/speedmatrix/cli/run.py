@@ -6,21 +6,45 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import sys
+from dataclasses import fields
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from speedmatrix import dryrun, http, runfile, sweep
+from speedmatrix.cli.common import api_key_of
 from speedmatrix.cli.run_flags import MATRIX_FLAGS, META_KEYS
 from speedmatrix.cli.traffic_flags import apply_traffic_flags
-from speedmatrix.cliargs import UsageError, base_url, csv_list, positive_int
+from speedmatrix.cliargs import (
+    UsageError,
+    base_url,
+    csv_list,
+    parse_client_threads,
+    positive_int,
+)
+from speedmatrix.errors import SpeedmatrixError
+from speedmatrix.latency import parse_percentiles
+from speedmatrix.matrix import (
+    Matrix,
+    parse_arrival,
+    parse_contexts,
+    parse_precision,
+    preset_record,
+    toml_fields,
+)
+from speedmatrix.runfile import ensure_unlocked
+from speedmatrix.slo import parse_attainment, parse_slo
+from speedmatrix.units import parse_duration, parse_tokens
+from speedmatrix.verdict import exit_status
+from speedmatrix.workload import load_prompts
 
 #: descriptors a run needs beyond one per stream: discovery, /metrics, files, libcurl's own
 FD_MARGIN = 64
 
 
 def matrix_from_args(args: argparse.Namespace):
-    from speedmatrix.matrix import Matrix, parse_contexts, parse_precision
-    from speedmatrix.units import parse_duration, parse_tokens
 
     try:
         if args.matrix is not None:
@@ -59,6 +83,8 @@ def matrix_from_args(args: argparse.Namespace):
             m.max_output = parse_tokens(args.max_output)
         if args.api:
             m.api = args.api
+        if args.client_threads:
+            m.client_threads = parse_client_threads(args.client_threads)
         if args.repetitions is not None:
             m.repetitions = args.repetitions
         if args.shared_prefix:
@@ -84,10 +110,6 @@ def matrix_from_args(args: argparse.Namespace):
 
 def apply_open_loop_flags(m, args: argparse.Namespace) -> None:
     """The open-loop and SLO flags onto matrix ``m`` (ValueError names the flag)."""
-    from speedmatrix.latency import parse_percentiles
-    from speedmatrix.matrix import parse_arrival
-    from speedmatrix.slo import parse_attainment, parse_slo
-    from speedmatrix.units import parse_duration
 
     if getattr(args, "request_rate", None):
         rates = []
@@ -116,8 +138,6 @@ def apply_open_loop_flags(m, args: argparse.Namespace) -> None:
     if getattr(args, "search", None):
         m.search = args.search
     if getattr(args, "prompts", None):
-        from speedmatrix.workload import load_prompts
-
         load_prompts(args.prompts)  # a bad file is one line now, before any work
         m.prompts_file = str(Path(args.prompts).resolve())
 
@@ -126,9 +146,6 @@ def matrix_sources(args: argparse.Namespace) -> dict[str, str]:
     """Where each matrix field in force came from: ``default``, ``preset NAME`` (a field
     the preset sets otherwise than the default), ``file NAME`` (a key of --matrix) or the
     flag (``--precision``); the flag wins over the file, the file over the preset."""
-    from dataclasses import fields
-
-    from speedmatrix.matrix import Matrix, toml_fields
 
     names = [f.name for f in fields(Matrix)]
     out = dict.fromkeys(names, "default")
@@ -147,7 +164,6 @@ def matrix_sources(args: argparse.Namespace) -> dict[str, str]:
 
 
 def target_overrides(args: argparse.Namespace) -> dict:
-    from speedmatrix.units import parse_tokens
 
     out: dict = {}
     try:
@@ -189,7 +205,6 @@ def apply_meta(args: argparse.Namespace) -> None:
 
 
 def command(args: argparse.Namespace) -> int:
-    from speedmatrix import http
 
     apply_meta(args)
     api_key = api_key_of(args)
@@ -209,7 +224,6 @@ def _dry_run(args: argparse.Namespace, api_key: str | None, client: Any) -> int:
         raise UsageError("--dry-run plans a new run; it does not take --resume")
     if not args.url:
         raise UsageError("--url is required")
-    from speedmatrix import dryrun
 
     url = base_url(args.url)
     matrix = matrix_from_args(args)
@@ -229,7 +243,6 @@ def _dry_run(args: argparse.Namespace, api_key: str | None, client: Any) -> int:
 
 
 def _resume(args: argparse.Namespace, api_key: str | None, client: Any) -> int:
-    from speedmatrix import runfile, sweep
 
     doc = runfile.read_run(args.resume)
     conc = ((doc.get("meta") or {}).get("run") or {}).get("matrix", {}).get("concurrency")
@@ -264,14 +277,11 @@ def _report_info(args: argparse.Namespace, matrix: Any) -> dict[str, Any]:
         "revision": args.revision,
     }
     if args.preset and args.matrix is None:
-        from speedmatrix.matrix import preset_record
-
         info["preset"] = preset_record(matrix, args.preset)
     return info
 
 
 def _new_run(args: argparse.Namespace, api_key: str | None, client: Any) -> int:
-    from speedmatrix import runfile, sweep
 
     if not args.url:
         raise UsageError("--url is required (or --resume DIR)")
@@ -307,7 +317,6 @@ def _new_run(args: argparse.Namespace, api_key: str | None, client: Any) -> int:
 
 def run_exit_status(doc: dict) -> int:
     """The exit status of a finished run (`speedmatrix.verdict.exit_status`)."""
-    from speedmatrix.verdict import exit_status  # here: --help imports nothing heavy
 
     return int(exit_status(doc))
 
@@ -316,10 +325,6 @@ def prepare_out(out: Path, force: bool = False) -> Path | None:
     """Makes the --out folder. One that holds another run (a run.json) is refused unless
     ``force``, which renames the folder to ``<out>.replaced-<UTC time>`` (nothing is deleted)
     and returns that new path."""
-    from datetime import datetime, timezone
-
-    from speedmatrix.errors import SpeedmatrixError
-    from speedmatrix.runfile import ensure_unlocked
 
     out = Path(out)
     moved = None
@@ -358,9 +363,6 @@ def ensure_descriptors(concurrency: int) -> None:
     """A cell of ``concurrency`` streams needs a descriptor each, plus FD_MARGIN. The soft
     limit is raised to the hard one when short; a hard limit too low is the client's limit,
     said before any cell runs (not found later as connect errors blamed on the server)."""
-    import resource
-
-    from speedmatrix.errors import SpeedmatrixError
 
     need = int(concurrency) + FD_MARGIN
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -373,26 +375,4 @@ def ensure_descriptors(concurrency: int) -> None:
         f"concurrency {concurrency} needs about {need} open files, and this process may open "
         f"{hard} (the hard limit); raise it (ulimit -Hn {need} as root, or LimitNOFILE= in "
         "a systemd unit) or lower --concurrency"
-    )
-
-
-def api_key_of(args: argparse.Namespace) -> str | None:
-    if getattr(args, "api_key_file", None) is not None:
-        from speedmatrix.errors import SpeedmatrixError
-
-        try:
-            key = args.api_key_file.read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeDecodeError) as exc:
-            why = getattr(exc, "strerror", None) or "not UTF-8 text"
-            raise SpeedmatrixError(f"--api-key-file {args.api_key_file}: {why}") from None
-        if not key or "\n" in key:
-            raise SpeedmatrixError(
-                f"--api-key-file {args.api_key_file}: expected the key alone on one line"
-            )
-        return key
-    return (
-        args.api_key
-        or os.environ.get("SPEEDMATRIX_API_KEY")
-        or os.environ.get("OPENAI_API_KEY")
-        or None
     )

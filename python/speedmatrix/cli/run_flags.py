@@ -87,6 +87,7 @@ MATRIX_FLAGS = (
     ("slo", "slo", "--slo"),
     ("attainment", "attainment", "--attainment"),
     ("search", "search", "--search"),
+    ("client_threads", "client_threads", "--client-threads"),
     *TRAFFIC_FLAGS,
 )
 
@@ -223,6 +224,12 @@ def _load_flags(g: argparse._ArgumentGroup, d: dict[str, str]) -> None:
         "--extra-body",
         metavar="JSON",
         help="JSON object merged into every request body, e.g. '{\"top_k\": 1}'",
+    )
+    g.add_argument(
+        "--client-threads",
+        metavar="N|auto",
+        help="the client's event loops per cell, each on its own core (default: auto, one "
+        "per 256 streams, at most the cores minus one; see speedmatrix selftest)",
     )
 
 

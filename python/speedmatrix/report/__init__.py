@@ -22,7 +22,7 @@ _LAZY = {
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        return getattr(importlib.import_module(_LAZY[name]), name)  # start-up: on first use
     raise AttributeError(name)
 
 

@@ -16,6 +16,7 @@ from matplotlib.patches import Polygon, Rectangle
 from speedmatrix.report import formatting as fmt
 from speedmatrix.report.cells import cell_flags, decode_cells
 from speedmatrix.report.chartstyle import FLAG_COLOR, STYLE, empty, new_figure, set_title
+from speedmatrix.report.predicted import CHART_LABEL, predicted_keys
 
 if TYPE_CHECKING:  # pragma: no cover
     from speedmatrix.results import Run
@@ -70,6 +71,7 @@ def decode_heatmap(run: Run, figure: str = "total_tok_s") -> Figure:
         }
         set_title(ax, run, f"Sustained decode: {names.get(figure, figure)}")
         _mark_flags(ax, run, st)
+        _mark_predicted(ax, run)
         fig.colorbar(im, ax=ax, shrink=0.8, label=names.get(figure, figure))
     return fig
 
@@ -168,6 +170,65 @@ def _mark_flags(ax, run: Run, st: Any) -> None:
             fontsize=7.5,
             frameon=False,
         )
+
+
+def _mark_predicted(ax, run: Run) -> None:
+    """A dotted frame and "predicted" on each cell the twin predicted: never read as measured."""
+    guessed = predicted_keys(run)
+    md = run.matrix_definition
+    for i, ctx in enumerate(md["contexts"]):
+        for j, n in enumerate(md["concurrency"]):
+            if (int(ctx), int(n)) in guessed:
+                ax.add_patch(
+                    Rectangle(
+                        (j - 0.47, i - 0.47),
+                        0.94,
+                        0.94,
+                        facecolor="none",
+                        edgecolor="white",
+                        lw=1.2,
+                        ls=":",
+                    )
+                )
+                ax.text(
+                    j,
+                    i + 0.33,
+                    "predicted",
+                    ha="center",
+                    va="center",
+                    fontsize=6,
+                    color="black",
+                    bbox={"facecolor": "white", "alpha": 0.75, "lw": 0, "pad": 0.6},
+                )
+    if guessed:
+        ax.set_xlabel(f"simultaneous requests · dotted: {CHART_LABEL}")
+
+
+def mark_predicted_points(
+    ax, guessed: set[tuple[int, int]], context: int, levels: Any, xy: tuple, color: Any
+) -> None:
+    """A line chart's predicted points drawn hollow: never read as measured ones."""
+    x, y, ok = xy
+    est = ok & np.array([(context, int(float(n))) in guessed for n in levels], dtype=bool)
+    if est.any():
+        ax.scatter(x[est], y[est], s=36, facecolor="white", edgecolor=color, zorder=4)
+
+
+def predicted_handles(guessed: set[tuple[int, int]]) -> list[Line2D]:
+    """The legend entry of the hollow points, where a chart has any."""
+    if not guessed:
+        return []
+    return [
+        Line2D(
+            [],
+            [],
+            marker="o",
+            ls="",
+            label=CHART_LABEL,
+            markerfacecolor="white",
+            markeredgecolor="0.3",
+        )
+    ]
 
 
 def decode_flags(run: Run) -> dict[tuple[int, int], list[str]]:

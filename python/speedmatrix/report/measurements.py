@@ -10,6 +10,7 @@ import numpy as np
 
 from speedmatrix.redact import redact
 from speedmatrix.report import formatting as fmt
+from speedmatrix.report import predicted
 from speedmatrix.report.cells import (
     FLAG_SHORT,
     FLAG_TEXT,
@@ -70,7 +71,7 @@ def decode_section(run: Run) -> Section:
     st = run.statuses()
     groups = decode_cells(run)
     md = run.matrix_definition
-    rows, classes, kinds, flagged = [], [], [], False
+    rows, classes, kinds, flagged, guessed = [], [], [], False, False
     for i, label in enumerate(tot.index):
         row: list[Any] = [str(label)]
         cls = ["ctx"]
@@ -83,13 +84,18 @@ def decode_section(run: Run) -> Section:
             if kind:
                 kinds.append(kind)
             flagged = flagged or bool(flags and s in ("valid", "queued"))
-            row.append(cell_lines(s, tot.iat[i, j], ttft.iat[i, j], e, flags, kind or "failed"))
             c = {
                 "over_capacity": "over",
                 "queued": "queued",
                 "error": "error",
                 None: "missing",
             }.get(s, "valid")
+            if predicted.any_predicted(cells):  # never shown as measured
+                guessed = True
+                row.append(predicted.grid_lines(s, cells))
+                cls.append(c + " predicted")
+                continue
+            row.append(cell_lines(s, tot.iat[i, j], ttft.iat[i, j], e, flags, kind or "failed"))
             if flags and s in ("valid", "queued"):
                 c += " flagged"
             cls.append(c)
@@ -104,6 +110,8 @@ def decode_section(run: Run) -> Section:
         classes=classes,
     )
     text = [fmt.TTFT_NOTE] + status_notes(run, statuses, kinds, flagged)
+    if guessed:
+        text.append(predicted.legend(run))
     return Section(
         "Sustained decode",
         table=tbl,
@@ -114,6 +122,8 @@ def decode_section(run: Run) -> Section:
 
 
 def _all_row(c: dict) -> list[str]:
+    if predicted.is_predicted(c):
+        return _predicted_row(c)
     phase = c.get("phase")
     status = c.get("status")
     if status == "over_capacity" or (status == "error" and phase == "decode"):
@@ -155,6 +165,19 @@ def _all_row(c: dict) -> list[str]:
     ]
 
 
+def _predicted_row(c: dict) -> list[str]:
+    """A predicted cell in the table of measurements: its status and figures marked, no
+    measured time, nothing the model does not predict."""
+    mark = f" ({predicted.PREDICTED_MARK})"
+    row = [fmt.phase_text(c.get("phase")), c["label"], load_of(c)]
+    row.append(fmt.status_text(c.get("status")) + mark)
+    if c.get("status") == "over_capacity":
+        return row + [fmt.DASH] * 8
+    row += [fmt.tok_s(c.get("total_tok_s")) + mark, fmt.tok_s(c.get("per_request_tok_s"))]
+    row += [fmt.DASH, fmt.ms1(c.get("tbt_ms")) + mark]
+    return row + [fmt.one(c.get("avg_active")), fmt.DASH, fmt.DASH, fmt.DASH]
+
+
 def all_section(run: Run) -> Section:
     cells = ordered_cells(run)
     rows = [_all_row(c) for c in cells]
@@ -175,7 +198,8 @@ def all_section(run: Run) -> Section:
         note=fmt.legend(c.get("status") for c in cells),
         classes=classes,
     )
-    return Section("All measurements", table=tbl, anchor="all-measurements")
+    text = [predicted.legend(run)] if predicted.any_predicted(cells) else []
+    return Section("All measurements", table=tbl, text=text, anchor="all-measurements")
 
 
 def ci_section(run: Run) -> Section:

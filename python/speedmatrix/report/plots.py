@@ -31,7 +31,8 @@ from speedmatrix.report.chartstyle import (
     set_title,
 )
 from speedmatrix.report.goodput import slo_capacities
-from speedmatrix.report.heatmap import decode_heatmap
+from speedmatrix.report.heatmap import decode_heatmap, mark_predicted_points, predicted_handles
+from speedmatrix.report.predicted import predicted_keys
 from speedmatrix.report.prefixcache import CHART as CACHE_CHART
 from speedmatrix.report.prefixcache import cache_cells, ttft_by_cached_fraction
 from speedmatrix.report.traffic import (
@@ -77,6 +78,7 @@ def _decode_lines(
         lo_col, hi_col = f"{figure}_lo", f"{figure}_hi"
         plotted = queued = False
         md = run.matrix_definition
+        guessed = predicted_keys(run)
         colors = matplotlib.colormaps["viridis"](np.linspace(0, 0.9, max(1, len(md["contexts"]))))
         for k, (label, row) in enumerate(vals.iterrows()):
             x = np.array([float(c) for c in vals.columns])
@@ -87,6 +89,7 @@ def _decode_lines(
             plotted = True
             ax.plot(x[ok], y[ok], marker="o", ms=4, label=str(label), color=colors[k])
             ctx = md["contexts"][k]
+            mark_predicted_points(ax, guessed, int(ctx), vals.columns, (x, y, ok), colors[k])
             sub = dec[(dec["context"] == ctx) & dec[figure].notna()] if figure in dec else dec[:0]
             if bands and lo_col in sub and sub[lo_col].notna().any():
                 sub = sub.sort_values("concurrency")
@@ -128,6 +131,7 @@ def _decode_lines(
         ax.set_ylabel(ylabel)
         set_title(ax, run, title)
         handles, _ = ax.get_legend_handles_labels()
+        handles += predicted_handles(guessed)
         if queued:  # the square's meaning, only where a cell is queued
             handles.append(
                 Line2D(

@@ -11,6 +11,7 @@ import numpy as np
 from speedmatrix.report import formatting as fmt
 from speedmatrix.report.cells import FLAG_SHORT, cell_flags, load_text, ordered_cells, status_of
 from speedmatrix.report.model import Section, Table
+from speedmatrix.report.predicted import PREDICTED_MARK, is_predicted
 from speedmatrix.report.rates import figure_grid, load_grid
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -33,6 +34,13 @@ def summary(run: Run) -> dict[str, Any]:
     md = run.matrix_definition
     conc = [int(n) for n in tot.columns]
     out: dict[str, Any] = {"peak": None, "contexts": [], "flagged": {}, "n_flagged": 0}
+    #: (context, concurrency) of the cells the twin predicted (never counted as measured)
+    guessed = {
+        (int(c["context"]), int(c["concurrency"]))
+        for c in ordered_cells(run)
+        if c.get("phase") == "decode" and is_predicted(c)
+    }
+    out["predicted"] = guessed
     vals = tot.to_numpy(float)
     if vals.size and np.isfinite(vals).any():
         pi, pj = np.unravel_index(np.nanargmax(vals), vals.shape)
@@ -41,6 +49,7 @@ def summary(run: Run) -> dict[str, Any]:
             "context": int(md["contexts"][pi]),
             "label": str(tot.index[pi]),
             "concurrency": conc[pj],
+            "predicted": (int(md["contexts"][pi]), conc[pj]) in guessed,
         }
     for i, label in enumerate(tot.index):
         row_per = per.iloc[i].to_numpy(float)
@@ -62,6 +71,9 @@ def summary(run: Run) -> dict[str, Any]:
                 "label": str(label),
                 "context": int(md["contexts"][i]),
                 "single_tok_s": single,
+                "single_predicted": (int(md["contexts"][i]), 1) in guessed,
+                "peak_predicted": best is not None
+                and (int(md["contexts"][i]), conc[best]) in guessed,
                 "knee": knee,
                 "peak_tok_s": float(row_tot[best]) if best is not None else float("nan"),
                 "peak_at": conc[best] if best is not None else None,
@@ -80,28 +92,17 @@ def summary(run: Run) -> dict[str, Any]:
     return out
 
 
-def summary_section(run: Run) -> Section:
-    s = summary(run)
+def _cell_items(run: Run, s: dict[str, Any]) -> list[tuple[str, str]]:
+    """The summary's "Flagged cells" line (measured cells only) and, where the twin predicted
+    some, the "Predicted cells" line."""
     items: list[tuple[str, str]] = []
-    peak = s["peak"]
-    if peak is None:
-        items.append(("Peak throughput", "No decode cell was measured."))
-    else:
-        items.append(
-            (
-                "Peak throughput",
-                (
-                    f"{fmt.tok_s(peak['total_tok_s'])} total tok/s at {peak['label']} context × "
-                    f"{fmt.plural(peak['concurrency'], 'request')} at once"
-                ),
-            )
+    n_cells = int(
+        sum(
+            1
+            for c in ordered_cells(run)
+            if c.get("status") in ("valid", "queued") and not is_predicted(c)
         )
-    singles = [(c["label"], c["single_tok_s"]) for c in s["contexts"]]
-    singles = [(lab, v) for lab, v in singles if np.isfinite(v)]
-    if singles:
-        text = ", ".join(f"{fmt.tok_s(v)} at {lab}" for lab, v in singles)
-        items.append(("Single-stream speed", f"{text} (tok/s of one request alone)"))
-    n_cells = int(sum(1 for c in ordered_cells(run) if c.get("status") in ("valid", "queued")))
+    )
     if s["n_flagged"]:
         why = ", ".join(
             f"{FLAG_SHORT.get(f, f)} ({n})"
@@ -118,6 +119,43 @@ def summary_section(run: Run) -> Section:
         )
     else:
         items.append(("Flagged cells", f"None of {n_cells} measured cells"))
+    if s["predicted"]:
+        items.append(
+            (
+                "Predicted cells",
+                (
+                    f"{len(s['predicted'])} decode cells predicted by the twin, not measured "
+                    "(marked predicted; see Predicted cells)"
+                ),
+            )
+        )
+    return items
+
+
+def summary_section(run: Run) -> Section:
+    s = summary(run)
+    items: list[tuple[str, str]] = []
+    peak = s["peak"]
+    if peak is None:
+        items.append(("Peak throughput", "No decode cell was measured."))
+    else:
+        items.append(
+            (
+                "Peak throughput",
+                (
+                    f"{fmt.tok_s(peak['total_tok_s'])} total tok/s at {peak['label']} context × "
+                    f"{fmt.plural(peak['concurrency'], 'request')} at once"
+                    + (f" ({PREDICTED_MARK})" if peak["predicted"] else "")
+                ),
+            )
+        )
+    mark = f" ({PREDICTED_MARK})"
+    singles = [(c["label"], c["single_tok_s"], c["single_predicted"]) for c in s["contexts"]]
+    singles = [(lab, v, p) for lab, v, p in singles if np.isfinite(v)]
+    if singles:
+        text = ", ".join(f"{fmt.tok_s(v)} at {lab}{mark if p else ''}" for lab, v, p in singles)
+        items.append(("Single-stream speed", f"{text} (tok/s of one request alone)"))
+    items += _cell_items(run, s)
     rows = []
     for c in s["contexts"]:
         knee = fmt.DASH if c["knee"] is None else f"{fmt.count(c['knee'])} at once"
@@ -136,8 +174,12 @@ def summary_section(run: Run) -> Section:
             fmt.DASH
             if c["peak_at"] is None
             else f"{fmt.tok_s(c['peak_tok_s'])} at {fmt.count(c['peak_at'])}"
+            + (mark if c["peak_predicted"] else "")
         )
-        rows.append([c["label"], fmt.tok_s(c["single_tok_s"]), knee, peak_txt, limit])
+        single_txt = fmt.tok_s(c["single_tok_s"]) + (
+            mark if c["single_predicted"] and np.isfinite(c["single_tok_s"]) else ""
+        )
+        rows.append([c["label"], single_txt, knee, peak_txt, limit])
     share = f"{KNEE_SHARE:.0%}"
     tbl = Table(
         ["Context", "Single stream tok/s", "Knee", "Peak total tok/s", "KV capacity limit"],

@@ -30,6 +30,7 @@ from speedmatrix.report.metadata import (
     warnings_section,
 )
 from speedmatrix.report.model import Report, Section
+from speedmatrix.report.predicted import predicted_section
 from speedmatrix.report.prefixcache import prefix_cache_section
 from speedmatrix.report.rates import open_loop_section, rate_matrix_line
 from speedmatrix.report.summary import rate_summary_section, summary_section
@@ -55,6 +56,12 @@ def build(run: Run, slo: Any = None) -> Report:
     warns = warnings_section(run)
     if warns is not None:
         notes.append(f"The run recorded {fmt.plural(len(warns.text), 'warning')}: see Warnings.")
+    guessed = predicted_section(run)
+    if guessed is not None:
+        notes.append(
+            "Some cells of this report were predicted by the twin, not measured: they are "
+            "marked predicted, with their intervals and the model's limits (see Predicted cells)."
+        )
     summ = summary_section(run)
     if by_rate(run):
         summ = rate_summary_section(run)
@@ -82,6 +89,7 @@ def build(run: Run, slo: Any = None) -> Report:
         launch_section(run),
         prefill_section(run),
         decode_section(run),
+        *([guessed] if guessed is not None else []),
         *load_views,
         all_section(run),
         ci_section(run),

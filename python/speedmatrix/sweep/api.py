@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,8 +47,6 @@ def run(
 
     The URL (the CLI's rule: http:// or https://, HOST:PORT as http://) and the matrix are
     checked before anything is sent or written: ValueError naming what is wrong."""
-    import tempfile
-
     from speedmatrix.cliargs import UsageError, base_url
 
     if not isinstance(matrix, Matrix):
@@ -113,8 +112,6 @@ def _saved_run(out: Path) -> dict:
 def _resume_locked(
     out: Path, doc: dict, api_key, progress: bool, report: bool, tokenizer, client, force: bool
 ) -> int:
-    from speedmatrix.matrix import Matrix
-
     meta = doc["meta"]
     matrix = Matrix.from_dict(meta["run"]["matrix"])
     given = {

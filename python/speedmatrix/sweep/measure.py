@@ -115,17 +115,31 @@ class SweepMeasure(SweepPrompts):
             self._warn([n for n in notes if n])
         return box["result"], interrupted
 
+    def _measure_records(self, spec) -> Records | None:
+        """Runs a cell's spec and returns its records; None when interrupted (the sweep
+        is then marked interrupted)."""
+        res, interrupted = self._run_spec(spec)
+        if interrupted:
+            self.interrupted = True
+            return None
+        return Records.from_result(res)
+
     def _cooldown(self) -> None:
         time.sleep(float(self.matrix.prefill_cooldown_s))
 
-    def _prompt_rate(self) -> float:
-        """Prompt tok/s: the median measured prefill so far, else a cautious guess."""
-        measured: list[float] = [
+    def _measured_prompt_rate(self) -> float | None:
+        """Prompt tok/s: the median of the prefill cells measured so far (None before any)."""
+        measured = [
             float(c["prompt_tok_s"])
             for c in self.cells.values()
             if c.get("phase") == "prefill" and c.get("prompt_tok_s")
         ]
-        return float(np.median(measured)) if measured else 10_000.0
+        return float(np.median(measured)) if measured else None
+
+    def _prompt_rate(self) -> float:
+        """Prompt tok/s: the median measured prefill so far, else a cautious guess."""
+        rate = self._measured_prompt_rate()
+        return 10_000.0 if rate is None else rate
 
     def _measure_prefill(self, cell) -> CellOutcome | None:
         idle, _ = self._wait_idle()
@@ -140,11 +154,9 @@ class SweepMeasure(SweepPrompts):
         spec = self._spec(
             cell, 1, bodies, [], duration_s=cell.duration_s, max_requests=cell.max_requests
         )
-        res, interrupted = self._run_spec(spec)
-        if interrupted:
-            self.interrupted = True
+        records = self._measure_records(spec)
+        if records is None:  # interrupted
             return None
-        records = Records.from_result(res)
         return self._store_measured(
             verdict.prefill_cell(cell, records, idle=idle), records, prompts
         )
@@ -186,11 +198,9 @@ class SweepMeasure(SweepPrompts):
             open_loop_spec(spec, cell)
         else:
             self._decode_bounds(spec, cell)
-        res, interrupted = self._run_spec(spec)
-        if interrupted:
-            self.interrupted = True
+        records = self._measure_records(spec)
+        if records is None:  # interrupted
             return None
-        records = Records.from_result(res)
         cell_dict = verdict.decode_cell(
             cell,
             records,

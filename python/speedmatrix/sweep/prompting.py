@@ -6,6 +6,16 @@ from __future__ import annotations
 from speedmatrix.sweep.server import SweepServer
 
 
+def sent_its_prompts(cell: dict) -> bool:
+    """Whether a stored cell sent its context's decode prompts to the server: any decode
+    cell but those never run (over capacity, or left when the server was lost)."""
+    return (
+        cell.get("phase") == "decode"
+        and not cell.get("not_run")
+        and cell.get("status") != "over_capacity"
+    )
+
+
 class SweepPrompts(SweepServer):
     """Prompts and request bodies of a cell."""
 
@@ -43,11 +53,9 @@ class SweepPrompts(SweepServer):
         if (context, repetition) in self.__dict__.get("_prompt_factories", {}):
             return True
         return any(
-            c.get("phase") == "decode"
+            sent_its_prompts(c)
             and c.get("context") == context
             and c.get("repetition", 0) == repetition
-            and not c.get("not_run")
-            and c.get("status") != "over_capacity"
             for c in self.cells.values()
         )
 

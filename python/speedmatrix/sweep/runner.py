@@ -8,12 +8,11 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from speedmatrix import runfile
 from speedmatrix.errors import SpeedmatrixError, clip
 from speedmatrix.progress import Progress
 from speedmatrix.runmeta import plan_meta, run_meta, tokenizer_name, utc_now, verdict_meta
+from speedmatrix.sweep.prompting import sent_its_prompts
 from speedmatrix.sweep.search import SweepSearch
 from speedmatrix.verdict import EngineFacts, Rules
 
@@ -275,19 +274,11 @@ class Sweep(SweepSearch):
         counted as sent."""
         from speedmatrix.dryrun import estimate_cells_s
 
-        measured: list[float] = [
-            c["prompt_tok_s"]
-            for c in self.cells.values()
-            if c.get("phase") == "prefill" and c.get("prompt_tok_s")
-        ]
-        rate = float(np.median(measured)) if measured else None
         sent: dict[tuple[int, int], int] = {}
-        for c in self.cells.values():  # cells that sent their prompts (see _prompts_sent)
-            if (
-                c.get("phase") == "decode"
-                and not c.get("not_run")
-                and c.get("status") != "over_capacity"
-            ):
+        for c in self.cells.values():
+            if sent_its_prompts(c):
                 key = (c["context"], c.get("repetition", 0))
                 sent[key] = max(sent.get(key, 0), int(c["concurrency"]))
-        return estimate_cells_s(remaining, self.matrix, prefill_tok_s=rate, sent=sent)
+        return estimate_cells_s(
+            remaining, self.matrix, prefill_tok_s=self._measured_prompt_rate(), sent=sent
+        )

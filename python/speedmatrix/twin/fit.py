@@ -1,22 +1,31 @@
-"""Fit the engine's decode-step parameters to measured decode cells, with uncertainties.
+"""Fit the engine's parameters to measured cells, with uncertainties.
 
-Each cell gives two measures of one step time: its time between tokens and ``batch × 1000 /
-total tok/s``. Least squares on the relative error of ``step = a + b n + c n² + d kv`` (the model
-of :mod:`speedmatrix.twin.model`), ``kv`` the tokens the batch attends (its context plus half
-the window's generated tokens per request). Each parameter's standard deviation comes from the
-fit's covariance (residual variance × (XᵀX)⁻¹); a negative square term is dropped and the rest
-refitted, so the curve stays convex.
+Decode step: each cell gives two measures of one step time, its median per-token gap (time
+between tokens) and its mean step (``batch × 1000 / total tok/s``). Least squares on the
+relative error of ``step = a + b n + c n² + d kv`` (the model of :mod:`speedmatrix.twin.model`),
+``n`` the batch and ``kv`` the tokens it attends. From a run's raw records both come measured
+(`speedmatrix.twin.samples`); from figures alone (`fit_step`) ``n = min(N, max_running)`` and
+``kv`` is the batch times the context plus half the window's generated tokens. Each parameter's
+standard deviation comes from the fit's covariance (residual variance × (XᵀX)⁻¹); a negative
+square term is dropped and the rest refitted, so the curve stays convex.
+
+Cold prefill: ``ttft = f + p C + q C(C-1)/2`` (front-end overhead, per-token and per-token-pair
+prefill cost) by least squares on the relative error over the alone warm-up requests; with
+prompts of two lengths only ``q`` is 0, with one only ``p`` is fitted (``f`` = 0).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from speedmatrix.twin.model import STEP_KEYS, ProfileError
+from speedmatrix.twin.samples import PrefillSample, StepSample
+
+__all__ = ["MeasuredCell", "PrefillFit", "StepFit", "fit_prefill", "fit_step", "fit_steps"]
 
 
 @dataclass(frozen=True)
@@ -31,54 +40,127 @@ class MeasuredCell:
 class StepFit:
     profile: dict[str, Any]
     sd: dict[str, float]
-    #: (context, concurrency) -> relative residual of the time between tokens (model / measured - 1)
-    residuals: dict[tuple[int, int], float] = field(default_factory=dict)
+    #: a cell's key ((context, concurrency) or its id) -> relative residual of its time between
+    #: tokens (model / measured - 1)
+    residuals: dict[Any, float] = field(default_factory=dict)
+    #: the step parameters' covariance (STEP_KEYS order) and the relative scatter of the
+    #: measured steps about the fitted ones
+    cov: list[list[float]] = field(default_factory=list)
+    scatter: float = 0.0
 
 
-def _rows(
-    cells: list[MeasuredCell], max_running: int, window_s: float
-) -> tuple[np.ndarray, np.ndarray]:
-    rows = []
-    for c in cells:
-        batch = min(c.concurrency, max_running)
-        kv = batch * (c.context + (1000.0 / c.tbt_ms) * window_s / 2)
-        for target in (c.tbt_ms, 1000.0 * batch / c.total_tok_s):
-            rows.append(np.array([1.0, batch, batch * batch, kv * 1e-6]) / target)
-    x = np.array(rows)
-    return x, np.ones(len(rows))
+@dataclass
+class PrefillFit:
+    params: dict[str, float]
+    sd: dict[str, float]
+    #: prompt tokens -> relative residual of the median cold TTFT at that length
+    residuals: dict[int, float] = field(default_factory=dict)
 
 
-def _solve(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _solve_cov(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    """Least-squares coefficients, their covariance and the residuals' standard deviation
+    (the rows are relative errors: a share)."""
     coef, *_ = np.linalg.lstsq(x, y, rcond=None)
     dof = max(1, len(y) - x.shape[1])
     var = float(np.sum((x @ coef - y) ** 2)) / dof
-    cov = var * np.linalg.pinv(x.T @ x)
+    return coef, var * np.linalg.pinv(x.T @ x), float(np.sqrt(var))
+
+
+def _solve(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    coef, cov, _ = _solve_cov(x, y)
     return coef, np.sqrt(np.clip(np.diag(cov), 0.0, None))
+
+
+def _step_row(batch: float, kv: float) -> np.ndarray:
+    return np.array([1.0, batch, batch * batch, kv * 1e-6])
+
+
+def fit_steps(base: Mapping[str, Any], samples: Sequence[StepSample]) -> StepFit:
+    """The decode-step parameters of ``base`` (its pool and limits kept) fitted to the step
+    samples of a run's records; at least three cells of two batch sizes are needed."""
+    cells = [s for s in samples if s.tbt_ms > 0 and s.mean_step_ms > 0 and s.batch > 0]
+    if len(cells) < 3 or len({round(s.batch) for s in cells}) < 2:
+        raise ProfileError("fitting the decode step needs 3 valid cells at 2 concurrency levels")
+    rows, y = [], []
+    for s in cells:
+        for target in (s.tbt_ms, s.mean_step_ms):
+            rows.append(_step_row(s.batch, s.kv_tokens) / target)
+            y.append(1.0)
+    x = np.array(rows)
+    coef, cov, scatter = _solve_cov(x, np.array(y))
+    if coef[2] < 0:
+        keep = [0, 1, 3]
+        coef3, cov3, scatter = _solve_cov(x[:, keep], np.array(y))
+        coef, cov = np.zeros(4), np.zeros((4, 4))
+        coef[keep] = coef3
+        cov[np.ix_(keep, keep)] = cov3
+    sd = np.sqrt(np.clip(np.diag(cov), 0.0, None))
+    profile = dict(base)
+    profile.update({k: float(v) for k, v in zip(STEP_KEYS, coef, strict=True)})
+    fit = StepFit(profile, {k: float(v) for k, v in zip(STEP_KEYS, sd, strict=True)})
+    fit.cov = cov.tolist()
+    fit.scatter = scatter
+    for s in cells:
+        model = float(_step_row(s.batch, s.kv_tokens) @ coef)
+        fit.residuals[s.cell_id] = model / s.tbt_ms - 1
+    return fit
 
 
 def fit_step(
     base: Mapping[str, Any], measured: Iterable[MeasuredCell], window_s: float = 30.0
 ) -> StepFit:
-    """The decode-step parameters of ``base`` (a profile: its pool and limits kept) refitted to
-    ``measured`` valid decode cells; at least three cells of two batch sizes are needed."""
-    cells = [c for c in measured if c.total_tok_s > 0 and c.tbt_ms > 0]
-    if len(cells) < 3 or len({c.concurrency for c in cells}) < 2:
-        raise ProfileError("fitting the decode step needs 3 valid cells at 2 concurrency levels")
+    """`fit_steps` from cells' figures alone (no records): ``batch = min(N, max_running)``,
+    each request attending its context plus half the window's generated tokens."""
     max_running = int(base.get("max_running", 1 << 30))
-    x, y = _rows(cells, max_running, window_s)
-    coef, sd = _solve(x, y)
-    keys = list(STEP_KEYS)
-    if coef[2] < 0:
-        keep = [0, 1, 3]
-        coef3, sd3 = _solve(x[:, keep], y)
-        coef, sd = np.zeros(4), np.zeros(4)
-        coef[keep], sd[keep] = coef3, sd3
-    profile = dict(base)
-    profile.update({k: float(v) for k, v in zip(keys, coef, strict=True)})
-    fit = StepFit(profile, {k: float(s) for k, s in zip(keys, sd, strict=True)})
-    for c in cells:
+    samples = []
+    for c in measured:
+        if c.total_tok_s <= 0 or c.tbt_ms <= 0:
+            continue
         batch = min(c.concurrency, max_running)
         kv = batch * (c.context + (1000.0 / c.tbt_ms) * window_s / 2)
-        model = coef[0] + coef[1] * batch + coef[2] * batch * batch + coef[3] * kv * 1e-6
-        fit.residuals[(c.context, c.concurrency)] = float(model / c.tbt_ms - 1)
+        step = 1000.0 * batch / c.total_tok_s
+        samples.append(
+            StepSample(
+                f"{c.context}x{c.concurrency}", c.context, c.concurrency, batch, kv, c.tbt_ms, step
+            )
+        )
+    fit = fit_steps(base, samples)
+    by_id = {s.cell_id: (s.context, s.concurrency) for s in samples}
+    fit.residuals = {by_id[k]: v for k, v in fit.residuals.items()}
+    return fit
+
+
+def _prefill_row(tokens: float) -> np.ndarray:
+    return np.array([1.0, tokens * 1e-3, tokens * (tokens - 1) / 2 * 1e-9])
+
+
+def fit_prefill(samples: Sequence[PrefillSample]) -> PrefillFit:
+    """``frontend_overhead_ms``, ``prefill_per_token_us`` and ``prefill_per_token_ctx_ns`` (the
+    engine's front-end per-token cost folded into the prefill's: the TTFT of a prompt alone
+    cannot tell them apart) from cold TTFTs, one median per prompt length."""
+    by_len: dict[int, list[float]] = {}
+    for s in samples:
+        by_len.setdefault(s.prompt_tokens, []).append(s.ttft_ms)
+    if not by_len:
+        raise ProfileError("fitting the prefill needs a warm-up request alone on the server")
+    lengths = sorted(by_len)
+    ttft = np.array([float(np.median(by_len[n])) for n in lengths])
+    full = np.array([_prefill_row(n) for n in lengths]) / ttft[:, None]
+    keep = [0, 1, 2] if len(lengths) >= 3 else [0, 1] if len(lengths) == 2 else [1]
+    coef, sd = np.zeros(3), np.zeros(3)
+    coef[keep], sd[keep] = _solve(full[:, keep], np.ones(len(lengths)))
+    if coef[2] < 0 and len(keep) == 3:
+        coef, sd = np.zeros(3), np.zeros(3)
+        coef[[0, 1]], sd[[0, 1]] = _solve(full[:, [0, 1]], np.ones(len(lengths)))
+    if coef[0] < 0:
+        coef[0], sd[0] = 0.0, 0.0
+        idx = [i for i in keep if i != 0]
+        coef[idx], sd[idx] = _solve(full[:, idx], np.ones(len(lengths)))
+    keys = ("frontend_overhead_ms", "prefill_per_token_us", "prefill_per_token_ctx_ns")
+    fit = PrefillFit(
+        {k: float(v) for k, v in zip(keys, coef, strict=True)},
+        {k: float(v) for k, v in zip(keys, sd, strict=True)},
+    )
+    model = np.array([_prefill_row(n) for n in lengths]) @ coef
+    fit.residuals = {n: float(m / t - 1) for n, m, t in zip(lengths, model, ttft, strict=True)}
     return fit

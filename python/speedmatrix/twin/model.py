@@ -5,17 +5,26 @@ Mirrors ``cpp/src/sim/engine.cpp``: a decode step of a batch of ``n`` requests a
 step_per_kv_token_ns kv``; a cold prompt of ``C`` tokens takes the front-end's cost plus the
 prefill's (``C τ0 + τ1 C²/2``). A closed-loop decode cell of ``N`` streams at context ``C``
 holds ``min(N, max_running)`` requests in the batch; each has ``C`` plus, on average, half
-the window's generated tokens in the KV cache. A cell is over capacity when its ``N``
-requests could not all hold ``C + max_output`` tokens in the pool, queued when ``N`` exceeds
-``max_running``. Intervals: every step parameter at minus / plus its standard deviation
-(the step time rises with each, so the two ends bound the figure).
+the window's generated tokens in the KV cache. A cell is over capacity when its running
+requests could not all hold ``C + max_output`` tokens in the pool (the sweep's rule), queued
+when ``N`` exceeds ``max_running``. Intervals: for a fitted profile (``fit.cov``, ``fit.scatter``: `speedmatrix fit`) the
+step's prediction interval at the confidence level of every interval: the fitted mean's
+variance ``r Cov rᵀ`` plus the fit's relative scatter; given ``sd`` (or a profile with
+``fit.sd`` only), every step parameter at minus / plus its standard deviation (the step time
+rises with each, so the two ends bound the figure).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
+
+from speedmatrix.capacity import CapacityModel
+from speedmatrix.figures import Z_TWO_SIDED
 
 STEP_KEYS = ("step_base_ms", "step_per_seq_ms", "step_per_seq2_ms", "step_per_kv_token_ns")
 PREFILL_KEYS = ("prefill_per_token_us", "prefill_per_token_ctx_ns", "frontend_overhead_ms")
@@ -74,13 +83,20 @@ def cold_ttft_ms(profile: Mapping[str, Any], context: int) -> float:
 
 
 def status(profile: Mapping[str, Any], context: int, concurrency: int, max_output: int) -> str:
-    """``over_capacity`` when the N requests cannot all hold their tokens in the KV pool,
-    ``queued`` when N exceeds the running limit, else ``valid``."""
-    if concurrency * (context + max_output) > _need(profile, "kv_tokens"):
+    """The sweep's capacity rule (`speedmatrix.capacity`, a shared pool): ``over_capacity``
+    when the running ``min(N, max_running)`` requests cannot all hold ``C + max_output`` tokens
+    (whole blocks) in the KV pool, ``queued`` when N exceeds the running limit, else ``valid``."""
+    block = int(profile.get("block_size", 1) or 1)
+    rule = CapacityModel(
+        "shared_pool",
+        pool_tokens=int(_need(profile, "kv_tokens")),
+        slots=int(_need(profile, "max_running")),
+        block_tokens=block if block > 1 else None,
+    )
+    fit = rule.check(context, concurrency, max_output)
+    if fit.status == "over_capacity":
         return "over_capacity"
-    if concurrency > _need(profile, "max_running"):
-        return "queued"
-    return "valid"
+    return "queued" if fit.queued else "valid"
 
 
 def _decode_step_ms(profile: Mapping[str, Any], context: int, batch: int, window_s: float) -> float:
@@ -89,6 +105,16 @@ def _decode_step_ms(profile: Mapping[str, Any], context: int, batch: int, window
         generated = (1000.0 / step) * window_s / 2
         step = step_ms(profile, batch, batch * (context + generated))
     return step
+
+
+def _half_width_ms(fit: Mapping[str, Any], batch: float, kv: float, step: float) -> float:
+    """Half the prediction interval of one step: the fitted mean's uncertainty
+    (``r Cov rᵀ``, ``r`` the step model's row) and the fit's relative scatter about it, at
+    the confidence level of every interval (`speedmatrix.figures.CONFIDENCE`)."""
+    row = np.array([1.0, batch, batch * batch, kv * 1e-6])
+    var_mean = float(row @ np.asarray(fit["cov"], dtype=float) @ row)
+    scatter = float(fit.get("scatter", 0.0)) * step
+    return Z_TWO_SIDED * math.sqrt(max(0.0, var_mean) + scatter * scatter)
 
 
 def _shifted(profile: Mapping[str, Any], sd: Mapping[str, float], sign: float) -> dict[str, Any]:
@@ -108,17 +134,23 @@ def predict_cell(
     sd: Mapping[str, float] | None = None,
 ) -> PredictedCell:
     """One closed-loop decode cell's predicted figures; ``sd``: each step parameter's
-    standard deviation (a fit's), none for a point interval."""
+    standard deviation; by default a fitted profile's own (``fit.sd``, `speedmatrix fit`),
+    none (a point interval) for a profile that was not fitted."""
     st = status(profile, context, concurrency, max_output)
     if st == "over_capacity":
         return PredictedCell(context, concurrency, st, None, None, None, None, None, None)
     batch = min(concurrency, int(_need(profile, "max_running")))
-    sd = sd or {}
-    steps = [
-        _decode_step_ms(p, context, batch, window_s)
-        for p in (_shifted(profile, sd, -1.0), profile, _shifted(profile, sd, 1.0))
-    ]
-    low_step, mid_step, high_step = steps
+    fit = profile.get("fit") or {}
+    if sd is None and fit.get("cov") is not None:
+        mid_step = _decode_step_ms(profile, context, batch, window_s)
+        half = _half_width_ms(fit, batch, batch * (context + 500.0 * window_s / mid_step), mid_step)
+        low_step, high_step = max(1e-9, mid_step - half), mid_step + half
+    else:
+        sd = fit.get("sd") or {} if sd is None else sd
+        low_step, mid_step, high_step = (
+            _decode_step_ms(p, context, batch, window_s)
+            for p in (_shifted(profile, sd, -1.0), profile, _shifted(profile, sd, 1.0))
+        )
     return PredictedCell(
         context,
         concurrency,

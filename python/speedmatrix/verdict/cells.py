@@ -545,6 +545,7 @@ def _window_figures(
             "server": server,
             "prompt_tokens": ptok,
             "client": {"cpu_s": records.client_cpu_s, "loop_lag_max_ms": records.loop_lag_max_ms},
+            "client_threads": int(records.client_threads),
         }
     )
     return dict(fig)

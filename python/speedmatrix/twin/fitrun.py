@@ -1,0 +1,121 @@
+"""`speedmatrix fit` / `sm.fit`: the built-in engine's profile fitted to a measured run.
+
+From the run's raw records (`speedmatrix.twin.samples`): the decode step from every measured
+decode cell's arrival gaps, batch and attended KV; the cold prefill from the warm-up requests
+that ran alone; the KV pool, max running, context length and block size from what the run
+discovered (``meta.capacity``, ``meta.run.plan``). The profile loads in ``speedmatrix sim
+--profile`` as any other; its ``fit`` section (ignored by the engine) holds what the fit
+measured: the cells it read, each parameter's standard deviation, the step parameters'
+covariance and scatter (the prediction intervals of `speedmatrix.twin.model`) and the
+residuals.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from speedmatrix.results import Run, load
+from speedmatrix.twin.fit import PrefillFit, fit_prefill, fit_steps
+from speedmatrix.twin.model import ProfileError
+from speedmatrix.twin.samples import prefill_samples, step_sample
+
+__all__ = ["fit", "fit_run"]
+
+#: statuses whose window measured the engine's steady decode
+_MEASURED = ("valid", "queued")
+#: engine defaults a fitted profile states (cpp/include/speedmatrix/sim.hpp)
+_DEFAULT_CHUNK_TOKENS = 8192
+
+
+def _capacity(meta: Mapping[str, Any]) -> dict[str, int]:
+    cap = meta.get("capacity") or {}
+    plan = (meta.get("run") or {}).get("plan") or {}
+    out: dict[str, int] = {}
+    for key in ("kv_tokens", "max_running", "context_length"):
+        value = (cap.get(key) or {}).get("value") if isinstance(cap.get(key), dict) else None
+        value = plan.get(key) if value is None else value
+        if value is None:
+            raise ProfileError(
+                f"the run does not say the server's {key}; give it to `speedmatrix run` "
+                f"(--{key.replace('_', '-').replace('kv-tokens', 'kv-capacity')}) and measure again"
+            )
+        out[key] = int(value)
+    block = ((plan.get("capacity_model") or {}).get("block_tokens")) or 1
+    out["block_size"] = int(block)
+    return out
+
+
+def _identity(meta: Mapping[str, Any], run: Run) -> dict[str, Any]:
+    target = meta.get("target") or {}
+    engine = meta.get("engine") or {}
+    flavour = engine.get("adapter") if engine.get("adapter") in ("sglang", "vllm") else "vllm"
+    return {
+        "description": f"fitted by `speedmatrix fit` to {run.path or 'a run'} ({run.label})",
+        "name": f"fit-{target.get('model') or 'server'}",
+        "model": str(target.get("model") or "model"),
+        "model_path": str(target.get("model_path") or target.get("model") or "model"),
+        "flavour": flavour,
+        "version": str(engine.get("version") or ""),
+        "mode": "batched",
+    }
+
+
+def _prefill(run: Run, cells: list[dict]) -> PrefillFit | None:
+    pairs = []
+    for c in cells:
+        rec = run.records(c["id"])
+        if rec is not None:
+            pairs.append((c, rec))
+    samples = prefill_samples(pairs)
+    return fit_prefill(samples) if samples else None
+
+
+def fit_run(run: Run, base: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The profile fitted to ``run``; ``base``: a profile whose other fields (chunk budget,
+    prefix cache, ...) the fitted one keeps. ProfileError when the run cannot pin the step."""
+    meta = run.meta
+    cells = [c for c in run.doc.get("cells") or [] if not c.get("predicted")]
+    decode = [c for c in cells if c["phase"] == "decode" and c.get("status") in _MEASURED]
+    decode = [c for c in decode if c.get("rate_per_s") is None]  # closed loop only
+    samples = []
+    for c in decode:
+        rec = run.records(c["id"])
+        sample = step_sample(c, rec) if rec is not None and rec.has_events() else None
+        if sample is not None:
+            samples.append(sample)
+    profile: dict[str, Any] = {**_identity(meta, run), **dict(base or {})}
+    profile.update(_capacity(meta))
+    profile.setdefault("chunk_tokens", _DEFAULT_CHUNK_TOKENS)
+    step = fit_steps(profile, samples)
+    profile = step.profile
+    matrix = (meta.get("run") or {}).get("matrix") or {}
+    section: dict[str, Any] = {
+        "run": str(run.path) if run.path else None,
+        "cells": [s.cell_id for s in samples],
+        "window_s": float(matrix.get("duration_s") or 30.0),
+        "max_output": int(matrix.get("max_output") or 4096),
+        "sd": dict(step.sd),
+        "cov": step.cov,
+        "scatter": step.scatter,
+        "residuals": {"tbt_ms": {k: round(v, 6) for k, v in step.residuals.items()}},
+    }
+    prefill = _prefill(run, cells)
+    if prefill is not None:
+        profile.update(prefill.params)
+        profile["frontend_per_token_us"] = 0.0
+        profile["prefill_chunk_overhead_ms"] = 0.0
+        section["sd"].update(prefill.sd)
+        section["residuals"]["cold_ttft_ms"] = {
+            str(k): round(v, 6) for k, v in prefill.residuals.items()
+        }
+    else:
+        section["not_fitted"] = ["prefill: no warm-up request ran alone"]
+    profile["fit"] = section
+    return profile
+
+
+def fit(run: Run | str | os.PathLike[str], base: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """`sm.fit`: `fit_run` of a run or a run folder."""
+    return fit_run(run if isinstance(run, Run) else load(run), base)
