@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any
+from typing import Any, cast
 
 from speedmatrix import interference, sessions, verdict
 from speedmatrix.cachedcell import WARM_INDEX, prompt_seed, read_counters, warm_prefix
@@ -156,10 +156,10 @@ def _trace_prompts(sweep: Any, cell: Any, trace: Any, salt: str) -> list[Any]:
         for block, size in spans:
             if block not in blocks:
                 made = _factory(sweep, cell, BLOCK_TOKENS + r.input_tokens - n, f"{salt}/b/{block}")
-                blocks[block] = list(made.prompt(0).payload)
+                blocks[block] = cast(list[int], made.prompt(0).payload)
             ids += blocks[block][:size]
-        ids = ids[:n]
-        prompts.append(dataclasses.replace(own, payload=ids + list(own.payload)[: n - len(ids)]))
+        ids = ids[:n] + cast(list[int], own.payload)[: n - min(len(ids), n)]
+        prompts.append(dataclasses.replace(own, payload=ids))
     return prompts
 
 
