@@ -15,6 +15,7 @@ from speedmatrix.matrix import Matrix
 from speedmatrix.plan import plan
 from speedmatrix.records import Records
 from speedmatrix.report import traffic as report_traffic
+from speedmatrix.results import Run
 from speedmatrix.trafficplan import DECODE_PROMPT_TOKENS
 from speedmatrix.verdict.cache import cache_columns
 from speedmatrix.verdict.cells import CellShape
@@ -471,3 +472,19 @@ def test_a_session_turn_that_failed_makes_the_cell_an_error() -> None:
     cell = session_cell(shape, sessions.merge([part], 2), idle=True)
     assert cell["status"] == "error"
     assert cell["reason"] == "1 of 2 turns did not complete (http_500: 1)"
+
+
+def test_the_decode_grid_of_a_cached_run_is_its_smallest_shares_never_a_median() -> None:
+    def cell(f: float, tok_s: float) -> dict:
+        return {
+            "id": f"decode-c512-n2-f{f:g}-r0",
+            "phase": "decode",
+            "context": 512,
+            "concurrency": 2,
+            "status": "valid",
+            "total_tok_s": tok_s,
+            "cached_fraction": f,
+        }
+
+    run = Run({"meta": {}, "cells": [cell(0.0, 100.0), cell(0.5, 300.0), cell(0.9, 400.0)]})
+    assert run.table("total_tok_s").loc["512", 2] == 100.0  # not 300, the median of the three
