@@ -439,6 +439,8 @@ def test_session_figures_from_merged_turns() -> None:
         _turn(0, n, 1_000 * MS, 200.0, 11, 10.0),  # ends at 1.3 s
         _turn(1, n, 2_000 * MS, 40.0, 11, 10.0),  # ends at 2.14 s
     ]
+    parts[1].requests["cached_tokens"] = np.asarray([96, 80], np.int64)
+    parts[0].requests["cached_tokens"] = np.asarray([-1, -1], np.int64)
     merged = sessions.merge(parts, n)
     assert list(merged.requests["body"]) == [0, 1, 2, 3]
     assert list(np.unique(merged.events["request"])) == [0, 1, 2, 3]
@@ -457,6 +459,7 @@ def test_session_figures_from_merged_turns() -> None:
     assert cell["status"] == "valid", cell.get("reason")
     assert cell["session_ttft_ms_by_turn"] == [200.0, 40.0]
     assert cell["session_turn_cached_tokens"] == [0, 100]
+    assert cell["session_turn_delivered_cached_tokens"] == [None, 88]  # said in turn 2 only
     assert cell["session_tbt_ms"] == pytest.approx(10.0)
     assert cell["session_turns_completed"] == 4
     assert cell["session_duration_s"] == pytest.approx(1.14)

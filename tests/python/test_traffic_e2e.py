@@ -176,6 +176,10 @@ def test_sessions(tmp_path: Path) -> None:
     assert cell["status"] == "valid", cell.get("reason")
     assert cell["session_turns_completed"] == 6
     assert cell["session_turn_cached_tokens"] == [0, 512, 608]
+    # the engine reports what it served from its cache (whole 16-token blocks: all of it;
+    # nothing said for the first turn, which it served cold)
+    said = cell["session_turn_delivered_cached_tokens"]
+    assert said[0] in (None, 0) and said[1:] == [512, 608]
     req = load(tmp_path).records(cell["id"]).requests
     turn = req["body"] // 2
     # exact prompt lengths per turn: C, C + (32 + 64), C + 2 (32 + 64)

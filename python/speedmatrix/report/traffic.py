@@ -227,13 +227,15 @@ def session_section(cells: pd.DataFrame) -> Section | None:
             _turns(c.get("session_ttft_ms_by_turn")),
             _turns(c.get("session_turn_cached_tokens")),
         )
+        said = _turns(c.get("session_turn_delivered_cached_tokens"))
+        server = f", server {said[-1]}" if said and said[-1] is not None else ""
         table_rows.append(
             [
                 str(int(c["context"])),
                 str(int(c["concurrency"])),
                 _num(c.get("sessions"), 0),
                 _num(ttft[0] if ttft else None),
-                f"{_num(ttft[-1] if ttft else None)} ({cached[-1] if cached else '—'} cached)",
+                f"{_num(ttft[-1] if ttft else None)} ({cached[-1] if cached else '—'} cached{server})",
                 _num(c.get("session_tbt_ms")),
                 _num(c.get("session_turns_per_s"), 2),
                 _num(c.get("session_output_tok_s")),
