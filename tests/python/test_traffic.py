@@ -491,3 +491,35 @@ def test_the_decode_grid_of_a_cached_run_is_its_smallest_shares_never_a_median()
 
     run = Run({"meta": {}, "cells": [cell(0.0, 100.0), cell(0.5, 300.0), cell(0.9, 400.0)]})
     assert run.table("total_tok_s").loc["512", 2] == 100.0  # not 300, the median of the three
+
+
+def test_the_sessions_section_shows_first_and_last_turn_against_the_cached_prefix() -> None:
+    cells = pd.DataFrame(
+        [
+            {
+                "id": "session-c512-n2-t3-r0",
+                "phase": "session",
+                "context": 512,
+                "concurrency": 2,
+                "repetition": 0,
+                "status": "valid",
+                "sessions": 3,
+                "session_ttft_ms_by_turn": [110.0, 24.0, 26.0],
+                "session_turn_cached_tokens": [0, 512, 608],
+                "session_turn_delivered_cached_tokens": [None, 512, 608],
+                "session_tbt_ms": 5.0,
+                "session_turns_per_s": 2.5,
+                "session_output_tok_s": 80.0,
+                "session_duration_s": 1.25,
+            }
+        ]
+    )
+    section = report_traffic.session_section(cells)
+    assert section is not None and section.charts == [report_traffic.SESSION_CHART]
+    assert section.table.rows == [
+        ["512", "2", "3", "110.0", "26.0 (608 cached, server 608)", "5.0", "2.50", "80.0",
+         "1.25", "valid"]
+    ]  # fmt: skip
+    line = report_traffic.ttft_by_cached_prefix(cells).axes[0].get_lines()[0]
+    assert list(line.get_xdata()) == [0, 512, 608]
+    assert list(line.get_ydata()) == [110.0, 24.0, 26.0]

@@ -51,14 +51,17 @@ def _status(c: pd.Series) -> str:
     return f"{text}: {reason}" if isinstance(reason, str) and reason else text
 
 
-def interference_cells(cells: pd.DataFrame) -> pd.DataFrame:
-    """The run's interference cells by context and streams; empty when it has none."""
+def _phase_cells(cells: pd.DataFrame, phase: str) -> pd.DataFrame:
+    """The run's cells of ``phase`` by context, load and repetition (maybe none)."""
     if "phase" not in cells:
         return cells.iloc[0:0]
-    rows = cells[cells["phase"] == "interference"]
-    if rows.empty:
-        return rows
-    return rows.sort_values(["context", "concurrency", "repetition"])
+    rows = cells[cells["phase"] == phase]
+    return rows if rows.empty else rows.sort_values(["context", "concurrency", "repetition"])
+
+
+def interference_cells(cells: pd.DataFrame) -> pd.DataFrame:
+    """The run's interference cells by context and streams; empty when it has none."""
+    return _phase_cells(cells, "interference")
 
 
 def interference_section(cells: pd.DataFrame) -> Section | None:
@@ -203,12 +206,7 @@ SESSION_CHART = "session_ttft_vs_cached_prefix"
 
 def session_cells(cells: pd.DataFrame) -> pd.DataFrame:
     """The run's sessions cells by context and sessions at once; empty when it has none."""
-    if "phase" not in cells:
-        return cells.iloc[0:0]
-    rows = cells[cells["phase"] == "session"]
-    if rows.empty:
-        return rows
-    return rows.sort_values(["context", "concurrency", "repetition"])
+    return _phase_cells(cells, "session")
 
 
 def _turns(value: Any) -> list[Any]:
