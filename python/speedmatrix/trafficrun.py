@@ -83,7 +83,9 @@ def _cached(sweep: Any, cell: Any) -> Any:
     """N unique prompts sharing the cell's prefix, which one request sent first warmed;
     the server's counters read around the window."""
     idle, _ = sweep._wait_idle()
-    seed = prompt_seed(sweep.doc["meta"]["run"]["seed"], cell.id)
+    # this process's nonce too: a cell measured again after --resume must not find the
+    # prompts an interrupted try of it sent in the server's cache
+    seed = prompt_seed(sweep.doc["meta"]["run"]["seed"], f"{cell.id}/{sweep._nonce}")
     try:
         factory = _factory(sweep, cell, cell.context, seed, cell.shared_prefix)
         prompts = factory.prompts(cell.prompt_count)
