@@ -4,7 +4,7 @@ warms, the server's counters around it, and its ``cached_fraction`` /
 
 The sweep, for a cell with cached fraction f:
 
-1. makes the cell's prompts with `prompt_seed` (the prefix is the cell's own) and
+1. makes the cell's prompts with `prompt_seed` (the prefix is this try's of the cell) and
    ``shared_prefix`` = `prefixcache.shared_prefix_tokens` (C, f);
 2. sends `WARM_INDEX`'s prompt of the same factory once, with one output token
    (`warm_prefix`): it carries the prefix, its own salt and filler, so the server then
@@ -34,10 +34,11 @@ WARM_INDEX = 1_000_003
 _COUNTERS = tuple(name for pair in COUNTER_PAIRS for name in pair)
 
 
-def prompt_seed(run_seed: int, cell_id: str) -> int:
-    """The seed of a cached-fraction cell's prompt factory: its prefix and salts are its own
-    (no other cell, repetition or run shares them)."""
-    return prefix_seed(run_seed, cell_id) & 0xFFFFFFFF
+def prompt_seed(run_seed: int, cell_key: str) -> int:
+    """The seed of a cached-fraction cell's prompt factory from the run's seed and a key
+    naming the cell's try (its id and the process's nonce): its prefix and salts are its
+    own (no other cell, repetition, run or try of it shares them)."""
+    return prefix_seed(run_seed, cell_key) & 0xFFFFFFFF
 
 
 def read_counters(client: HttpClient, metrics_url: str | None) -> dict[str, float] | None:

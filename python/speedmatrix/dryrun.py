@@ -158,7 +158,11 @@ def prefill_from_warmup(cells: list[Any], matrix: Matrix) -> set[str]:
     n1 = {
         (c.context, c.repetition)
         for c in cells
-        if c.phase == "decode" and c.concurrency == 1 and c.status is None
+        if c.phase == "decode"
+        and c.concurrency == 1
+        and c.status is None
+        and c.rate_per_s is None
+        and getattr(c, "cached_fraction", None) is None
     }
     return {c.id for c in cells if c.phase == "prefill" and (c.context, c.repetition) in n1}
 
@@ -201,9 +205,11 @@ def _cell_rows(planned: Any, matrix: Matrix, from_warmup: set[str]) -> list[str]
         if c.phase == "prefill":
             name = f"prefill {c.label}"
         else:
-            name = f"decode {c.label} × {c.concurrency}"
+            name = f"{c.phase} {c.label} × {c.concurrency}"
             if _open_loop(c):  # an open-loop cell's load is its rate (concurrency: the gate)
                 name = f"decode {c.label} @ {c.rate_per_s:g} req/s"
+            if getattr(c, "cached_fraction", None) is not None:
+                name += f" cached {c.cached_fraction:g}"
         if matrix.repetitions > 1:
             name += f" (rep {c.repetition + 1})"
         if c.status is None:
@@ -266,7 +272,7 @@ def describe(
     lines += settings_lines(matrix, sources)
     from_warmup = prefill_from_warmup(planned, matrix)
     runnable = [c for c in planned if c.status is None]
-    n_dec = len([c for c in runnable if c.phase == "decode"])
+    n_dec = len([c for c in runnable if c.phase != "prefill"])
     n_pre = len(runnable) - n_dec
     lines.append(
         f"Plan: {len(planned)} cells: {n_dec} decode of {_duration(matrix.duration_s)} each, "

@@ -261,6 +261,7 @@ _ENTRIES: tuple[Figure, ...] = (
     _f("session_answer_tokens", "tokens", "Answer tokens", "tokens of each turn's answer the next prompt carries (max_output)", "cell", "value", _V, "sessions"),
     _f("session_ttft_ms_by_turn", "ms", "TTFT per turn", "per turn, median first token - send (a list)", "requests", "median", "sessions", "sessions"),
     _f("session_turn_cached_tokens", "tokens", "Cached prefix per turn", "per turn, the prompt tokens the server had seen: the previous turn's prompt (a list)", "cell", "value", "sessions", "sessions"),
+    _f("session_turn_delivered_cached_tokens", "tokens", "Cached per turn (server)", "per turn, the median cached prompt tokens the server reported in usage (a list; None where it did not say)", "requests", "median", "sessions", "sessions"),
     _f("session_tbt_ms", "ms", "Session TBT", "median gap between a request's token deliveries, every turn, a delivery of k tokens counted k times", "events", "median", "sessions", "sessions"),
     _f("session_turns_completed", "requests", "Turns completed", "turns that completed, every session", "requests", "count", "sessions", "sessions"),
     _f("session_duration_s", "s", "Session duration", "median over sessions of its last end - its first send", "requests", "median", "sessions", "sessions"),

@@ -4,7 +4,8 @@ Accepted shapes (chosen by content, not by file name):
 
 - our own JSONL, one request per line: ``{"arrival_ms": 0, "input_tokens": 512,
   "output_tokens": 128}`` with optional ``"session"`` (a conversation id) and
-  ``"prefix_hash"`` (requests with the same hash share a prompt prefix);
+  ``"prefix_hash"`` (requests with the same hash share a prompt prefix of
+  ``"prefix_tokens"``, default `BLOCK_TOKENS`);
 - Mooncake JSONL (kvcache-ai/Mooncake's FAST'25 traces): ``{"timestamp": 27482,
   "input_length": 655, "output_length": 52, "hash_ids": [46, 47]}``, ``timestamp`` in ms
   since the first request, ``hash_ids`` the prompt's block hashes (shared ids = shared prefix);
@@ -20,6 +21,7 @@ offsets from the earliest request, so a trace may start at any time.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 from dataclasses import dataclass
@@ -30,6 +32,7 @@ from typing import Any
 from speedmatrix.errors import SpeedmatrixError
 
 __all__ = [
+    "BLOCK_TOKENS",
     "MAX_ERROR_LINES",
     "Trace",
     "TraceError",
@@ -37,10 +40,13 @@ __all__ = [
     "load_trace",
     "parse_trace",
     "schedule_ns",
+    "shared_blocks",
 ]
 
 #: bad-row lines kept per trace; the rest are only counted
 MAX_ERROR_LINES = 20
+#: tokens of one prompt block (Mooncake's hash_ids each cover 512 tokens)
+BLOCK_TOKENS = 512
 _AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 
 
@@ -56,6 +62,10 @@ class TraceRequest:
     output_tokens: int
     session: str | None = None
     prefix_hash: str | None = None  # equal hashes = a shared prompt prefix
+    #: the prompt's blocks of `BLOCK_TOKENS` tokens (Mooncake ``hash_ids``; our JSONL: its
+    #: prefix_hash for the first ``prefix_tokens``): equal leading ids = a shared prefix
+    blocks: tuple[str, ...] = ()
+    prefix_tokens: int = 0  # our JSONL: tokens the prefix_hash covers (default BLOCK_TOKENS)
 
 
 @dataclass(frozen=True)
@@ -95,6 +105,12 @@ def _own_row(row: dict[str, Any], line: int) -> TraceRequest:
         output_tokens=_count(row, "output_tokens", positive=True),
         session=None if session is None else str(session),
         prefix_hash=None if prefix is None else str(prefix),
+        blocks=() if prefix is None else (str(prefix),),
+        prefix_tokens=0
+        if prefix is None
+        else _count(row, "prefix_tokens", positive=True)
+        if "prefix_tokens" in row
+        else BLOCK_TOKENS,
     )
 
 
@@ -109,6 +125,7 @@ def _mooncake_row(row: dict[str, Any], line: int) -> TraceRequest:
         output_tokens=_count(row, "output_length", positive=True),
         session=None if row.get("session_id") is None else str(row["session_id"]),
         prefix_hash=str(hash_ids[0]) if hash_ids else None,
+        blocks=tuple(str(h) for h in hash_ids),
     )
 
 
@@ -190,17 +207,7 @@ def parse_trace(text: str, name: str = "trace") -> Trace:
         raise TraceError(f"no request can be replayed ({why})")
     start_ns = min(r.arrival_ns for r in requests)
     ordered = sorted(requests, key=lambda r: (r.arrival_ns, r.line))
-    shifted = tuple(
-        TraceRequest(
-            r.line,
-            r.arrival_ns - start_ns,
-            r.input_tokens,
-            r.output_tokens,
-            r.session,
-            r.prefix_hash,
-        )
-        for r in ordered
-    )
+    shifted = tuple(dataclasses.replace(r, arrival_ns=r.arrival_ns - start_ns) for r in ordered)
     return Trace(fmt, shifted, tuple(errors[:MAX_ERROR_LINES]), len(errors))
 
 
@@ -219,3 +226,21 @@ def schedule_ns(trace: Trace, speedup: float = 1.0) -> list[int]:
     if not speedup > 0:
         raise TraceError(f"--speedup must be > 0, got {speedup!r}")
     return [round(r.arrival_ns / speedup) for r in trace.requests]
+
+
+def shared_blocks(request: TraceRequest) -> list[tuple[str, int]]:
+    """The blocks a request's prompt starts with and their tokens, in order. Mooncake: each
+    hash id covers `BLOCK_TOKENS`, the last cut at the prompt's end (equal lists, equal
+    prompts, as in the trace). Our JSONL: its prefix_hash covers ``prefix_tokens``, at most
+    all but the prompt's last token. Requests whose lists start alike share those blocks'
+    tokens; the prompt past them is the request's own."""
+    if request.prefix_tokens and request.blocks:
+        return [(request.blocks[0], min(request.prefix_tokens, request.input_tokens - 1))]
+    out: list[tuple[str, int]] = []
+    left = request.input_tokens
+    for block in request.blocks:
+        if left <= 0:
+            break
+        out.append((block, min(BLOCK_TOKENS, left)))
+        left -= out[-1][1]
+    return out

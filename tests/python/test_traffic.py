@@ -15,6 +15,7 @@ from speedmatrix.matrix import Matrix
 from speedmatrix.plan import plan
 from speedmatrix.records import Records
 from speedmatrix.report import traffic as report_traffic
+from speedmatrix.results import Run
 from speedmatrix.trafficplan import DECODE_PROMPT_TOKENS
 from speedmatrix.verdict.cache import cache_columns
 from speedmatrix.verdict.cells import CellShape
@@ -438,6 +439,8 @@ def test_session_figures_from_merged_turns() -> None:
         _turn(0, n, 1_000 * MS, 200.0, 11, 10.0),  # ends at 1.3 s
         _turn(1, n, 2_000 * MS, 40.0, 11, 10.0),  # ends at 2.14 s
     ]
+    parts[1].requests["cached_tokens"] = np.asarray([96, 80], np.int64)
+    parts[0].requests["cached_tokens"] = np.asarray([-1, -1], np.int64)
     merged = sessions.merge(parts, n)
     assert list(merged.requests["body"]) == [0, 1, 2, 3]
     assert list(np.unique(merged.events["request"])) == [0, 1, 2, 3]
@@ -456,6 +459,7 @@ def test_session_figures_from_merged_turns() -> None:
     assert cell["status"] == "valid", cell.get("reason")
     assert cell["session_ttft_ms_by_turn"] == [200.0, 40.0]
     assert cell["session_turn_cached_tokens"] == [0, 100]
+    assert cell["session_turn_delivered_cached_tokens"] == [None, 88]  # said in turn 2 only
     assert cell["session_tbt_ms"] == pytest.approx(10.0)
     assert cell["session_turns_completed"] == 4
     assert cell["session_duration_s"] == pytest.approx(1.14)
@@ -471,3 +475,51 @@ def test_a_session_turn_that_failed_makes_the_cell_an_error() -> None:
     cell = session_cell(shape, sessions.merge([part], 2), idle=True)
     assert cell["status"] == "error"
     assert cell["reason"] == "1 of 2 turns did not complete (http_500: 1)"
+
+
+def test_the_decode_grid_of_a_cached_run_is_its_smallest_shares_never_a_median() -> None:
+    def cell(f: float, tok_s: float) -> dict:
+        return {
+            "id": f"decode-c512-n2-f{f:g}-r0",
+            "phase": "decode",
+            "context": 512,
+            "concurrency": 2,
+            "status": "valid",
+            "total_tok_s": tok_s,
+            "cached_fraction": f,
+        }
+
+    run = Run({"meta": {}, "cells": [cell(0.0, 100.0), cell(0.5, 300.0), cell(0.9, 400.0)]})
+    assert run.table("total_tok_s").loc["512", 2] == 100.0  # not 300, the median of the three
+
+
+def test_the_sessions_section_shows_first_and_last_turn_against_the_cached_prefix() -> None:
+    cells = pd.DataFrame(
+        [
+            {
+                "id": "session-c512-n2-t3-r0",
+                "phase": "session",
+                "context": 512,
+                "concurrency": 2,
+                "repetition": 0,
+                "status": "valid",
+                "sessions": 3,
+                "session_ttft_ms_by_turn": [110.0, 24.0, 26.0],
+                "session_turn_cached_tokens": [0, 512, 608],
+                "session_turn_delivered_cached_tokens": [None, 512, 608],
+                "session_tbt_ms": 5.0,
+                "session_turns_per_s": 2.5,
+                "session_output_tok_s": 80.0,
+                "session_duration_s": 1.25,
+            }
+        ]
+    )
+    section = report_traffic.session_section(cells)
+    assert section is not None and section.charts == [report_traffic.SESSION_CHART]
+    assert section.table.rows == [
+        ["512", "2", "3", "110.0", "26.0 (608 cached, server 608)", "5.0", "2.50", "80.0",
+         "1.25", "valid"]
+    ]  # fmt: skip
+    line = report_traffic.ttft_by_cached_prefix(cells).axes[0].get_lines()[0]
+    assert list(line.get_xdata()) == [0, 512, 608]
+    assert list(line.get_ydata()) == [110.0, 24.0, 26.0]

@@ -505,3 +505,42 @@ def test_cold_prefill_reads_no_prefix_cache_hits(small_pool, tmp_path):
         before, "vllm:prefix_cache_hits_total"
     )
     assert dq == 512 and dh == 0, (dq, dh)
+
+
+def test_cached_fraction_cells_deliver_the_asked_share(big_pool, tmp_path, capsys):
+    """issue 23: the sweep's cached-fraction cells on a real vLLM (prefix caching on by
+    default, 128-token blocks): 0.5 and 0.9 of 1,280 tokens are whole blocks, so vLLM's
+    own counters must show exactly the asked share."""
+    m = _matrix(contexts=[1280], concurrency=[2], cached_fraction=[0.0, 0.5, 0.9])
+    result = run(big_pool.url, m, tmp_path, progress=False, report=False)
+    cells = {c["id"]: c for c in result.doc["cells"]}
+    _show(capsys, "cached fraction", cells.values())
+    for f in (0.0, 0.5, 0.9):
+        cell = cells[f"decode-c1280-n2-f{f:g}-r0"]
+        assert cell["status"] == "valid", cell.get("reason")
+        assert cell["delivered_cached_source"] in ("usage", "counters"), cell
+        assert cell["delivered_cached_fraction"] == pytest.approx(f, abs=0.02), cell
+        assert "cache_hit_mismatch" not in cell["flags"]
+    ttft = [cells[f"decode-c1280-n2-f{f:g}-r0"]["ttft_ms"] for f in (0.0, 0.9)]
+    assert ttft[1] < ttft[0]
+
+
+def test_sessions_find_the_previous_turns_prompt_cached(big_pool, tmp_path, capsys):
+    """issue 23: sessions on a real vLLM. Each turn's prompt is exact, and vLLM's counters
+    show each later turn served from its cache the whole 128-token blocks of the previous
+    turn's prompt (256 + 112 and 256 + 224 tokens: 2 blocks each, the third is partial)."""
+    m = _matrix(contexts=[256], concurrency=[2], sessions=3, turn_tokens=64, duration_s=60.0)
+    before = metrics(big_pool.url)
+    result = run(big_pool.url, m, tmp_path, progress=False, report=False)
+    after = metrics(big_pool.url)
+    (cell,) = result.doc["cells"]
+    _show(capsys, "sessions", [cell])
+    assert cell["status"] == "valid", cell.get("reason")
+    assert cell["session_turns_completed"] == 6
+    req = result.records(cell["id"]).requests
+    turns = [sorted(set(req["prompt_tokens"][req["body"] // 2 == k])) for k in range(3)]
+    assert turns == [[256], [256 + 112], [256 + 224]]
+    hits = total(after, "vllm:prefix_cache_hits_total") - total(
+        before, "vllm:prefix_cache_hits_total"
+    )
+    assert hits == 2 * (256 + 256), hits

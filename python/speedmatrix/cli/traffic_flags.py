@@ -53,6 +53,14 @@ def add_traffic_flags(p: argparse.ArgumentParser) -> None:
         "or the Azure LLM CSV; each request its own prompt and output length",
     )
     g.add_argument("--speedup", metavar="K", help="replay the trace K times faster (arrivals / K)")
+    g.add_argument(
+        "--sessions",
+        metavar="TURNS",
+        help="conversations of TURNS turns, --concurrency of them at once, the first prompt of "
+        "each --contexts: each turn adds the answer (--max-output) and --turn-tokens new tokens",
+    )
+    g.add_argument("--turn-tokens", metavar="N", help="new user tokens a turn adds (default 256)")
+    g.add_argument("--think-time", metavar="DURATION", help="pause between turns (default 0)")
 
 
 def apply_traffic_flags(m: Any, args: argparse.Namespace) -> None:

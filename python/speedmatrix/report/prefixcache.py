@@ -60,7 +60,8 @@ def prefix_cache_section(cells: pd.DataFrame) -> Section | None:
     text = (
         "Each request repeated the asked share of its prompt from a prefix the server had "
         "already seen; the delivered share is the server's own count (usage cached_tokens, "
-        "llama.cpp timings or its counters). More than 5 points apart flags the cell."
+        "llama.cpp timings or its counters). More than 5 points apart flags the cell. The "
+        "decode matrix above shows the cells of the smallest share asked."
     )
     return Section(
         "Prefix cache",

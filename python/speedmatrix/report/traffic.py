@@ -51,14 +51,17 @@ def _status(c: pd.Series) -> str:
     return f"{text}: {reason}" if isinstance(reason, str) and reason else text
 
 
-def interference_cells(cells: pd.DataFrame) -> pd.DataFrame:
-    """The run's interference cells by context and streams; empty when it has none."""
+def _phase_cells(cells: pd.DataFrame, phase: str) -> pd.DataFrame:
+    """The run's cells of ``phase`` by context, load and repetition (maybe none)."""
     if "phase" not in cells:
         return cells.iloc[0:0]
-    rows = cells[cells["phase"] == "interference"]
-    if rows.empty:
-        return rows
-    return rows.sort_values(["context", "concurrency", "repetition"])
+    rows = cells[cells["phase"] == phase]
+    return rows if rows.empty else rows.sort_values(["context", "concurrency", "repetition"])
+
+
+def interference_cells(cells: pd.DataFrame) -> pd.DataFrame:
+    """The run's interference cells by context and streams; empty when it has none."""
+    return _phase_cells(cells, "interference")
 
 
 def interference_section(cells: pd.DataFrame) -> Section | None:
@@ -203,12 +206,7 @@ SESSION_CHART = "session_ttft_vs_cached_prefix"
 
 def session_cells(cells: pd.DataFrame) -> pd.DataFrame:
     """The run's sessions cells by context and sessions at once; empty when it has none."""
-    if "phase" not in cells:
-        return cells.iloc[0:0]
-    rows = cells[cells["phase"] == "session"]
-    if rows.empty:
-        return rows
-    return rows.sort_values(["context", "concurrency", "repetition"])
+    return _phase_cells(cells, "session")
 
 
 def _turns(value: Any) -> list[Any]:
@@ -227,13 +225,15 @@ def session_section(cells: pd.DataFrame) -> Section | None:
             _turns(c.get("session_ttft_ms_by_turn")),
             _turns(c.get("session_turn_cached_tokens")),
         )
+        said = _turns(c.get("session_turn_delivered_cached_tokens"))
+        server = f", server {said[-1]}" if said and said[-1] is not None else ""
         table_rows.append(
             [
                 str(int(c["context"])),
                 str(int(c["concurrency"])),
                 _num(c.get("sessions"), 0),
                 _num(ttft[0] if ttft else None),
-                f"{_num(ttft[-1] if ttft else None)} ({cached[-1] if cached else '—'} cached)",
+                f"{_num(ttft[-1] if ttft else None)} ({cached[-1] if cached else '—'} cached{server})",
                 _num(c.get("session_tbt_ms")),
                 _num(c.get("session_turns_per_s"), 2),
                 _num(c.get("session_output_tok_s")),

@@ -20,8 +20,13 @@ class RunTables(RunRecords):
     """The seed's tables of a run."""
 
     def _decode(self) -> pd.DataFrame:
+        """The decode grid's cells; of a cached-fraction run, those of its smallest share
+        (the others are the report's Prefix cache view), never a median across shares."""
         df = self.all_cells
-        return df[df["phase"] == "decode"] if "phase" in df else df
+        df = df[df["phase"] == "decode"] if "phase" in df else df
+        if "cached_fraction" in df and df["cached_fraction"].notna().any():
+            df = df[df["cached_fraction"] == df["cached_fraction"].min()]
+        return df
 
     def table(
         self, figure: str = "total_tok_s", aggregate: str = "median", all_cells: bool = False

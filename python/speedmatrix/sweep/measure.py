@@ -9,7 +9,7 @@ import zlib
 
 import numpy as np
 
-from speedmatrix import verdict
+from speedmatrix import trafficrun, verdict
 from speedmatrix._native import _core
 from speedmatrix.errors import SpeedmatrixError
 from speedmatrix.matrix import parse_arrival
@@ -164,6 +164,8 @@ class SweepMeasure(SweepPrompts):
         )
 
     def _measure_decode(self, cell) -> CellOutcome | None:
+        if trafficrun.is_traffic_cell(cell):  # issue 23's shapes: their own runs
+            return trafficrun.measure(self, cell)
         idle, _ = self._wait_idle()
         prefill_id = self._warmup_prefill.get(cell.id, "")
         measures_prefill = bool(prefill_id) and not self._done(prefill_id)

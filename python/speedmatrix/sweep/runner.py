@@ -257,6 +257,7 @@ class Sweep(SweepSearch):
             if c.phase == "decode"
             and c.concurrency == 1
             and c.rate_per_s is None
+            and c.cached_fraction is None  # its warm-up is its prefix alone
             and c.runnable
             and not self._done(c.id)
         }

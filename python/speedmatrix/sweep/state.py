@@ -78,12 +78,16 @@ class SweepState:
 
     @staticmethod
     def _cell_time(cell) -> float:
-        return float(cell.duration_s) if cell.phase == "decode" else 0.0
+        return float(cell.duration_s) if cell.phase in ("decode", "interference") else 0.0
 
     @staticmethod
     def _label(cell) -> str:
         if cell.phase == "prefill":
             return f"prefill {cell.label}"
+        if cell.phase in ("interference", "session"):
+            return f"{cell.phase} {cell.label} x {cell.concurrency}"
+        if cell.cached_fraction is not None:
+            return f"decode {cell.label} x {cell.concurrency} cached {cell.cached_fraction:g}"
         if cell.rate_per_s is not None:
             return f"decode {cell.label} @ {cell.rate_per_s:g}/s"
         return f"decode {cell.label} x {cell.concurrency}"

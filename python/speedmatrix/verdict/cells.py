@@ -362,9 +362,11 @@ def _window(shape: _Shape, records: Records) -> _Window | None:
     open_loop = getattr(shape, "rate_per_s", None) is not None
     # A steady-state window (DESIGN.md "Window") opens once the first wave streams:
     # t0 is the settle point and TTFT counts from the ramp's start (the first wave and
-    # every refill). Runs saved before it (no ramp_start_ns) opened at the send. An
-    # open-loop cell has no first wave: its window is its arrivals'.
-    steady = not open_loop and int(records.ramp_start_ns) > 0
+    # every refill). Runs saved before it (no ramp_start_ns) and the cached-fraction
+    # cells (one request a slot: the core opens a max_requests window at the send)
+    # opened at the send. An open-loop cell has no first wave: its window is its arrivals'.
+    one_wave = getattr(shape, "cached_fraction", None) is not None
+    steady = not open_loop and not one_wave and int(records.ramp_start_ns) > 0
     ramp = int(records.ramp_start_ns) if steady else t0
     req = records.requests
     settle = t0 if (open_loop or steady) else first_wave_settled(req, shape.concurrency, t0, t1)

@@ -8,6 +8,8 @@ Reads the merged records: request rows of turn k carry bodies k x N .. k x N + N
   reached a first token (None for a turn where none did);
 - ``session_turn_cached_tokens``: per turn, the prompt tokens the server had seen (the
   previous turn's prompt; `sessions.cached_prefix_tokens`);
+- ``session_turn_delivered_cached_tokens``: per turn, the median cached prompt tokens the
+  server reported (usage ``cached_tokens``; None where it did not say);
 - ``session_tbt_ms``: the median gap between two token deliveries of one request, over
   every request of every turn, a delivery of k tokens counted k times (its gap / k each);
 - ``session_duration_s``: the median over sessions of its last answer's end - its first
@@ -55,6 +57,19 @@ def _tbt_samples(records: Records, rows: np.ndarray) -> np.ndarray:
     return np.concatenate(out) if out else np.zeros(0)
 
 
+def _delivered_by_turn(req: dict, rows: np.ndarray, turn: np.ndarray, turns: int) -> list:
+    """Per turn, the median cached prompt tokens the server reported (usage cached_tokens);
+    None for a turn where no request said, or a record without the column."""
+    if "cached_tokens" not in req:
+        return [None] * turns
+    cached = req["cached_tokens"][rows]
+    out = []
+    for k in range(turns):
+        said = cached[(turn == k) & (cached >= 0)]
+        out.append(int(np.median(said)) if said.size else None)
+    return out
+
+
 def session_figures(records: Records, shape: Any) -> dict[str, Any]:
     """The cell's figures from its merged records and its plan (`shape`)."""
     req = records.requests
@@ -69,6 +84,7 @@ def session_figures(records: Records, shape: Any) -> dict[str, Any]:
         ttft.append(_median((first[mine] - sent[mine]) / 1e6))
     out: dict[str, Any] = {
         "session_ttft_ms_by_turn": ttft,
+        "session_turn_delivered_cached_tokens": _delivered_by_turn(req, rows, turn, turns),
         "session_turn_cached_tokens": [
             cached_prefix_tokens(shape.context, shape.turn_tokens, shape.max_output, k)
             for k in range(turns)
