@@ -27,11 +27,13 @@ import socket
 import tempfile
 import threading
 import time
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numpy.lib import format as npformat
 
 from speedmatrix.errors import SpeedmatrixError
 from speedmatrix.redact import redact, redact_known
@@ -386,6 +388,28 @@ def _redact_array(a: np.ndarray, fn) -> np.ndarray:
     return a
 
 
+#: bytes of an array written to the zip stream at a time: numpy's own savez copies 16 MiB
+#: chunks (two copies at once), which was most of a large cell's end-of-cell peak (issue 25)
+_SAVE_CHUNK_BYTES = 1 << 20
+
+
+def _savez_streamed(path: str, arrays: dict[str, np.ndarray]) -> None:
+    """``np.savez_compressed``'s file (``np.load`` reads it), written 1 MiB at a time."""
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED, allowZip64=True) as zf:
+        for name, a in arrays.items():
+            if not a.flags.c_contiguous:  # columns are contiguous already: no copy of them
+                a = a.copy(order="C")
+            header = npformat.header_data_from_array_1_0(a)
+            with zf.open(f"{name}.npy", "w", force_zip64=True) as f:
+                try:
+                    npformat.write_array_header_1_0(f, header)
+                except ValueError:  # a header too long for format 1.0
+                    npformat.write_array_header_2_0(f, header)
+                flat = memoryview(a.reshape(-1).view(np.uint8)) if a.size else memoryview(b"")
+                for start in range(0, len(flat), _SAVE_CHUNK_BYTES):
+                    f.write(flat[start : start + _SAVE_CHUNK_BYTES])
+
+
 def save_records(
     run_dir: str | os.PathLike,
     cell_id: str,
@@ -438,7 +462,7 @@ def save_records(
     except OSError as exc:
         raise _write_failed(path, exc) from exc
     try:
-        np.savez_compressed(tmp, **arrays)  # type: ignore[arg-type]
+        _savez_streamed(tmp, arrays)
         os.replace(tmp, path)
     except BaseException as exc:
         if os.path.exists(tmp):
