@@ -262,6 +262,10 @@ def _write_group(run, group: str, prefix: str, dest: Path) -> None:
                         else:
                             arrays.append(pa.nulls(rows, field.type))
                     writer.write_table(pa.Table.from_arrays(arrays, schema=schema))
+                    del arrays
+                    # Arrow's pool (mimalloc) otherwise keeps every freed row group resident:
+                    # +15 MB at the end of a 2 M-event cell (test_export), no time measured
+                    pa.default_memory_pool().release_unused()
 
 
 def write_parquet(run, run_dir: str | os.PathLike) -> tuple[Path, Path]:

@@ -227,7 +227,9 @@ def test_the_parquet_export_holds_one_row_group_not_the_run(tmp_path):
     )
     assert np.array_equal(mine["t_ns"].to_numpy(), events["t_ns"])
     assert int(mine["tokens"].to_numpy().sum()) == n
-    assert grew < 80, f"the export grew the process by {grew:.0f} MB for {n:,} token events"
+    # 56 MB with Arrow's pool keeping each freed row group (issue 25), 41 MB once it hands
+    # them back after each row group
+    assert grew < 50, f"the export grew the process by {grew:.0f} MB for {n:,} token events"
 
 
 def test_an_unreadable_records_file_loses_only_its_own_rows(tmp_path):
