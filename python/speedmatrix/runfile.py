@@ -405,7 +405,7 @@ def _savez_streamed(path: str, arrays: dict[str, np.ndarray]) -> None:
                     npformat.write_array_header_1_0(f, header)
                 except ValueError:  # a header too long for format 1.0
                     npformat.write_array_header_2_0(f, header)
-                flat = memoryview(a.reshape(-1).view(np.uint8)) if a.size else memoryview(b"")
+                flat = a.reshape(-1).view(np.uint8).data if a.size else memoryview(b"")
                 for start in range(0, len(flat), _SAVE_CHUNK_BYTES):
                     f.write(flat[start : start + _SAVE_CHUNK_BYTES])
 

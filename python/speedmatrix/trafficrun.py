@@ -15,7 +15,7 @@ import dataclasses
 import time
 from typing import Any, cast
 
-from speedmatrix import interference, sessions, verdict
+from speedmatrix import interference, sessions
 from speedmatrix.cachedcell import WARM_INDEX, prompt_seed, read_counters, warm_prefix
 from speedmatrix.errors import SpeedmatrixError
 from speedmatrix.prompts import PromptError, PromptFactory, request_body
@@ -105,15 +105,7 @@ def _cached(sweep: Any, cell: Any) -> Any:
     after = read_counters(client, sweep.target.metrics_url)
     counters = {"before": before, "after": after} if before and after else None
     shape = dataclasses.replace(cell, cache_counters=counters)
-    stored = verdict.decode_cell(
-        shape,
-        records,
-        sweep.facts,
-        sweep.rules,
-        idle=idle,
-        percentiles=cell.percentiles,
-        slo_targets=cell.slo,
-    )
+    stored = sweep._judge_decode(shape, records, idle)
     return sweep._store_measured(stored, records, prompts)
 
 
@@ -185,15 +177,7 @@ def _trace(sweep: Any, cell: Any) -> Any:
     records = _run(sweep, spec)
     if records is None:
         return None
-    stored = verdict.decode_cell(
-        cell,
-        records,
-        sweep.facts,
-        sweep.rules,
-        idle=idle,
-        percentiles=cell.percentiles,
-        slo_targets=cell.slo,
-    )
+    stored = sweep._judge_decode(cell, records, idle)
     return sweep._store_measured(stored, records, prompts)
 
 

@@ -203,7 +203,17 @@ class SweepMeasure(SweepPrompts):
         records = self._measure_records(spec)
         if records is None:  # interrupted
             return None
-        cell_dict = verdict.decode_cell(
+        out = self._store_measured(self._judge_decode(cell, records, idle), records, prompts)
+        if measures_prefill:
+            pcell = self._planned[prefill_id]
+            pdict = verdict.prefill_cell(pcell, records, idle=idle, measured_in=cell.id)
+            self._store_measured(pdict, records, prompts)
+        return out
+
+    def _judge_decode(self, cell, records: Records, idle: bool) -> dict:
+        """A decode-phase cell's stored form, as `recompute` judges it again: every cell
+        that measures decode (the grid's, a cached fraction's, a trace's) comes here."""
+        return verdict.decode_cell(
             cell,
             records,
             self.facts,
@@ -214,12 +224,6 @@ class SweepMeasure(SweepPrompts):
             # this host's `speedmatrix selftest`, as the run recorded it when it started
             client_roofline=(self.doc.get("meta") or {}).get("client_roofline"),
         )
-        out = self._store_measured(cell_dict, records, prompts)
-        if measures_prefill:
-            pcell = self._planned[prefill_id]
-            pdict = verdict.prefill_cell(pcell, records, idle=idle, measured_in=cell.id)
-            self._store_measured(pdict, records, prompts)
-        return out
 
 
 def open_loop_spec(spec, cell) -> None:
