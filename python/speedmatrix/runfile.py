@@ -17,10 +17,12 @@ holder dies, even by ``kill -9``: a stale lock file never blocks anyone.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import fcntl
 import json
 import math
+import mmap
 import os
 import re
 import socket
@@ -393,6 +395,39 @@ def _redact_array(a: np.ndarray, fn) -> np.ndarray:
 _SAVE_CHUNK_BYTES = 1 << 20
 
 
+#: madvise(2)'s MADV_PAGEOUT (Linux 5.4): reclaim these pages now. Data-safe: a clean page of
+#: a file comes back from the file, a written one goes to swap or stays
+_MADV_PAGEOUT = 21
+_madvise: Any
+try:
+    _madvise = ctypes.CDLL(None, use_errno=True).madvise
+    _madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+except (OSError, AttributeError):  # not a libc that has it
+    _madvise = None
+
+
+def _external(a: np.ndarray) -> bool:
+    """Whether ``a``'s memory is not numpy's: the core's columns (a capsule owns them; the
+    spilled token events are its file mappings), or an ``np.memmap``."""
+    base = a
+    while isinstance(base, np.ndarray):
+        if base.base is None:
+            return False
+        base = base.base
+    return True
+
+
+def _page_out(a: np.ndarray, start: int, stop: int) -> None:
+    """Drops bytes [start, stop) of ``a``'s memory from the resident set once written: the
+    spill mappings' pages were the largest part of the end of a cell left (issue 25)."""
+    if _madvise is None:
+        return
+    lo = -(-(a.ctypes.data + start) // mmap.PAGESIZE) * mmap.PAGESIZE
+    hi = (a.ctypes.data + stop) // mmap.PAGESIZE * mmap.PAGESIZE
+    if hi > lo:
+        _madvise(lo, hi - lo, _MADV_PAGEOUT)  # a hint: an old kernel's EINVAL changes nothing
+
+
 def _savez_streamed(path: str, arrays: dict[str, np.ndarray]) -> None:
     """``np.savez_compressed``'s file (``np.load`` reads it), written 1 MiB at a time."""
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED, allowZip64=True) as zf:
@@ -406,8 +441,11 @@ def _savez_streamed(path: str, arrays: dict[str, np.ndarray]) -> None:
                 except ValueError:  # a header too long for format 1.0
                     npformat.write_array_header_2_0(f, header)
                 flat = a.reshape(-1).view(np.uint8).data if a.size else memoryview(b"")
+                external = _external(a)
                 for start in range(0, len(flat), _SAVE_CHUNK_BYTES):
                     f.write(flat[start : start + _SAVE_CHUNK_BYTES])
+                    if external:
+                        _page_out(a, start, min(start + _SAVE_CHUNK_BYTES, len(flat)))
 
 
 def save_records(
