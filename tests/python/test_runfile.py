@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 from secrets_check import npz_strings, secrets_found
-from speedmatrix import runfile
+from speedmatrix import npzwrite, runfile
 from speedmatrix.runfile import (
     SCHEMA,
     RunFileError,
@@ -218,7 +218,7 @@ def test_saved_records_load_as_numpys_own_savez_would(tmp_path):
         "cell_fatal_error": np.asarray("none"),
     }
     ours, theirs = tmp_path / "ours.npz", tmp_path / "theirs.npz"
-    runfile._savez_streamed(str(ours), arrays)
+    npzwrite.savez_streamed(str(ours), arrays)
     np.savez_compressed(theirs, **arrays)  # type: ignore[arg-type]
     with np.load(ours, allow_pickle=False) as a, np.load(theirs, allow_pickle=False) as b:
         assert sorted(a.files) == sorted(b.files) == sorted(arrays)
@@ -266,16 +266,16 @@ def test_saving_pages_out_the_mapped_columns_it_has_written(tmp_path):
         f.flush()
         os.fsync(f.fileno())  # clean pages: a dirty one cannot be reclaimed before writeback
     mapped = np.memmap(col, dtype=np.int64, mode="c")  # MAP_PRIVATE, as the core maps
-    assert runfile._external(mapped)
-    assert not runfile._external(np.arange(3)) and not runfile._external(np.arange(9)[2:])
+    assert npzwrite._external(mapped)
+    assert not npzwrite._external(np.arange(3)) and not npzwrite._external(np.arange(9)[2:])
     assert int(mapped.sum()) == 4_000_000 * 3_999_999 // 2  # every page resident
     before = rss_file_mb()
     rel = runfile.save_records(tmp_path, "c", {"id": np.arange(3)}, {"t_ns": mapped})
     dropped = before - rss_file_mb()
-    if runfile._madvise is None or dropped < 1:
+    if npzwrite._madvise is None or dropped < 1:
         probe = np.memmap(col, dtype=np.int64, mode="c")
         int(probe[:1024].sum())
-        if runfile._madvise is None or runfile._madvise(probe.ctypes.data, 4096, 21) != 0:
+        if npzwrite._madvise is None or npzwrite._madvise(probe.ctypes.data, 4096, 21) != 0:
             pytest.skip("this kernel has no MADV_PAGEOUT")
     assert dropped > 25, f"the save left {32 - dropped:.0f} of the column's 32 MB resident"
     with np.load(tmp_path / rel, allow_pickle=False) as z:
