@@ -76,3 +76,45 @@ def test_show_needs_no_records(capsys):
     """run.json alone (records not copied) is enough: the grid is read from the cells."""
     assert cli.main(["show", str(shared_run("norecords"))]) == 0
     assert "Over capacity" in capsys.readouterr().out
+
+
+def test_show_lists_the_cells_outside_the_grid_with_their_headline_figures():
+    import pandas as pd
+    from speedmatrix.show import other_lines
+
+    cells = pd.DataFrame(
+        [
+            {"id": "decode-c1024-n2-r0", "phase": "decode", "status": "valid", "trace": None},
+            {
+                "id": "interference-c2048-n2-r0",
+                "phase": "interference",
+                "status": "valid",
+                "tbt_inflation": 5.1,
+                "tbt_overlap_p99_ms": 102.0,
+                "tbt_clear_p99_ms": 20.0,
+            },
+            {
+                "id": "session-c256-n2-t3-r0",
+                "phase": "session",
+                "status": "error",
+                "reason": "turn 2 failed",
+                "session_turns_per_s": None,
+            },
+            {
+                "id": "trace-r0",
+                "phase": "decode",
+                "trace": "/t/mooncake.jsonl",
+                "status": "valid",
+                "total_tok_s": 1583.94,
+                "queue_p50_ms": 0.4,
+                "queue_p99_ms": 7.25,
+            },
+        ]
+    )
+    lines = other_lines(cells)
+    assert len(lines) == 3  # the decode cell is the grid's
+    assert lines[0].startswith("  interference-c2048-n2-r0: TBT inflation 5.10×")
+    assert "TBT p99 during prefills 102.0 ms" in lines[0] and lines[0].endswith("Valid")
+    assert "Turns/s —" in lines[1] and lines[1].endswith("(turn 2 failed)")
+    assert "1,583.9" in lines[2] and "7.2 ms" in lines[2]
+    assert other_lines(cells.iloc[:1]) == []

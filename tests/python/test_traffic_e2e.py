@@ -15,6 +15,7 @@ from speedmatrix.matrix import Matrix
 from speedmatrix.recompute import recompute_doc
 from speedmatrix.report.render import render_report
 from speedmatrix.results import load
+from speedmatrix.show import grid_text
 from speedmatrix.sim import Sim
 from speedmatrix.sweep import Sweep
 
@@ -200,6 +201,10 @@ def test_sessions(tmp_path: Path) -> None:
     assert 0.4 <= cell["session_duration_s"] <= 3.0
     _recomputes_to_itself(doc, tmp_path)
     _section(tmp_path, "Sessions", "session_ttft_vs_cached_prefix")
+    # `speedmatrix show`: no empty decode grid for a run of sessions only, the cell's line
+    shown = grid_text(load(tmp_path))
+    assert "Sustained decode" not in shown and "Not measured" not in shown
+    assert "  session-c512-n2-t3-r0: Turns/s " in shown and shown.rstrip().endswith("Valid")
 
 
 def test_trace_requests_sharing_blocks_share_their_prompt_prefix(tmp_path: Path) -> None:
