@@ -3,7 +3,8 @@
 Accepted shapes (chosen by content, not by file name):
 
 - our own JSONL, one request per line: ``{"arrival_ms": 0, "input_tokens": 512,
-  "output_tokens": 128}`` with optional ``"session"`` (a conversation id) and
+  "output_tokens": 128}`` with optional ``"session"`` (a conversation id: a later request of
+  it starts with the session's previous prompt, `trafficrun`) and
   ``"prefix_hash"`` (requests with the same hash share a prompt prefix of
   ``"prefix_tokens"``, default `BLOCK_TOKENS`);
 - Mooncake JSONL (kvcache-ai/Mooncake's FAST'25 traces): ``{"timestamp": 27482,

@@ -132,28 +132,35 @@ def _interference(sweep: Any, cell: Any) -> Any:
 
 def _trace_prompts(sweep: Any, cell: Any, trace: Any, salt: str) -> list[Any]:
     """A prompt per request of exactly its input tokens: its shared blocks first (the same
-    token ids wherever a block recurs: `trace.shared_blocks`), then its own salted tokens.
-    Blocks need token-id prompts; with another method every prompt is unique."""
+    token ids wherever a block recurs: `trace.shared_blocks`), else, for a request of a
+    session (a conversation) after its first, the session's previous prompt (all of it the
+    length allows: a turn carries the conversation so far), then its own salted tokens.
+    Blocks and sessions need token-id prompts; with another method every prompt is unique."""
     factories: dict[int, PromptFactory] = {}
     blocks: dict[str, list[int]] = {}
+    sessions: dict[str, list[int]] = {}  # a session's latest prompt, its ids
     prompts = []
     for i, r in enumerate(trace.requests):
         if r.input_tokens not in factories:
             factories[r.input_tokens] = _factory(sweep, cell, r.input_tokens, salt)
         own = factories[r.input_tokens].prompt(i)
-        spans = shared_blocks(r)
-        if not spans or own.method != "token_ids":
+        if own.method != "token_ids":
             prompts.append(own)
             continue
         n = len(own.payload)  # the ids; the server adds input_tokens - n of its own
         ids: list[int] = []
+        spans = shared_blocks(r)
         for block, size in spans:
             if block not in blocks:
                 made = _factory(sweep, cell, BLOCK_TOKENS + r.input_tokens - n, f"{salt}/b/{block}")
                 blocks[block] = cast(list[int], made.prompt(0).payload)
             ids += blocks[block][:size]
+        if not spans and r.session is not None:
+            ids = sessions.get(r.session, [])[: n - 1]  # at least one token of its own
         ids = ids[:n] + cast(list[int], own.payload)[: n - min(len(ids), n)]
-        prompts.append(dataclasses.replace(own, payload=ids))
+        if r.session is not None:
+            sessions[r.session] = ids
+        prompts.append(own if ids == own.payload else dataclasses.replace(own, payload=ids))
     return prompts
 
 

@@ -115,6 +115,34 @@ def test_interference_cell(tmp_path: Path) -> None:
     _section(tmp_path, "Prefill interference", "interference_inflation")
 
 
+def test_a_trace_sessions_later_turn_carries_its_previous_prompt(tmp_path: Path) -> None:
+    """Our JSONL with session ids: each session's second turn starts with the whole prompt
+    of its first (the conversation so far) and the engine finds it cached; the other
+    session's prompts share nothing with it."""
+    rows = [(0, 600, "a"), (200, 600, "b"), (1000, 800, "a"), (1200, 800, "b")]
+    trace = tmp_path / "sessions.jsonl"
+    trace.write_text(
+        "\n".join(
+            json.dumps({"arrival_ms": t, "input_tokens": n, "output_tokens": 4, "session": s})
+            for t, n, s in rows
+        )
+    )
+    overrides = {"prefill_per_token_us": PREFILL_US, "step_base_ms": 5.0, "kv_tokens": 65536}
+    m = Matrix(trace=str(trace), prefill_contexts=[], max_output=16)
+    out = tmp_path / "run"
+    with Sim("test-batch", overrides=overrides) as sim:
+        _doc, cells = _sweep(sim.url, m, out)
+    assert cells["trace-r0"]["open_loop"]["completed"] == 4
+    req = load(out).records("trace-r0").requests
+    window = np.flatnonzero(req["phase"] == 1)
+    by_row = {int(req["body"][i]): i for i in window}
+    assert [int(req["prompt_tokens"][by_row[k]]) for k in range(4)] == [600, 600, 800, 800]
+    cached = [int(req["cached_tokens"][by_row[k]]) for k in range(4)]
+    # first turns cold; a second turn: its session's 600-token prompt (whole 16-token blocks)
+    assert cached[0] == 0 and cached[1] == 0, cached
+    assert 600 - 16 <= cached[2] <= 600 and 600 - 16 <= cached[3] <= 600, cached
+
+
 def test_trace_replay(tmp_path: Path) -> None:
     rng = np.random.default_rng(7)
     arrivals = np.sort(rng.uniform(0, 2000, 24)).round(3)
