@@ -407,6 +407,11 @@ _FIELD_HELP = {
     "them at once, the first prompt of each context (0 = none)",
     "turn_tokens": "sessions: new user tokens each turn adds after the previous answer",
     "think_time_s": "sessions: seconds between a turn's end and the next turn",
+    "plan": '"full" measures every cell; "sparse" measures a design, fits the built-in '
+    "engine's profile and predicts the rest (cells marked predicted)",
+    "sparse_target": "sparse: measure until every predicted interval's relative half-width "
+    "is within this fraction",
+    "sparse_max_cells": "sparse: the most decode cells measured (0 = 40% of the grid)",
 }
 
 

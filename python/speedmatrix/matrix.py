@@ -35,7 +35,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     pass
 
-from speedmatrix import trafficaxes
+from speedmatrix import sparseaxes, trafficaxes
 from speedmatrix.latency import DEFAULT_PERCENTILES, parse_percentiles
 from speedmatrix.matrixfile import (
     changes_text,
@@ -80,6 +80,13 @@ MAX_REPETITIONS = 1_000
 MAX_DURATION_S = 7 * 86_400.0
 MAX_RATE_PER_S = 1e6
 MAX_GAP_FACTOR = 1e6
+_SECONDS_FIELDS: tuple[str, ...] = (
+    "duration_s",
+    "idle_timeout_s",
+    "request_idle_timeout_s",
+    "drain_timeout_s",
+)
+_SECONDS_FIELDS += ("min_duration_s", "stall_min_s", "ramp_cap_s")
 
 
 @dataclass
@@ -167,6 +174,10 @@ class Matrix:
     sessions: int = 0
     turn_tokens: int = 256
     think_time_s: float = 0.0
+    #: "full" or "sparse" (`speedmatrix.sparseaxes`): measure a design, predict the rest
+    plan: str = "full"
+    sparse_target: float = 0.10
+    sparse_max_cells: int = 0
 
     # ---- construction -------------------------------------------------------------------
     def __post_init__(self) -> None:
@@ -177,13 +188,7 @@ class Matrix:
             self.concurrency = coerce_int_list(self.concurrency)
         else:
             self.concurrency = list(self.concurrency)
-        if isinstance(self.duration_s, str):
-            self.duration_s = parse_duration(self.duration_s)
-        if isinstance(self.idle_timeout_s, str):
-            self.idle_timeout_s = parse_duration(self.idle_timeout_s)
-        if isinstance(self.request_idle_timeout_s, str):
-            self.request_idle_timeout_s = parse_duration(self.request_idle_timeout_s)
-        for name in ("min_duration_s", "stall_min_s", "ramp_cap_s"):
+        for name in _SECONDS_FIELDS:
             if isinstance(getattr(self, name), str):
                 setattr(self, name, parse_duration(getattr(self, name)))
         if isinstance(self.precision, str):
@@ -205,9 +210,8 @@ class Matrix:
             self.slo = parse_slo(self.slo) if self.slo.strip() else {}
         if isinstance(self.attainment, str):
             self.attainment = parse_attainment(self.attainment)
-        if isinstance(self.drain_timeout_s, str):
-            self.drain_timeout_s = parse_duration(self.drain_timeout_s)
         trafficaxes.coerce(self)
+        sparseaxes.coerce(self)
 
     @classmethod
     def preset(cls, name: str) -> Matrix:
@@ -328,7 +332,7 @@ class Matrix:
                 f"client_threads: {self.client_threads!r} is not 0 (auto) or 1 to "
                 f"{MAX_CLIENT_THREADS}"
             )
-        errors += trafficaxes.problems(self)
+        errors += trafficaxes.problems(self) + sparseaxes.problems(self)
         return errors
 
     def _concurrency_problems(self, errors: list[str]) -> None:

@@ -52,6 +52,9 @@ EDITS = {
     "sessions": ("3", 3),
     "turn_tokens": ("128", 128),
     "think_time_s": ("1.5", 1.5),
+    "plan": ('"sparse"', "sparse"),
+    "sparse_target": ("0.05", 0.05),
+    "sparse_max_cells": ("6", 6),
 }
 
 KEY_LINE = re.compile(r"^([a-z_]+) = ", re.MULTILINE)

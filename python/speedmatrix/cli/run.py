@@ -16,6 +16,7 @@ from typing import Any
 from speedmatrix import dryrun, http, runfile, sweep
 from speedmatrix.cli.common import api_key_of
 from speedmatrix.cli.run_flags import MATRIX_FLAGS, META_KEYS
+from speedmatrix.cli.sparse_flags import apply_sparse_flags
 from speedmatrix.cli.traffic_flags import apply_traffic_flags
 from speedmatrix.cliargs import (
     UsageError,
@@ -97,6 +98,7 @@ def matrix_from_args(args: argparse.Namespace):
             m.extra_body = extra
         apply_open_loop_flags(m, args)
         apply_traffic_flags(m, args)
+        apply_sparse_flags(m, args)
         m.validate()
     except UsageError:
         raise

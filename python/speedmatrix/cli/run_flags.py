@@ -8,6 +8,7 @@ import argparse
 from pathlib import Path
 
 from speedmatrix.cli.common import Formatter
+from speedmatrix.cli.sparse_flags import SPARSE_FLAGS, add_sparse_flags
 from speedmatrix.cli.traffic_flags import TRAFFIC_FLAGS, add_traffic_flags
 
 #: the matrix defaults the help shows (no preset, no --matrix): written out, not read from
@@ -89,6 +90,7 @@ MATRIX_FLAGS = (
     ("search", "search", "--search"),
     ("client_threads", "client_threads", "--client-threads"),
     *TRAFFIC_FLAGS,
+    *SPARSE_FLAGS,
 )
 
 
@@ -137,6 +139,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_run_groups(run)
     add_open_loop_flags(run)
     add_traffic_flags(run)
+    add_sparse_flags(run)
 
 
 def _target_flags(g: argparse._ArgumentGroup, d: dict[str, str]) -> None:

@@ -27,6 +27,7 @@ from speedmatrix.runmeta import (
 )
 from speedmatrix.sweep.prompting import sent_its_prompts
 from speedmatrix.sweep.search import SweepSearch
+from speedmatrix.sweep.sparse import SparseRun, closed_loop_decode
 from speedmatrix.verdict import EngineFacts, Rules
 
 if TYPE_CHECKING:
@@ -149,39 +150,18 @@ class Sweep(SweepSearch):
         self._begin(planned, given_tokenizer)
 
         todo = [c for c in planned if c.runnable and not self._done(c.id)]
-        prefill_from_warmup = self._prefill_from_warmup(planned)
+        sparse = self._sparse_plan(planned)
+        if sparse is not None:  # the grid's cells outside the design wait to be chosen
+            todo = [c for c in todo if c.id not in sparse.held()]
+        prefill_from_warmup = self._prefill_from_warmup(planned, todo)
         runnable = [c for c in todo if not (c.phase == "prefill" and c.id in prefill_from_warmup)]
-        total = len(runnable)
         self.progress.plan(planned, self.cells)
         try:
-            for i, cell in enumerate(runnable, 1):
-                # A server that went away between two cells is found before this cell
-                # spends its window on refused connections.
-                if i > 1 and self._server_lost(None):
-                    self._mark_unreachable(planned, after=self._label(runnable[i - 2]))
-                    break
-                times = self._eta(runnable[i - 1 :])
-                self.progress.start_cell(
-                    i,
-                    total,
-                    self._label(cell),
-                    self._cell_time(cell),
-                    sum(times),
-                    cell_s=times[0],
-                    key=(cell.context, cell.concurrency) if cell.phase == "decode" else None,
-                )
-                if cell.phase == "prefill":
-                    outcome = self._measure_prefill(cell)
-                else:
-                    outcome = self._measure_decode(cell)
-                if outcome is None:  # interrupted
-                    break
-                self.progress.end_cell(self._summary(outcome.cell), outcome.cell)
-                if self._server_lost(outcome.cell):
-                    self._mark_unreachable(planned, after=self._label(cell))
-                    break
+            total = self._measure_cells(planned, runnable, sparse)
             if self.matrix.search and not self.interrupted and not self.unreachable:
                 self._search(planned, done=total)
+            if sparse is not None and not self.interrupted and not self.unreachable:
+                self._store_predicted(sparse, {c.id for c in runnable})
         except KeyboardInterrupt:
             self.interrupted = True
         finally:
@@ -190,6 +170,50 @@ class Sweep(SweepSearch):
         if self.interrupted:
             return 130
         return 1 if self.unreachable else 0
+
+    def _measure_cells(self, planned, runnable: list, sparse: SparseRun | None) -> int:
+        """Measures ``runnable`` in order; a sparse plan appends each cell it chooses after
+        them until it stops. Returns how many cells the run meant to measure."""
+        total = sparse.most + len(runnable) - len(sparse.first) if sparse else len(runnable)
+        i = 0
+        while i < len(runnable) or sparse is not None:
+            if i == len(runnable):
+                assert sparse is not None
+                chosen = sparse.next({c.id for c in runnable})
+                if chosen is None:
+                    break
+                runnable.append(chosen)
+                total = max(total, len(runnable))
+            i += 1
+            cell = runnable[i - 1]
+            # A server that went away between two cells is found before this cell
+            # spends its window on refused connections.
+            if i > 1 and self._server_lost(None):
+                self._mark_unreachable(planned, after=self._label(runnable[i - 2]))
+                break
+            times = self._eta(runnable[i - 1 :])
+            self.progress.start_cell(
+                i,
+                total,
+                self._label(cell),
+                self._cell_time(cell),
+                sum(times),
+                cell_s=times[0],
+                key=(cell.context, cell.concurrency) if cell.phase == "decode" else None,
+            )
+            if cell.phase == "prefill":
+                outcome = self._measure_prefill(cell)
+            else:
+                outcome = self._measure_decode(cell)
+            if outcome is None:  # interrupted
+                break
+            if sparse is not None:
+                sparse.mark(cell, outcome.cell.get("status") in ("valid", "queued"))
+            self.progress.end_cell(self._summary(outcome.cell), outcome.cell)
+            if self._server_lost(outcome.cell):
+                self._mark_unreachable(planned, after=self._label(cell))
+                break
+        return total
 
     def _check_same_server(self) -> None:
         """A resumed run continues only on the server it measured: its engine, version,
@@ -242,15 +266,34 @@ class Sweep(SweepSearch):
                 self.cells[c.id] = self._unrun_cell(c).cell
         self._write()
 
+    def _sparse_plan(self, planned) -> SparseRun | None:
+        """The sparse plan's order of decode cells (None: a full plan measures them all)."""
+        if getattr(self.matrix, "plan", "full") != "sparse":
+            return None
+        grid = [c for c in planned if closed_loop_decode(c)]
+        done = {c.id for c in grid if self._done(c.id)}
+        return SparseRun(
+            grid, done, self.matrix, self.out, planned.max_running, self.progress.message
+        )
+
+    def _store_predicted(self, sparse: SparseRun, tried: set[str]) -> None:
+        """The grid's cells not measured, stored as predicted, and the plan in meta.run."""
+        for cell in sparse.predicted_cells(tried):
+            if not self._done(cell["id"]):
+                self.cells[cell["id"]] = cell
+        self.doc["meta"]["run"].update(sparse.meta())
+        self._write()
+
     def run_result(self) -> Run:
         return load(self.out)
 
-    def _prefill_from_warmup(self, planned) -> dict[str, str]:
+    def _prefill_from_warmup(self, planned, todo) -> dict[str, str]:
         """Prefill cell id -> id of the decode cell whose N=1 warm-up measures it.
 
-        Only a decode cell still to run can measure a prefill: when a resumed run
-        already has the N=1 cell but not its prefill (stopped between the two), the
-        prefill cell is measured on its own."""
+        Only a decode cell still to run (in ``todo``) can measure a prefill: when a resumed
+        run already has the N=1 cell but not its prefill (stopped between the two), or a
+        sparse plan does not measure it, the prefill cell is measured on its own."""
+        todo_ids = {c.id for c in todo}
         decode_n1 = {
             (c.context, c.repetition): c
             for c in planned
@@ -259,7 +302,7 @@ class Sweep(SweepSearch):
             and c.rate_per_s is None
             and c.cached_fraction is None  # its warm-up is its prefix alone
             and c.runnable
-            and not self._done(c.id)
+            and c.id in todo_ids
         }
         out = {}
         if self.matrix.prefill_mode == "warmup":

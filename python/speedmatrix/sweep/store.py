@@ -24,7 +24,9 @@ class SweepStore(SweepState):
         capacity); any other (an error, a cell interrupted or left when the server was
         lost) is measured again by --resume."""
         c = self.cells.get(cell_id)
-        return c is not None and not c.get("not_run") and c.get("status") in KEPT_ON_RESUME
+        if c is None or c.get("predicted"):  # a predicted cell was never measured
+            return False
+        return not c.get("not_run") and c.get("status") in KEPT_ON_RESUME
 
     def _store_measured(self, cell: dict, records: Records, prompts) -> CellOutcome:
         """Saves a measured cell's records, adds their path and how its prompts were made
