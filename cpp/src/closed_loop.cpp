@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "loop_book.hpp"
+#include "loop_run.hpp"
 #include "speedmatrix/cell.hpp"
 #include "speedmatrix/loops.hpp"
 #include "speedmatrix/scheduler.hpp"
@@ -94,22 +95,12 @@ std::string stall_message(const StreamSilence& s, double median_ms, const Closed
          ms_text(median_ms) + ", own pace " + own + "))";
 }
 
-class ClosedLoop {
+class ClosedLoop : LoopRun<ClosedLoopPlan> {
  public:
   ClosedLoop(const ClosedLoopPlan& plan, Transport& transport, Clock& clock, CellRecords& records,
              const std::atomic<bool>& stop, CellProgress* progress)
-      : plan_(plan),
-        clock_(clock),
-        records_(records),
-        progress_(progress),
-        loop_(transport, records, stop, progress),
-        backoff_(plan.backoff),
-        own_group_(plan.group ? nullptr
-                              : std::make_unique<LoopGroup>(
-                                    1, std::max<std::int32_t>(plan.concurrency, 1))),
-        group_(plan.group ? *plan.group : *own_group_),
-        index_(plan.group ? plan.loop : 0),
-        loops_(group_.loops()),
+      : LoopRun(plan, transport, clock, records, stop, progress,
+                std::max<std::int32_t>(plan.concurrency, 1)),
         n_(static_cast<std::size_t>(
             group_.share(index_, std::max<std::int32_t>(plan.concurrency, 1)))),
         slot_request_(n_, -1),
@@ -121,15 +112,10 @@ class ClosedLoop {
   ScheduleTimes run() {
     // Warm-up (warmup.hpp): everything at once, then wait for all (or the
     // timeout); what failed or timed out is sent again, up to warmup_retries times.
-    if (!run_warmup(
-            plan_.warmup_bodies, plan_.warmup_timeout_ns, plan_.warmup_retries, loop_, clock_,
-            records_, progress_, times_, [&](std::int32_t id) { backoff_after(id); },
-            static_cast<std::size_t>(index_), static_cast<std::size_t>(loops_))) {
-      return stopped_before_ramp();
-    }
+    if (!warm_up([&](std::int32_t id) { backoff_after(id); })) return stopped_before_window();
     // Every loop's warm-up is over: the ramp starts at one time for all.
     ramp_start_ = group_.arrive(clock_, loop_.stop_requested_flag());
-    if (ramp_start_ == kNever) return stopped_before_ramp();
+    if (ramp_start_ == kNever) return stopped_before_window();
     start_ramp();
     while (step()) {
     }
@@ -138,12 +124,6 @@ class ClosedLoop {
   }
 
  private:
-  ScheduleTimes stopped_before_ramp() {
-    times_.stopped = true;
-    times_.stopped_by = StopReason::kStop;
-    times_.end_ns = clock_.now();
-    return times_;
-  }
   // Global slot (records, the group) of local slot j, and back (n_: not this loop's).
   std::int32_t global_slot(std::size_t j) const {
     return index_ + static_cast<std::int32_t>(j) * loops_;
@@ -151,11 +131,6 @@ class ClosedLoop {
   std::size_t local_slot(std::int32_t k) const {
     if (k < index_ || (k - index_) % loops_ != 0) return n_;
     return std::min(static_cast<std::size_t>((k - index_) / loops_), n_);
-  }
-  // Every finished request feeds the backoff; returns the wait it asks of the slot.
-  ns_t backoff_after(std::int32_t id) {
-    return backoff_.on_finished(records_.requests[static_cast<std::size_t>(id)],
-                                records_.retry_after(id));
   }
   bool may_start() const { return group_.budget_left(plan_.max_requests); }
   // Local slot j sends global slot k's body, bodies[k % size], if the budget allows.
@@ -438,16 +413,6 @@ class ClosedLoop {
     times_.end_ns = clock_.now();
   }
 
-  const ClosedLoopPlan& plan_;
-  Clock& clock_;
-  CellRecords& records_;
-  CellProgress* progress_;
-  LoopBook loop_;
-  Backoff backoff_;
-  ScheduleTimes times_;
-  std::unique_ptr<LoopGroup> own_group_;  // a run with no group: the only loop
-  LoopGroup& group_;
-  const std::int32_t index_, loops_;        // this loop, of loops_
   const std::size_t n_;                     // this loop's slots
   std::vector<std::int32_t> slot_request_;  // by slot: its request in flight, or -1
   std::priority_queue<Refill, std::vector<Refill>, std::greater<>> refills_;

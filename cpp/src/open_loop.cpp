@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "loop_book.hpp"
+#include "loop_run.hpp"
 #include "speedmatrix/cell.hpp"
 #include "speedmatrix/loops.hpp"
 #include "warmup.hpp"
@@ -28,31 +29,16 @@ namespace {
 // the client caps its concurrency) whatever the server does; failed connections are only
 // counted (the schedule is kept, no slot waits): a server gone for give_up_ns ends the
 // cell as in the closed loop.
-class OpenLoop {
+class OpenLoop : LoopRun<OpenLoopPlan> {
  public:
   OpenLoop(const OpenLoopPlan& plan, Pacer& pacer, Transport& transport, Clock& clock,
            CellRecords& records, const std::atomic<bool>& stop, CellProgress* progress)
-      : plan_(plan),
-        pacer_(pacer),
-        clock_(clock),
-        records_(records),
-        progress_(progress),
-        loop_(transport, records, stop, progress),
-        backoff_(plan.backoff),
-        own_group_(plan.group ? nullptr : std::make_unique<LoopGroup>(1, 0)),
-        group_(plan.group ? *plan.group : *own_group_),
-        index_(plan.group ? plan.loop : 0),
-        loops_(group_.loops()) {}
+      : LoopRun(plan, transport, clock, records, stop, progress, 0), pacer_(pacer) {}
 
   ScheduleTimes run() {
     // Warm-up (warmup.hpp), as the closed loop does, so both modes start from
     // the same server state.
-    if (!run_warmup(
-            plan_.warmup_bodies, plan_.warmup_timeout_ns, plan_.warmup_retries, loop_, clock_,
-            records_, progress_, times_, [&](std::int32_t id) { feed(id); },
-            static_cast<std::size_t>(index_), static_cast<std::size_t>(loops_))) {
-      return stopped_in_warmup();
-    }
+    if (!warm_up([&](std::int32_t id) { backoff_after(id); })) return stopped_in_warmup();
     // Every loop's warm-up is over: one t0 for all.
     const ns_t t0 = group_.arrive(clock_, loop_.stop_requested_flag());
     if (t0 == kNever) return stopped_in_warmup();
@@ -66,14 +52,7 @@ class OpenLoop {
  private:
   ScheduleTimes stopped_in_warmup() {
     loop_.cancel_all();
-    times_.stopped = true;
-    times_.stopped_by = StopReason::kStop;
-    times_.end_ns = clock_.now();
-    return times_;
-  }
-
-  void feed(std::int32_t id) {
-    backoff_.on_finished(records_.requests[static_cast<std::size_t>(id)], records_.retry_after(id));
+    return stopped_before_window();
   }
 
   void open_window(ns_t t0) {
@@ -116,7 +95,7 @@ class OpenLoop {
   }
 
   void on_finished(std::int32_t id) {
-    feed(id);
+    backoff_after(id);
     ns_t done = records_.requests[static_cast<std::size_t>(id)].done_ns;
     if (done == kNever) done = clock_.now();
     if (times_.stopped_by != StopReason::kUnreachable && backoff_.give_up(done)) {
@@ -162,17 +141,7 @@ class OpenLoop {
     times_.end_ns = end;
   }
 
-  const OpenLoopPlan& plan_;
   Pacer& pacer_;
-  Clock& clock_;
-  CellRecords& records_;
-  CellProgress* progress_;
-  LoopBook loop_;
-  Backoff backoff_;
-  ScheduleTimes times_;
-  std::unique_ptr<LoopGroup> own_group_;  // a run with no group: the only loop
-  LoopGroup& group_;
-  const std::int32_t index_, loops_;  // this loop, of loops_
   ns_t t0_ = kNever, window_end_ = kNever, drain_end_ = kNever;
   std::int64_t k_ = 0;  // next arrival
   ns_t next_due_ = kNever;

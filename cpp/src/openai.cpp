@@ -125,106 +125,93 @@ simdjson::error_code read_scalar_text(od::value v, std::string_view* out) {
   return simdjson::SUCCESS;
 }
 
-simdjson::error_code read_delta(od::value v, Chunk* c) {
+// Calls on_field(key, value) for each field of `obj`, stopping at the first error (its own
+// or on_field's).
+template <typename F>
+simdjson::error_code for_each_field(od::object obj, F&& on_field) {
+  for (auto f : obj) {
+    od::field field;
+    if (auto e = std::move(f).get(field)) return e;
+    if (auto e = on_field(field.key(), field.value())) return e;
+  }
+  return simdjson::SUCCESS;
+}
+
+// The same over an object-or-null value: null has no fields; any other type is an error.
+template <typename F>
+simdjson::error_code for_each_field(od::value v, F&& on_field) {
   od::json_type t;
   if (auto e = v.type().get(t)) return e;
   if (t == od::json_type::null) return simdjson::SUCCESS;
   od::object obj;
   if (auto e = v.get_object().get(obj)) return e;
-  for (auto f : obj) {
-    od::field field;
-    if (auto e = std::move(f).get(field)) return e;
-    const od::raw_json_string key = field.key();
-    if (key_is(key, "content")) {
-      if (auto e = read_text(field.value(), &c->has_content)) return e;
-    } else if (key_is(key, "reasoning_content") || key_is(key, "reasoning")) {
-      if (auto e = read_text(field.value(), &c->has_reasoning)) return e;
-    } else if (key_is(key, "tool_calls")) {
+  return for_each_field(obj, std::forward<F>(on_field));
+}
+
+simdjson::error_code read_delta(od::value v, Chunk* c) {
+  return for_each_field(v, [c](const od::raw_json_string& key, od::value fv) {
+    if (key_is(key, "content")) return read_text(fv, &c->has_content);
+    if (key_is(key, "reasoning_content") || key_is(key, "reasoning")) {
+      return read_text(fv, &c->has_reasoning);
+    }
+    if (key_is(key, "tool_calls")) {
       // Streamed tool-call arguments are output tokens too.
-      od::value tv = field.value();
       od::json_type tt;
-      if (auto e = tv.type().get(tt)) return e;
+      if (auto e = fv.type().get(tt)) return e;
       if (tt == od::json_type::array) {
         od::array arr;
-        if (auto e = tv.get_array().get(arr)) return e;
+        if (auto e = fv.get_array().get(arr)) return e;
         bool empty = true;
         if (auto e = arr.is_empty().get(empty)) return e;
         if (!empty) c->has_content = true;
       }
     }
-  }
-  return simdjson::SUCCESS;
+    return simdjson::SUCCESS;
+  });
 }
 
 // One int field `name` of an object-or-null (usage's *_details objects); null or absent
 // leaves *out as it was, other fields are skipped.
 template <std::size_t N>
 simdjson::error_code read_detail(od::value v, const char (&name)[N], std::int64_t* out) {
-  od::json_type t;
-  if (auto e = v.type().get(t)) return e;
-  if (t == od::json_type::null) return simdjson::SUCCESS;
-  od::object obj;
-  if (auto e = v.get_object().get(obj)) return e;
-  for (auto f : obj) {
-    od::field field;
-    if (auto e = std::move(f).get(field)) return e;
-    if (key_is(field.key(), name)) {
-      if (auto e = read_int_or_null(field.value(), out)) return e;
-    }
-  }
-  return simdjson::SUCCESS;
+  return for_each_field(v, [&name, out](const od::raw_json_string& key, od::value fv) {
+    return key_is(key, name) ? read_int_or_null(fv, out) : simdjson::SUCCESS;
+  });
 }
 
 simdjson::error_code read_choice(od::value v, Chunk* c) {
   od::object obj;
   if (auto e = v.get_object().get(obj)) return e;
-  for (auto f : obj) {
-    od::field field;
-    if (auto e = std::move(f).get(field)) return e;
-    const od::raw_json_string key = field.key();
-    if (key_is(key, "text")) {
-      if (auto e = read_text(field.value(), &c->has_content)) return e;
-    } else if (key_is(key, "delta")) {
-      if (auto e = read_delta(field.value(), c)) return e;
-    } else if (key_is(key, "finish_reason")) {
-      std::string_view fr;
-      bool is_set = false;
-      od::value fv = field.value();
+  return for_each_field(obj, [c](const od::raw_json_string& key, od::value fv) {
+    if (key_is(key, "text")) return read_text(fv, &c->has_content);
+    if (key_is(key, "delta")) return read_delta(fv, c);
+    if (key_is(key, "finish_reason")) {
       od::json_type t;
       if (auto e = fv.type().get(t)) return e;
       if (t != od::json_type::null) {
+        std::string_view fr;
         if (auto e = fv.get_string().get(fr)) return e;
-        is_set = true;
-      }
-      if (is_set) {
         c->finished = true;
         c->finish_reason = fr;
       }
     }
-  }
-  return simdjson::SUCCESS;
+    return simdjson::SUCCESS;
+  });
 }
 
 simdjson::error_code read_usage(od::value v, Chunk* c) {
-  od::json_type t;
-  if (auto e = v.type().get(t)) return e;
-  if (t == od::json_type::null) return simdjson::SUCCESS;
-  od::object obj;
-  if (auto e = v.get_object().get(obj)) return e;
-  for (auto f : obj) {
-    od::field field;
-    if (auto e = std::move(f).get(field)) return e;
-    const od::raw_json_string key = field.key();
-    if (key_is(key, "prompt_tokens")) {
-      if (auto e = read_int_or_null(field.value(), &c->prompt_tokens)) return e;
-    } else if (key_is(key, "completion_tokens")) {
-      if (auto e = read_int_or_null(field.value(), &c->completion_tokens)) return e;
-    } else if (key_is(key, "completion_tokens_details")) {
-      if (auto e = read_detail(field.value(), "reasoning_tokens", &c->reasoning_tokens)) return e;
-    } else if (key_is(key, "prompt_tokens_details")) {
-      if (auto e = read_detail(field.value(), "cached_tokens", &c->cached_tokens)) return e;
+  auto err = for_each_field(v, [c](const od::raw_json_string& key, od::value fv) {
+    if (key_is(key, "prompt_tokens")) return read_int_or_null(fv, &c->prompt_tokens);
+    if (key_is(key, "completion_tokens")) return read_int_or_null(fv, &c->completion_tokens);
+    if (key_is(key, "completion_tokens_details")) {
+      return read_detail(fv, "reasoning_tokens", &c->reasoning_tokens);
     }
-  }
+    if (key_is(key, "prompt_tokens_details")) {
+      return read_detail(fv, "cached_tokens", &c->cached_tokens);
+    }
+    return simdjson::SUCCESS;
+  });
+  if (err) return err;
   c->has_usage = c->completion_tokens >= 0;
   return simdjson::SUCCESS;
 }
@@ -238,19 +225,12 @@ simdjson::error_code read_error(od::value v, Chunk* c) {
   if (t != od::json_type::object) return simdjson::SUCCESS;  // e.g. "error": true
   od::object obj;
   if (auto e = v.get_object().get(obj)) return e;
-  for (auto f : obj) {
-    od::field field;
-    if (auto e = std::move(f).get(field)) return e;
-    const od::raw_json_string key = field.key();
-    if (key_is(key, "message")) {
-      if (auto e = read_string_or_null(field.value(), &c->message)) return e;
-    } else if (key_is(key, "type")) {
-      if (auto e = read_string_or_null(field.value(), &c->type)) return e;
-    } else if (key_is(key, "code")) {
-      if (auto e = read_scalar_text(field.value(), &c->code)) return e;
-    }
-  }
-  return simdjson::SUCCESS;
+  return for_each_field(obj, [c](const od::raw_json_string& key, od::value fv) {
+    if (key_is(key, "message")) return read_string_or_null(fv, &c->message);
+    if (key_is(key, "type")) return read_string_or_null(fv, &c->type);
+    if (key_is(key, "code")) return read_scalar_text(fv, &c->code);
+    return simdjson::SUCCESS;
+  });
 }
 
 simdjson::error_code read_chunk(od::parser& parser, std::string_view data, Chunk* c) {
@@ -263,13 +243,10 @@ simdjson::error_code read_chunk(od::parser& parser, std::string_view data, Chunk
   }
   od::object obj;
   if (auto e = doc.get_object().get(obj)) return e;
-  for (auto f : obj) {
-    od::field field;
-    if (auto e = std::move(f).get(field)) return e;
-    const od::raw_json_string key = field.key();
+  auto err = for_each_field(obj, [c](const od::raw_json_string& key, od::value fv) {
     if (key_is(key, "choices")) {
       od::array arr;
-      if (auto e = field.value().get_array().get(arr)) return e;
+      if (auto e = fv.get_array().get(arr)) return e;
       for (auto el : arr) {
         od::value choice;
         if (auto e = std::move(el).get(choice)) return e;
@@ -278,24 +255,23 @@ simdjson::error_code read_chunk(od::parser& parser, std::string_view data, Chunk
           if (auto e = read_choice(choice, c)) return e;
         }
       }
-    } else if (key_is(key, "usage")) {
-      if (auto e = read_usage(field.value(), c)) return e;
-    } else if (key_is(key, "sm_t_ns")) {
-      if (auto e = field.value().get_int64().get(c->server_ns)) return e;
-    } else if (key_is(key, "error")) {
-      if (auto e = read_error(field.value(), c)) return e;
-    } else if (key_is(key, "object")) {
-      std::string_view o;
-      if (auto e = read_string_or_null(field.value(), &o)) return e;
-      c->object_is_error = o == "error";
-    } else if (key_is(key, "message")) {
-      if (auto e = read_scalar_text(field.value(), &c->top_message)) return e;
-    } else if (key_is(key, "type")) {
-      if (auto e = read_scalar_text(field.value(), &c->top_type)) return e;
-    } else if (key_is(key, "error_type")) {
-      if (auto e = read_scalar_text(field.value(), &c->error_type)) return e;
+      return simdjson::SUCCESS;
     }
-  }
+    if (key_is(key, "usage")) return read_usage(fv, c);
+    if (key_is(key, "sm_t_ns")) return fv.get_int64().get(c->server_ns);
+    if (key_is(key, "error")) return read_error(fv, c);
+    if (key_is(key, "object")) {
+      std::string_view o;
+      if (auto e = read_string_or_null(fv, &o)) return e;
+      c->object_is_error = o == "error";
+      return simdjson::SUCCESS;
+    }
+    if (key_is(key, "message")) return read_scalar_text(fv, &c->top_message);
+    if (key_is(key, "type")) return read_scalar_text(fv, &c->top_type);
+    if (key_is(key, "error_type")) return read_scalar_text(fv, &c->error_type);
+    return simdjson::SUCCESS;
+  });
+  if (err) return err;
   // On-demand parsing stops at the end of the top-level object; anything
   // after it ("{...} junk", two objects) makes the event malformed.
   std::size_t end = data.size();

@@ -36,3 +36,13 @@ class Report:
     matrix_line: str
     notes: list[str]
     sections: list[Section]
+
+
+def chart_section(
+    title: str, anchor: str, chart: str, columns: list[str], rows: list[list[Any]], text: str
+) -> Section | None:
+    """A section of one table (a row per cell), a paragraph and one chart: the shape of the
+    per-feature views (traffic shapes, prefix cache, reasoning); None when there is no row."""
+    if not rows:
+        return None
+    return Section(title, table=Table(columns, rows), text=[text], anchor=anchor, charts=[chart])

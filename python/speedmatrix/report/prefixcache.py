@@ -13,7 +13,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from speedmatrix.report.chartstyle import STYLE, empty, new_figure
-from speedmatrix.report.model import Section, Table
+from speedmatrix.report.model import Section, chart_section
 
 __all__ = ["CHART", "cache_cells", "prefix_cache_section", "ttft_by_cached_fraction"]
 
@@ -35,41 +35,34 @@ def _pct(value: Any) -> str:
     return "—" if value is None or pd.isna(value) else f"{100 * float(value):.1f}%"
 
 
+_COLUMNS = ["Context", "Concurrency", "Cached asked", "Cached delivered", "TTFT ms", "Flag"]
+_TEXT = (
+    "Each request repeated the asked share of its prompt from a prefix the server had "
+    "already seen; the delivered share is the server's own count (usage cached_tokens, "
+    "llama.cpp timings or its counters). More than 5 points apart flags the cell. The "
+    "decode matrix above shows the cells of the smallest share asked."
+)
+
+
+def _row(c: pd.Series) -> list[str]:
+    flags = c.get("flags")
+    mismatch = isinstance(flags, (list, tuple)) and _FLAG in flags
+    ttft = c.get("ttft_ms")
+    return [
+        str(int(c["context"])),
+        str(int(c["concurrency"])),
+        _pct(c["cached_fraction"]),
+        _pct(c.get("delivered_cached_fraction")),
+        "—" if ttft is None or pd.isna(ttft) else f"{float(ttft):.1f}",
+        "cache hit mismatch" if mismatch else "",
+    ]
+
+
 def prefix_cache_section(cells: pd.DataFrame) -> Section | None:
     """Requested vs delivered cached fraction and the median TTFT of each cell; None for a
     run without the axis."""
-    rows = cache_cells(cells)
-    if rows.empty:
-        return None
-    table_rows = []
-    for _, c in rows.iterrows():
-        flags = c.get("flags")
-        mismatch = isinstance(flags, (list, tuple)) and _FLAG in flags
-        ttft = c.get("ttft_ms")
-        table_rows.append(
-            [
-                str(int(c["context"])),
-                str(int(c["concurrency"])),
-                _pct(c["cached_fraction"]),
-                _pct(c.get("delivered_cached_fraction")),
-                "—" if ttft is None or pd.isna(ttft) else f"{float(ttft):.1f}",
-                "cache hit mismatch" if mismatch else "",
-            ]
-        )
-    columns = ["Context", "Concurrency", "Cached asked", "Cached delivered", "TTFT ms", "Flag"]
-    text = (
-        "Each request repeated the asked share of its prompt from a prefix the server had "
-        "already seen; the delivered share is the server's own count (usage cached_tokens, "
-        "llama.cpp timings or its counters). More than 5 points apart flags the cell. The "
-        "decode matrix above shows the cells of the smallest share asked."
-    )
-    return Section(
-        "Prefix cache",
-        table=Table(columns, table_rows),
-        text=[text],
-        anchor="prefix-cache",
-        charts=[CHART],
-    )
+    rows = [_row(c) for _, c in cache_cells(cells).iterrows()]
+    return chart_section("Prefix cache", "prefix-cache", CHART, _COLUMNS, rows, _TEXT)
 
 
 def ttft_by_cached_fraction(cells: pd.DataFrame) -> Figure:

@@ -14,7 +14,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from speedmatrix.report.chartstyle import STYLE, empty, new_figure
-from speedmatrix.report.model import Section, Table
+from speedmatrix.report.model import Section, chart_section
 
 __all__ = ["CHART", "first_output_times", "reasoning_cells", "reasoning_section"]
 
@@ -55,26 +55,29 @@ def _row(c: pd.Series) -> list[str]:
     ]
 
 
+_COLUMNS = [
+    "Context",
+    "Concurrency",
+    "TTFB ms",
+    "TTFT ms",
+    "TTFO ms",
+    "Reasoning",
+    "Tokens",
+    "Flag",
+]
+_TEXT = (
+    "TTFT is the first token on any channel, reasoning included; TTFO the first token of "
+    "the answer itself. Reasoning tokens are output tokens: throughput counts them. A "
+    "server that reported reasoning it never streamed is flagged: its thinking is silence "
+    "before the first visible chunk, and TTFT and per-request speed read it as waiting."
+)
+
+
 def reasoning_section(cells: pd.DataFrame) -> Section | None:
     """TTFB, TTFT, TTFO and the reasoning share of each decode cell; None for a run without
     reasoning."""
-    rows = reasoning_cells(cells)
-    if rows.empty:
-        return None
-    columns = ["Context", "Concurrency", "TTFB ms", "TTFT ms", "TTFO ms", "Reasoning", "Tokens"]
-    text = (
-        "TTFT is the first token on any channel, reasoning included; TTFO the first token of "
-        "the answer itself. Reasoning tokens are output tokens: throughput counts them. A "
-        "server that reported reasoning it never streamed is flagged: its thinking is silence "
-        "before the first visible chunk, and TTFT and per-request speed read it as waiting."
-    )
-    return Section(
-        "Reasoning",
-        table=Table([*columns, "Flag"], [_row(c) for _, c in rows.iterrows()]),
-        text=[text],
-        anchor="reasoning",
-        charts=[CHART],
-    )
+    rows = [_row(c) for _, c in reasoning_cells(cells).iterrows()]
+    return chart_section("Reasoning", "reasoning", CHART, _COLUMNS, rows, _TEXT)
 
 
 def first_output_times(cells: pd.DataFrame) -> Figure:

@@ -14,7 +14,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from speedmatrix.report.chartstyle import STYLE, empty, new_figure
-from speedmatrix.report.model import Section, Table
+from speedmatrix.report.model import Section, chart_section
 
 __all__ = [
     "INTERFERENCE_CHART",
@@ -64,50 +64,50 @@ def interference_cells(cells: pd.DataFrame) -> pd.DataFrame:
     return _phase_cells(cells, "interference")
 
 
+_INTERFERENCE_COLUMNS = [
+    "Prefill tokens",
+    "Streams",
+    "Every s",
+    "Prefills",
+    "TBT p99 clear ms",
+    "TBT p99 during ms",
+    "Inflation",
+    "Gaps > 100 ms",
+    "Status",
+]
+_INTERFERENCE_TEXT = (
+    "N streams decode while one cold prompt of the row's tokens arrives every few "
+    "seconds. The p99 time between tokens of the decoders' gaps that overlap a prefill "
+    "(its send to its first token), against the gaps that overlap none, once every "
+    "stream decodes; inflation is their ratio (1 = prefills cost the decoders nothing)."
+)
+
+
+def _interference_row(c: pd.Series) -> list[str]:
+    return [
+        str(int(c["context"])),
+        str(int(c["concurrency"])),
+        _num(c.get("interference_every_s"), 2),
+        _num(c.get("interference_prefills"), 0),
+        _num(c.get("tbt_clear_p99_ms")),
+        _num(c.get("tbt_overlap_p99_ms")),
+        _num(c.get("tbt_inflation"), 2),
+        _num(c.get("gaps_over_100ms"), 0),
+        _status(c),
+    ]
+
+
 def interference_section(cells: pd.DataFrame) -> Section | None:
     """Per (C, N): the decoders' p99 time between tokens clear of and during the prefills,
     its inflation and the gaps over 100 ms; None for a run without such cells."""
-    rows = interference_cells(cells)
-    if rows.empty:
-        return None
-    table_rows = []
-    for _, c in rows.iterrows():
-        table_rows.append(
-            [
-                str(int(c["context"])),
-                str(int(c["concurrency"])),
-                _num(c.get("interference_every_s"), 2),
-                _num(c.get("interference_prefills"), 0),
-                _num(c.get("tbt_clear_p99_ms")),
-                _num(c.get("tbt_overlap_p99_ms")),
-                _num(c.get("tbt_inflation"), 2),
-                _num(c.get("gaps_over_100ms"), 0),
-                _status(c),
-            ]
-        )
-    columns = [
-        "Prefill tokens",
-        "Streams",
-        "Every s",
-        "Prefills",
-        "TBT p99 clear ms",
-        "TBT p99 during ms",
-        "Inflation",
-        "Gaps > 100 ms",
-        "Status",
-    ]
-    text = (
-        "N streams decode while one cold prompt of the row's tokens arrives every few "
-        "seconds. The p99 time between tokens of the decoders' gaps that overlap a prefill "
-        "(its send to its first token), against the gaps that overlap none, once every "
-        "stream decodes; inflation is their ratio (1 = prefills cost the decoders nothing)."
-    )
-    return Section(
+    rows = [_interference_row(c) for _, c in interference_cells(cells).iterrows()]
+    return chart_section(
         "Prefill interference",
-        table=Table(columns, table_rows),
-        text=[text],
-        anchor="prefill-interference",
-        charts=[INTERFERENCE_CHART],
+        "prefill-interference",
+        INTERFERENCE_CHART,
+        _INTERFERENCE_COLUMNS,
+        rows,
+        _INTERFERENCE_TEXT,
     )
 
 
@@ -144,39 +144,41 @@ def _lateness(c: pd.Series, p: str) -> Any:
     return c.get(f"queue_p{p}_ms")
 
 
+_TRACE_COLUMNS = [
+    "Trace",
+    "Speed-up",
+    "Arrivals",
+    "Completed",
+    *(f"Late p{p} ms" for p in LATENESS_PERCENTILES),
+    "TTFT ms",
+    "Status",
+]
+_TRACE_TEXT = (
+    "The trace's requests were sent at their arrival times divided by the speed-up, "
+    "each with its own prompt and output length. Lateness is each send's delay after "
+    "its scheduled time (sent - scheduled, over completed arrivals; with a client gate "
+    "it includes the wait at the gate)."
+)
+
+
+def _trace_row(c: pd.Series) -> list[str]:
+    return [
+        str(c["trace"]).rsplit("/", 1)[-1],
+        _num(c.get("speedup"), 2),
+        _num(c.get("open_loop_arrivals"), 0),
+        _num(c.get("open_loop_completed"), 0),
+        *(_num(_lateness(c, p), 2) for p in LATENESS_PERCENTILES),
+        _num(c.get("ttft_ms")),
+        _status(c),
+    ]
+
+
 def trace_section(cells: pd.DataFrame) -> Section | None:
     """Per replay: the trace, its speed-up, arrivals and completions, and the lateness of
     the sends against the schedule at p50/p90/p99; None for a run without a replay."""
-    rows = trace_cells(cells)
-    if rows.empty:
-        return None
-    table_rows = []
-    for _, c in rows.iterrows():
-        table_rows.append(
-            [
-                str(c["trace"]).rsplit("/", 1)[-1],
-                _num(c.get("speedup"), 2),
-                _num(c.get("open_loop_arrivals"), 0),
-                _num(c.get("open_loop_completed"), 0),
-                *(_num(_lateness(c, p), 2) for p in LATENESS_PERCENTILES),
-                _num(c.get("ttft_ms")),
-                _status(c),
-            ]
-        )
-    columns = ["Trace", "Speed-up", "Arrivals", "Completed"]
-    columns += [f"Late p{p} ms" for p in LATENESS_PERCENTILES] + ["TTFT ms", "Status"]
-    text = (
-        "The trace's requests were sent at their arrival times divided by the speed-up, "
-        "each with its own prompt and output length. Lateness is each send's delay after "
-        "its scheduled time (sent - scheduled, over completed arrivals; with a client gate "
-        "it includes the wait at the gate)."
-    )
-    return Section(
-        "Trace replay",
-        table=Table(columns, table_rows),
-        text=[text],
-        anchor="trace-replay",
-        charts=[LATENESS_CHART],
+    rows = [_trace_row(c) for _, c in trace_cells(cells).iterrows()]
+    return chart_section(
+        "Trace replay", "trace-replay", LATENESS_CHART, _TRACE_COLUMNS, rows, _TRACE_TEXT
     )
 
 
@@ -213,57 +215,52 @@ def _turns(value: Any) -> list[Any]:
     return list(value) if isinstance(value, (list, tuple, np.ndarray)) else []
 
 
+_SESSION_COLUMNS = [
+    "First prompt",
+    "Sessions",
+    "Turns",
+    "TTFT turn 1 ms",
+    "TTFT last turn ms",
+    "TBT ms",
+    "Turns/s",
+    "Output tok/s",
+    "Session s",
+    "Status",
+]
+_SESSION_TEXT = (
+    "Each session's turn adds the previous answer and a new user message to its prompt; "
+    "the server has seen the previous turn's prompt (the cached prefix). Turns run in "
+    "lock step across the sessions, with the think time between them."
+)
+
+
+def _session_row(c: pd.Series) -> list[str]:
+    ttft, cached = (
+        _turns(c.get("session_ttft_ms_by_turn")),
+        _turns(c.get("session_turn_cached_tokens")),
+    )
+    said = _turns(c.get("session_turn_delivered_cached_tokens"))
+    server = f", server {said[-1]}" if said and said[-1] is not None else ""
+    return [
+        str(int(c["context"])),
+        str(int(c["concurrency"])),
+        _num(c.get("sessions"), 0),
+        _num(ttft[0] if ttft else None),
+        f"{_num(ttft[-1] if ttft else None)} ({cached[-1] if cached else '—'} cached{server})",
+        _num(c.get("session_tbt_ms")),
+        _num(c.get("session_turns_per_s"), 2),
+        _num(c.get("session_output_tok_s")),
+        _num(c.get("session_duration_s"), 2),
+        _status(c),
+    ]
+
+
 def session_section(cells: pd.DataFrame) -> Section | None:
     """Per (C, N): the turns, TTFT of the first and last turn against the cached prefix,
     time between tokens, turns/s, output tok/s and session duration; None without such cells."""
-    rows = session_cells(cells)
-    if rows.empty:
-        return None
-    table_rows = []
-    for _, c in rows.iterrows():
-        ttft, cached = (
-            _turns(c.get("session_ttft_ms_by_turn")),
-            _turns(c.get("session_turn_cached_tokens")),
-        )
-        said = _turns(c.get("session_turn_delivered_cached_tokens"))
-        server = f", server {said[-1]}" if said and said[-1] is not None else ""
-        table_rows.append(
-            [
-                str(int(c["context"])),
-                str(int(c["concurrency"])),
-                _num(c.get("sessions"), 0),
-                _num(ttft[0] if ttft else None),
-                f"{_num(ttft[-1] if ttft else None)} ({cached[-1] if cached else '—'} cached{server})",
-                _num(c.get("session_tbt_ms")),
-                _num(c.get("session_turns_per_s"), 2),
-                _num(c.get("session_output_tok_s")),
-                _num(c.get("session_duration_s"), 2),
-                _status(c),
-            ]
-        )
-    columns = [
-        "First prompt",
-        "Sessions",
-        "Turns",
-        "TTFT turn 1 ms",
-        "TTFT last turn ms",
-        "TBT ms",
-        "Turns/s",
-        "Output tok/s",
-        "Session s",
-        "Status",
-    ]
-    text = (
-        "Each session's turn adds the previous answer and a new user message to its prompt; "
-        "the server has seen the previous turn's prompt (the cached prefix). Turns run in "
-        "lock step across the sessions, with the think time between them."
-    )
-    return Section(
-        "Sessions",
-        table=Table(columns, table_rows),
-        text=[text],
-        anchor="sessions",
-        charts=[SESSION_CHART],
+    rows = [_session_row(c) for _, c in session_cells(cells).iterrows()]
+    return chart_section(
+        "Sessions", "sessions", SESSION_CHART, _SESSION_COLUMNS, rows, _SESSION_TEXT
     )
 
 

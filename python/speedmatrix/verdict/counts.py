@@ -6,6 +6,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
+from speedmatrix.records import Records
 from speedmatrix.verdict.window import ERROR
 
 __all__ = [
@@ -15,6 +18,7 @@ __all__ = [
     "finite",
     "interval",
     "prompt_check",
+    "window_errors",
 ]
 
 # An error message kept per error kind in a cell (`error_examples`) is cut to this
@@ -71,4 +75,19 @@ def prompt_check(asked: int, reported: list[int]) -> dict:
         "reported_min": lo,
         "reported_max": hi,
         "exact": bool(lo == asked and hi == asked),
+    }
+
+
+def window_errors(records: Records) -> dict[str, Any]:
+    """A cell's failed requests of the measured window (phase 1) by kind, their total, an
+    example of each kind, and the window's length: the fields a traffic cell (interference,
+    sessions) stores beside its own figures."""
+    req = records.requests
+    rows = np.flatnonzero(req["phase"] == 1)
+    errors = error_counts(req, rows)
+    return {
+        "errors": errors,
+        "errors_total": sum(errors.values()),
+        "error_examples": error_examples(req, rows),
+        "measured_s": (int(records.window_end_ns) - int(records.window_start_ns)) / 1e9,
     }

@@ -23,7 +23,7 @@ import numpy as np
 from speedmatrix._native import _core
 from speedmatrix.records import Records
 from speedmatrix.verdict.cells import base_cell
-from speedmatrix.verdict.counts import error_counts, error_examples
+from speedmatrix.verdict.counts import window_errors
 from speedmatrix.verdict.flags import Evidence, flags_of
 from speedmatrix.verdict.names import Status
 from speedmatrix.verdict.rules import Rules
@@ -77,18 +77,8 @@ def interference_figures(records: Records, streams: int) -> dict[str, Any]:
 def interference_cell(shape: Any, records: Records, *, idle: bool) -> dict:
     """The stored cell: `base_cell`'s fields, the interference figures, status and flags."""
     base = base_cell(shape)
-    req = records.requests
-    window = np.flatnonzero(req["phase"] == 1)
-    errors = error_counts(req, window)
-    base.update(
-        {
-            "interference_every_s": float(shape.interference_every_s),
-            "errors": errors,
-            "errors_total": sum(errors.values()),
-            "error_examples": error_examples(req, window),
-            "measured_s": (int(records.window_end_ns) - int(records.window_start_ns)) / 1e9,
-        }
-    )
+    base["interference_every_s"] = float(shape.interference_every_s)
+    base.update(window_errors(records))
     base.update(interference_figures(records, int(shape.concurrency)))
     base["flags"] = flags_of(Evidence(idle=idle), Rules())
     reason = _why_not(base, int(shape.concurrency), records.fatal_error)

@@ -30,7 +30,7 @@ import numpy as np
 from speedmatrix.records import Records
 from speedmatrix.sessions import cached_prefix_tokens
 from speedmatrix.verdict.cells import base_cell
-from speedmatrix.verdict.counts import error_counts, error_examples
+from speedmatrix.verdict.counts import window_errors
 from speedmatrix.verdict.flags import Evidence, flags_of
 from speedmatrix.verdict.names import Status
 from speedmatrix.verdict.rules import Rules
@@ -114,19 +114,14 @@ def session_figures(records: Records, shape: Any) -> dict[str, Any]:
 def session_cell(shape: Any, records: Records, *, idle: bool) -> dict:
     """The stored cell: `base_cell`'s fields, the session figures, status and flags."""
     base = base_cell(shape)
-    req = records.requests
-    rows = np.flatnonzero(req["phase"] == 1)
-    errors = error_counts(req, rows)
     base.update(
         sessions=int(shape.sessions),
         turn_tokens=int(shape.turn_tokens),
         think_time_s=float(shape.think_time_s),
         session_answer_tokens=int(shape.max_output),
-        errors=errors,
-        errors_total=sum(errors.values()),
-        error_examples=error_examples(req, rows),
-        measured_s=(int(records.window_end_ns) - int(records.window_start_ns)) / 1e9,
     )
+    base.update(window_errors(records))
+    errors = base["errors"]
     base.update(session_figures(records, shape))
     base["flags"] = flags_of(Evidence(idle=idle), Rules())
     expected = int(shape.sessions) * int(shape.concurrency)
