@@ -69,6 +69,25 @@ def test_status_table(profile, context, n, max_running, expected) -> None:
     assert status({**profile, "max_running": max_running}, context, n, 4096) == expected
 
 
+@pytest.mark.parametrize(
+    ("context", "n", "expected"),
+    [(1024, 4, "valid"), (1024, 5, "queued"), (2048, 1, "over_capacity"), (1920, 6, "queued")],
+)
+def test_status_follows_the_measured_servers_slot_rule(profile, context, n, expected) -> None:
+    """llama.cpp's split slots (4 x 2048 tokens, 128 out): a request over its slot is over
+    capacity at any concurrency (a shared pool of the same 8192 tokens would hold it); more
+    requests than slots queue."""
+    slots = {
+        **profile,
+        "kv_tokens": 4 * 2048,
+        "max_running": 4,
+        "block_size": 1,
+        "fit": {"capacity": {"family": "per_slot", "slot_tokens": 2048}},
+    }
+    assert status(slots, context, n, 128) == expected
+    assert status({**slots, "fit": {}}, 2048, 1, 128) == "valid"
+
+
 def test_missing_parameter_is_one_clear_error(profile) -> None:
     bad = {k: v for k, v in profile.items() if k != "step_base_ms"}
     with pytest.raises(ProfileError, match="step_base_ms"):

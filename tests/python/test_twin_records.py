@@ -84,6 +84,24 @@ def test_fit_from_records_recovers_the_engine_profile(tmp_path) -> None:
     assert cell["tbt_ms"] == pytest.approx(step, rel=0.02)
 
 
+def test_a_slot_bound_server_keeps_its_rule_and_its_slots_stand_for_the_pool(tmp_path) -> None:
+    """A run planned with llama.cpp's split slots (no pool stated): the fitted profile's pool
+    is the slots' caches together and its statuses follow the slot rule, not a shared pool."""
+    run_dir = write_engine_run(tmp_path / "run", TRUTH, FIT_CELLS)
+    doc = json.loads((run_dir / "run.json").read_text())
+    slot, slots = 65536, int(TRUTH["max_running"])
+    doc["meta"]["capacity"]["kv_tokens"] = {"value": None, "source": "not stated"}
+    doc["meta"]["run"]["plan"] = {
+        "capacity_model": {"family": "per_slot", "slot_tokens": slot, "slots": slots}
+    }
+    (run_dir / "run.json").write_text(json.dumps(doc))
+    profile = sm.fit(run_dir)
+    assert profile["kv_tokens"] == slot * slots
+    assert profile["fit"]["capacity"] == {"family": "per_slot", "slot_tokens": slot}
+    over, fits = sm.predict(profile, [slot - 100, slot - 300], [1], max_output=200).doc["cells"]
+    assert over["status"] == "over_capacity" and fits["status"] == "valid"
+
+
 def test_too_few_measured_cells_is_one_clear_line(tmp_path, capsys) -> None:
     run_dir = write_engine_run(tmp_path / "run", TRUTH, [(8192, 1), (8192, 4)])
     assert main(["fit", str(run_dir), "-o", str(tmp_path / "p.json")]) == 2

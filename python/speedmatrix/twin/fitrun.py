@@ -29,22 +29,42 @@ _MEASURED = ("valid", "queued")
 _DEFAULT_CHUNK_TOKENS = 8192
 
 
-def _capacity(meta: Mapping[str, Any]) -> dict[str, int]:
+def _capacity(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """The pool and limits the run was planned with. A slot-bound engine
+    (llama.cpp's split slots) may not state a pool: its slots' caches together stand for it
+    (what llama.cpp allocates, ``-c``); `_rule` keeps its family and slot size."""
     cap = meta.get("capacity") or {}
     plan = (meta.get("run") or {}).get("plan") or {}
-    out: dict[str, int] = {}
+    model = plan.get("capacity_model") or {}
+    values: dict[str, int | None] = {}
     for key in ("kv_tokens", "max_running", "context_length"):
         value = (cap.get(key) or {}).get("value") if isinstance(cap.get(key), dict) else None
-        value = plan.get(key) if value is None else value
+        values[key] = plan.get(key) if value is None else value
+    slot = model.get("slot_tokens")
+    if values["kv_tokens"] is None and slot and values["max_running"]:
+        values["kv_tokens"] = int(slot) * int(values["max_running"])
+    out: dict[str, Any] = {}
+    for key, value in values.items():
         if value is None:
             raise ProfileError(
                 f"the run does not say the server's {key}; give it to `speedmatrix run` "
                 f"(--{key.replace('_', '-').replace('kv-tokens', 'kv-capacity')}) and measure again"
             )
         out[key] = int(value)
-    block = ((plan.get("capacity_model") or {}).get("block_tokens")) or 1
-    out["block_size"] = int(block)
+    out["block_size"] = int(model.get("block_tokens") or 1)
     return out
+
+
+def _rule(meta: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The measured server's capacity rule when it is not the built-in engine's shared pool
+    (the engine ignores it; the twin's statuses follow it): family and slot size."""
+    model = ((meta.get("run") or {}).get("plan") or {}).get("capacity_model") or {}
+    if model.get("family") in (None, "shared_pool"):
+        return None
+    rule = {"family": str(model["family"])}
+    if model.get("slot_tokens"):
+        rule["slot_tokens"] = int(model["slot_tokens"])
+    return rule
 
 
 def _identity(meta: Mapping[str, Any], run: Run) -> dict[str, Any]:
@@ -101,6 +121,9 @@ def fit_run(run: Run, base: Mapping[str, Any] | None = None) -> dict[str, Any]:
         "scatter": step.scatter,
         "residuals": {"tbt_ms": {k: round(v, 6) for k, v in step.residuals.items()}},
     }
+    rule = _rule(meta)
+    if rule is not None:
+        section["capacity"] = rule
     prefill = _prefill(run, cells)
     if prefill is not None:
         profile.update(prefill.params)

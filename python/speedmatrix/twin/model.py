@@ -83,13 +83,18 @@ def cold_ttft_ms(profile: Mapping[str, Any], context: int) -> float:
 
 
 def status(profile: Mapping[str, Any], context: int, concurrency: int, max_output: int) -> str:
-    """The sweep's capacity rule (`speedmatrix.capacity`, a shared pool): ``over_capacity``
+    """The sweep's capacity rule (`speedmatrix.capacity`) of the measured server's family (a
+    shared pool unless the fit read another: ``fit.capacity``, e.g. llama.cpp's slots): ``over_capacity``
     when the running ``min(N, max_running)`` requests cannot all hold ``C + max_output`` tokens
-    (whole blocks) in the KV pool, ``queued`` when N exceeds the running limit, else ``valid``."""
+    (whole blocks) in the KV pool or one does not fit its slot, ``queued`` when N exceeds the
+    running limit, else ``valid``."""
     block = int(profile.get("block_size", 1) or 1)
+    measured = (profile.get("fit") or {}).get("capacity") or {}
+    slot = measured.get("slot_tokens")
     rule = CapacityModel(
-        "shared_pool",
+        str(measured.get("family") or "shared_pool"),
         pool_tokens=int(_need(profile, "kv_tokens")),
+        slot_tokens=int(slot) if slot else None,
         slots=int(_need(profile, "max_running")),
         block_tokens=block if block > 1 else None,
     )
