@@ -373,7 +373,8 @@ def test_the_trace_section_shows_the_lateness_percentiles() -> None:
 # ---- sessions ----------------------------------------------------------------------------
 def test_session_turn_lengths_and_cached_prefixes() -> None:
     assert [sessions.turn_tokens_at(512, 64, 32, k) for k in range(3)] == [512, 608, 704]
-    assert [sessions.cached_prefix_tokens(512, 64, 32, k) for k in range(3)] == [0, 512, 608]
+    # planned: the previous prompt and its answer of max_output tokens
+    assert [sessions.cached_prefix_tokens(512, 64, 32, k) for k in range(3)] == [0, 544, 640]
     assert sessions.final_tokens(512, 64, 32, 3) == 704
     assert sessions.turn_ids(list(range(10)), 1, 5) == [0, 1, 2, 3]  # the server adds a BOS
 
