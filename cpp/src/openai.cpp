@@ -86,19 +86,6 @@ void keep_text(std::string_view t, Chunk* c) {
   o.text.append(t);
 }
 
-// A content text field when output is kept: unescaped and appended (null or "" adds nothing).
-simdjson::error_code read_kept_text(od::value v, Chunk* c) {
-  od::json_type t;
-  if (auto e = v.type().get(t)) return e;
-  if (t == od::json_type::null) return simdjson::SUCCESS;
-  if (t != od::json_type::string) return simdjson::INCORRECT_TYPE;
-  std::string_view text;
-  if (auto e = v.get_string().get(text)) return e;
-  if (!text.empty()) c->has_content = true;
-  keep_text(text, c);
-  return simdjson::SUCCESS;
-}
-
 // A choice's `token_ids` (vLLM return_token_ids) when output is kept: an array of ints or
 // null; ids past the cap are dropped (truncated).
 simdjson::error_code read_kept_ids(od::value v, Chunk* c) {
@@ -133,12 +120,20 @@ bool key_is(const od::raw_json_string& key, const char (&name)[N]) {
 }
 
 // Reads a string-or-null text field; sets *nonempty for a non-empty string.
-// The raw (escaped) form is enough to tell "" from anything else.
-simdjson::error_code read_text(od::value v, bool* nonempty) {
+// The raw (escaped) form is enough to tell "" from anything else. `keep` (a chunk whose
+// output is kept, CellSpec::keep_output): the text is unescaped and appended to it.
+simdjson::error_code read_text(od::value v, bool* nonempty, Chunk* keep = nullptr) {
   od::json_type t;
   if (auto e = v.type().get(t)) return e;
   if (t == od::json_type::null) return simdjson::SUCCESS;
   if (t != od::json_type::string) return simdjson::INCORRECT_TYPE;
+  if (keep != nullptr) {
+    std::string_view text;
+    if (auto e = v.get_string().get(text)) return e;
+    if (!text.empty()) *nonempty = true;
+    keep_text(text, keep);
+    return simdjson::SUCCESS;
+  }
   od::raw_json_string raw;
   if (auto e = v.get_raw_json_string().get(raw)) return e;
   if (raw.raw()[0] != '"') *nonempty = true;
@@ -204,7 +199,7 @@ simdjson::error_code for_each_field(od::value v, F&& on_field) {
 simdjson::error_code read_delta(od::value v, Chunk* c) {
   return for_each_field(v, [c](const od::raw_json_string& key, od::value fv) {
     if (key_is(key, "content")) {
-      return c->keep ? read_kept_text(fv, c) : read_text(fv, &c->has_content);
+      return read_text(fv, &c->has_content, c->keep ? c : nullptr);
     }
     if (key_is(key, "reasoning_content") || key_is(key, "reasoning")) {
       return read_text(fv, &c->has_reasoning);
@@ -238,8 +233,7 @@ simdjson::error_code read_choice(od::value v, Chunk* c) {
   od::object obj;
   if (auto e = v.get_object().get(obj)) return e;
   return for_each_field(obj, [c](const od::raw_json_string& key, od::value fv) {
-    if (key_is(key, "text"))
-      return c->keep ? read_kept_text(fv, c) : read_text(fv, &c->has_content);
+    if (key_is(key, "text")) return read_text(fv, &c->has_content, c->keep ? c : nullptr);
     if (key_is(key, "delta")) return read_delta(fv, c);
     if (c->keep && key_is(key, "token_ids")) return read_kept_ids(fv, c);
     if (key_is(key, "finish_reason")) {
