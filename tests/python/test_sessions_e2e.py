@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from speedmatrix._native import _core
 from speedmatrix.matrix import Matrix
 from speedmatrix.recompute import recompute_doc
 from speedmatrix.results import load
@@ -64,3 +65,45 @@ def test_each_turn_finds_the_previous_prompt_and_answer_cached(
         # and the server counted the prompt the client built
         assert list(req["prompt_tokens"][mine][order]) == list(prompt)
     assert recompute_doc(doc, tmp_path).changed == []
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_kept_outputs_follow_their_requests_across_event_loops(threads: int) -> None:
+    """CellSpec.keep_output: outputs[i] is request i's, also when two event loops ran the
+    cell and their records were merged; bodies of distinct lengths tell them apart."""
+    with Sim("test-batch", flavour="vllm", overrides=OVERRIDES) as sim:
+        model = sim.get_json("/v1/models")["data"][0]["id"]
+        spec = _core.CellSpec()
+        spec.url = sim.url + "/v1/completions"
+        spec.bodies = [
+            json.dumps(
+                {
+                    "model": model,
+                    "prompt": list(range(1, 40)),
+                    "max_tokens": n,
+                    "ignore_eos": True,
+                    "stream": True,
+                    "return_token_ids": True,
+                }
+            )
+            for n in (3, 5, 7, 9)
+        ]
+        spec.concurrency = 4
+        spec.max_requests = 12
+        spec.duration_s = 20.0
+        spec.steady_window = False
+        spec.client_threads = threads
+        spec.keep_output = True
+        res = _core.CellRunner(spec).run()
+        assert res.fatal_error == ""
+        req = res.requests
+        assert len(res.outputs) == len(req["body"]) >= 12
+        for i, out in enumerate(res.outputs):
+            if req["outcome"][i] != 1:
+                continue
+            n = (3, 5, 7, 9)[req["body"][i]]
+            assert out.token_ids is not None and len(out.token_ids) == n
+            assert len(out.text.split()) == n and not out.truncated
+        # off: nothing kept
+        spec.keep_output = False
+        assert _core.CellRunner(spec).run().outputs == []
