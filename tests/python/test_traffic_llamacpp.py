@@ -73,17 +73,18 @@ def test_sessions_find_the_previous_turn_cached(server, tmp_path: Path, capsys) 
     assert cell["status"] == "valid", cell.get("reason")
     assert cell["session_answer_source"] == {"tokenize": 3}
     req = load(tmp_path).records(cell["id"]).requests
-    prompt, answer = list(req["turn_prompt_tokens"]), list(req["answer_tokens"])
+    prompt = [int(v) for v in req["turn_prompt_tokens"]]
+    answer = [int(v) for v in req["answer_tokens"]]
     assert list(req["prompt_tokens"]) == prompt  # exact per turn, as the server counts
     assert prompt[0] == CONTEXT
     for k in (1, 2):
         assert prompt[k] == prompt[k - 1] + answer[k - 1] + 64
     assert cell["session_turn_cached_tokens"] == [0, prompt[0] + answer[0], prompt[1] + answer[1]]
-    cached = list(req["cached_tokens"])  # the slot kept the previous prompt and answer
+    cached = [int(v) for v in req["cached_tokens"]]  # the slot kept the previous prompt and answer
     for k in (1, 2):
         assert prompt[k - 1] <= cached[k] <= prompt[k - 1] + answer[k - 1], (cached, prompt)
     with capsys.disabled():  # what the re-tokenized answers gave, for the record
         print(
             f"\nllama.cpp sessions: prompts {prompt}, answers generated "
-            f"{list(req['output_tokens'])} re-tokenized {answer}, cached {cached}"
+            f"{[int(v) for v in req['output_tokens']]} re-tokenized {answer}, cached {cached}"
         )
