@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 from speedmatrix import sessions
+from speedmatrix.adapters import TokenizeSpec
 from speedmatrix.localtokenizer import local_ids
 from speedmatrix.records import Records
 from speedmatrix.verdict.cells import CellShape
@@ -199,3 +200,36 @@ def test_a_run_saved_before_the_turn_columns_keeps_its_stand_in_figures() -> Non
     assert cell["session_turn_cached_tokens"] == [0, 512]  # stand-ins: the prompt alone
     assert cell["session_turn_prompt_tokens"] == [512, 608]
     assert cell["session_answer_source"] is None
+
+
+class _Client:
+    def __init__(self, answer) -> None:
+        self.answer, self.sent = answer, None
+
+    def post_json(self, path: str, body: dict):
+        self.sent = (path, body)
+        return self.answer
+
+
+@pytest.mark.parametrize(
+    "style, answer, body, ids",
+    [
+        ("llamacpp", {"tokens": [4, 5]}, {"content": "a b", "add_special": False}, [4, 5]),
+        (
+            "openai",
+            {"tokens": [4, 5], "count": 2},
+            {"prompt": "a b", "model": "m", "add_special_tokens": False},
+            [4, 5],
+        ),
+        ("openai", {"count": 2}, None, None),  # a count without ids: no answer ids
+    ],
+)
+def test_tokenize_ids_add_no_special_tokens(style, answer, body, ids) -> None:
+    spec = TokenizeSpec("/tokenize", style)
+    client = _Client(answer)
+    if ids is None:
+        with pytest.raises(ValueError, match="without token ids"):
+            spec.ids(client, "m", "a b")
+        return
+    assert spec.ids(client, "m", "a b") == ids
+    assert client.sent == ("/tokenize", body)
