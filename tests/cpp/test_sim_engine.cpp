@@ -100,6 +100,11 @@ TEST(SimModel, StepAndPrefillCosts) {
   EXPECT_EQ(sm::decode_step_ns(p, 1, 0), 11'500'000);
   EXPECT_EQ(sm::decode_step_ns(p, 2, 1000), 10 * kMs + 2 * kMs + 2 * kMs + 1 * kMs);
   EXPECT_GT(sm::decode_step_ns(p, 4, 0), sm::decode_step_ns(p, 2, 0));
+  // A batched surcharge (a faster one-sequence path) costs every step of two or more only.
+  sm::Profile q = p;
+  q.step_batched_ms = 3.0;
+  EXPECT_EQ(sm::decode_step_ns(q, 1, 0), sm::decode_step_ns(p, 1, 0));
+  EXPECT_EQ(sm::decode_step_ns(q, 2, 1000), sm::decode_step_ns(p, 2, 1000) + 3 * kMs);
   EXPECT_EQ(sm::prefill_ns(p, 0, 100), 1 * kMs);
   p.prefill_per_token_ctx_ns = 1000.0;  // +1 ns per token per 1000 tokens of context
   // Positions 1000..1999: mean 1499.5 -> 10 µs + 1.4995 ns per token.

@@ -79,6 +79,7 @@ Profile parse_profile(const std::string& text, const std::vector<std::string>& o
                                 "step_per_seq_ms",
                                 "step_per_seq2_ms",
                                 "step_per_kv_token_ns",
+                                "step_batched_ms",
                                 "prefill_per_token_us",
                                 "prefill_per_token_ctx_ns",
                                 "prefill_chunk_overhead_ms",
@@ -113,6 +114,7 @@ Profile parse_profile(const std::string& text, const std::vector<std::string>& o
   get(j, "step_per_seq_ms", p.step_per_seq_ms);
   get(j, "step_per_seq2_ms", p.step_per_seq2_ms);
   get(j, "step_per_kv_token_ns", p.step_per_kv_token_ns);
+  get(j, "step_batched_ms", p.step_batched_ms);
   get(j, "prefill_per_token_us", p.prefill_per_token_us);
   get(j, "prefill_per_token_ctx_ns", p.prefill_per_token_ctx_ns);
   get(j, "prefill_chunk_overhead_ms", p.prefill_chunk_overhead_ms);
@@ -136,6 +138,7 @@ Profile parse_profile(const std::string& text, const std::vector<std::string>& o
       {"step_per_seq_ms", p.step_per_seq_ms},
       {"step_per_seq2_ms", p.step_per_seq2_ms},
       {"step_per_kv_token_ns", p.step_per_kv_token_ns},
+      {"step_batched_ms", p.step_batched_ms},
       {"prefill_per_token_us", p.prefill_per_token_us},
       {"prefill_per_token_ctx_ns", p.prefill_per_token_ctx_ns},
       {"prefill_chunk_overhead_ms", p.prefill_chunk_overhead_ms},
@@ -179,6 +182,7 @@ std::string profile_to_json(const Profile& p) {
             {"step_per_seq_ms", p.step_per_seq_ms},
             {"step_per_seq2_ms", p.step_per_seq2_ms},
             {"step_per_kv_token_ns", p.step_per_kv_token_ns},
+            {"step_batched_ms", p.step_batched_ms},
             {"prefill_per_token_us", p.prefill_per_token_us},
             {"prefill_per_token_ctx_ns", p.prefill_per_token_ctx_ns},
             {"prefill_chunk_overhead_ms", p.prefill_chunk_overhead_ms},
