@@ -198,12 +198,7 @@ class Matrix:
         if isinstance(self.shared_prefix, str):
             self.shared_prefix = parse_tokens(self.shared_prefix)
         self.extra = dict(self.extra or {})
-        if isinstance(self.request_rates, (str, int, float)) and not isinstance(
-            self.request_rates, bool
-        ):
-            self.request_rates = coerce_float_list(self.request_rates)
-        else:
-            self.request_rates = list(self.request_rates or [])
+        self.request_rates = coerce_float_list(self.request_rates)
         if isinstance(self.percentiles, str):
             self.percentiles = list(parse_percentiles(self.percentiles))
         if isinstance(self.slo, str):

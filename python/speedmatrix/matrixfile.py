@@ -162,8 +162,13 @@ def _split_list(text: str, convert: Any) -> list[Any]:
     return out
 
 
-def coerce_float_list(value: str | float) -> list[Any]:
-    return _split_list(value, float) if isinstance(value, str) else [value]
+def coerce_float_list(value: Any) -> list[Any]:
+    """A list field as typed (``"0.5,1"``, ``2``) or as given (a sequence; None: empty)."""
+    if isinstance(value, str):
+        return _split_list(value, float)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return [value]
+    return list(value or [])
 
 
 def coerce_int_list(value: str | int) -> list[Any]:
