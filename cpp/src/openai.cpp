@@ -371,6 +371,44 @@ void OpenAIStreamDecoder::judge_usage() {
   }
 }
 
+std::int64_t OpenAIStreamDecoder::chunk_tokens(bool continuous, bool has_usage, bool has_text,
+                                               std::int64_t completion_tokens) {
+  std::int64_t tokens = 0;
+  if (continuous) {
+    if (counted_ != TokenSource::kUsageContinuous) {
+      // Tokens counted per chunk before usage appeared are not counted twice.
+      last_usage_completion_ = summary_.chunk_tokens;
+      counted_ = TokenSource::kUsageContinuous;
+    }
+    tokens = std::max<std::int64_t>(0, completion_tokens - last_usage_completion_);
+    // a chunk with text carries a token whatever a cumulative usage says
+    if (tokens == 0 && has_text) tokens = 1;
+    last_usage_completion_ += tokens;
+    usage_max_ = std::max(usage_max_, completion_tokens);
+  } else if (counted_ == TokenSource::kUsageContinuous) {
+    if (has_usage) {  // final usage-only chunk: normally equal to the last
+                      // cumulative count
+      tokens = std::max<std::int64_t>(0, completion_tokens - last_usage_completion_);
+      last_usage_completion_ = std::max(last_usage_completion_, completion_tokens);
+    } else if (has_text) {  // a chunk without usage amid continuous usage:
+                            // count it once
+      tokens = 1;
+      ++last_usage_completion_;
+    }
+  } else {
+    tokens = has_text ? 1 : 0;
+    if (tokens > 0 && counted_ == TokenSource::kNone) counted_ = TokenSource::kChunks;
+  }
+  if (has_usage && !continuous) {
+    final_usage_completion_ = completion_tokens;
+    if (counted_ != TokenSource::kUsageContinuous &&
+        (completion_tokens > 0 || summary_.chunk_tokens + tokens > 0)) {
+      counted_ = TokenSource::kUsageFinal;
+    }
+  }
+  return tokens;
+}
+
 ChunkResult OpenAIStreamDecoder::decode(std::string_view data) {
   ChunkResult r;
   if (impl_ == nullptr) impl_ = new Impl;
@@ -417,39 +455,8 @@ ChunkResult OpenAIStreamDecoder::decode(std::string_view data) {
   // such as llama.cpp and TGI put the final usage there.
   const bool continuous =
       c.has_usage && c.n_choices > 0 && (counted_ == TokenSource::kUsageContinuous || !c.finished);
-  std::int64_t tokens = 0;
-  if (continuous) {
-    if (counted_ != TokenSource::kUsageContinuous) {
-      // Tokens counted per chunk before usage appeared are not counted twice.
-      last_usage_completion_ = summary_.chunk_tokens;
-      counted_ = TokenSource::kUsageContinuous;
-    }
-    tokens = std::max<std::int64_t>(0, c.completion_tokens - last_usage_completion_);
-    // a chunk with text carries a token whatever a cumulative usage says
-    if (tokens == 0 && c.has_text) tokens = 1;
-    last_usage_completion_ += tokens;
-    usage_max_ = std::max(usage_max_, c.completion_tokens);
-  } else if (counted_ == TokenSource::kUsageContinuous) {
-    if (c.has_usage) {  // final usage-only chunk: normally equal to the last
-                        // cumulative count
-      tokens = std::max<std::int64_t>(0, c.completion_tokens - last_usage_completion_);
-      last_usage_completion_ = std::max(last_usage_completion_, c.completion_tokens);
-    } else if (c.has_text) {  // a chunk without usage amid continuous usage:
-                              // count it once
-      tokens = 1;
-      ++last_usage_completion_;
-    }
-  } else {
-    tokens = c.has_text ? 1 : 0;
-    if (tokens > 0 && counted_ == TokenSource::kNone) counted_ = TokenSource::kChunks;
-  }
-  if (c.has_usage && !continuous) {
-    final_usage_completion_ = c.completion_tokens;
-    if (counted_ != TokenSource::kUsageContinuous &&
-        (c.completion_tokens > 0 || summary_.chunk_tokens + tokens > 0)) {
-      counted_ = TokenSource::kUsageFinal;
-    }
-  }
+  const std::int64_t tokens =
+      chunk_tokens(continuous, c.has_usage, c.has_text, c.completion_tokens);
   r.tokens = static_cast<std::int32_t>(std::min<std::int64_t>(tokens, INT32_MAX));
   summary_.chunk_tokens += r.tokens;
   if (c.has_text) ++summary_.text_chunks;
