@@ -6,6 +6,7 @@ speedmatrix.matrix builds the Matrix from what this returns."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -173,3 +174,12 @@ def coerce_float_list(value: Any) -> list[Any]:
 
 def coerce_int_list(value: str | int) -> list[Any]:
     return [value] if isinstance(value, int) else _split_list(value, int)
+
+
+def parse_typed(obj: Any, parsers: dict[str, Callable[[str], Any]]) -> None:
+    """The forms people type (``"2s"``, ``"8k"``, ``"2%"``) into the fields' types, in place:
+    each field of ``obj`` named in ``parsers`` that holds a string is parsed by its parser."""
+    for name, parse in parsers.items():
+        value = getattr(obj, name)
+        if isinstance(value, str):
+            setattr(obj, name, parse(value))

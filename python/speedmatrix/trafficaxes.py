@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from speedmatrix.matrixfile import coerce_float_list
+from speedmatrix.matrixfile import coerce_float_list, parse_typed
 from speedmatrix.prefixcache import parse_cached_fractions
 from speedmatrix.units import parse_duration, parse_tokens
 
@@ -29,12 +29,14 @@ MAX_TURNS = 1_000
 def coerce(m: Any) -> None:
     """The forms people type (``"0,0.5"``, ``"2s"``) into the fields' types, in place."""
     m.cached_fraction = coerce_float_list(m.cached_fraction)  # bad items kept for problems()
-    if isinstance(m.interference_every_s, str):
-        m.interference_every_s = parse_duration(m.interference_every_s)
-    if isinstance(m.think_time_s, str):
-        m.think_time_s = parse_duration(m.think_time_s)
-    if isinstance(m.turn_tokens, str):
-        m.turn_tokens = parse_tokens(m.turn_tokens)
+    parse_typed(
+        m,
+        {
+            "interference_every_s": parse_duration,
+            "think_time_s": parse_duration,
+            "turn_tokens": parse_tokens,
+        },
+    )
     m.trace = str(m.trace or "")
 
 
