@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from speedmatrix.units import parse_tokens
+from speedmatrix.units import parse_token_list
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -127,25 +127,9 @@ def _value_text(value: Any) -> str:
 def coerce_contexts(value: Any, keywords: tuple[str, ...]) -> list[int | str]:
     if value is None:
         return []
-    if isinstance(value, (str, int)) and not isinstance(value, bool):
-        value = [value] if isinstance(value, int) else value
-    out: list[int | str] = []
-    items = value.split(",") if isinstance(value, str) else list(value)
-    for item in items:
-        if isinstance(item, str):
-            text = item.strip()
-            if not text:
-                continue
-            if text.lower() in keywords:
-                out.append(text.lower())
-                continue
-            try:
-                out.append(parse_tokens(text))
-            except ValueError:
-                out.append(text)  # kept so validate() reports it with the field name
-        else:
-            out.append(item)
-    return out
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = [value]
+    return parse_token_list(value, keywords=keywords, keep_bad=True)
 
 
 def _split_list(text: str, convert: Any) -> list[Any]:
