@@ -67,7 +67,47 @@ struct Chunk {
   bool object_is_error = false;
   std::string_view message, type, error_type, code;
   std::string_view top_message, top_type;
+  // CellSpec::keep_output: where the content text and token ids go (null: not read)
+  RequestOutput* keep = nullptr;
+  std::size_t keep_max = 0;
 };
+
+// Appends a kept text piece, cut (at a UTF-8 boundary) where the cap is reached.
+void keep_text(std::string_view t, Chunk* c) {
+  RequestOutput& o = *c->keep;
+  if (o.truncated || t.empty()) return;
+  const std::size_t room = c->keep_max - std::min(c->keep_max, o.kept_bytes());
+  if (t.size() > room) {
+    std::size_t cut = room;
+    while (cut > 0 && (static_cast<unsigned char>(t[cut]) & 0xC0) == 0x80) --cut;
+    t = t.substr(0, cut);
+    o.truncated = true;
+  }
+  o.text.append(t);
+}
+
+// A choice's `token_ids` (vLLM return_token_ids) when output is kept: an array of ints or
+// null; ids past the cap are dropped (truncated).
+simdjson::error_code read_kept_ids(od::value v, Chunk* c) {
+  od::json_type t;
+  if (auto e = v.type().get(t)) return e;
+  if (t == od::json_type::null) return simdjson::SUCCESS;
+  od::array arr;
+  if (auto e = v.get_array().get(arr)) return e;
+  RequestOutput& o = *c->keep;
+  o.ids_streamed = true;
+  for (auto el : arr) {
+    std::int64_t id = 0;
+    if (auto e = std::move(el).get_int64().get(id)) return e;
+    if (o.truncated) continue;
+    if (o.kept_bytes() + 4 > c->keep_max) {
+      o.truncated = true;
+      continue;
+    }
+    o.token_ids.push_back(static_cast<std::int32_t>(id));
+  }
+  return simdjson::SUCCESS;
+}
 
 // Keys are compared in their raw (escaped) form, without unescaping them:
 // the keys we look for contain no escapes. Reading name-length bytes of the
@@ -80,12 +120,20 @@ bool key_is(const od::raw_json_string& key, const char (&name)[N]) {
 }
 
 // Reads a string-or-null text field; sets *nonempty for a non-empty string.
-// The raw (escaped) form is enough to tell "" from anything else.
-simdjson::error_code read_text(od::value v, bool* nonempty) {
+// The raw (escaped) form is enough to tell "" from anything else. `keep` (a chunk whose
+// output is kept, CellSpec::keep_output): the text is unescaped and appended to it.
+simdjson::error_code read_text(od::value v, bool* nonempty, Chunk* keep = nullptr) {
   od::json_type t;
   if (auto e = v.type().get(t)) return e;
   if (t == od::json_type::null) return simdjson::SUCCESS;
   if (t != od::json_type::string) return simdjson::INCORRECT_TYPE;
+  if (keep != nullptr) {
+    std::string_view text;
+    if (auto e = v.get_string().get(text)) return e;
+    if (!text.empty()) *nonempty = true;
+    keep_text(text, keep);
+    return simdjson::SUCCESS;
+  }
   od::raw_json_string raw;
   if (auto e = v.get_raw_json_string().get(raw)) return e;
   if (raw.raw()[0] != '"') *nonempty = true;
@@ -150,7 +198,9 @@ simdjson::error_code for_each_field(od::value v, F&& on_field) {
 
 simdjson::error_code read_delta(od::value v, Chunk* c) {
   return for_each_field(v, [c](const od::raw_json_string& key, od::value fv) {
-    if (key_is(key, "content")) return read_text(fv, &c->has_content);
+    if (key_is(key, "content")) {
+      return read_text(fv, &c->has_content, c->keep ? c : nullptr);
+    }
     if (key_is(key, "reasoning_content") || key_is(key, "reasoning")) {
       return read_text(fv, &c->has_reasoning);
     }
@@ -183,8 +233,9 @@ simdjson::error_code read_choice(od::value v, Chunk* c) {
   od::object obj;
   if (auto e = v.get_object().get(obj)) return e;
   return for_each_field(obj, [c](const od::raw_json_string& key, od::value fv) {
-    if (key_is(key, "text")) return read_text(fv, &c->has_content);
+    if (key_is(key, "text")) return read_text(fv, &c->has_content, c->keep ? c : nullptr);
     if (key_is(key, "delta")) return read_delta(fv, c);
+    if (c->keep && key_is(key, "token_ids")) return read_kept_ids(fv, c);
     if (key_is(key, "finish_reason")) {
       od::json_type t;
       if (auto e = fv.type().get(t)) return e;
@@ -309,7 +360,9 @@ OpenAIStreamDecoder::OpenAIStreamDecoder(OpenAIStreamDecoder&& o) noexcept
       usage_max_(o.usage_max_),
       counted_(o.counted_),
       seen_text_(o.seen_text_),
-      seen_content_(o.seen_content_) {}
+      seen_content_(o.seen_content_),
+      keep_(o.keep_),
+      keep_max_(o.keep_max_) {}
 
 OpenAIStreamDecoder& OpenAIStreamDecoder::operator=(OpenAIStreamDecoder&& o) noexcept {
   if (this != &o) {
@@ -323,6 +376,8 @@ OpenAIStreamDecoder& OpenAIStreamDecoder::operator=(OpenAIStreamDecoder&& o) noe
     counted_ = o.counted_;
     seen_text_ = o.seen_text_;
     seen_content_ = o.seen_content_;
+    keep_ = o.keep_;
+    keep_max_ = o.keep_max_;
   }
   return *this;
 }
@@ -336,6 +391,7 @@ void OpenAIStreamDecoder::reset(ApiKind api) {
   counted_ = TokenSource::kNone;
   seen_text_ = false;
   seen_content_ = false;
+  keep_ = nullptr;
   if (impl_ == nullptr) impl_ = new Impl;  // a moved-from decoder becomes usable again
 }
 
@@ -418,6 +474,8 @@ ChunkResult OpenAIStreamDecoder::decode(std::string_view data) {
     return r;
   }
   Chunk c;
+  c.keep = keep_;
+  c.keep_max = keep_max_;
   if (auto e = read_chunk(impl_->parser, data, &c)) {
     r.kind = ChunkKind::kMalformed;
     summary_.error_type = "malformed_event";

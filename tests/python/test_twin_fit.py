@@ -37,3 +37,28 @@ def test_fit_from_10_cells_predicts_the_rest_within_10_percent() -> None:
 def test_too_few_cells_is_one_clear_error() -> None:
     with pytest.raises(ProfileError, match="3 valid cells"):
         fit_step(load_profile("seed-h200"), _measured()[:2])
+
+
+#: six cells measured on llama.cpp (one thread, a loaded machine): at 1920 x 6 the batch is
+#: still 4 (the slots), yet the figures are noisy enough that an unconstrained fit makes the
+#: per-request term negative, and with it the step of a batch of 2 at 128 tokens
+NOISY_LLAMACPP = [
+    MeasuredCell(128, 1, 374.5, 1.9),
+    MeasuredCell(128, 4, 510.5, 5.7),
+    MeasuredCell(128, 6, 374.5, 11.3),
+    MeasuredCell(1920, 1, 195.5, 3.8),
+    MeasuredCell(1920, 4, 270.5, 12.3),
+    MeasuredCell(1920, 6, 296.5, 12.4),
+]
+
+
+@pytest.mark.parametrize("window_s", [2.0, 30.0])
+def test_no_step_term_is_fitted_negative_so_no_cell_is_predicted_negative(window_s) -> None:
+    base = {"max_running": 4, "kv_tokens": 8192, "chunk_tokens": 2048}
+    fit = fit_step(base, NOISY_LLAMACPP, window_s=window_s)
+    assert all(fit.profile[k] >= 0 for k in STEP_KEYS), {k: fit.profile[k] for k in STEP_KEYS}
+    assert all(fit.sd[k] >= 0 for k in STEP_KEYS)
+    for context in (128, 512, 1024, 1920):
+        for n in (1, 2, 3, 4, 6):
+            p = predict_cell(fit.profile, context, n, max_output=64, sd=fit.sd)
+            assert p.tbt_ms > 0 and p.total_tok_s > 0, (context, n, p)

@@ -97,6 +97,10 @@ struct RequestSpec {
   // Chained hashes of the prompt's full blocks (block_size tokens each); the
   // prefix cache matches on them. Empty = nothing cacheable.
   std::vector<std::uint64_t> block_hashes;
+  // The chain continued over the tokens it will generate: the full blocks of prompt +
+  // output past the prompt's. A finished request leaves them in the prefix cache as vLLM
+  // and SGLang do, so a conversation's next turn finds its prompt and its answer there.
+  std::vector<std::uint64_t> output_block_hashes;
   // A what-if shortcut for warm-ups (body field "sm_prefill_free"): the request
   // costs no front-end or prefill time but fills the prefix cache as usual.
   bool free_prefill = false;

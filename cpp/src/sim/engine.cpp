@@ -219,6 +219,13 @@ struct Engine::Impl {
     out.push_back(
         {r.spec.id, done ? EventKind::kFinished : EventKind::kToken, t, r.generated, r.cached});
     if (done) {
+      if (p.prefix_cache && r.pinned_blocks == r.spec.block_hashes.size()) {
+        for (std::uint64_t h : r.spec.output_block_hashes) {
+          r.spec.block_hashes.push_back(h);
+          pin(h);  // unpinned by release() below: cached, evictable
+        }
+        r.pinned_blocks = r.spec.block_hashes.size();
+      }
       st.requests_finished++;
       if (r.generated < r.spec.max_tokens) st.requests_stopped++;
       release(r);

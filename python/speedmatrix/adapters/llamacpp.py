@@ -77,6 +77,15 @@ def layout_from_launch(command: str | None) -> dict[str, Any] | None:
     return None
 
 
+#: discovery's warning when /props leaves the layout open; `learn_layout` withdraws it once a
+#: launch command settles the layout
+LAYOUT_UNKNOWN = (
+    "llama.cpp does not say whether its KV cache is unified: only the per-slot "
+    "rule is applied, and a request refused for lack of context makes its cell "
+    "over capacity (give --launch-command or --kv-capacity to settle the pool)"
+)
+
+
 class LlamaCppAdapter(Adapter):
     name = "llamacpp"
     owned_by = ("llamacpp", "llama.cpp")
@@ -128,11 +137,7 @@ class LlamaCppAdapter(Adapter):
             found["kv_tokens"] = n_ctx * slots
             found["capacity_detail"]["kv_tokens"] = "/props n_ctx × total_slots: split slot caches"
         else:
-            found["warnings"].append(
-                "llama.cpp does not say whether its KV cache is unified: only the per-slot "
-                "rule is applied, and a request refused for lack of context makes its cell "
-                "over capacity (give --launch-command or --kv-capacity to settle the pool)"
-            )
+            found["warnings"].append(LAYOUT_UNKNOWN)
         ftype = props.get("model_ftype") or meta.get("ftype")
         if isinstance(ftype, str) and ftype:
             found["quantization"] = ftype

@@ -7,7 +7,7 @@ relative error of ``step = a + b n + c n² + d kv`` (the model of :mod:`speedmat
 (`speedmatrix.twin.samples`); from figures alone (`fit_step`) ``n = min(N, max_running)`` and
 ``kv`` is the batch times the context plus half the window's generated tokens. Each parameter's
 standard deviation comes from the fit's covariance (residual variance × (XᵀX)⁻¹); a negative
-square term is dropped and the rest refitted, so the curve stays convex.
+term is dropped and the rest refitted (`_solve_nonnegative`), so the step never falls with load.
 
 Cold prefill: ``ttft = f + p C + q C(C-1)/2`` (front-end overhead, per-token and per-token-pair
 prefill cost) by least squares on the relative error over the alone warm-up requests; with
@@ -71,6 +71,23 @@ def _solve(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return coef, np.sqrt(np.clip(np.diag(cov), 0.0, None))
 
 
+def _solve_nonnegative(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    """`_solve_cov` with every coefficient at least 0 (a step's cost never falls as the batch
+    or the cache grows; a negative term fitted to noisy cells predicts negative steps): the
+    most negative term is dropped and the rest refitted until none is; a dropped term is 0
+    with no variance."""
+    keep = list(range(x.shape[1]))
+    while True:
+        part, part_cov, scatter = _solve_cov(x[:, keep], y)
+        if len(keep) == 1 or part.min() >= 0:
+            break
+        del keep[int(np.argmin(part))]
+    coef, cov = np.zeros(x.shape[1]), np.zeros((x.shape[1], x.shape[1]))
+    coef[keep] = np.clip(part, 0.0, None)
+    cov[np.ix_(keep, keep)] = part_cov
+    return coef, cov, scatter
+
+
 def _step_row(batch: float, kv: float) -> np.ndarray:
     return np.array([1.0, batch, batch * batch, kv * 1e-6])
 
@@ -86,14 +103,7 @@ def fit_steps(base: Mapping[str, Any], samples: Sequence[StepSample]) -> StepFit
         for target in (s.tbt_ms, s.mean_step_ms):
             rows.append(_step_row(s.batch, s.kv_tokens) / target)
             y.append(1.0)
-    x = np.array(rows)
-    coef, cov, scatter = _solve_cov(x, np.array(y))
-    if coef[2] < 0:
-        keep = [0, 1, 3]
-        coef3, cov3, scatter = _solve_cov(x[:, keep], np.array(y))
-        coef, cov = np.zeros(4), np.zeros((4, 4))
-        coef[keep] = coef3
-        cov[np.ix_(keep, keep)] = cov3
+    coef, cov, scatter = _solve_nonnegative(np.array(rows), np.array(y))
     sd = np.sqrt(np.clip(np.diag(cov), 0.0, None))
     profile = dict(base)
     profile.update({k: float(v) for k, v in zip(STEP_KEYS, coef, strict=True)})
