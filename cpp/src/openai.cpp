@@ -4,10 +4,10 @@
 
 #include <algorithm>
 #include <cstring>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 
+#include "openai_detail.hpp"
 #include "speedmatrix/sse.hpp"
 
 namespace speedmatrix {
@@ -19,33 +19,7 @@ namespace od = simdjson::ondemand;
 
 namespace {
 
-constexpr std::size_t kMaxMessageBytes = 500;
-
-// Turns any text into one line of at most kMaxMessageBytes bytes: control
-// characters become spaces, runs of whitespace collapse, and a cut never
-// splits a UTF-8 sequence.
-std::string one_line(std::string_view in) {
-  std::string out;
-  out.reserve(std::min(in.size(), kMaxMessageBytes));
-  bool space = false;
-  for (unsigned char c : in) {
-    if (c < 0x20 || c == 0x7f || c == ' ') {
-      space = !out.empty();
-      continue;
-    }
-    if (space) out += ' ';
-    space = false;
-    out += static_cast<char>(c);
-    if (out.size() > kMaxMessageBytes) break;
-  }
-  if (out.size() > kMaxMessageBytes) {
-    std::size_t cut = kMaxMessageBytes - 3;
-    while (cut > 0 && (static_cast<unsigned char>(out[cut]) & 0xC0) == 0x80) --cut;
-    out.resize(cut);
-    out += "...";
-  }
-  return out;
-}
+using detail::one_line;
 
 // What one chunk says, before it is applied to the running counts.
 struct Chunk {
@@ -427,6 +401,44 @@ void OpenAIStreamDecoder::judge_usage() {
   }
 }
 
+std::int64_t OpenAIStreamDecoder::chunk_tokens(bool continuous, bool has_usage, bool has_text,
+                                               std::int64_t completion_tokens) {
+  std::int64_t tokens = 0;
+  if (continuous) {
+    if (counted_ != TokenSource::kUsageContinuous) {
+      // Tokens counted per chunk before usage appeared are not counted twice.
+      last_usage_completion_ = summary_.chunk_tokens;
+      counted_ = TokenSource::kUsageContinuous;
+    }
+    tokens = std::max<std::int64_t>(0, completion_tokens - last_usage_completion_);
+    // a chunk with text carries a token whatever a cumulative usage says
+    if (tokens == 0 && has_text) tokens = 1;
+    last_usage_completion_ += tokens;
+    usage_max_ = std::max(usage_max_, completion_tokens);
+  } else if (counted_ == TokenSource::kUsageContinuous) {
+    if (has_usage) {  // final usage-only chunk: normally equal to the last
+                      // cumulative count
+      tokens = std::max<std::int64_t>(0, completion_tokens - last_usage_completion_);
+      last_usage_completion_ = std::max(last_usage_completion_, completion_tokens);
+    } else if (has_text) {  // a chunk without usage amid continuous usage:
+                            // count it once
+      tokens = 1;
+      ++last_usage_completion_;
+    }
+  } else {
+    tokens = has_text ? 1 : 0;
+    if (tokens > 0 && counted_ == TokenSource::kNone) counted_ = TokenSource::kChunks;
+  }
+  if (has_usage && !continuous) {
+    final_usage_completion_ = completion_tokens;
+    if (counted_ != TokenSource::kUsageContinuous &&
+        (completion_tokens > 0 || summary_.chunk_tokens + tokens > 0)) {
+      counted_ = TokenSource::kUsageFinal;
+    }
+  }
+  return tokens;
+}
+
 ChunkResult OpenAIStreamDecoder::decode(std::string_view data) {
   ChunkResult r;
   if (impl_ == nullptr) impl_ = new Impl;
@@ -475,39 +487,8 @@ ChunkResult OpenAIStreamDecoder::decode(std::string_view data) {
   // such as llama.cpp and TGI put the final usage there.
   const bool continuous =
       c.has_usage && c.n_choices > 0 && (counted_ == TokenSource::kUsageContinuous || !c.finished);
-  std::int64_t tokens = 0;
-  if (continuous) {
-    if (counted_ != TokenSource::kUsageContinuous) {
-      // Tokens counted per chunk before usage appeared are not counted twice.
-      last_usage_completion_ = summary_.chunk_tokens;
-      counted_ = TokenSource::kUsageContinuous;
-    }
-    tokens = std::max<std::int64_t>(0, c.completion_tokens - last_usage_completion_);
-    // a chunk with text carries a token whatever a cumulative usage says
-    if (tokens == 0 && c.has_text) tokens = 1;
-    last_usage_completion_ += tokens;
-    usage_max_ = std::max(usage_max_, c.completion_tokens);
-  } else if (counted_ == TokenSource::kUsageContinuous) {
-    if (c.has_usage) {  // final usage-only chunk: normally equal to the last
-                        // cumulative count
-      tokens = std::max<std::int64_t>(0, c.completion_tokens - last_usage_completion_);
-      last_usage_completion_ = std::max(last_usage_completion_, c.completion_tokens);
-    } else if (c.has_text) {  // a chunk without usage amid continuous usage:
-                              // count it once
-      tokens = 1;
-      ++last_usage_completion_;
-    }
-  } else {
-    tokens = c.has_text ? 1 : 0;
-    if (tokens > 0 && counted_ == TokenSource::kNone) counted_ = TokenSource::kChunks;
-  }
-  if (c.has_usage && !continuous) {
-    final_usage_completion_ = c.completion_tokens;
-    if (counted_ != TokenSource::kUsageContinuous &&
-        (c.completion_tokens > 0 || summary_.chunk_tokens + tokens > 0)) {
-      counted_ = TokenSource::kUsageFinal;
-    }
-  }
+  const std::int64_t tokens =
+      chunk_tokens(continuous, c.has_usage, c.has_text, c.completion_tokens);
   r.tokens = static_cast<std::int32_t>(std::min<std::int64_t>(tokens, INT32_MAX));
   summary_.chunk_tokens += r.tokens;
   if (c.has_text) ++summary_.text_chunks;
@@ -524,85 +505,6 @@ ChunkResult OpenAIStreamDecoder::decode(std::string_view data) {
     r.first_content = true;
   }
   return r;
-}
-
-// ---------------------------------------------------------------------------
-// Non-streaming error bodies (cold path).
-
-namespace {
-
-std::string json_scalar_text(const nlohmann::json& j) {
-  if (j.is_string()) return j.get<std::string>();
-  if (j.is_null()) return "";
-  return j.dump();
-}
-
-// FastAPI validation errors: "detail": [{"loc": [...], "msg": "...", "type":
-// "..."}].
-std::string detail_text(const nlohmann::json& d) {
-  if (!d.is_array()) return json_scalar_text(d);
-  std::string out;
-  for (const auto& item : d) {
-    if (!out.empty()) out += "; ";
-    if (item.is_object() && item.contains("msg")) {
-      if (item.contains("loc") && item["loc"].is_array()) {
-        std::string loc;
-        for (const auto& l : item["loc"]) loc += (loc.empty() ? "" : ".") + json_scalar_text(l);
-        out += loc + ": ";
-      }
-      out += json_scalar_text(item["msg"]);
-    } else {
-      out += json_scalar_text(item);
-    }
-  }
-  return out;
-}
-
-// "message [type, code=...]" plus the context-size figures llama.cpp adds.
-std::string format_error_object(const nlohmann::json& o) {
-  std::string msg = o.contains("message") ? json_scalar_text(o["message"]) : "";
-  if (msg.empty() && o.contains("detail")) msg = detail_text(o["detail"]);
-  if (msg.empty() && o.contains("msg")) msg = json_scalar_text(o["msg"]);
-  std::string extra;
-  auto add = [&](const char* key, const std::string& value) {
-    if (value.empty() || msg.find(value) != std::string::npos) return;
-    extra += (extra.empty() ? "" : ", ") + std::string(key) + value;
-  };
-  if (o.contains("type")) add("", json_scalar_text(o["type"]));
-  if (o.contains("error_type")) add("", json_scalar_text(o["error_type"]));
-  if (o.contains("code")) add("code=", json_scalar_text(o["code"]));
-  for (const char* k : {"n_prompt_tokens", "n_ctx"}) {
-    if (o.contains(k)) add((std::string(k) + "=").c_str(), json_scalar_text(o[k]));
-  }
-  if (msg.empty()) msg = o.dump();
-  return extra.empty() ? msg : msg + " [" + extra + "]";
-}
-
-}  // namespace
-
-std::string error_message_from_body(std::string_view body) {
-  nlohmann::json j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return one_line(body);
-  std::string msg;
-  if (j.is_object()) {
-    auto it = j.find("error");
-    if (it != j.end() && it->is_object()) {
-      msg = format_error_object(*it);  // {"error": {"message", "type", "code"}}
-    } else if (it != j.end() && it->is_string()) {
-      nlohmann::json o = {{"message", *it}};  // TGI / Ollama: {"error": "text", "error_type": ...}
-      if (j.contains("error_type")) o["error_type"] = j["error_type"];
-      msg = format_error_object(o);
-    } else if (j.contains("message") || j.contains("detail") || j.contains("msg")) {
-      msg = format_error_object(j);  // {"object": "error", "message", ...}, FastAPI {"detail"}
-    } else {
-      msg = j.dump();
-    }
-  } else if (j.is_string()) {
-    msg = j.get<std::string>();
-  } else {
-    msg = j.dump();
-  }
-  return one_line(msg);
 }
 
 }  // namespace speedmatrix

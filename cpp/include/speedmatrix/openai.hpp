@@ -129,6 +129,10 @@ class OpenAIStreamDecoder {
   // summary_.source and output_tokens from the counts so far (the usage judged
   // against the chunks that carried text).
   void judge_usage();
+  // The tokens one chunk carries: from its usage (a running count when `continuous`, else
+  // a final total) or from its text; settles how the stream is counted (counted_).
+  std::int64_t chunk_tokens(bool continuous, bool has_usage, bool has_text,
+                            std::int64_t completion_tokens);
 
   struct Impl;  // simdjson parser state
   ApiKind api_;

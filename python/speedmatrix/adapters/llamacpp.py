@@ -21,16 +21,9 @@ import re
 import shlex
 from typing import Any
 
-from speedmatrix.adapters.base import (
-    USAGE_FINAL,
-    Adapter,
-    MetricsSpec,
-    OutputControl,
-    ProbeContext,
-    TokenizeSpec,
-    first_metric,
-    positive_int,
-)
+from speedmatrix.adapters.base import Adapter, ProbeContext
+from speedmatrix.adapters.helpers import first_metric, positive_int
+from speedmatrix.adapters.types import USAGE_FINAL, MetricsSpec, OutputControl, TokenizeSpec
 from speedmatrix.naming import served_model_name
 
 _BUILD = re.compile(r"^b?(\d+)-([0-9a-f]{6,40}|unknown)$")
@@ -101,7 +94,6 @@ class LlamaCppAdapter(Adapter):
         running="llamacpp:requests_processing",
         waiting="llamacpp:requests_deferred",
         kv_usage=None,
-        path="/metrics",
     )
     # chats: rendered by the server's own template (/apply-template), then tokenized as the
     # chat endpoint does, so chat prompts are exact too
@@ -165,7 +157,6 @@ class LlamaCppAdapter(Adapter):
                 running="llamacpp:requests_processing",
                 waiting="llamacpp:requests_deferred",
                 kv_usage=first_metric(samples, "llamacpp:kv_cache_usage_ratio"),
-                path="/metrics",
             )
         return found
 

@@ -223,3 +223,8 @@ class OutputControl:
         if self.min_tokens_field:
             out[self.min_tokens_field] = int(max_tokens)
         return out
+
+
+#: engines that take ``ignore_eos`` and ``min_tokens`` (vLLM, SGLang, TensorRT-LLM): output
+#: lengths are forced to ``max_tokens``
+FORCED_BY_MIN_TOKENS = OutputControl(forced=True, ignore_eos=True, min_tokens_field="min_tokens")
