@@ -13,6 +13,7 @@ from speedmatrix import runfile
 from speedmatrix.cliargs import UsageError, base_url
 from speedmatrix.errors import SpeedmatrixError
 from speedmatrix.matrix import Matrix
+from speedmatrix.shards.pool import open_pool
 from speedmatrix.sweep.runner import Sweep
 from speedmatrix.sweep.state import KEPT_ON_RESUME
 
@@ -34,6 +35,8 @@ def run(
     target: Any = None,
     tokenizer: Any = None,
     probe_running: bool = True,
+    ray: str | None = None,
+    shards: int | None = None,
 ) -> Run:
     """Measures `matrix` against the server at `url` and returns the saved run
     (`speedmatrix.results.Run`). `out` defaults to a new temporary folder.
@@ -44,7 +47,9 @@ def run(
     (write report.md/html), `target` (a discovered Target: no discovery), `tokenizer` (a
     local tokenizer: `callable(text) -> int | list`, an object with `encode`, or a Hugging
     Face name/path loaded with `transformers`/`tokenizers`), `probe_running` (False: never
-    send the short load probe that learns a running cap the server does not publish).
+    send the short load probe that learns a running cap the server does not publish),
+    `ray` (a Ray cluster's address or "auto": each cell's load dealt over `shards` shard
+    actors, one per client node, default one per live node; docs/SCALE.md).
 
     The URL (the CLI's rule: http:// or https://, HOST:PORT as http://) and the matrix are
     checked before anything is sent or written: ValueError naming what is wrong."""
@@ -58,21 +63,23 @@ def run(
     matrix.validate()
     if out is None:
         out = tempfile.mkdtemp(prefix="speedmatrix-")
-    sweep = Sweep(
-        url,
-        matrix,
-        out,
-        api_key=api_key,
-        model=model,
-        overrides=overrides,
-        info=info,
-        progress=progress,
-        report=report,
-        target=target,
-        tokenizer=tokenizer,
-        probe_running=probe_running,
-    )
-    code = sweep.execute()
+    with open_pool(ray, shards) as pool:
+        sweep = Sweep(
+            url,
+            matrix,
+            out,
+            api_key=api_key,
+            model=model,
+            overrides=overrides,
+            info=info,
+            progress=progress,
+            report=report,
+            target=target,
+            tokenizer=tokenizer,
+            probe_running=probe_running,
+            shards=pool,
+        )
+        code = sweep.execute()
     if code == 130:
         raise KeyboardInterrupt
     return sweep.run_result()

@@ -1,0 +1,98 @@
+"""A cell's CellSpec dealt over K shards, and carried across Ray as plain fields (pure).
+
+Closed loop only, as the core deals its own loops (docs/SCALE.md): shard i of K runs the
+global slots k = i, i + K, i + 2K, ...; global slot k sends ``bodies[k % B]`` as with one
+client, so shard i's local slot j is given that body as its own ``bodies[j]``. Warm-up
+bodies and a ``max_requests`` budget are dealt the same way. A cell of fewer slots than
+shards runs on as many shards as it has slots (all of its load, never less). An open-loop
+cell is refused: its one arrival schedule is not dealt across processes yet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from speedmatrix._native import _core
+
+__all__ = ["Dealt", "build_spec", "deal_closed", "shards_for", "spec_fields", "unsharded_why"]
+
+
+def spec_fields(spec: Any) -> dict[str, Any]:
+    """The CellSpec's fields as plain values (bodies as bytes). The API key reads back as
+    "***" and is left out: the driver sends it apart (`build_spec`)."""
+    names = [
+        n
+        for n in dir(_core.CellSpec)
+        if not n.startswith("_") and isinstance(getattr(_core.CellSpec, n), property)
+    ]
+    out = {n: getattr(spec, n) for n in names if n != "api_key"}
+    out["api"] = out["api"].name  # an enum name pickles anywhere
+    return out
+
+
+def build_spec(fields: dict[str, Any], api_key: str | None = None) -> Any:
+    """A CellSpec from `spec_fields`' plain values (and the key, when the server needs one)."""
+    spec = _core.CellSpec()
+    for name, value in fields.items():
+        setattr(spec, name, getattr(_core.ApiKind, value) if name == "api" else value)
+    if api_key:
+        spec.api_key = api_key
+    return spec
+
+
+@dataclass(frozen=True)
+class Dealt:
+    """Shard ``index`` of ``of``: its local slot/warm-up/body j is global i + j·K
+    (window bodies modulo ``bodies``, the cell's body count)."""
+
+    index: int
+    of: int
+    bodies: int
+
+
+def shards_for(fields: dict[str, Any], shards: int) -> int:
+    """How many shards a closed-loop cell runs on: never more than its slots (nor its
+    ``max_requests`` budget, when it has one)."""
+    k = min(int(shards), int(fields["concurrency"]))
+    budget = int(fields.get("max_requests", 0))
+    return max(1, min(k, budget) if budget > 0 else k)
+
+
+def unsharded_why(fields: dict[str, Any]) -> str | None:
+    """Why a cell cannot be dealt over shards (None: it can)."""
+    if fields.get("mode", "closed") != "closed":
+        return "an open-loop cell's arrival schedule is not dealt over shards yet"
+    return None
+
+
+def _share(total: int, i: int, k: int) -> int:
+    """Items i, i + k, ... of ``total``: how many shard i gets."""
+    return len(range(i, total, k))
+
+
+def deal_closed(fields: dict[str, Any], shards: int) -> list[tuple[Dealt, dict[str, Any]]]:
+    """Each shard's part of a closed-loop cell: (its dealing, its CellSpec fields)."""
+    why = unsharded_why(fields)
+    if why:
+        raise ValueError(why)
+    k = shards_for(fields, shards)
+    n = int(fields["concurrency"])
+    bodies = list(fields["bodies"])
+    warm = list(fields["warmup_bodies"])
+    budget = int(fields.get("max_requests", 0))
+    out = []
+    for i in range(k):
+        part = dict(fields)
+        slots = _share(n, i, k)
+        part["concurrency"] = slots
+        part["bodies"] = [bodies[(i + j * k) % len(bodies)] for j in range(slots)]
+        part["warmup_bodies"] = warm[i::k]
+        if budget > 0:
+            part["max_requests"] = _share(budget, i, k)
+        # each shard's own precision stop would end its window alone: the cap decides
+        part["precision"] = 0.0
+        # the server's metrics are sampled once, by the driver
+        part["metrics_url"] = ""
+        out.append((Dealt(i, k, len(bodies)), part))
+    return out

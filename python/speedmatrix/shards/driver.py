@@ -1,0 +1,179 @@
+"""One cell on the shards: the driver's side (docs/SCALE.md, "Many machines").
+
+Before the cell: each shard's clock offset (`ShardPool.offset`, the fastest of several
+pings) and a common start time a lead ahead, sent to each shard on its own clock. During
+it: the server's /metrics sampled once, here. After it: the shards' end-of-cell records
+pooled (`speedmatrix.shards.merge`). A shard that starts late, fails, or whose node dies
+ends the others and makes the cell an error with that reason: never a smaller load.
+"""
+
+from __future__ import annotations
+
+from contextlib import suppress
+from typing import Any
+
+import numpy as np
+
+from speedmatrix._native import _core
+from speedmatrix.errors import SpeedmatrixError, clip
+from speedmatrix.records import Records
+from speedmatrix.shards.deal import deal_closed, spec_fields
+from speedmatrix.shards.merge import (
+    REQUEST_TIMES,
+    ShardPart,
+    failed,
+    pool,
+    start_problem,
+    window_problem,
+)
+from speedmatrix.shards.metrics import MetricsSampler
+from speedmatrix.trafficrun import is_traffic_cell
+
+__all__ = [
+    "LATE_NS",
+    "START_LEAD_NS",
+    "WINDOW_LEAST_SHARE",
+    "measure",
+    "refuse_unsharded",
+    "sweep_cell",
+]
+
+#: the common start is this far ahead of the driver's clock (at least; 20 round trips)
+START_LEAD_NS = 500_000_000
+#: a shard that starts more than this after the common start makes the cell an error
+LATE_NS = 100_000_000
+#: the shards' windows must overlap at least this share of the shortest one
+WINDOW_LEAST_SHARE = 0.5
+
+_STRINGS = ("finish_reason", "error_kind", "error_message")
+
+
+def _no_records() -> Records:
+    """A cell's records when no shard brought any back (every column empty)."""
+    cols = ("slot", "body", "phase", "http_status", "outcome", "token_source", "retries")
+    req: dict[str, Any] = {c: np.zeros(0, np.int64) for c in cols}
+    req.update({c: np.zeros(0, np.int64) for c in ("prompt_tokens", "output_tokens")})
+    req.update({c: np.zeros(0, np.int64) for c in ("reasoning_tokens", "cached_tokens")})
+    req.update({"reasoning_deltas": np.zeros(0, np.int64)})
+    req.update({c: np.zeros(0, np.int64) for c in REQUEST_TIMES})
+    req.update({c: [] for c in _STRINGS})
+    ev = {c: np.zeros(0, np.int64) for c in ("request", "t_ns", "tokens", "server_ns")}
+    return Records(requests=req, events=ev)
+
+
+def _gather(ray: Any, refs: list[Any], actors: list[Any]) -> tuple[dict[int, dict], str, bool]:
+    """Each shard's answer by index, the first failure's reason, and whether Ctrl-C came.
+    A failure or a late shard stops the others (their records still come back)."""
+    got: dict[int, dict] = {}
+    reason, interrupted = "", False
+    pending = list(refs)
+    stopped = False
+    while pending:
+        try:
+            ready, pending = ray.wait(pending, num_returns=1, timeout=0.2)
+        except KeyboardInterrupt:
+            interrupted = True
+            ready = []
+        for ref in ready:
+            i = refs.index(ref)
+            try:
+                got[i] = ray.get(ref)
+            except Exception as exc:  # noqa: BLE001 - an actor, its worker or its node died
+                reason = reason or f"shard {i} failed mid-cell: {clip(exc, 200)}"
+                continue
+            if not got[i].get("ran") and not reason:
+                reason = f"shard {i} did not start"
+        if (interrupted or reason) and not stopped:
+            stopped = True
+            for a in actors:
+                with suppress(Exception):  # a dead actor cannot be stopped
+                    a.stop.remote()
+    return got, reason, interrupted
+
+
+def measure(shard_pool: Any, spec: Any, api_key: str | None, sampler: Any = None) -> tuple:
+    """Runs ``spec`` (a closed-loop CellSpec) dealt over the pool's shards; returns
+    (pooled Records, interrupted). ``sampler``: a `MetricsSampler` for the server."""
+    ray = shard_pool._ray
+    fields = spec_fields(spec)
+    dealt = deal_closed(fields, shard_pool.size)
+    actors = shard_pool.actors[: len(dealt)]
+    offsets = [shard_pool.offset(i) for i in range(len(dealt))]
+    lead = max(START_LEAD_NS, 20 * max(o.rtt_ns for o in offsets))
+    start_ns = int(_core.now_ns()) + lead
+    if sampler is not None:
+        sampler.start()
+    try:
+        refs = [
+            a.run.remote(part, api_key, off.to_shard(start_ns), LATE_NS)
+            for a, (_d, part), off in zip(actors, dealt, offsets)
+        ]
+        got, reason, interrupted = _gather(ray, refs, actors)
+    finally:
+        if sampler is not None:
+            sampler.finish()
+    parts = [
+        ShardPart(
+            dealt=d,
+            offset=offsets[i],
+            requests=got[i]["requests"],
+            events=got[i]["events"],
+            stamps=got[i]["stamps"],
+            start_at_ns=offsets[i].to_shard(start_ns),
+            started_ns=int(got[i]["started_ns"]),
+            node=shard_pool.nodes[i].get("host", ""),
+        )
+        for i, (d, _p) in enumerate(dealt)
+        if i in got and got[i].get("ran")
+    ]
+    metrics = sampler.samples() if sampler is not None else None
+    request_bound = int(fields.get("max_requests", 0)) > 0
+    rec = pool(parts, request_bound=request_bound, metrics=metrics) if parts else _no_records()
+    rec.shards = len(dealt)
+    starts = [
+        ShardPart(d, offsets[i], {}, {}, {}, offsets[i].to_shard(start_ns), got[i]["started_ns"])
+        for i, (d, _p) in enumerate(dealt)
+        if i in got
+    ]
+    why = reason if not interrupted else ""
+    why = start_problem(starts, LATE_NS) or why
+    if not why and parts and not request_bound:
+        why = window_problem(parts, rec, WINDOW_LEAST_SHARE) or ""
+    if why and not interrupted:
+        failed(rec, why)
+    return rec, interrupted
+
+
+def sweep_cell(sweep: Any, spec: Any) -> Records | None:
+    """A sweep's cell on its shards (`Sweep.shards`): the pooled records, or None when
+    interrupted (the sweep is then marked interrupted). The server's /metrics, when the
+    spec samples them, are sampled here once."""
+    sampler = None
+    if spec.metrics_url:
+        client = sweep.target.client(4 * max(float(spec.metrics_interval_s), 0.25) + 1)
+        sampler = MetricsSampler(
+            client.get_text,
+            spec.metrics_url,
+            list(spec.metric_names),
+            list(spec.metric_reduce),
+            float(spec.metrics_interval_s),
+        )
+    rec, interrupted = measure(sweep.shards, spec, sweep.target.client_config.api_key, sampler)
+    if interrupted:
+        sweep.interrupted = True
+        return None
+    return rec
+
+
+def refuse_unsharded(cells: list[Any], shards: int) -> None:
+    """With more than one shard, a cell whose load is not dealt over shards (an open-loop
+    or traffic cell) is refused in one line before anything runs, never run on one shard."""
+    if shards <= 1:
+        return
+    for c in cells:
+        if c.rate_per_s is not None or is_traffic_cell(c):
+            kind = "open-loop (--request-rate)" if c.rate_per_s is not None else "traffic"
+            raise SpeedmatrixError(
+                f"--shards {shards}: cell {c.id} is a {kind} cell, whose load is not dealt over "
+                "shards yet; run it without --ray (or with --shards 1)"
+            )
