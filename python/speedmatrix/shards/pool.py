@@ -40,7 +40,8 @@ PINGS = 7
 def ray_module() -> Any:
     """Ray, or one line saying how to install it."""
     try:
-        import ray  # optional dependency: only a run with --ray needs it
+        # (it loads ray.util.scheduling_strategies too)
+        import ray.util.placement_group  # optional: only a run with --ray needs Ray
     except ImportError:
         raise SpeedmatrixError(
             "--ray needs Ray: pip install 'speedmatrix[ray]' (on the driver and every client node)"
@@ -101,10 +102,10 @@ class ShardPool:
         self.address, self.size = address, int(shards)
         self._ray = ray_module()
         self._owned = connect(address)
-        from ray.util.placement_group import placement_group, remove_placement_group  # Ray's
-
-        self._remove_pg = remove_placement_group
-        self._pg = placement_group([{"CPU": cpus_per_shard}] * self.size, strategy="SPREAD")
+        self._remove_pg = self._ray.util.remove_placement_group
+        self._pg = self._ray.util.placement_group(
+            [{"CPU": cpus_per_shard}] * self.size, strategy="SPREAD"
+        )
         try:
             self._ray.get(self._pg.ready(), timeout=PLACE_TIMEOUT_S)
         except self._ray.exceptions.GetTimeoutError:
@@ -121,10 +122,10 @@ class ShardPool:
         self.boot_id = boot_id()
 
     def _actor(self, i: int, cpus: float) -> Any:
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy  # Ray's
-
         cls = self._ray.remote(ShardActor)
-        where = PlacementGroupSchedulingStrategy(self._pg, placement_group_bundle_index=i)
+        where = self._ray.util.scheduling_strategies.PlacementGroupSchedulingStrategy(
+            self._pg, placement_group_bundle_index=i
+        )
         return cls.options(num_cpus=cpus, max_concurrency=4, scheduling_strategy=where).remote(i)
 
     def offset(self, i: int, pings: int = PINGS) -> ClockOffset:
