@@ -119,6 +119,9 @@ class ShardPool:
         self.nodes: list[dict[str, str]] = self._ray.get(
             [a.node.remote() for a in self.actors], timeout=PLACE_TIMEOUT_S
         )
+        placed = self._ray.util.placement_group_table(self._pg).get("bundles_to_node_id") or {}
+        for i, n in enumerate(self.nodes):
+            n["node_id"] = str(placed.get(i, ""))
         self.boot_id = boot_id()
 
     def _actor(self, i: int, cpus: float) -> Any:
