@@ -244,6 +244,7 @@ def _dry_run(args: argparse.Namespace, api_key: str | None, client: Any) -> int:
 
 
 def _resume(args: argparse.Namespace, api_key: str | None, client: Any) -> int:
+    address, shards = ray_options(args)
     doc = runfile.read_run(args.resume)
     conc = ((doc.get("meta") or {}).get("run") or {}).get("matrix", {}).get("concurrency")
     ensure_descriptors(max(conc or [1]))
@@ -255,6 +256,8 @@ def _resume(args: argparse.Namespace, api_key: str | None, client: Any) -> int:
         tokenizer=args.tokenizer,
         client=client,
         force=args.force,
+        ray=address,
+        shards=shards,
     )
     return run_exit_status(runfile.read_run(args.resume, strict=False))
 

@@ -5,7 +5,9 @@ actors (`speedmatrix.shards.actor`). Ray is an optional dependency
 
 from __future__ import annotations
 
+import os
 import socket
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -64,6 +66,22 @@ def _probe(address: str) -> None:
         ) from None
 
 
+@contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """Ray's C++ client writes each failed try of a connection to the process's stderr
+    (file descriptor 2): held back while connecting, so that a failure is the one line
+    speedmatrix says."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def connect(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> bool:
     """Connects this process to the Ray cluster at ``address`` ("auto": the one this node
     belongs to) within ``timeout_s``; True when this call made the connection."""
@@ -81,15 +99,24 @@ def connect(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> bool:
             box["error"] = exc
 
     t = threading.Thread(target=init, name="speedmatrix-ray-init", daemon=True)
-    t.start()
-    t.join(timeout_s)
+    with _quiet_stderr():
+        t.start()
+        t.join(timeout_s)
     if t.is_alive():
         raise SpeedmatrixError(
             f"--ray {address}: no Ray cluster answered within {timeout_s:g} s (is it a Ray "
             "head's GCS address, and the same Ray version?)"
         )
+    if "error" in box and address == "auto":
+        raise SpeedmatrixError(
+            "--ray auto: no Ray cluster found from this node (start one with `ray start "
+            f"--head`, or give --ray HOST:PORT): {clip(box['error'], 160)}"
+        )
     if "error" in box:
-        raise SpeedmatrixError(f"--ray {address}: {clip(box['error'], 240)}")
+        raise SpeedmatrixError(
+            f"--ray {address}: {clip(box['error'], 200)} (is it a Ray head's GCS address, "
+            "port 6379 by default, running this Ray version?)"
+        )
     return True
 
 

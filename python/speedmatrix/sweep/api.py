@@ -94,18 +94,21 @@ def resume(
     tokenizer=None,
     client=None,
     force: bool = False,
+    ray: str | None = None,
+    shards: int | None = None,
 ) -> int:
     """Continues the interrupted run saved in `out`: cells already in run.json are kept
     (those left unrun when the server stopped answering are measured now). ``client``: how
     to reach the server (a ClientConfig: key, Basic auth, TLS); the saved URL has none.
     A server whose engine, version, model or limits differ from the saved run's is refused
-    unless ``force`` (the difference is then recorded in the run's warnings)."""
+    unless ``force`` (the difference is then recorded in the run's warnings). ``ray`` and
+    ``shards``: the cells left run on shards, as `run`'s."""
     out = Path(out)
     _saved_run(out)  # a folder without a run is said before any lock file is made in it
     # the lock covers reading the saved run too: a resume never continues a stale copy
-    with runfile.run_lock(out, "run --resume"):
+    with runfile.run_lock(out, "run --resume"), open_pool(ray, shards) as pool:
         return _resume_locked(
-            out, _saved_run(out), api_key, progress, report, tokenizer, client, force
+            out, _saved_run(out), api_key, progress, report, tokenizer, client, force, pool
         )
 
 
@@ -117,7 +120,15 @@ def _saved_run(out: Path) -> dict:
 
 
 def _resume_locked(
-    out: Path, doc: dict, api_key, progress: bool, report: bool, tokenizer, client, force: bool
+    out: Path,
+    doc: dict,
+    api_key,
+    progress: bool,
+    report: bool,
+    tokenizer,
+    client,
+    force: bool,
+    pool=None,
 ) -> int:
     meta = doc["meta"]
     matrix = Matrix.from_dict(meta["run"]["matrix"])
@@ -151,5 +162,6 @@ def _resume_locked(
         tokenizer=tokenizer,
         client=client,
         force=force,
+        shards=pool,
     )
     return sweep.execute()
