@@ -93,15 +93,18 @@ def test_one_and_two_shards_agree(cluster, engine):
 
 
 def test_a_merged_run_is_its_shards_pooled(cluster, engine, tmp_path):
+    # a standalone prefill cell too: one slot, so one shard runs it whole
     m = sm.Matrix(contexts=[64], concurrency=[6], duration_s=3, max_output=400)
-    m.prefill_contexts = []
+    m.prefill_contexts = [128]
     run = sm.run(
         engine.url, m, out=tmp_path, progress=False, report=False, ray=cluster.address, shards=2
     )
     cell = next(c for c in run.doc["cells"] if c["phase"] == "decode")
     assert cell["status"] == "valid" and cell["shards"] == 2, cell
     assert run.doc["meta"]["run"]["shards"]["shards"] == 2
-    assert list(run.cells["shards"]) == [2]
+    prefill = next(c for c in run.doc["cells"] if c["phase"] == "prefill")
+    assert prefill["status"] == "valid", prefill
+    assert list(run.cells.loc[run.cells["phase"] == "decode", "shards"]) == [2]
     rec = Records.from_saved(tmp_path, cell)
     assert rec.shards == 2
     t0, t1 = cell["t0_ns"], cell["t1_ns"]
@@ -161,3 +164,16 @@ def test_a_killed_shard_fails_its_cell_with_the_reason(cluster, engine):
     shape = CellShape("decode-x", "decode", 1, "1", 8)
     out = decode_cell(shape, rec, EngineFacts(), Rules(), idle=True)
     assert out["status"] == "error" and "shard 1" in out["reason"]
+
+
+def test_a_late_shard_fails_its_cell_and_sends_no_load(cluster, engine, monkeypatch):
+    # a common start already past when the shards get it: every shard is late
+    monkeypatch.setattr(driver, "start_lead_ns", lambda offsets: -2_000_000_000)
+    pool = ShardPool(cluster.address, 2)
+    try:
+        rec, interrupted = driver.measure(pool, _spec(engine.url), None)
+    finally:
+        pool.close()
+    assert not interrupted and rec.window_start_ns == -1
+    assert "after the common start time" in rec.fatal_error, rec.fatal_error
+    assert len(rec.requests["sent_ns"]) == 0  # no shard sent anything

@@ -61,6 +61,12 @@ def _no_records() -> Records:
     return Records(requests=req, events=ev)
 
 
+def start_lead_ns(offsets: list[Any]) -> int:
+    """How far ahead of now the common start is: START_LEAD_NS, or 20 of the slowest
+    shard's fastest round trips when longer (the start must reach every shard first)."""
+    return max(START_LEAD_NS, 20 * max(o.rtt_ns for o in offsets))
+
+
 def _gather(ray: Any, refs: list[Any], actors: list[Any]) -> tuple[dict[int, dict], str, bool]:
     """Each shard's answer by index, the first failure's reason, and whether Ctrl-C came.
     A failure or a late shard stops the others (their records still come back)."""
@@ -99,8 +105,7 @@ def measure(shard_pool: Any, spec: Any, api_key: str | None, sampler: Any = None
     dealt = deal_closed(fields, shard_pool.size)
     actors = shard_pool.actors[: len(dealt)]
     offsets = [shard_pool.offset(i) for i in range(len(dealt))]
-    lead = max(START_LEAD_NS, 20 * max(o.rtt_ns for o in offsets))
-    start_ns = int(_core.now_ns()) + lead
+    start_ns = int(_core.now_ns()) + start_lead_ns(offsets)
     if sampler is not None:
         sampler.start()
     try:
