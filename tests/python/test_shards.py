@@ -12,7 +12,7 @@ import pytest
 from cliproc import run_cli
 from speedmatrix._native import _core
 from speedmatrix.errors import SpeedmatrixError
-from speedmatrix.shards import Dealt, Ping, ShardPart, deal_closed, offset_of, pool
+from speedmatrix.shards import Dealt, Ping, ShardPart, deal, deal_closed, offset_of, pool_records
 from speedmatrix.shards.clock import ClockOffset
 from speedmatrix.shards.deal import build_spec, shards_for, spec_fields
 from speedmatrix.shards.driver import refuse_unsharded
@@ -91,9 +91,35 @@ def test_a_cell_runs_on_no_more_shards_than_it_has_slots(concurrency, budget, as
         assert sum(p["max_requests"] for _d, p in parts) == budget
 
 
-def test_an_open_loop_cell_is_not_dealt():
-    with pytest.raises(ValueError, match="open-loop"):
-        deal_closed(_fields(mode="open", rate_per_s=5.0), 2)
+def test_an_open_loop_deals_its_one_schedule_round_robin():
+    f = _fields(mode="open", rate_per_s=50.0, arrival="poisson", seed=7, duration_s=2.0)
+    times = list(_core.arrival_offsets_ns("poisson", 50.0, 1.0, 7, 2.0))
+    assert len(times) > 50 and times == sorted(times)
+    parts = deal(f, 3)
+    assert len(parts) == 3
+    got = {}
+    for d, p in parts:
+        assert p["mode"] == "open" and p["precision"] == 0.0 and p["metrics_url"] == ""
+        for j, t in enumerate(p["schedule_ns"]):
+            # local arrival j is global arrival i + jK, at its global time, with its body
+            got[d.index + j * d.of] = t
+            assert p["bodies"][j % len(p["bodies"])] == f"b{(d.index + j * d.of) % 3}".encode()
+    assert [got[k] for k in range(len(times))] == times
+
+
+@pytest.mark.parametrize(("rate", "shards", "expect"), [(0.0001, 3, 1), (5.0, 3, 3), (2.0, 8, 8)])
+def test_an_open_loop_has_no_shard_without_an_arrival(rate, shards, expect):
+    f = _fields(mode="open", rate_per_s=rate, arrival="constant", duration_s=4.0)
+    parts = deal(f, shards)
+    assert len(parts) == min(
+        expect, max(1, len(_core.arrival_offsets_ns("constant", rate, 1.0, 0, 4.0)))
+    )
+    assert all(p["schedule_ns"] or len(parts) == 1 for _d, p in parts)
+
+
+def test_a_gated_open_loop_is_not_dealt():
+    with pytest.raises(ValueError, match="max-concurrency"):
+        deal(_fields(mode="open", rate_per_s=5.0, max_concurrency=4), 2)
 
 
 def test_spec_fields_round_trip_without_the_key():
@@ -108,22 +134,23 @@ def test_spec_fields_round_trip_without_the_key():
 
 
 class _Cell:
-    def __init__(self, cid, rate=None, cached=None, phase="decode"):
+    def __init__(self, cid, rate=None, cached=None, phase="decode", concurrency=0):
         self.id, self.rate_per_s, self.cached_fraction, self.phase = cid, rate, cached, phase
-        self.trace = ""
+        self.trace, self.concurrency = "", concurrency
 
 
 @pytest.mark.parametrize(
     ("cell", "shards", "refused"),
     [
         (_Cell("decode-a"), 2, None),
-        (_Cell("rate-a", rate=5.0), 2, "open-loop"),
+        (_Cell("rate-a", rate=5.0), 2, None),  # one schedule, dealt round-robin
+        (_Cell("rate-g", rate=5.0, concurrency=4), 2, "max-concurrency"),
         (_Cell("cached-a", cached=0.5), 3, "traffic"),
         (_Cell("sess", phase="session"), 2, "traffic"),
-        (_Cell("rate-a", rate=5.0), 1, None),  # one shard: the whole load, as without Ray
+        (_Cell("rate-g", rate=5.0, concurrency=4), 1, None),  # one shard: the whole load
     ],
 )
-def test_open_loop_and_traffic_cells_are_refused_with_shards(cell, shards, refused):
+def test_gated_open_loop_and_traffic_cells_are_refused_with_shards(cell, shards, refused):
     if refused is None:
         refuse_unsharded([cell], shards)
         return
@@ -198,7 +225,7 @@ def test_pooled_records_are_the_shards_on_one_clock():
     t0 = 10_000 * MS
     a = _shard(0, 2, 0, t0, t0 + 2000 * MS, 10.0)
     b = _shard(1, 2, 7_000_000_000, t0 + 30 * MS, t0 + 2030 * MS, 25.0)  # its clock 7 s ahead
-    rec = pool([a, b])
+    rec = pool_records([a, b])
     # the window every shard covers, on the driver's clock
     assert (rec.window_start_ns, rec.window_end_ns) == (t0 + 30 * MS, t0 + 2000 * MS)
     assert rec.shards == 2 and rec.stalls == 3 and rec.client_cpu_s == 1.0
@@ -221,10 +248,10 @@ def test_pooled_totals_are_the_sum_and_percentiles_the_pooled_records():
     t0 = 10_000 * MS
     a = _shard(0, 2, 0, t0, t0 + 2000 * MS, 10.0)
     b = _shard(1, 2, -3_000_000, t0, t0 + 2000 * MS, 25.0)
-    rec = pool([a, b])
+    rec = pool_records([a, b])
     t0p, t1p = rec.window_start_ns, rec.window_end_ns
     whole = _figures(rec, t0p, t1p)
-    each = [_figures(pool([p]), t0p, t1p) for p in (a, b)]
+    each = [_figures(pool_records([p]), t0p, t1p) for p in (a, b)]
     # counts are summed (each shard judged over the pooled window)
     assert whole["output_tokens"] == sum(f["output_tokens"] for f in each)
     assert whole["total_tok_s"] == pytest.approx(sum(f["total_tok_s"] for f in each), rel=1e-12)
@@ -241,7 +268,7 @@ def test_a_request_bound_window_spans_every_shard():
     t0 = 10_000 * MS
     a = _shard(0, 2, 0, t0, t0 + 1000 * MS, 10.0)
     b = _shard(1, 2, 0, t0 + 10 * MS, t0 + 1500 * MS, 10.0)
-    rec = pool([a, b], request_bound=True)
+    rec = pool_records([a, b], request_bound=True)
     assert (rec.window_start_ns, rec.window_end_ns) == (t0, t0 + 1500 * MS)
 
 
@@ -263,7 +290,7 @@ def test_windows_that_barely_overlap_are_an_error(skew_ms, bad):
     t0 = 10_000 * MS
     a = _shard(0, 2, 0, t0, t0 + 2000 * MS, 10.0)
     b = _shard(1, 2, 0, t0 + skew_ms * MS, t0 + skew_ms * MS + 2000 * MS, 10.0)
-    rec = pool([a, b])
+    rec = pool_records([a, b])
     why = window_problem([a, b], rec, 0.5)
     assert (why is not None) == bad
     if bad:

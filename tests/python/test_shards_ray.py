@@ -177,3 +177,35 @@ def test_a_late_shard_fails_its_cell_and_sends_no_load(cluster, engine, monkeypa
     assert not interrupted and rec.window_start_ns == -1
     assert "after the common start time" in rec.fatal_error, rec.fatal_error
     assert len(rec.requests["sent_ns"]) == 0  # no shard sent anything
+
+
+def test_an_open_loop_is_one_schedule_dealt_over_the_shards(cluster, engine):
+    def spec():
+        s = _spec(engine.url, n=1, duration_s=3.0)
+        s.bodies = [json.dumps({**BODY, "max_tokens": 20, "prompt": p}).encode() for p in "abc"]
+        s.warmup_bodies = []
+        s.mode, s.rate_per_s, s.arrival, s.seed = "open", 40.0, "poisson", 11
+        s.drain_timeout_s = 5.0
+        return s
+
+    due = _core.arrival_offsets_ns("poisson", 40.0, 1.0, 11, 3.0)
+    got = {}
+    for k in (1, 2):
+        pool = ShardPool(cluster.address, k)
+        try:
+            got[k], _ = driver.measure(pool, spec(), None)
+        finally:
+            pool.close()
+    for k, rec in got.items():
+        assert not rec.fatal_error and rec.shards == k, rec.fatal_error
+        window = rec.requests["phase"] == 1
+        # every arrival of the one schedule sent once, by arrival index, with its body
+        assert sorted(rec.requests["slot"][window].tolist()) == list(range(len(due)))
+        assert np.array_equal(rec.requests["body"][window], rec.requests["slot"][window] % 3)
+        # each at its global time from the cell's start (within the shards' start skew)
+        sched = rec.requests["scheduled_ns"][window] - rec.requests["scheduled_ns"][window].min()
+        order = np.argsort(rec.requests["slot"][window])
+        assert np.allclose(sched[order], np.asarray(due) - due[0], atol=5e6)
+    f1, f2 = _figures(got[1]), _figures(got[2])
+    assert f2["ttft_ms"] == pytest.approx(f1["ttft_ms"], rel=0.1)
+    assert f2["output_tokens"] == pytest.approx(f1["output_tokens"], rel=0.02)

@@ -15,17 +15,18 @@ Ray is optional (``pip install speedmatrix[ray]``): only `pool` imports it, when
 """
 
 from speedmatrix.shards.clock import ClockOffset, Ping, offset_of
-from speedmatrix.shards.deal import Dealt, deal_closed, shards_for, unsharded_why
-from speedmatrix.shards.merge import ShardPart, pool
+from speedmatrix.shards.deal import Dealt, deal, deal_closed, shards_for, unsharded_why
+from speedmatrix.shards.merge import ShardPart, pool_records
 
 __all__ = [
     "ClockOffset",
     "Dealt",
     "Ping",
     "ShardPart",
+    "deal",
     "deal_closed",
     "offset_of",
-    "pool",
+    "pool_records",
     "shards_for",
     "unsharded_why",
 ]

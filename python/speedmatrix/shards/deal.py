@@ -1,11 +1,14 @@
 """A cell's CellSpec dealt over K shards, and carried across Ray as plain fields (pure).
 
-Closed loop only, as the core deals its own loops (docs/SCALE.md): shard i of K runs the
+As the core deals its own loops (docs/SCALE.md). Closed loop: shard i of K runs the
 global slots k = i, i + K, i + 2K, ...; global slot k sends ``bodies[k % B]`` as with one
 client, so shard i's local slot j is given that body as its own ``bodies[j]``. Warm-up
 bodies and a ``max_requests`` budget are dealt the same way. A cell of fewer slots than
-shards runs on as many shards as it has slots (all of its load, never less). An open-loop
-cell is refused: its one arrival schedule is not dealt across processes yet.
+shards runs on as many shards as it has slots (all of its load, never less). Open loop:
+the cell's one arrival schedule (the core's pacer, `_core.arrival_offsets_ns`) dealt
+round-robin, shard i replaying arrivals i, i + K, ... at their global times; arrival k
+sends ``bodies[k % B]``. An open loop behind a ``max_concurrency`` gate (one FIFO queue)
+is not dealt.
 """
 
 from __future__ import annotations
@@ -15,7 +18,16 @@ from typing import Any
 
 from speedmatrix._native import _core
 
-__all__ = ["Dealt", "build_spec", "deal_closed", "shards_for", "spec_fields", "unsharded_why"]
+__all__ = [
+    "Dealt",
+    "build_spec",
+    "deal",
+    "deal_closed",
+    "deal_open",
+    "shards_for",
+    "spec_fields",
+    "unsharded_why",
+]
 
 
 def spec_fields(spec: Any) -> dict[str, Any]:
@@ -52,8 +64,10 @@ class Dealt:
 
 
 def shards_for(fields: dict[str, Any], shards: int) -> int:
-    """How many shards a closed-loop cell runs on: never more than its slots (nor its
-    ``max_requests`` budget, when it has one)."""
+    """How many shards a cell runs on: an open loop on all; a closed loop never on more
+    than its slots (nor its ``max_requests`` budget, when it has one)."""
+    if fields.get("mode", "closed") == "open":
+        return max(1, int(shards))
     k = min(int(shards), int(fields["concurrency"]))
     budget = int(fields.get("max_requests", 0))
     return max(1, min(k, budget) if budget > 0 else k)
@@ -61,8 +75,10 @@ def shards_for(fields: dict[str, Any], shards: int) -> int:
 
 def unsharded_why(fields: dict[str, Any]) -> str | None:
     """Why a cell cannot be dealt over shards (None: it can)."""
-    if fields.get("mode", "closed") != "closed":
-        return "an open-loop cell's arrival schedule is not dealt over shards yet"
+    if fields.get("mode", "closed") == "open" and int(fields.get("max_concurrency", 0)) > 0:
+        return "an open loop behind --max-concurrency (one queue) is not dealt over shards"
+    if fields.get("mode", "closed") == "open" and fields.get("schedule_ns"):
+        return "a replayed schedule (a trace) is not dealt over shards yet"
     return None
 
 
@@ -71,11 +87,55 @@ def _share(total: int, i: int, k: int) -> int:
     return len(range(i, total, k))
 
 
-def deal_closed(fields: dict[str, Any], shards: int) -> list[tuple[Dealt, dict[str, Any]]]:
-    """Each shard's part of a closed-loop cell: (its dealing, its CellSpec fields)."""
+def deal(fields: dict[str, Any], shards: int) -> list[tuple[Dealt, dict[str, Any]]]:
+    """Each shard's part of a cell: (its dealing, its CellSpec fields); ValueError when
+    the cell cannot be dealt (`unsharded_why`)."""
     why = unsharded_why(fields)
     if why:
         raise ValueError(why)
+    if fields.get("mode", "closed") == "open":
+        return deal_open(fields, shards)
+    return deal_closed(fields, shards)
+
+
+def _shard_part(fields: dict[str, Any]) -> dict[str, Any]:
+    part = dict(fields)
+    # each shard's own precision stop would end its window alone: the cap decides
+    part["precision"] = 0.0
+    # the server's metrics are sampled once, by the driver
+    part["metrics_url"] = ""
+    return part
+
+
+def deal_open(fields: dict[str, Any], shards: int) -> list[tuple[Dealt, dict[str, Any]]]:
+    """Each shard's part of an open-loop cell: arrivals i, i + K, ... of its one schedule."""
+    k = shards_for(fields, shards)
+    times = list(
+        _core.arrival_offsets_ns(
+            str(fields["arrival"]),
+            float(fields["rate_per_s"]),
+            float(fields["gamma_shape"]),
+            int(fields["seed"]),
+            float(fields["duration_s"]),
+        )
+    )
+    if not times:  # no arrival in the window: one shard runs the cell as it is
+        return [(Dealt(0, 1, len(fields["bodies"])), _shard_part(fields))]
+    k = min(k, len(times))  # never a shard without an arrival
+    bodies = list(fields["bodies"])
+    out = []
+    for i in range(k):
+        part = _shard_part(fields)
+        part["schedule_ns"] = times[i::k]
+        # local arrival j is global arrival i + jK: it sends bodies[(i + jK) % B]
+        part["bodies"] = [bodies[(i + j * k) % len(bodies)] for j in range(len(bodies))]
+        part["warmup_bodies"] = list(fields["warmup_bodies"])[i::k]
+        out.append((Dealt(i, k, len(bodies)), part))
+    return out
+
+
+def deal_closed(fields: dict[str, Any], shards: int) -> list[tuple[Dealt, dict[str, Any]]]:
+    """Each shard's part of a closed-loop cell: (its dealing, its CellSpec fields)."""
     k = shards_for(fields, shards)
     n = int(fields["concurrency"])
     bodies = list(fields["bodies"])
@@ -83,16 +143,12 @@ def deal_closed(fields: dict[str, Any], shards: int) -> list[tuple[Dealt, dict[s
     budget = int(fields.get("max_requests", 0))
     out = []
     for i in range(k):
-        part = dict(fields)
+        part = _shard_part(fields)
         slots = _share(n, i, k)
         part["concurrency"] = slots
         part["bodies"] = [bodies[(i + j * k) % len(bodies)] for j in range(slots)]
         part["warmup_bodies"] = warm[i::k]
         if budget > 0:
             part["max_requests"] = _share(budget, i, k)
-        # each shard's own precision stop would end its window alone: the cap decides
-        part["precision"] = 0.0
-        # the server's metrics are sampled once, by the driver
-        part["metrics_url"] = ""
         out.append((Dealt(i, k, len(bodies)), part))
     return out

@@ -17,12 +17,12 @@ import numpy as np
 from speedmatrix._native import _core
 from speedmatrix.errors import SpeedmatrixError, clip
 from speedmatrix.records import Records
-from speedmatrix.shards.deal import deal_closed, spec_fields
+from speedmatrix.shards.deal import deal, spec_fields
 from speedmatrix.shards.merge import (
     REQUEST_TIMES,
     ShardPart,
     failed,
-    pool,
+    pool_records,
     start_problem,
     window_problem,
 )
@@ -102,7 +102,7 @@ def measure(shard_pool: Any, spec: Any, api_key: str | None, sampler: Any = None
     (pooled Records, interrupted). ``sampler``: a `MetricsSampler` for the server."""
     ray = shard_pool._ray
     fields = spec_fields(spec)
-    dealt = deal_closed(fields, shard_pool.size)
+    dealt = deal(fields, shard_pool.size)
     actors = shard_pool.actors[: len(dealt)]
     offsets = [shard_pool.offset(i) for i in range(len(dealt))]
     start_ns = int(_core.now_ns()) + start_lead_ns(offsets)
@@ -133,7 +133,11 @@ def measure(shard_pool: Any, spec: Any, api_key: str | None, sampler: Any = None
     ]
     metrics = sampler.samples() if sampler is not None else None
     request_bound = int(fields.get("max_requests", 0)) > 0
-    rec = pool(parts, request_bound=request_bound, metrics=metrics) if parts else _no_records()
+    rec = (
+        pool_records(parts, request_bound=request_bound, metrics=metrics)
+        if parts
+        else _no_records()
+    )
     rec.shards = len(dealt)
     starts = [
         ShardPart(d, offsets[i], {}, {}, {}, offsets[i].to_shard(start_ns), got[i]["started_ns"])
@@ -171,14 +175,16 @@ def sweep_cell(sweep: Any, spec: Any) -> Records | None:
 
 
 def refuse_unsharded(cells: list[Any], shards: int) -> None:
-    """With more than one shard, a cell whose load is not dealt over shards (an open-loop
-    or traffic cell) is refused in one line before anything runs, never run on one shard."""
+    """With more than one shard, a cell whose load is not dealt over shards (a traffic
+    cell, an open loop behind a --max-concurrency gate) is refused in one line before
+    anything runs, never run on one shard."""
     if shards <= 1:
         return
     for c in cells:
-        if c.rate_per_s is not None or is_traffic_cell(c):
-            kind = "open-loop (--request-rate)" if c.rate_per_s is not None else "traffic"
+        gated = c.rate_per_s is not None and int(c.concurrency) > 0
+        if gated or is_traffic_cell(c):
+            kind = "open-loop cell behind --max-concurrency" if gated else "traffic cell"
             raise SpeedmatrixError(
-                f"--shards {shards}: cell {c.id} is a {kind} cell, whose load is not dealt over "
+                f"--shards {shards}: cell {c.id} is a {kind}, whose load is not dealt over "
                 "shards yet; run it without --ray (or with --shards 1)"
             )

@@ -21,7 +21,14 @@ from speedmatrix.records import Records
 from speedmatrix.shards.clock import ClockOffset
 from speedmatrix.shards.deal import Dealt
 
-__all__ = ["REQUEST_TIMES", "ShardPart", "failed", "pool", "start_problem", "window_problem"]
+__all__ = [
+    "REQUEST_TIMES",
+    "ShardPart",
+    "failed",
+    "pool_records",
+    "start_problem",
+    "window_problem",
+]
 
 NEVER = -1  # kNever (clock.hpp)
 #: the request columns that are CLOCK_MONOTONIC times
@@ -179,7 +186,9 @@ def _stamps(parts: list[ShardPart], request_bound: bool) -> dict[str, Any]:
     }
 
 
-def pool(parts: list[ShardPart], *, request_bound: bool = False, metrics: Any = None) -> Records:
+def pool_records(
+    parts: list[ShardPart], *, request_bound: bool = False, metrics: Any = None
+) -> Records:
     """One cell's records from its shards' (``metrics``: the driver's /metrics samples)."""
     if not parts:
         raise ValueError("no shard records to pool")
