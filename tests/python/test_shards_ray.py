@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 import speedmatrix as sm
-from speedmatrix import runfile
+from speedmatrix import runfile, schema
 from speedmatrix._native import _core
 from speedmatrix.recompute import recompute_doc
 from speedmatrix.records import Records
@@ -96,12 +96,14 @@ def test_a_merged_run_is_its_shards_pooled(cluster, engine, tmp_path):
     # a standalone prefill cell too: one slot, so one shard runs it whole
     m = sm.Matrix(contexts=[64], concurrency=[6], duration_s=3, max_output=400)
     m.prefill_contexts = [128]
-    run = sm.run(
-        engine.url, m, out=tmp_path, progress=False, report=False, ray=cluster.address, shards=2
-    )
+    run = sm.run(engine.url, m, out=tmp_path, progress=False, ray=cluster.address, shards=2)
     cell = next(c for c in run.doc["cells"] if c["phase"] == "decode")
     assert cell["status"] == "valid" and cell["shards"] == 2, cell
     assert run.doc["meta"]["run"]["shards"]["shards"] == 2
+    schema.check(runfile.read_run(tmp_path))  # the saved run follows the schema
+    assert "Client shards" in (tmp_path / "report.md").read_text()
+    # the server's /metrics, sampled once by the driver over the window
+    assert cell["server"] and cell["server"]["samples"] > 0, cell["server"]
     prefill = next(c for c in run.doc["cells"] if c["phase"] == "prefill")
     assert prefill["status"] == "valid", prefill
     assert list(run.cells.loc[run.cells["phase"] == "decode", "shards"]) == [2]

@@ -25,8 +25,8 @@ def add_ray_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--shards",
         metavar="K",
-        help="client shards per cell (default: one per live node of the cluster); "
-        "closed-loop cells only",
+        help="client shards per cell (default: one per live node of the cluster); not for "
+        "traffic cells or a --max-concurrency open loop",
     )
 
 
