@@ -14,6 +14,7 @@ import time
 import numpy as np
 import pytest
 import speedmatrix as sm
+from cliproc import run_cli
 from speedmatrix import runfile, schema
 from speedmatrix._native import _core
 from speedmatrix.recompute import recompute_doc
@@ -211,3 +212,15 @@ def test_an_open_loop_is_one_schedule_dealt_over_the_shards(cluster, engine):
     f1, f2 = _figures(got[1]), _figures(got[2])
     assert f2["ttft_ms"] == pytest.approx(f1["ttft_ms"], rel=0.1)
     assert f2["output_tokens"] == pytest.approx(f1["output_tokens"], rel=0.02)
+
+
+def test_the_cli_runs_on_shards(cluster, engine, tmp_path):
+    res = run_cli(
+        "run", "--url", engine.url, "--out", str(tmp_path / "r"), "--ray", cluster.address,
+        "--shards", "2", "--contexts", "64", "--concurrency", "4", "--duration", "2s",
+        "--max-output", "400", "--prefill-contexts", "none", "--no-report", "--quiet",
+        timeout=180,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    cells = runfile.read_run(tmp_path / "r")["cells"]
+    assert [(c["status"], c["shards"]) for c in cells] == [("valid", 2)]
