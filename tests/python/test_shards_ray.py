@@ -148,12 +148,17 @@ def test_a_killed_shard_fails_its_cell_with_the_reason(cluster, engine):
         box = {}
         t = threading.Thread(
             target=lambda: box.update(
-                out=driver.measure(pool, _spec(engine.url, duration_s=6), None)
+                out=driver.measure(
+                    pool, _spec(engine.url, duration_s=6), None, live=lambda r: box.update(live=r)
+                )
             )
         )
         start = time.monotonic()
         t.start()
         time.sleep(2.5)
+        # the live view's figures: both shards' counters, their window open
+        now = box["live"].progress()
+        assert now["tokens"] > 0 and now["window_start_ns"] > 0 and now["in_flight"] == 8, now
         ray.kill(pool.actors[1])
         t.join(60)
         assert not t.is_alive(), "the cell ended once a shard died"

@@ -72,6 +72,12 @@ class ShardActor:
             "stamps": rec.stamps(),
         }
 
+    def progress(self) -> dict:
+        """The running part's live counters (the core's `CellRunner.progress`); {} between
+        parts."""
+        runner = self._runner
+        return dict(runner.progress()) if runner is not None else {}
+
     def stop(self) -> None:
         """Ends the running part early (its records are kept), or its wait to start."""
         with self._lock:

@@ -9,6 +9,7 @@ ends the others and makes the cell an error with that reason: never a smaller lo
 
 from __future__ import annotations
 
+import time
 from contextlib import suppress
 from typing import Any
 
@@ -31,8 +32,10 @@ from speedmatrix.trafficrun import is_traffic_cell
 
 __all__ = [
     "LATE_NS",
+    "LIVE_EVERY_S",
     "START_LEAD_NS",
     "WINDOW_LEAST_SHARE",
+    "LiveShards",
     "measure",
     "refuse_unsharded",
     "sweep_cell",
@@ -59,6 +62,43 @@ def _no_records() -> Records:
     req.update({c: [] for c in _STRINGS})
     ev = {c: np.zeros(0, np.int64) for c in ("request", "t_ns", "tokens", "server_ns")}
     return Records(requests=req, events=ev)
+
+
+#: the live view asks the shards for their counters at most this often
+LIVE_EVERY_S = 0.5
+_SUMMED = ("tokens", "completed", "errors", "in_flight", "first_tokens")
+_SUMMED_WARMUP = ("warmup_total", "warmup_done")
+
+
+class LiveShards:
+    """The live view's runner (`progress.Progress`) for a sharded cell: the shards'
+    counters summed, their window's start on the driver's clock (once every shard's is
+    open), the driver's latest /metrics sample. Asks the shards at most every
+    LIVE_EVERY_S; a shard that does not answer within a second leaves the last figures."""
+
+    def __init__(self, ray: Any, actors: list[Any], offsets: list[Any], sampler: Any = None):
+        self._ray, self._actors, self._offsets, self._sampler = ray, actors, offsets, sampler
+        self._last: dict[str, Any] = {}
+        self._at = 0.0
+
+    def progress(self) -> dict[str, Any]:
+        now = time.monotonic()
+        if now - self._at < LIVE_EVERY_S:
+            return self._last
+        self._at = now
+        try:
+            got = self._ray.get([a.progress.remote() for a in self._actors], timeout=1.0)
+        except Exception:  # noqa: BLE001 - a slow or lost shard: the cell's end says why
+            return self._last
+        out: dict[str, Any] = {k: sum(int(g.get(k, 0)) for g in got) for k in _SUMMED}
+        out.update({k: sum(int(g.get(k, 0)) for g in got) for k in _SUMMED_WARMUP})
+        opens = [int(g.get("window_start_ns", -1)) for g in got]
+        out["window_start_ns"] = (
+            max(o.to_driver(t) for o, t in zip(self._offsets, opens)) if min(opens) > 0 else -1
+        )
+        out["metrics"] = self._sampler.latest() if self._sampler is not None else {}
+        self._last = out
+        return out
 
 
 def start_lead_ns(offsets: list[Any]) -> int:
@@ -97,9 +137,12 @@ def _gather(ray: Any, refs: list[Any], actors: list[Any]) -> tuple[dict[int, dic
     return got, reason, interrupted
 
 
-def measure(shard_pool: Any, spec: Any, api_key: str | None, sampler: Any = None) -> tuple:
-    """Runs ``spec`` (a closed-loop CellSpec) dealt over the pool's shards; returns
-    (pooled Records, interrupted). ``sampler``: a `MetricsSampler` for the server."""
+def measure(
+    shard_pool: Any, spec: Any, api_key: str | None, sampler: Any = None, live: Any = None
+) -> tuple:
+    """Runs ``spec`` dealt over the pool's shards; returns (pooled Records, interrupted).
+    ``sampler``: a `MetricsSampler` for the server; ``live(runner)``: given a `LiveShards`
+    while the cell runs, None after."""
     ray = shard_pool._ray
     fields = spec_fields(spec)
     dealt = deal(fields, shard_pool.size)
@@ -113,8 +156,12 @@ def measure(shard_pool: Any, spec: Any, api_key: str | None, sampler: Any = None
             a.run.remote(part, api_key, off.to_shard(start_ns), LATE_NS)
             for a, (_d, part), off in zip(actors, dealt, offsets)
         ]
+        if live is not None:
+            live(LiveShards(ray, actors, offsets, sampler))
         got, reason, interrupted = _gather(ray, refs, actors)
     finally:
+        if live is not None:
+            live(None)
         if sampler is not None:
             sampler.finish()
     parts = [
@@ -167,7 +214,10 @@ def sweep_cell(sweep: Any, spec: Any) -> Records | None:
             list(spec.metric_reduce),
             float(spec.metrics_interval_s),
         )
-    rec, interrupted = measure(sweep.shards, spec, sweep.target.client_config.api_key, sampler)
+    key = sweep.target.client_config.api_key
+    rec, interrupted = measure(
+        sweep.shards, spec, key, sampler, live=lambda r: setattr(sweep.progress.live, "runner", r)
+    )
     if interrupted:
         sweep.interrupted = True
         return None

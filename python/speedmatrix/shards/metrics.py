@@ -56,6 +56,12 @@ class MetricsSampler:
                 self._values.append(values)
             self._stop.wait(self._interval_s)
 
+    def latest(self) -> dict[str, float]:
+        """The latest sample by name (the live view's server gauges); {} before one."""
+        if not self._values:
+            return {}
+        return dict(zip(self._names, self._values[-1]))
+
     def samples(self) -> dict[str, Any]:
         """``{"names", "t_ns", "values" (samples x names), "failures"}``."""
         values = np.asarray(self._values, dtype=float).reshape(len(self._t), len(self._names))
