@@ -229,3 +229,19 @@ def test_the_cli_runs_on_shards(cluster, engine, tmp_path):
     assert res.returncode == 0, res.stderr
     cells = runfile.read_run(tmp_path / "r")["cells"]
     assert [(c["status"], c["shards"]) for c in cells] == [("valid", 2)]
+
+
+def test_a_dead_shard_fails_the_next_cell_at_once(cluster, engine):
+    pool = ShardPool(cluster.address, 2)
+    try:
+        ray.kill(pool.actors[1])
+        start = time.monotonic()
+        rec, interrupted = driver.measure(pool, _spec(engine.url), None)
+    finally:
+        pool.close()
+    assert not interrupted and rec.window_start_ns == -1 and rec.shards == 2
+    assert "shard 1's clock could not be read" in rec.fatal_error and time.monotonic() - start < 30
+    out = decode_cell(
+        CellShape("decode-x", "decode", 1, "1", 8), rec, EngineFacts(), Rules(), idle=True
+    )
+    assert out["status"] == "error" and "clock" in out["reason"]

@@ -147,7 +147,14 @@ def measure(
     fields = spec_fields(spec)
     dealt = deal(fields, shard_pool.size)
     actors = shard_pool.actors[: len(dealt)]
-    offsets = [shard_pool.offset(i) for i in range(len(dealt))]
+    offsets = []
+    for i in range(len(dealt)):
+        try:
+            offsets.append(shard_pool.offset(i))
+        except Exception as exc:  # noqa: BLE001 - a lost shard or node: the cell says which
+            rec = failed(_no_records(), f"shard {i}'s clock could not be read: {clip(exc, 200)}")
+            rec.shards = len(dealt)
+            return rec, False
     start_ns = int(_core.now_ns()) + start_lead_ns(offsets)
     if sampler is not None:
         sampler.start()

@@ -161,6 +161,7 @@ class ShardPool:
     def offset(self, i: int, pings: int = PINGS) -> ClockOffset:
         """Shard i's clock offset now: ``pings`` round trips, the fastest kept."""
         got = []
+        # a dead actor raises at once; a lost node within PLACE_TIMEOUT_S
         for _ in range(pings):
             a = int(_core.now_ns())
             s = int(self._ray.get(self.actors[i].now_ns.remote(), timeout=PLACE_TIMEOUT_S))
