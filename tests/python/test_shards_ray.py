@@ -17,9 +17,11 @@ import speedmatrix as sm
 from cliproc import run_cli
 from speedmatrix import runfile, schema
 from speedmatrix._native import _core
+from speedmatrix.errors import SpeedmatrixError
 from speedmatrix.recompute import recompute_doc
 from speedmatrix.records import Records
 from speedmatrix.shards import driver
+from speedmatrix.shards import pool as shards_pool
 from speedmatrix.shards.pool import ShardPool
 from speedmatrix.sim import Sim
 from speedmatrix.verdict import CellShape, EngineFacts, Rules, decode_cell
@@ -245,3 +247,11 @@ def test_a_dead_shard_fails_the_next_cell_at_once(cluster, engine):
         CellShape("decode-x", "decode", 1, "1", 8), rec, EngineFacts(), Rules(), idle=True
     )
     assert out["status"] == "error" and "clock" in out["reason"]
+
+
+def test_more_shards_than_the_cluster_holds_is_one_line(cluster, monkeypatch):
+    monkeypatch.setattr(shards_pool, "PLACE_TIMEOUT_S", 3.0)
+    with pytest.raises(SpeedmatrixError, match="no room for 3 shard") as err:
+        ShardPool(cluster.address, 3)  # two one-CPU nodes
+    assert "\n" not in str(err.value) and "its CPUs: 2" in str(err.value)
+    ShardPool(cluster.address, 2).close()  # the failed group was given back

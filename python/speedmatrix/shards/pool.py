@@ -136,11 +136,12 @@ class ShardPool:
         try:
             self._ray.get(self._pg.ready(), timeout=PLACE_TIMEOUT_S)
         except self._ray.exceptions.GetTimeoutError:
+            res, free = self._ray.cluster_resources(), self._ray.available_resources()
             self.close()
             raise SpeedmatrixError(
                 f"--shards {shards}: the Ray cluster at {address} found no room for {shards} "
-                f"shard(s) of {cpus_per_shard:g} CPU in {PLACE_TIMEOUT_S:g} s "
-                f"(its resources: {self._ray.cluster_resources()})"
+                f"shard(s) of {cpus_per_shard:g} CPU in {PLACE_TIMEOUT_S:g} s (its CPUs: "
+                f"{res.get('CPU', 0):g}, free: {free.get('CPU', 0):g})"
             ) from None
         self.actors = [self._actor(i, cpus_per_shard) for i in range(self.size)]
         self.nodes: list[dict[str, str]] = self._ray.get(
