@@ -255,3 +255,16 @@ def test_more_shards_than_the_cluster_holds_is_one_line(cluster, monkeypatch):
         ShardPool(cluster.address, 3)  # two one-CPU nodes
     assert "\n" not in str(err.value) and "its CPUs: 2" in str(err.value)
     ShardPool(cluster.address, 2).close()  # the failed group was given back
+
+
+def test_a_shard_past_its_bound_is_stopped_and_fails_the_cell(cluster, engine, monkeypatch):
+    monkeypatch.setattr(driver, "cell_bound_s", lambda fields: 2.0)
+    pool = ShardPool(cluster.address, 2)
+    try:
+        start = time.monotonic()
+        rec, interrupted = driver.measure(pool, _spec(engine.url, duration_s=20), None)
+    finally:
+        pool.close()
+    assert not interrupted and "did not end the cell in 2 s" in rec.fatal_error
+    assert time.monotonic() - start < 15  # stopped, not waited for the 20 s window
+    assert len(rec.requests["sent_ns"]) > 0  # the stopped shards' records came back

@@ -107,19 +107,33 @@ def start_lead_ns(offsets: list[Any]) -> int:
     return max(START_LEAD_NS, 20 * max(o.rtt_ns for o in offsets))
 
 
-def _gather(ray: Any, refs: list[Any], actors: list[Any]) -> tuple[dict[int, dict], str, bool]:
+def cell_bound_s(fields: dict[str, Any]) -> float:
+    """The longest a shard's part may take: its warm-up tries, the ramp's cap, the window,
+    the open loop's drain, and a minute for the records' trip."""
+    warm = float(fields["warmup_timeout_s"]) * (int(fields["warmup_retries"]) + 1)
+    cell = float(fields["ramp_cap_s"]) + float(fields["duration_s"])
+    return warm + cell + float(fields["drain_timeout_s"]) + 60.0
+
+
+#: after a stop, how long the shards may take to send their records back
+STOP_GRACE_S = 30.0
+
+
+def _gather(
+    ray: Any, refs: list[Any], actors: list[Any], bound_s: float
+) -> tuple[dict[int, dict], str, bool]:
     """Each shard's answer by index, the first failure's reason, and whether Ctrl-C came.
-    A failure or a late shard stops the others (their records still come back)."""
+    A failure, a late shard or a part past ``bound_s`` stops the others (their records
+    still come back, for STOP_GRACE_S)."""
     got: dict[int, dict] = {}
     reason, interrupted = "", False
-    pending = list(refs)
-    stopped = False
+    pending, stopped = list(refs), False
+    end = time.monotonic() + bound_s
     while pending:
         try:
             ready, pending = ray.wait(pending, num_returns=1, timeout=0.2)
         except KeyboardInterrupt:
-            interrupted = True
-            ready = []
+            interrupted, ready = True, []
         for ref in ready:
             i = refs.index(ref)
             try:
@@ -129,11 +143,16 @@ def _gather(ray: Any, refs: list[Any], actors: list[Any]) -> tuple[dict[int, dic
                 continue
             if not got[i].get("ran") and not reason:
                 reason = f"shard {i} did not start"
+        late = pending and time.monotonic() > end
+        if late and not reason and not interrupted:
+            reason = f"shard {refs.index(pending[0])} did not end the cell in {bound_s:.0f} s"
         if (interrupted or reason) and not stopped:
-            stopped = True
+            stopped, end = True, time.monotonic() + STOP_GRACE_S  # stop all, then a grace
             for a in actors:
                 with suppress(Exception):  # a dead actor cannot be stopped
                     a.stop.remote()
+        elif late and stopped:
+            break  # past the grace: what did not come back is lost, the cell says why
     return got, reason, interrupted
 
 
@@ -165,7 +184,7 @@ def measure(
         ]
         if live is not None:
             live(LiveShards(ray, actors, offsets, sampler))
-        got, reason, interrupted = _gather(ray, refs, actors)
+        got, reason, interrupted = _gather(ray, refs, actors, cell_bound_s(fields))
     finally:
         if live is not None:
             live(None)
