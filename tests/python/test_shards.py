@@ -118,8 +118,13 @@ def test_an_open_loop_has_no_shard_without_an_arrival(rate, shards, expect):
 
 
 def test_a_gated_open_loop_is_not_dealt():
+    f = _fields(mode="open", rate_per_s=5.0, max_concurrency=4)
     with pytest.raises(ValueError, match="max-concurrency"):
-        deal(_fields(mode="open", rate_per_s=5.0, max_concurrency=4), 2)
+        deal(f, 2)
+    # one shard runs it whole, its own precision stop kept (one window)
+    ((d, part),) = deal(f, 1)
+    assert (d.index, d.of) == (0, 1) and part["max_concurrency"] == 4
+    assert part["precision"] == 0.02 and part["metrics_url"] == ""
 
 
 def test_spec_fields_round_trip_without_the_key():
@@ -145,12 +150,13 @@ class _Cell:
         (_Cell("decode-a"), 2, None),
         (_Cell("rate-a", rate=5.0), 2, None),  # one schedule, dealt round-robin
         (_Cell("rate-g", rate=5.0, concurrency=4), 2, "max-concurrency"),
-        (_Cell("cached-a", cached=0.5), 3, "traffic"),
-        (_Cell("sess", phase="session"), 2, "traffic"),
         (_Cell("rate-g", rate=5.0, concurrency=4), 1, None),  # one shard: the whole load
+        (_Cell("cached-a", cached=0.5), 3, "traffic"),
+        # a traffic cell runs in the driver's process: refused with any --ray
+        (_Cell("sess", phase="session"), 1, "traffic"),
     ],
 )
-def test_gated_open_loop_and_traffic_cells_are_refused_with_shards(cell, shards, refused):
+def test_cells_not_dealt_are_refused_with_ray(cell, shards, refused):
     if refused is None:
         refuse_unsharded([cell], shards)
         return

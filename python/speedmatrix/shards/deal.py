@@ -91,6 +91,8 @@ def deal(fields: dict[str, Any], shards: int) -> list[tuple[Dealt, dict[str, Any
     """Each shard's part of a cell: (its dealing, its CellSpec fields); ValueError when
     the cell cannot be dealt (`unsharded_why`)."""
     why = unsharded_why(fields)
+    if why and shards == 1:  # one shard runs the cell whole, as one process would
+        return [(Dealt(0, 1, len(fields["bodies"])), _shard_part(fields, 1))]
     if why:
         raise ValueError(why)
     if fields.get("mode", "closed") == "open":
@@ -98,10 +100,10 @@ def deal(fields: dict[str, Any], shards: int) -> list[tuple[Dealt, dict[str, Any
     return deal_closed(fields, shards)
 
 
-def _shard_part(fields: dict[str, Any]) -> dict[str, Any]:
+def _shard_part(fields: dict[str, Any], shards: int) -> dict[str, Any]:
     part = dict(fields)
-    # each shard's own precision stop would end its window alone: the cap decides
-    part["precision"] = 0.0
+    if shards > 1:  # each shard's own precision stop would end its window alone
+        part["precision"] = 0.0
     # the server's metrics are sampled once, by the driver
     part["metrics_url"] = ""
     return part
@@ -120,12 +122,12 @@ def deal_open(fields: dict[str, Any], shards: int) -> list[tuple[Dealt, dict[str
         )
     )
     if not times:  # no arrival in the window: one shard runs the cell as it is
-        return [(Dealt(0, 1, len(fields["bodies"])), _shard_part(fields))]
+        return [(Dealt(0, 1, len(fields["bodies"])), _shard_part(fields, 1))]
     k = min(k, len(times))  # never a shard without an arrival
     bodies = list(fields["bodies"])
     out = []
     for i in range(k):
-        part = _shard_part(fields)
+        part = _shard_part(fields, k)
         part["schedule_ns"] = times[i::k]
         # local arrival j is global arrival i + jK: it sends bodies[(i + jK) % B]
         part["bodies"] = [bodies[(i + j * k) % len(bodies)] for j in range(len(bodies))]
@@ -143,7 +145,7 @@ def deal_closed(fields: dict[str, Any], shards: int) -> list[tuple[Dealt, dict[s
     budget = int(fields.get("max_requests", 0))
     out = []
     for i in range(k):
-        part = _shard_part(fields)
+        part = _shard_part(fields, k)
         slots = _share(n, i, k)
         part["concurrency"] = slots
         part["bodies"] = [bodies[(i + j * k) % len(bodies)] for j in range(slots)]

@@ -251,16 +251,18 @@ def sweep_cell(sweep: Any, spec: Any) -> Records | None:
 
 
 def refuse_unsharded(cells: list[Any], shards: int) -> None:
-    """With more than one shard, a cell whose load is not dealt over shards (a traffic
-    cell, an open loop behind a --max-concurrency gate) is refused in one line before
-    anything runs, never run on one shard."""
-    if shards <= 1:
-        return
+    """With --ray, a cell whose load is not dealt over the shards is refused in one line
+    before anything runs, never run elsewhere in silence: a traffic cell (it runs in this
+    process), or with more than one shard an open loop behind a --max-concurrency gate."""
     for c in cells:
         gated = c.rate_per_s is not None and int(c.concurrency) > 0
-        if gated or is_traffic_cell(c):
-            kind = "open-loop cell behind --max-concurrency" if gated else "traffic cell"
+        if is_traffic_cell(c):
             raise SpeedmatrixError(
-                f"--shards {shards}: cell {c.id} is a {kind}, whose load is not dealt over "
-                "shards yet; run it without --ray (or with --shards 1)"
+                f"--ray: cell {c.id} is a traffic cell, which runs in this process and not on "
+                "the shards; run it without --ray"
+            )
+        if gated and shards > 1:
+            raise SpeedmatrixError(
+                f"--shards {shards}: cell {c.id} is an open loop behind --max-concurrency (one "
+                "queue), which is not dealt over shards; use --shards 1 or no --ray"
             )
