@@ -34,6 +34,7 @@ struct PyCellResult {
   std::string requests_note;         // why the request records were held in memory, else ""
   std::size_t requests_spilled = 0;  // request records that went to the spill files
   py::dict requests, events, metrics;
+  py::list outputs;  // RequestOutput per request (CellSpec.keep_output), else empty
 };
 
 // Hands a vector's buffer to numpy without copying: the array owns it.
@@ -150,6 +151,7 @@ PyCellResult to_python(CellResult&& r) {
   out.fatal_error = r.fatal_error;
 
   request_columns(r.requests, out.requests);
+  for (RequestOutput& o : r.outputs) out.outputs.append(py::cast(std::move(o)));
   out.requests_note = r.requests.note();
   out.requests_spilled = r.requests.spilled();
 
@@ -315,6 +317,10 @@ void register_cell_spec(py::module_& m) {
       .def_readwrite("spill_events", &CellSpec::spill_events)
       .def_readwrite("spill_requests", &CellSpec::spill_requests)
       .def_readwrite("spill_dir", &CellSpec::spill_dir)
+      .def_readwrite("keep_output", &CellSpec::keep_output,
+                     "Keep each request's delivered text and token ids (CellResult.outputs).")
+      .def_readwrite("keep_output_max_bytes", &CellSpec::keep_output_max_bytes,
+                     "Cap per request of the kept output: text bytes + 4 a token id.")
       .def_readwrite("client_threads", &CellSpec::client_threads,
                      "event loops: N > 1 on their own threads, 1 one loop, 0 auto (loops.hpp)")
       .def("__repr__", [](const CellSpec& s) {
@@ -328,6 +334,26 @@ void register_cell_spec(py::module_& m) {
 }
 
 void register_cell_runner(py::module_& m) {
+  py::class_<RequestOutput>(m, "RequestOutput",
+                            "What one request's stream delivered (CellSpec.keep_output).")
+      .def_property_readonly(
+          "text",
+          [](const RequestOutput& o) {
+            // a hostile (or cut) stream may not be valid UTF-8: replaced, never an exception
+            return py::reinterpret_steal<py::str>(PyUnicode_DecodeUTF8(
+                o.text.data(), static_cast<py::ssize_t>(o.text.size()), "replace"));
+          })
+      .def_property_readonly("token_ids",
+                             [](const RequestOutput& o) -> py::object {
+                               if (!o.ids_streamed) return py::none();
+                               return py::cast(o.token_ids);
+                             })
+      .def_readonly("truncated", &RequestOutput::truncated)
+      .def("__repr__", [](const RequestOutput& o) {
+        return "<RequestOutput text_bytes=" + std::to_string(o.text.size()) +
+               " token_ids=" + (o.ids_streamed ? std::to_string(o.token_ids.size()) : "None") +
+               (o.truncated ? " truncated" : "") + ">";
+      });
   py::class_<PyCellResult>(m, "CellResult", "Raw records and timings of one cell.")
       .def_readonly("warmup_start_ns", &PyCellResult::warmup_start_ns)
       .def_readonly("ramp_start_ns", &PyCellResult::ramp_start_ns)
@@ -352,6 +378,7 @@ void register_cell_runner(py::module_& m) {
       .def_readonly("requests", &PyCellResult::requests)
       .def_readonly("events", &PyCellResult::events)
       .def_readonly("metrics", &PyCellResult::metrics)
+      .def_readonly("outputs", &PyCellResult::outputs)
       .def("__repr__", [](const PyCellResult& r) {
         return "<CellResult requests=" + std::to_string(py::len(r.requests["slot"])) +
                " events=" + std::to_string(py::len(r.events["t_ns"])) +

@@ -132,6 +132,24 @@ py::dict columns_of(const std::vector<Row>& rows, Field<Row, T>... fields) {
   return d;
 }
 
+// A dict with one entry per field of `row`: d[name] = row.*member.
+template <class Row, class... T>
+py::dict dict_of(const Row& row, Field<Row, T>... fields) {
+  py::dict d;
+  ((d[fields.name] = row.*(fields.member)), ...);
+  return d;
+}
+
+// f(view) over the records' columns, run without the GIL: safe, the view points into
+// arrays `cols` holds and f touches nothing else. `cols` outlives the release, so its
+// references are dropped with the GIL held.
+template <class F>
+auto over_records(const py::dict& requests, const py::dict& events, F&& f) {
+  const Columns cols(requests, events);
+  py::gil_scoped_release nogil;
+  return f(cols.view);
+}
+
 py::list interval(const Interval& i) {
   py::list l;
   l.append(i.lo);
@@ -174,9 +192,8 @@ py::dict figures_dict(const CellFigures& f) {
   return d;
 }
 
-}  // namespace
-
-void register_stats(py::module_& m) {
+// The cell's figures, the precision stop and quantiles with their intervals.
+void register_figures(py::module_& m) {
   m.attr("CONFIDENCE") = kConfidence;
   m.attr("Z_TWO_SIDED") = kZ975;
   m.def("t_quantile", &t975, py::arg("df"),
@@ -191,16 +208,9 @@ void register_stats(py::module_& m) {
         for (double q : tbt_qs) {
           if (!(q >= 0 && q <= 1)) throw py::value_error("summarize_cell's tbt_qs lie in [0, 1]");
         }
-        const Columns cols(requests, events);
-        const RecordView& v = cols.view;
-        CellFigures f;
-        {
-          // Safe without the GIL: the views point into arrays this frame
-          // holds references to, and summarize_cell touches nothing else.
-          py::gil_scoped_release nogil;
-          f = summarize_cell(v, t0_ns, t1_ns, bin_s, steady_from_ns, ttft_from_ns, tbt_qs);
-        }
-        return figures_dict(f);
+        return figures_dict(over_records(requests, events, [&](const RecordView& v) {
+          return summarize_cell(v, t0_ns, t1_ns, bin_s, steady_from_ns, ttft_from_ns, tbt_qs);
+        }));
       },
       py::arg("requests"), py::arg("events"), py::arg("t0_ns"), py::arg("t1_ns"),
       py::arg("bin_s") = 1.0, py::arg("steady_from_ns") = -1, py::arg("ttft_from_ns") = -1,
@@ -246,6 +256,10 @@ void register_stats(py::module_& m) {
       "[(value, lo, hi)] per q in [0, 1]: linear-interpolation quantiles of `values` (NaN\n"
       "dropped) with their distribution-free CONFIDENCE intervals from order statistics (NaN\n"
       "on a side whose rank falls outside the sample).");
+}
+
+// What the token arrivals of a cell's records add up to, per event, request or window.
+void register_arrivals(py::module_& m) {
   m.def(
       "coalesced_share",
       [](const py::dict& requests, const py::dict& events, ns_t t0_ns, ns_t t1_ns) {
@@ -258,13 +272,8 @@ void register_stats(py::module_& m) {
   m.def(
       "request_tokens",
       [](const py::dict& requests, const py::dict& events, ns_t t0_ns, ns_t t1_ns) {
-        const Columns cols(requests, events);
-        std::vector<RequestTokens> rows;
-        {
-          // Safe without the GIL: the view points into arrays `cols` holds.
-          py::gil_scoped_release nogil;
-          rows = request_tokens(cols.view, t0_ns, t1_ns);
-        }
+        const std::vector<RequestTokens> rows = over_records(
+            requests, events, [&](const RecordView& v) { return request_tokens(v, t0_ns, t1_ns); });
         return columns_of(rows, field("tokens", &RequestTokens::tokens),
                           field("window_tokens", &RequestTokens::window_tokens),
                           field("first_ns", &RequestTokens::first_ns),
@@ -279,13 +288,8 @@ void register_stats(py::module_& m) {
   m.def(
       "token_arrivals",
       [](const py::dict& requests, const py::dict& events, int phase) {
-        const Columns cols(requests, events);
-        std::vector<Arrival> arrivals;
-        {
-          // Safe without the GIL: the view points into arrays `cols` holds.
-          py::gil_scoped_release nogil;
-          arrivals = token_arrivals(cols.view, phase);
-        }
+        const std::vector<Arrival> arrivals = over_records(
+            requests, events, [&](const RecordView& v) { return token_arrivals(v, phase); });
         return columns_of(arrivals, field("request", &Arrival::request),
                           field("t_ns", &Arrival::t_ns), field("tokens", &Arrival::tokens),
                           field("gap_ms", &Arrival::gap_ms));
@@ -303,19 +307,25 @@ void register_stats(py::module_& m) {
          const std::vector<std::pair<ns_t, ns_t>>& prefills, ns_t long_gap_ns) {
         std::vector<PrefillWindow> windows;
         for (const auto& [start_ns, end_ns] : prefills) windows.push_back({start_ns, end_ns});
-        const InterferenceFigures f = interference_figures(streams, windows, long_gap_ns);
-        py::dict d;
-        d["overlap_gaps"] = f.overlap_gaps;
-        d["clear_gaps"] = f.clear_gaps;
-        d["p99_tbt_overlap_ms"] = f.p99_tbt_overlap_ms;
-        d["p99_tbt_clear_ms"] = f.p99_tbt_clear_ms;
-        d["tbt_inflation"] = f.tbt_inflation;
-        d["gaps_over_long"] = f.gaps_over_long;
-        return d;
+        using IF = InterferenceFigures;
+        return dict_of(interference_figures(streams, windows, long_gap_ns),
+                       field("overlap_gaps", &IF::overlap_gaps),
+                       field("clear_gaps", &IF::clear_gaps),
+                       field("p99_tbt_overlap_ms", &IF::p99_tbt_overlap_ms),
+                       field("p99_tbt_clear_ms", &IF::p99_tbt_clear_ms),
+                       field("tbt_inflation", &IF::tbt_inflation),
+                       field("gaps_over_long", &IF::gaps_over_long));
       },
       py::arg("streams"), py::arg("prefills"), py::arg("long_gap_ns") = 100'000'000,
       "The prefill-interference figures (stats_interference.hpp): streams = each decoder's\n"
       "token arrival ns, prefills = (start_ns, end_ns) of each interfering prompt.");
+}
+
+}  // namespace
+
+void register_stats(py::module_& m) {
+  register_figures(m);
+  register_arrivals(m);
 }
 
 }  // namespace speedmatrix::bindings

@@ -375,6 +375,8 @@ CellResult CellRunner::run() {
       std::max<std::int64_t>(streams, static_cast<std::int64_t>(spec.warmup_bodies.size()));
   ensure_descriptors(most);
   opt.max_concurrency = static_cast<std::int32_t>((most + loops - 1) / loops);  // each loop's
+  opt.keep_output = spec.keep_output;
+  opt.keep_output_max_bytes = spec.keep_output_max_bytes;
 
   ClosedLoopPlan plan = closed_loop_plan(spec);
   CellRecords records;
@@ -411,6 +413,8 @@ CellResult CellRunner::run() {
   res.client_threads = loops;
   res.requests = std::move(records.requests);
   res.events = std::move(records.events);
+  res.outputs = std::move(records.outputs);
+  if (spec.keep_output) res.outputs.resize(res.requests.size());  // one a request, sent or not
   return res;
 }
 

@@ -355,13 +355,8 @@ class ClosedLoop : LoopRun<ClosedLoopPlan> {
 
   // One turn of the event loop; false when the window has ended.
   bool step() {
-    if (loop_.stop_requested()) {
-      times_.stopped = true;
-      times_.stopped_by = StopReason::kStop;
-      return false;
-    }
-    const ns_t now = clock_.now();
-    records_.requests.spill_finished(now - kRequestSpillLag_ns);
+    const ns_t now = turn_start();
+    if (now == kNever) return false;
     if (t0_ == kNever) try_open_window(now);
     if (now >= end_at_) {
       times_.stopped_by = StopReason::kDuration;

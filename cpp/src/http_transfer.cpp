@@ -73,6 +73,8 @@ bool Transfer::on_data(std::string_view piece) {
 }
 
 bool Transfer::on_event(const SseEvent& ev) {
+  // Set before each decode: records->outputs may have grown (moved) since the last one.
+  if (opt->keep_output) decoder.keep_output(&records->output(id), opt->keep_output_max_bytes);
   const ChunkResult c = decoder.decode(ev.data);
   RequestRecord& r = records->requests[static_cast<std::size_t>(id)];
   switch (c.kind) {

@@ -50,6 +50,19 @@ class LoopRun {
                                 records_.retry_after(id));
   }
 
+  // The start of a turn of the event loop: the time now, or kNever when a stop was asked
+  // (the run ends, stopped). Finished requests older than the spill lag leave memory.
+  ns_t turn_start() {
+    if (loop_.stop_requested()) {
+      times_.stopped = true;
+      times_.stopped_by = StopReason::kStop;
+      return kNever;
+    }
+    const ns_t now = clock_.now();
+    records_.requests.spill_finished(now - kRequestSpillLag_ns);
+    return now;
+  }
+
   // The times of a run stopped before its window opened.
   ScheduleTimes stopped_before_window() {
     times_.stopped = true;

@@ -162,6 +162,13 @@ void merge_loop_records(std::vector<CellRecords>& parts, CellRecords& out) {
   }
   keys = {};
   for (CellRecords& p : parts) p.requests = RequestLog();
+  for (std::size_t l = 0; l < parts.size(); ++l) {  // kept outputs follow their requests
+    for (std::size_t i = 0; i < parts[l].outputs.size(); ++i) {
+      const std::int32_t to = new_id[l][i];
+      if (to >= 0) out.output(to) = std::move(parts[l].outputs[i]);
+    }
+    parts[l].outputs = {};
+  }
 
   // Events: an N-way merge by time over the plain columns (mappings when spilled).
   std::vector<EventColumns::Plain> ev;

@@ -107,13 +107,8 @@ class OpenLoop : LoopRun<OpenLoopPlan> {
 
   // One turn of the event loop; false when the run has ended.
   bool step() {
-    if (loop_.stop_requested()) {
-      times_.stopped = true;
-      times_.stopped_by = StopReason::kStop;
-      return false;
-    }
-    const ns_t now = clock_.now();
-    records_.requests.spill_finished(now - kRequestSpillLag_ns);
+    const ns_t now = turn_start();
+    if (now == kNever) return false;
     queue_due(now);
     open_gate();
     if (next_due_ == kNever && gate_.empty() && loop_.in_flight() == 0) return false;  // all done

@@ -4,10 +4,10 @@
 
 #include <algorithm>
 #include <cstring>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 
+#include "openai_detail.hpp"
 #include "speedmatrix/sse.hpp"
 
 namespace speedmatrix {
@@ -19,33 +19,7 @@ namespace od = simdjson::ondemand;
 
 namespace {
 
-constexpr std::size_t kMaxMessageBytes = 500;
-
-// Turns any text into one line of at most kMaxMessageBytes bytes: control
-// characters become spaces, runs of whitespace collapse, and a cut never
-// splits a UTF-8 sequence.
-std::string one_line(std::string_view in) {
-  std::string out;
-  out.reserve(std::min(in.size(), kMaxMessageBytes));
-  bool space = false;
-  for (unsigned char c : in) {
-    if (c < 0x20 || c == 0x7f || c == ' ') {
-      space = !out.empty();
-      continue;
-    }
-    if (space) out += ' ';
-    space = false;
-    out += static_cast<char>(c);
-    if (out.size() > kMaxMessageBytes) break;
-  }
-  if (out.size() > kMaxMessageBytes) {
-    std::size_t cut = kMaxMessageBytes - 3;
-    while (cut > 0 && (static_cast<unsigned char>(out[cut]) & 0xC0) == 0x80) --cut;
-    out.resize(cut);
-    out += "...";
-  }
-  return out;
-}
+using detail::one_line;
 
 // What one chunk says, before it is applied to the running counts.
 struct Chunk {
@@ -67,7 +41,47 @@ struct Chunk {
   bool object_is_error = false;
   std::string_view message, type, error_type, code;
   std::string_view top_message, top_type;
+  // CellSpec::keep_output: where the content text and token ids go (null: not read)
+  RequestOutput* keep = nullptr;
+  std::size_t keep_max = 0;
 };
+
+// Appends a kept text piece, cut (at a UTF-8 boundary) where the cap is reached.
+void keep_text(std::string_view t, Chunk* c) {
+  RequestOutput& o = *c->keep;
+  if (o.truncated || t.empty()) return;
+  const std::size_t room = c->keep_max - std::min(c->keep_max, o.kept_bytes());
+  if (t.size() > room) {
+    std::size_t cut = room;
+    while (cut > 0 && (static_cast<unsigned char>(t[cut]) & 0xC0) == 0x80) --cut;
+    t = t.substr(0, cut);
+    o.truncated = true;
+  }
+  o.text.append(t);
+}
+
+// A choice's `token_ids` (vLLM return_token_ids) when output is kept: an array of ints or
+// null; ids past the cap are dropped (truncated).
+simdjson::error_code read_kept_ids(od::value v, Chunk* c) {
+  od::json_type t;
+  if (auto e = v.type().get(t)) return e;
+  if (t == od::json_type::null) return simdjson::SUCCESS;
+  od::array arr;
+  if (auto e = v.get_array().get(arr)) return e;
+  RequestOutput& o = *c->keep;
+  o.ids_streamed = true;
+  for (auto el : arr) {
+    std::int64_t id = 0;
+    if (auto e = std::move(el).get_int64().get(id)) return e;
+    if (o.truncated) continue;
+    if (o.kept_bytes() + 4 > c->keep_max) {
+      o.truncated = true;
+      continue;
+    }
+    o.token_ids.push_back(static_cast<std::int32_t>(id));
+  }
+  return simdjson::SUCCESS;
+}
 
 // Keys are compared in their raw (escaped) form, without unescaping them:
 // the keys we look for contain no escapes. Reading name-length bytes of the
@@ -80,12 +94,20 @@ bool key_is(const od::raw_json_string& key, const char (&name)[N]) {
 }
 
 // Reads a string-or-null text field; sets *nonempty for a non-empty string.
-// The raw (escaped) form is enough to tell "" from anything else.
-simdjson::error_code read_text(od::value v, bool* nonempty) {
+// The raw (escaped) form is enough to tell "" from anything else. `keep` (a chunk whose
+// output is kept, CellSpec::keep_output): the text is unescaped and appended to it.
+simdjson::error_code read_text(od::value v, bool* nonempty, Chunk* keep = nullptr) {
   od::json_type t;
   if (auto e = v.type().get(t)) return e;
   if (t == od::json_type::null) return simdjson::SUCCESS;
   if (t != od::json_type::string) return simdjson::INCORRECT_TYPE;
+  if (keep != nullptr) {
+    std::string_view text;
+    if (auto e = v.get_string().get(text)) return e;
+    if (!text.empty()) *nonempty = true;
+    keep_text(text, keep);
+    return simdjson::SUCCESS;
+  }
   od::raw_json_string raw;
   if (auto e = v.get_raw_json_string().get(raw)) return e;
   if (raw.raw()[0] != '"') *nonempty = true;
@@ -150,7 +172,9 @@ simdjson::error_code for_each_field(od::value v, F&& on_field) {
 
 simdjson::error_code read_delta(od::value v, Chunk* c) {
   return for_each_field(v, [c](const od::raw_json_string& key, od::value fv) {
-    if (key_is(key, "content")) return read_text(fv, &c->has_content);
+    if (key_is(key, "content")) {
+      return read_text(fv, &c->has_content, c->keep ? c : nullptr);
+    }
     if (key_is(key, "reasoning_content") || key_is(key, "reasoning")) {
       return read_text(fv, &c->has_reasoning);
     }
@@ -183,8 +207,9 @@ simdjson::error_code read_choice(od::value v, Chunk* c) {
   od::object obj;
   if (auto e = v.get_object().get(obj)) return e;
   return for_each_field(obj, [c](const od::raw_json_string& key, od::value fv) {
-    if (key_is(key, "text")) return read_text(fv, &c->has_content);
+    if (key_is(key, "text")) return read_text(fv, &c->has_content, c->keep ? c : nullptr);
     if (key_is(key, "delta")) return read_delta(fv, c);
+    if (c->keep && key_is(key, "token_ids")) return read_kept_ids(fv, c);
     if (key_is(key, "finish_reason")) {
       od::json_type t;
       if (auto e = fv.type().get(t)) return e;
@@ -309,7 +334,9 @@ OpenAIStreamDecoder::OpenAIStreamDecoder(OpenAIStreamDecoder&& o) noexcept
       usage_max_(o.usage_max_),
       counted_(o.counted_),
       seen_text_(o.seen_text_),
-      seen_content_(o.seen_content_) {}
+      seen_content_(o.seen_content_),
+      keep_(o.keep_),
+      keep_max_(o.keep_max_) {}
 
 OpenAIStreamDecoder& OpenAIStreamDecoder::operator=(OpenAIStreamDecoder&& o) noexcept {
   if (this != &o) {
@@ -323,6 +350,8 @@ OpenAIStreamDecoder& OpenAIStreamDecoder::operator=(OpenAIStreamDecoder&& o) noe
     counted_ = o.counted_;
     seen_text_ = o.seen_text_;
     seen_content_ = o.seen_content_;
+    keep_ = o.keep_;
+    keep_max_ = o.keep_max_;
   }
   return *this;
 }
@@ -336,6 +365,7 @@ void OpenAIStreamDecoder::reset(ApiKind api) {
   counted_ = TokenSource::kNone;
   seen_text_ = false;
   seen_content_ = false;
+  keep_ = nullptr;
   if (impl_ == nullptr) impl_ = new Impl;  // a moved-from decoder becomes usable again
 }
 
@@ -371,6 +401,44 @@ void OpenAIStreamDecoder::judge_usage() {
   }
 }
 
+std::int64_t OpenAIStreamDecoder::chunk_tokens(bool continuous, bool has_usage, bool has_text,
+                                               std::int64_t completion_tokens) {
+  std::int64_t tokens = 0;
+  if (continuous) {
+    if (counted_ != TokenSource::kUsageContinuous) {
+      // Tokens counted per chunk before usage appeared are not counted twice.
+      last_usage_completion_ = summary_.chunk_tokens;
+      counted_ = TokenSource::kUsageContinuous;
+    }
+    tokens = std::max<std::int64_t>(0, completion_tokens - last_usage_completion_);
+    // a chunk with text carries a token whatever a cumulative usage says
+    if (tokens == 0 && has_text) tokens = 1;
+    last_usage_completion_ += tokens;
+    usage_max_ = std::max(usage_max_, completion_tokens);
+  } else if (counted_ == TokenSource::kUsageContinuous) {
+    if (has_usage) {  // final usage-only chunk: normally equal to the last
+                      // cumulative count
+      tokens = std::max<std::int64_t>(0, completion_tokens - last_usage_completion_);
+      last_usage_completion_ = std::max(last_usage_completion_, completion_tokens);
+    } else if (has_text) {  // a chunk without usage amid continuous usage:
+                            // count it once
+      tokens = 1;
+      ++last_usage_completion_;
+    }
+  } else {
+    tokens = has_text ? 1 : 0;
+    if (tokens > 0 && counted_ == TokenSource::kNone) counted_ = TokenSource::kChunks;
+  }
+  if (has_usage && !continuous) {
+    final_usage_completion_ = completion_tokens;
+    if (counted_ != TokenSource::kUsageContinuous &&
+        (completion_tokens > 0 || summary_.chunk_tokens + tokens > 0)) {
+      counted_ = TokenSource::kUsageFinal;
+    }
+  }
+  return tokens;
+}
+
 ChunkResult OpenAIStreamDecoder::decode(std::string_view data) {
   ChunkResult r;
   if (impl_ == nullptr) impl_ = new Impl;
@@ -380,6 +448,8 @@ ChunkResult OpenAIStreamDecoder::decode(std::string_view data) {
     return r;
   }
   Chunk c;
+  c.keep = keep_;
+  c.keep_max = keep_max_;
   if (auto e = read_chunk(impl_->parser, data, &c)) {
     r.kind = ChunkKind::kMalformed;
     summary_.error_type = "malformed_event";
@@ -417,39 +487,8 @@ ChunkResult OpenAIStreamDecoder::decode(std::string_view data) {
   // such as llama.cpp and TGI put the final usage there.
   const bool continuous =
       c.has_usage && c.n_choices > 0 && (counted_ == TokenSource::kUsageContinuous || !c.finished);
-  std::int64_t tokens = 0;
-  if (continuous) {
-    if (counted_ != TokenSource::kUsageContinuous) {
-      // Tokens counted per chunk before usage appeared are not counted twice.
-      last_usage_completion_ = summary_.chunk_tokens;
-      counted_ = TokenSource::kUsageContinuous;
-    }
-    tokens = std::max<std::int64_t>(0, c.completion_tokens - last_usage_completion_);
-    // a chunk with text carries a token whatever a cumulative usage says
-    if (tokens == 0 && c.has_text) tokens = 1;
-    last_usage_completion_ += tokens;
-    usage_max_ = std::max(usage_max_, c.completion_tokens);
-  } else if (counted_ == TokenSource::kUsageContinuous) {
-    if (c.has_usage) {  // final usage-only chunk: normally equal to the last
-                        // cumulative count
-      tokens = std::max<std::int64_t>(0, c.completion_tokens - last_usage_completion_);
-      last_usage_completion_ = std::max(last_usage_completion_, c.completion_tokens);
-    } else if (c.has_text) {  // a chunk without usage amid continuous usage:
-                              // count it once
-      tokens = 1;
-      ++last_usage_completion_;
-    }
-  } else {
-    tokens = c.has_text ? 1 : 0;
-    if (tokens > 0 && counted_ == TokenSource::kNone) counted_ = TokenSource::kChunks;
-  }
-  if (c.has_usage && !continuous) {
-    final_usage_completion_ = c.completion_tokens;
-    if (counted_ != TokenSource::kUsageContinuous &&
-        (c.completion_tokens > 0 || summary_.chunk_tokens + tokens > 0)) {
-      counted_ = TokenSource::kUsageFinal;
-    }
-  }
+  const std::int64_t tokens =
+      chunk_tokens(continuous, c.has_usage, c.has_text, c.completion_tokens);
   r.tokens = static_cast<std::int32_t>(std::min<std::int64_t>(tokens, INT32_MAX));
   summary_.chunk_tokens += r.tokens;
   if (c.has_text) ++summary_.text_chunks;
@@ -466,85 +505,6 @@ ChunkResult OpenAIStreamDecoder::decode(std::string_view data) {
     r.first_content = true;
   }
   return r;
-}
-
-// ---------------------------------------------------------------------------
-// Non-streaming error bodies (cold path).
-
-namespace {
-
-std::string json_scalar_text(const nlohmann::json& j) {
-  if (j.is_string()) return j.get<std::string>();
-  if (j.is_null()) return "";
-  return j.dump();
-}
-
-// FastAPI validation errors: "detail": [{"loc": [...], "msg": "...", "type":
-// "..."}].
-std::string detail_text(const nlohmann::json& d) {
-  if (!d.is_array()) return json_scalar_text(d);
-  std::string out;
-  for (const auto& item : d) {
-    if (!out.empty()) out += "; ";
-    if (item.is_object() && item.contains("msg")) {
-      if (item.contains("loc") && item["loc"].is_array()) {
-        std::string loc;
-        for (const auto& l : item["loc"]) loc += (loc.empty() ? "" : ".") + json_scalar_text(l);
-        out += loc + ": ";
-      }
-      out += json_scalar_text(item["msg"]);
-    } else {
-      out += json_scalar_text(item);
-    }
-  }
-  return out;
-}
-
-// "message [type, code=...]" plus the context-size figures llama.cpp adds.
-std::string format_error_object(const nlohmann::json& o) {
-  std::string msg = o.contains("message") ? json_scalar_text(o["message"]) : "";
-  if (msg.empty() && o.contains("detail")) msg = detail_text(o["detail"]);
-  if (msg.empty() && o.contains("msg")) msg = json_scalar_text(o["msg"]);
-  std::string extra;
-  auto add = [&](const char* key, const std::string& value) {
-    if (value.empty() || msg.find(value) != std::string::npos) return;
-    extra += (extra.empty() ? "" : ", ") + std::string(key) + value;
-  };
-  if (o.contains("type")) add("", json_scalar_text(o["type"]));
-  if (o.contains("error_type")) add("", json_scalar_text(o["error_type"]));
-  if (o.contains("code")) add("code=", json_scalar_text(o["code"]));
-  for (const char* k : {"n_prompt_tokens", "n_ctx"}) {
-    if (o.contains(k)) add((std::string(k) + "=").c_str(), json_scalar_text(o[k]));
-  }
-  if (msg.empty()) msg = o.dump();
-  return extra.empty() ? msg : msg + " [" + extra + "]";
-}
-
-}  // namespace
-
-std::string error_message_from_body(std::string_view body) {
-  nlohmann::json j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return one_line(body);
-  std::string msg;
-  if (j.is_object()) {
-    auto it = j.find("error");
-    if (it != j.end() && it->is_object()) {
-      msg = format_error_object(*it);  // {"error": {"message", "type", "code"}}
-    } else if (it != j.end() && it->is_string()) {
-      nlohmann::json o = {{"message", *it}};  // TGI / Ollama: {"error": "text", "error_type": ...}
-      if (j.contains("error_type")) o["error_type"] = j["error_type"];
-      msg = format_error_object(o);
-    } else if (j.contains("message") || j.contains("detail") || j.contains("msg")) {
-      msg = format_error_object(j);  // {"object": "error", "message", ...}, FastAPI {"detail"}
-    } else {
-      msg = j.dump();
-    }
-  } else if (j.is_string()) {
-    msg = j.get<std::string>();
-  } else {
-    msg = j.dump();
-  }
-  return one_line(msg);
 }
 
 }  // namespace speedmatrix

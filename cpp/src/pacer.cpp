@@ -11,33 +11,16 @@ ns_t ConstantPacer::due_ns(std::int64_t k) {
 }
 
 PoissonPacer::PoissonPacer(double rate_per_s, std::uint64_t seed, std::int64_t count)
-    : rng_(seed), gap_s_(rate_per_s > 0 ? rate_per_s : 1.0), count_(rate_per_s > 0 ? count : -1) {}
-
-ns_t PoissonPacer::due_ns(std::int64_t k) {
-  if (count_ < 0 || (count_ > 0 && k >= count_)) return kNever;
-  // Request 0 is due at once; each later one an exponential gap after the previous.
-  while (next_k_ <= k) {
-    if (next_k_ > 0) t_s_ += gap_s_(rng_);
-    ++next_k_;
-  }
-  return static_cast<ns_t>(std::llround(t_s_ * 1e9));
-}
+    : RandomGapPacer(std::exponential_distribution<double>(rate_per_s > 0 ? rate_per_s : 1.0), seed,
+                     rate_per_s > 0 ? count : -1) {}
 
 GammaPacer::GammaPacer(double rate_per_s, double shape, std::uint64_t seed, std::int64_t count)
-    : rng_(seed),
-      // Mean gap = shape * scale = 1 / rate.
-      gap_s_(shape > 0 ? shape : 1.0,
-             1.0 / ((shape > 0 ? shape : 1.0) * (rate_per_s > 0 ? rate_per_s : 1.0))),
-      count_(rate_per_s > 0 && shape > 0 ? count : -1) {}
-
-ns_t GammaPacer::due_ns(std::int64_t k) {
-  if (count_ < 0 || (count_ > 0 && k >= count_)) return kNever;
-  while (next_k_ <= k) {
-    if (next_k_ > 0) t_s_ += gap_s_(rng_);
-    ++next_k_;
-  }
-  return static_cast<ns_t>(std::llround(t_s_ * 1e9));
-}
+    : RandomGapPacer(
+          // Mean gap = shape * scale = 1 / rate.
+          std::gamma_distribution<double>(
+              shape > 0 ? shape : 1.0,
+              1.0 / ((shape > 0 ? shape : 1.0) * (rate_per_s > 0 ? rate_per_s : 1.0))),
+          seed, rate_per_s > 0 && shape > 0 ? count : -1) {}
 
 ns_t SchedulePacer::due_ns(std::int64_t k) {
   if (k < 0 || static_cast<std::size_t>(k) >= schedule_ns_.size()) return kNever;

@@ -65,6 +65,10 @@ class CellSpec:
     # event loops: N > 1 on their own threads, 1 one loop, 0 auto (ceil(streams / 256),
     # at most the cores minus one)
     client_threads: int
+    # keep each request's delivered content text and streamed token ids (CellResult.outputs),
+    # at most keep_output_max_bytes a request (text bytes + 4 a token id; then truncated)
+    keep_output: bool
+    keep_output_max_bytes: int
     def __init__(self) -> None: ...
     @property
     def bodies(self) -> list[bytes]: ...
@@ -130,6 +134,14 @@ class Progress(TypedDict):
     metrics_samples: int  # successful scrapes so far
     metrics_failures: int  # failed scrapes so far
 
+class RequestOutput:
+    @property
+    def text(self) -> str: ...  # content text (invalid UTF-8 replaced)
+    @property
+    def token_ids(self) -> list[int] | None: ...  # None: the stream carried no token_ids
+    @property
+    def truncated(self) -> bool: ...  # the cap was reached: text and ids stop there
+
 class CellResult:
     @property
     def warmup_start_ns(self) -> int: ...
@@ -179,6 +191,8 @@ class CellResult:
     def events(self) -> Events: ...
     @property
     def metrics(self) -> Metrics: ...
+    @property
+    def outputs(self) -> list[RequestOutput]: ...  # one a request with keep_output, else []
 
 class CellRunner:
     def __init__(self, spec: CellSpec) -> None: ...

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import urllib.parse
+from typing import TypeVar
 
 
 class UsageError(Exception):
@@ -36,15 +37,24 @@ def parse_client_threads(text: str) -> int:
     return positive_int(text.strip(), "--client-threads")
 
 
+N = TypeVar("N", int, float)
+
+
+def number_in(text: str, convert: type[N], low: N, high: N, kind: str, in_range: str) -> N:
+    """An argparse value: `text` converted (else "is not `kind`") and in [low, high] (else "is
+    not `in_range`"), each a one-line error."""
+    try:
+        value = convert(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not {kind}") from None
+    if not low <= value <= high:
+        raise argparse.ArgumentTypeError(f"{text} is not {in_range}")
+    return value
+
+
 def port(text: str) -> int:
     """A TCP port from the command line (argparse type): 0 (pick one) to 65535."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"{value} is not a port number (0..65535)")
-    return value
+    return number_in(text, int, 0, 65535, "a port number", "a port number (0..65535)")
 
 
 def base_url(text: str, flag: str = "--url") -> str:

@@ -8,7 +8,7 @@ from typing import Any
 
 from speedmatrix.errors import SpeedmatrixError
 
-__all__ = ["load_tokenizer", "local_count"]
+__all__ = ["load_tokenizer", "local_count", "local_ids"]
 
 
 def local_count(tokenizer: Any, text: str) -> int:
@@ -25,6 +25,29 @@ def local_count(tokenizer: Any, text: str) -> int:
     if isinstance(result, dict) or hasattr(result, "input_ids"):
         return len(result["input_ids"])
     return len(result)
+
+
+def local_ids(tokenizer: Any, text: str) -> list[int]:
+    """Token ids of ``text`` by a local tokenizer, no special tokens added (an answer's text
+    as it continues a prompt): ``encode(text, add_special_tokens=False)`` (Hugging Face),
+    else ``encode(text)`` / ``tokenizer(text)``. TypeError when it gives no ids."""
+    encode = getattr(tokenizer, "encode", None)
+    if callable(encode):
+        try:
+            result = encode(text, add_special_tokens=False)
+        except TypeError:  # an encode without that keyword
+            result = encode(text)
+    else:
+        result = tokenizer(text)
+    if hasattr(result, "ids"):
+        result = result.ids
+    elif isinstance(result, dict) or hasattr(result, "input_ids"):
+        result = result["input_ids"]
+    if not isinstance(result, (list, tuple)):
+        raise TypeError(
+            f"the local tokenizer gave no token ids for a text: {type(result).__name__}"
+        )
+    return [int(t) for t in result]
 
 
 def load_tokenizer(name_or_path: str) -> Any:

@@ -42,6 +42,7 @@ from speedmatrix.matrixfile import (
     coerce_contexts,
     coerce_float_list,
     coerce_int_list,
+    parse_typed,
     read_table,
     resolve_aliases,
 )
@@ -188,22 +189,17 @@ class Matrix:
             self.concurrency = coerce_int_list(self.concurrency)
         else:
             self.concurrency = list(self.concurrency)
-        for name in _SECONDS_FIELDS:
-            if isinstance(getattr(self, name), str):
-                setattr(self, name, parse_duration(getattr(self, name)))
-        if isinstance(self.precision, str):
-            self.precision = parse_precision(self.precision)
-        if isinstance(self.max_output, str):
-            self.max_output = parse_tokens(self.max_output)
-        if isinstance(self.shared_prefix, str):
-            self.shared_prefix = parse_tokens(self.shared_prefix)
+        parse_typed(self, dict.fromkeys(_SECONDS_FIELDS, parse_duration))
+        parse_typed(
+            self,
+            {
+                "precision": parse_precision,
+                "max_output": parse_tokens,
+                "shared_prefix": parse_tokens,
+            },
+        )
         self.extra = dict(self.extra or {})
-        if isinstance(self.request_rates, (str, int, float)) and not isinstance(
-            self.request_rates, bool
-        ):
-            self.request_rates = coerce_float_list(self.request_rates)
-        else:
-            self.request_rates = list(self.request_rates or [])
+        self.request_rates = coerce_float_list(self.request_rates)
         if isinstance(self.percentiles, str):
             self.percentiles = list(parse_percentiles(self.percentiles))
         if isinstance(self.slo, str):

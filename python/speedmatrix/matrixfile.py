@@ -6,10 +6,11 @@ speedmatrix.matrix builds the Matrix from what this returns."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from speedmatrix.units import parse_tokens
+from speedmatrix.units import parse_token_list
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -126,25 +127,9 @@ def _value_text(value: Any) -> str:
 def coerce_contexts(value: Any, keywords: tuple[str, ...]) -> list[int | str]:
     if value is None:
         return []
-    if isinstance(value, (str, int)) and not isinstance(value, bool):
-        value = [value] if isinstance(value, int) else value
-    out: list[int | str] = []
-    items = value.split(",") if isinstance(value, str) else list(value)
-    for item in items:
-        if isinstance(item, str):
-            text = item.strip()
-            if not text:
-                continue
-            if text.lower() in keywords:
-                out.append(text.lower())
-                continue
-            try:
-                out.append(parse_tokens(text))
-            except ValueError:
-                out.append(text)  # kept so validate() reports it with the field name
-        else:
-            out.append(item)
-    return out
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = [value]
+    return parse_token_list(value, keywords=keywords, keep_bad=True)
 
 
 def _split_list(text: str, convert: Any) -> list[Any]:
@@ -162,9 +147,23 @@ def _split_list(text: str, convert: Any) -> list[Any]:
     return out
 
 
-def coerce_float_list(value: str | float) -> list[Any]:
-    return _split_list(value, float) if isinstance(value, str) else [value]
+def coerce_float_list(value: Any) -> list[Any]:
+    """A list field as typed (``"0.5,1"``, ``2``) or as given (a sequence; None: empty)."""
+    if isinstance(value, str):
+        return _split_list(value, float)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return [value]
+    return list(value or [])
 
 
 def coerce_int_list(value: str | int) -> list[Any]:
     return [value] if isinstance(value, int) else _split_list(value, int)
+
+
+def parse_typed(obj: Any, parsers: dict[str, Callable[[str], Any]]) -> None:
+    """The forms people type (``"2s"``, ``"8k"``, ``"2%"``) into the fields' types, in place:
+    each field of ``obj`` named in ``parsers`` that holds a string is parsed by its parser."""
+    for name, parse in parsers.items():
+        value = getattr(obj, name)
+        if isinstance(value, str):
+            setattr(obj, name, parse(value))

@@ -41,6 +41,7 @@ from speedmatrix.capacity import CapacityModel, model_for
 from speedmatrix.matrix import Matrix
 from speedmatrix.trafficplan import shape_traffic_cell, traffic_cells
 from speedmatrix.units import format_tokens
+from speedmatrix.verdict.cells import CellShape
 
 __all__ = [
     "DECODE_MARGIN_MAX",
@@ -81,7 +82,10 @@ def prefill_max(context_length: int) -> int:
 
 @dataclass
 class PlannedCell:
-    """One cell to measure (``status`` None) or not to run (``over_capacity`` / ``error``)."""
+    """One cell to measure (``status`` None) or not to run (``over_capacity`` / ``error``).
+
+    Defaults are not written twice: a cell's shape takes the verdict's (`CellShape`, what a
+    stored cell says about its plan), a run-wide setting the matrix's (`Matrix`)."""
 
     id: str
     phase: str  # "prefill" | "decode"
@@ -100,10 +104,10 @@ class PlannedCell:
     expect_queued: bool = False
     #: "measured": the capacity rule could not decide (max running unknown), so the cell
     #: is run and its verdict judges it from preemptions (`capacity_note` says why)
-    capacity_check: str = ""
+    capacity_check: str = CellShape.capacity_check
     capacity_note: str = ""
     #: for a "measured" cell: the share of the KV pool one prompt needs to be admitted
-    kv_admit_share: float = 0.0
+    kv_admit_share: float = CellShape.kv_admit_share
     #: the cell's time limit (s): a decode cell's measurement window; a prefill cell's
     #: bound on its one cold request
     duration_s: float = 0.0
@@ -118,40 +122,40 @@ class PlannedCell:
     #: open loop (a request-rate cell): arrivals per second, their law ("poisson",
     #: "constant", "gamma:SHAPE"), the client's in-flight gate (0 = none; `concurrency`
     #: holds it too) and how long the window's requests may take to finish after it
-    rate_per_s: float | None = None
-    arrival: str = "poisson"
+    rate_per_s: float | None = CellShape.rate_per_s
+    arrival: str = CellShape.arrival
     drain_timeout_s: float = 0.0
     #: the cell sends a workload file's requests (matrix.prompts_file) instead of
     #: synthetic prompts of `context` tokens
-    prompts_file: str = ""
+    prompts_file: str = CellShape.prompts_file
     #: the rest of what the core and the verdict need to run and judge the cell, so
     #: that the sweep never reads the matrix to measure one (_shape fills them in):
     #: the endpoint, fields merged into every body, a request's silence limit, the stall
     #: rule, the precision stop, the ramp cap, the percentiles and SLO targets judged
-    api: str = "completions"
+    api: str = Matrix.api
     extra: dict[str, Any] = field(default_factory=dict)
-    request_idle_timeout_s: float = 120.0
-    stall_min_s: float = 2.0
-    stall_gap_factor: float = 25.0
-    precision: float = 0.0
-    min_duration_s: float = 5.0
-    ramp_cap_s: float = 180.0
-    client_threads: int = 0  #: the client's event loops (0: auto; Matrix.client_threads)
+    request_idle_timeout_s: float = Matrix.request_idle_timeout_s
+    stall_min_s: float = Matrix.stall_min_s
+    stall_gap_factor: float = Matrix.stall_gap_factor
+    precision: float = Matrix.precision
+    min_duration_s: float = Matrix.min_duration_s
+    ramp_cap_s: float = Matrix.ramp_cap_s
+    client_threads: int = Matrix.client_threads  #: the client's event loops (0: auto)
     percentiles: list[float] = field(default_factory=list)
     slo: dict[str, float] = field(default_factory=dict)
     #: issue 23's traffic shapes (`speedmatrix.trafficplan`): the share of each prompt
     #: served from a warmed prefix; one cold prefill every that many seconds (phase
     #: "interference"); the trace file replayed and its speed-up
-    cached_fraction: float | None = None
-    interference_every_s: float = 0.0
-    trace: str = ""
-    speedup: float = 1.0
+    cached_fraction: float | None = CellShape.cached_fraction
+    interference_every_s: float = CellShape.interference_every_s
+    trace: str = CellShape.trace
+    speedup: float = CellShape.speedup
     #: a sessions cell (phase "session"): turns, each turn's new tokens, the pause between
-    sessions: int = 0
-    turn_tokens: int = 0
-    think_time_s: float = 0.0
+    sessions: int = CellShape.sessions
+    turn_tokens: int = CellShape.turn_tokens
+    think_time_s: float = CellShape.think_time_s
     #: a cached-fraction cell's counters read around its window (the sweep's, once run)
-    cache_counters: dict[str, Any] | None = None
+    cache_counters: dict[str, Any] | None = CellShape.cache_counters
 
     @property
     def runnable(self) -> bool:

@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from speedmatrix.cliargs import number_in
 from speedmatrix.cliargs import port as port_arg
 from speedmatrix.errors import SpeedmatrixError
 
@@ -88,13 +89,7 @@ FAULT_KINDS = ("http500", "malformed", "drop", "stall")
 
 def _share(text: str) -> float:
     """A fault share from the command line: a number in [0, 1] (argparse type)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a share in [0, 1]")
-    return value
+    return number_in(text, float, 0.0, 1.0, "a number", "a share in [0, 1]")
 
 
 def _fault_args(faults: Mapping[str, float]) -> list[str]:

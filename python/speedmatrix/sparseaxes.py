@@ -46,17 +46,11 @@ def problems(m: Any) -> list[str]:
     if not isinstance(cap, int) or isinstance(cap, bool) or cap < 0:
         errors.append(f"sparse_max_cells: {cap!r} is not 0 (40 % of the grid) or a count")
     if m.plan == "sparse":
-        others = [
-            name
-            for name, on in (
-                ("request_rates", bool(m.request_rates)),
-                ("search", bool(m.search)),
-                ("prompts_file", bool(m.prompts_file)),
-                ("repetitions", m.repetitions != 1),
-                (trafficaxes.kind(m) or "traffic", bool(trafficaxes.kind(m))),
-            )
-            if on
-        ]
+        others = trafficaxes.load_modes(m)
+        if m.repetitions != 1:
+            others.append("repetitions")
+        if trafficaxes.kind(m):
+            others.append(trafficaxes.kind(m))
         if others:
             errors.append(f"plan: sparse predicts closed-loop cells; not with {others[0]}")
     return errors

@@ -14,11 +14,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from speedmatrix.matrixfile import coerce_float_list
+from speedmatrix.matrixfile import coerce_float_list, parse_typed
 from speedmatrix.prefixcache import parse_cached_fractions
 from speedmatrix.units import parse_duration, parse_tokens
 
-__all__ = ["MAX_SPEEDUP", "MAX_TURNS", "coerce", "kind", "problems"]
+__all__ = ["MAX_SPEEDUP", "MAX_TURNS", "coerce", "kind", "load_modes", "problems"]
 
 #: a replay faster than this is a typo (a trace of a day would last under a second)
 MAX_SPEEDUP = 100_000.0
@@ -28,17 +28,15 @@ MAX_TURNS = 1_000
 
 def coerce(m: Any) -> None:
     """The forms people type (``"0,0.5"``, ``"2s"``) into the fields' types, in place."""
-    value = m.cached_fraction
-    if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-        m.cached_fraction = coerce_float_list(value)  # bad items are kept for problems()
-    else:
-        m.cached_fraction = list(value or [])
-    if isinstance(m.interference_every_s, str):
-        m.interference_every_s = parse_duration(m.interference_every_s)
-    if isinstance(m.think_time_s, str):
-        m.think_time_s = parse_duration(m.think_time_s)
-    if isinstance(m.turn_tokens, str):
-        m.turn_tokens = parse_tokens(m.turn_tokens)
+    m.cached_fraction = coerce_float_list(m.cached_fraction)  # bad items kept for problems()
+    parse_typed(
+        m,
+        {
+            "interference_every_s": parse_duration,
+            "think_time_s": parse_duration,
+            "turn_tokens": parse_tokens,
+        },
+    )
     m.trace = str(m.trace or "")
 
 
@@ -54,6 +52,18 @@ def kind(m: Any) -> str:
     if m.sessions:
         return "sessions"
     return ""
+
+
+def load_modes(m: Any) -> list[str]:
+    """The settings of ``m`` that replace the closed-loop grid's load with their own (open
+    loop, an SLO search, a workload file): none combines with a traffic shape or a sparse
+    plan."""
+    modes = (
+        ("request_rates", bool(m.request_rates)),
+        ("search", bool(m.search)),
+        ("prompts_file", bool(m.prompts_file)),
+    )
+    return [name for name, on in modes if on]
 
 
 def _number(value: Any) -> bool:
@@ -108,15 +118,7 @@ def problems(m: Any) -> list[str]:
         )
         if on
     ]
-    others = [
-        name
-        for name, on in (
-            ("request_rates", bool(m.request_rates)),
-            ("search", bool(m.search)),
-            ("prompts_file", bool(m.prompts_file)),
-        )
-        if on
-    ]
+    others = load_modes(m)
     if len(asked) > 1:
         errors.append(f"{asked[1]}: cannot be combined with {asked[0]} (each is its own run)")
     elif asked and others:

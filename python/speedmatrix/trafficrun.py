@@ -16,14 +16,17 @@ import time
 from typing import Any, cast
 
 from speedmatrix import interference, sessions
+from speedmatrix.adapters.discovery import get_adapter
 from speedmatrix.cachedcell import WARM_INDEX, prompt_seed, read_counters, warm_prefix
 from speedmatrix.errors import SpeedmatrixError
+from speedmatrix.localtokenizer import local_ids
 from speedmatrix.prompts import PromptError, PromptFactory, request_body
 from speedmatrix.records import Records
 from speedmatrix.trace import BLOCK_TOKENS, load_trace, schedule_ns, shared_blocks
 from speedmatrix.trafficplan import DECODE_PROMPT_TOKENS
 from speedmatrix.verdict.interference import interference_cell
 from speedmatrix.verdict.sessions import session_cell
+from speedmatrix.verdict.window import OK
 
 __all__ = ["is_traffic_cell", "measure"]
 
@@ -188,8 +191,19 @@ def _trace(sweep: Any, cell: Any) -> Any:
     return sweep._store_measured(stored, records, prompts)
 
 
-def _session_turns(sweep: Any, cell: Any) -> tuple[list[Any], list[list[bytes]]]:
-    """Each session's full prompt (its last turn's) and every turn's bodies, turn by turn."""
+@dataclasses.dataclass
+class _Conversations:
+    """The sessions of a cell as they grow: each one's id pool (`sessions.segment`), its
+    current prompt ids, and the tokens the server adds to every prompt (a BOS)."""
+
+    pools: list[list[int]]
+    first: int  # ids of turn 0's prompt
+    overhead: int
+    prompts: list[list[int]]
+    made: list[Any]  # the pool prompts, for the stored cell's prompt method
+
+
+def _conversations(sweep: Any, cell: Any) -> _Conversations:
     turns, step, out_tokens = cell.sessions, cell.turn_tokens, cell.max_output
     last = sessions.final_tokens(cell.context, step, out_tokens, turns)
     salt = f"{sweep.doc['meta']['run']['seed']}/{cell.id}/{sweep._nonce}"
@@ -200,12 +214,59 @@ def _session_turns(sweep: Any, cell: Any) -> tuple[list[Any], list[list[bytes]]]
             f"them) so that each turn's prompt is a prefix of the next; this server: {full[0].method}"
         )
     overhead = last - len(full[0].payload)
-    bodies = []
-    for k in range(turns):
-        tokens = sessions.turn_tokens_at(cell.context, step, out_tokens, k)
-        ids = [sessions.turn_ids(list(p.payload), overhead, tokens) for p in full]
-        bodies.append([_body(sweep, cell, i, out_tokens) for i in ids])
-    return full, bodies
+    pools = [list(cast(list[int], p.payload)) for p in full]
+    first = cell.context - overhead
+    return _Conversations(pools, first, overhead, [pool[:first] for pool in pools], full)
+
+
+def _answer_sources(sweep: Any) -> dict[str, Any]:
+    """The ways to an answer's ids besides the stream (`sessions.answer_of`): the server's
+    tokenize endpoint and the local tokenizer, where there are."""
+    out: dict[str, Any] = {}
+    tok = sweep.target.tokenize
+    if tok is not None:
+        client = sweep.target.client(_CLIENT_TIMEOUT_S)
+        out["tokenize"] = lambda text: tok.ids(client, sweep.target.model, text)
+    if sweep.tokenizer is not None:
+        out["tokenizer"] = lambda text: local_ids(sweep.tokenizer, text)
+    return out
+
+
+def _session_turn(sweep: Any, cell: Any, conv: _Conversations, k: int, ways: dict):
+    """Turn k of every session: its run, and each session's answer appended (then the next
+    turn's message) to its prompt. Returns the turn's records, None when interrupted."""
+    extra = dict(cell.extra or {})
+    field = get_adapter(sweep.target.engine).answer_ids_field
+    if field:
+        extra[field] = True  # the engine streams the answer's ids on request
+    bodies = [
+        request_body(sweep.target, cell.api, ids, cell.max_output, extra=extra)
+        for ids in conv.prompts
+    ]
+    spec = sweep._spec(cell, cell.concurrency, bodies, [], cell.duration_s, cell.concurrency)
+    spec.steady_window = False
+    spec.keep_output = True
+    res, interrupted = sweep._run_spec(spec)
+    if interrupted:
+        sweep.interrupted = True
+        return None
+    records = Records.from_result(res)
+    req = records.requests
+    n = len(conv.prompts)
+    cuts = [
+        sessions.segment(pool, conv.first, cell.max_output, cell.turn_tokens, k + 1)
+        for pool in conv.pools
+    ]  # (stand-in answer, next message) per session
+    answers = [
+        sessions.Answer(stand_in, "stand_in", "the turn was not sent") for stand_in, _ in cuts
+    ]
+    for i, s in enumerate(req["body"]):
+        output = res.outputs[i] if i < len(res.outputs) else None
+        answers[s] = sessions.answer_of(output, req["outcome"][i] == OK, cuts[s][0], **ways)
+    tokens = [len(ids) + conv.overhead for ids in conv.prompts]
+    req.update(sessions.turn_columns(k, req["body"], tokens, answers))
+    conv.prompts = [conv.prompts[s] + answers[s].ids + cuts[s][1] for s in range(n)]
+    return records
 
 
 def _sessions(sweep: Any, cell: Any) -> Any:
@@ -213,19 +274,18 @@ def _sessions(sweep: Any, cell: Any) -> Any:
     think time; the turns' records merged into the cell's."""
     idle, _ = sweep._wait_idle()
     try:
-        full, turns = _session_turns(sweep, cell)
+        conv = _conversations(sweep, cell)
     except (SpeedmatrixError, ValueError) as exc:
         return _failed(sweep, cell, exc)
+    ways = _answer_sources(sweep)
     parts = []
-    for k, bodies in enumerate(turns):
+    for k in range(cell.sessions):
         if k and cell.think_time_s > 0:
             time.sleep(cell.think_time_s)
-        spec = sweep._spec(cell, cell.concurrency, bodies, [], cell.duration_s, cell.concurrency)
-        spec.steady_window = False
-        records = _run(sweep, spec)
+        records = _session_turn(sweep, cell, conv, k, ways)
         if records is None:
             return None
         parts.append(records)
     merged = sessions.merge(parts, int(cell.concurrency))
     stored = session_cell(cell, merged, idle=idle)
-    return sweep._store_measured(stored, merged, full)
+    return sweep._store_measured(stored, merged, conv.made)

@@ -64,9 +64,12 @@ def parse_tokens(value: int | str) -> int:
     return int(tokens)
 
 
-def parse_token_list(value: str | list | tuple, *, keywords: tuple[str, ...] = ()) -> list:
+def parse_token_list(
+    value: str | list | tuple, *, keywords: tuple[str, ...] = (), keep_bad: bool = False
+) -> list:
     """A comma-separated list (or a sequence) of token counts; the words in ``keywords`` (for
-    example ``"max"``) are kept as lower-case strings."""
+    example ``"max"``) are kept as lower-case strings. ``keep_bad``: an item that does not
+    parse (or is not a string) is kept as given, for a check that names its field."""
     items = value.split(",") if isinstance(value, str) else list(value)
     out: list = []
     for item in items:
@@ -77,7 +80,15 @@ def parse_token_list(value: str | list | tuple, *, keywords: tuple[str, ...] = (
             if item.lower() in keywords:
                 out.append(item.lower())
                 continue
-        out.append(parse_tokens(item))
+        elif keep_bad:
+            out.append(item)
+            continue
+        try:
+            out.append(parse_tokens(item))
+        except ValueError:
+            if not keep_bad:
+                raise
+            out.append(item)
     return out
 
 

@@ -684,6 +684,53 @@ INSTANTIATE_TEST_SUITE_P(Shapes, ErrorBody, ::testing::ValuesIn(kBodies),
                            return info.param.name;
                          });
 
+TEST(DecoderKeep, KeepsUnescapedTextAndStreamedIdsOnlyWhenAsked) {
+  const std::vector<std::string> chunks = {
+      R"({"choices":[{"index":0,"text":"he\"llo","token_ids":[7,8],"prompt_token_ids":[1]}]})",
+      R"({"choices":[{"index":0,"text":" w\u00e9","token_ids":[9],"finish_reason":"length"}]})",
+  };
+  OpenAIStreamDecoder off;
+  for (const std::string& c : chunks) EXPECT_EQ(off.decode_copy(c).tokens, 1);
+  RequestOutput out;
+  OpenAIStreamDecoder dec;
+  for (const std::string& c : chunks) {
+    dec.keep_output(&out, 1 << 20);
+    EXPECT_EQ(dec.decode_copy(c).tokens, 1);
+  }
+  EXPECT_EQ(out.text, "he\"llo w\xc3\xa9");
+  EXPECT_EQ(out.token_ids, (std::vector<std::int32_t>{7, 8, 9}));
+  EXPECT_TRUE(out.ids_streamed);
+  EXPECT_FALSE(out.truncated);
+  // chat: delta.content is kept, reasoning is not; no ids streamed
+  RequestOutput chat;
+  OpenAIStreamDecoder cd(ApiKind::kChat);
+  cd.keep_output(&chat, 1 << 20);
+  cd.decode_copy(R"({"choices":[{"delta":{"reasoning_content":"hmm"}}]})");
+  cd.decode_copy(R"({"choices":[{"delta":{"content":"yes"}}]})");
+  EXPECT_EQ(chat.text, "yes");
+  EXPECT_FALSE(chat.ids_streamed);
+  dec.reset(ApiKind::kCompletions);  // reset stops keeping
+  dec.decode_copy(chunks[0]);
+  EXPECT_EQ(out.token_ids.size(), 3u);
+}
+
+TEST(DecoderKeep, CapBoundsTextAndIdsOfAHostileStream) {
+  RequestOutput out;
+  OpenAIStreamDecoder dec;
+  dec.keep_output(&out, 16);
+  std::string big;
+  for (int i = 0; i < 10; ++i) big += "\xc3\xa9";  // 20 bytes of 2-byte characters
+  dec.decode_copy(R"({"choices":[{"text":"ab","token_ids":[1,2]}]})");
+  dec.decode_copy(R"({"choices":[{"text":")" + big + R"(","token_ids":[3]}]})");
+  EXPECT_TRUE(out.truncated);
+  EXPECT_LE(out.kept_bytes(), 16u);
+  EXPECT_EQ(out.text.size() % 2, 0u) << "cut inside a UTF-8 sequence";
+  EXPECT_EQ(out.token_ids, (std::vector<std::int32_t>{1, 2}));
+  const std::size_t kept = out.kept_bytes();
+  dec.decode_copy(R"({"choices":[{"text":"more","token_ids":[4,5,6]}]})");
+  EXPECT_EQ(out.kept_bytes(), kept);
+}
+
 TEST(ErrorBodyLimits, LongBodyIsCutAtUtf8BoundaryTo500Bytes) {
   std::string body;
   for (int i = 0; i < 400; ++i) body += "\xc3\xa9";  // é, 2 bytes each

@@ -100,6 +100,11 @@ TEST(SimModel, StepAndPrefillCosts) {
   EXPECT_EQ(sm::decode_step_ns(p, 1, 0), 11'500'000);
   EXPECT_EQ(sm::decode_step_ns(p, 2, 1000), 10 * kMs + 2 * kMs + 2 * kMs + 1 * kMs);
   EXPECT_GT(sm::decode_step_ns(p, 4, 0), sm::decode_step_ns(p, 2, 0));
+  // A batched surcharge (a faster one-sequence path) costs every step of two or more only.
+  sm::Profile q = p;
+  q.step_batched_ms = 3.0;
+  EXPECT_EQ(sm::decode_step_ns(q, 1, 0), sm::decode_step_ns(p, 1, 0));
+  EXPECT_EQ(sm::decode_step_ns(q, 2, 1000), sm::decode_step_ns(p, 2, 1000) + 3 * kMs);
   EXPECT_EQ(sm::prefill_ns(p, 0, 100), 1 * kMs);
   p.prefill_per_token_ctx_ns = 1000.0;  // +1 ns per token per 1000 tokens of context
   // Positions 1000..1999: mean 1499.5 -> 10 µs + 1.4995 ns per token.
@@ -251,6 +256,31 @@ TEST(SimEngine, PrefixCacheSkipsCachedPrefill) {
   h.engine.submit(spec(4, 1024, 1, 42));
   h.at(3100 * kMs);
   EXPECT_EQ(h.events.back().cached_tokens, 0);
+}
+
+TEST(SimEngine, AnswerBlocksStayCachedForTheNextTurn) {
+  // A conversation: turn 2's prompt is turn 1's prompt (512), its answer (32 generated
+  // tokens) and a new message (64). The engine cached the answer's blocks too, so turn 2
+  // finds 544 tokens: the previous prompt and answer, as vLLM and SGLang keep them.
+  Harness h(small_profile());
+  const auto prompt = ids_for(42, 512), answer = ids_for(43, 32), message = ids_for(44, 64);
+  auto first = spec(1, 512, 32, 42);
+  auto whole = prompt;
+  whole.insert(whole.end(), answer.begin(), answer.end());
+  auto chain = sm::block_hashes(whole, 16);
+  first.output_block_hashes.assign(chain.begin() + 32, chain.end());
+  h.engine.submit(first);
+  h.at(2000 * kMs);
+  ASSERT_TRUE(h.finished(1));
+  EXPECT_EQ(h.engine.state().kv_cached_tokens, 544);
+  whole.insert(whole.end(), message.begin(), message.end());
+  sm::RequestSpec next = spec(2, 608, 1, 0);
+  next.block_hashes = sm::block_hashes(whole, 16);
+  h.clock.t = 3000 * kMs;
+  h.engine.submit(next);
+  h.at(3100 * kMs);
+  ASSERT_TRUE(h.finished(2));
+  EXPECT_EQ(h.events.back().cached_tokens, 544);
 }
 
 TEST(SimEngine, CacheIsLruWithinFreePool) {

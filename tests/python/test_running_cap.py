@@ -5,6 +5,7 @@ reading, cells left to the measurement, preemptions in a cell's verdict."""
 import numpy as np
 import pytest
 from speedmatrix.adapters import Target
+from speedmatrix.adapters.llamacpp import LAYOUT_UNKNOWN
 from speedmatrix.adapters.running import (
     Plateau,
     learn_max_running,
@@ -251,6 +252,7 @@ def _llamacpp_unknown() -> Target:
     t.set_capacity("context_length", 6144, "probed", "/props n_ctx")
     t.set_capacity("max_running", 2, "probed", "/props total_slots")
     t.info["kv_layout"] = {"unified": None, "source": "unknown"}
+    t.warnings.append(LAYOUT_UNKNOWN)
     return t
 
 
@@ -264,6 +266,10 @@ def test_llamacpp_unknown_layout_settled_by_the_launch_command():
     split = _llamacpp_unknown()
     learn_layout(split, "llama-server -np 2 -c 12288")
     assert split.info["kv_layout"]["unified"] is False and split.kv_tokens == 12288
+    assert LAYOUT_UNKNOWN not in split.warnings, "settled: the warning is withdrawn"
+    open_still = _llamacpp_unknown()
+    learn_layout(open_still, "llama-server -c 12288")
+    assert LAYOUT_UNKNOWN in open_still.warnings
     assert [c.status for c in plan(m, split)] == [None, None]
     unified = _llamacpp_unknown()
     learn_layout(unified, "llama-server -np 2 -c 6144 --kv-unified")

@@ -184,7 +184,7 @@ def server(tmp_path_factory):
 
 
 def _cell(server, host: str = "127.0.0.1", **tls):
-    """A 0.6 s cell of 2 streams with /metrics sampled every 50 ms; returns the result
+    """A 0.35 s cell of 2 streams with /metrics sampled every 50 ms; returns the result
     and what the server saw during it."""
     base = f"https://{host}:{server.port}"
     spec = _core.CellSpec()
@@ -192,7 +192,7 @@ def _cell(server, host: str = "127.0.0.1", **tls):
     spec.api_key = API_KEY
     spec.bodies = [json.dumps({"prompt": "hi", "max_tokens": TOKENS, "stream": True})]
     spec.concurrency = 2
-    spec.duration_s = 0.6
+    spec.duration_s = 0.35
     spec.connect_timeout_s = 5
     spec.idle_timeout_s = 5
     spec.metrics_url = base + "/metrics"

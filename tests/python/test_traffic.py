@@ -373,7 +373,8 @@ def test_the_trace_section_shows_the_lateness_percentiles() -> None:
 # ---- sessions ----------------------------------------------------------------------------
 def test_session_turn_lengths_and_cached_prefixes() -> None:
     assert [sessions.turn_tokens_at(512, 64, 32, k) for k in range(3)] == [512, 608, 704]
-    assert [sessions.cached_prefix_tokens(512, 64, 32, k) for k in range(3)] == [0, 512, 608]
+    # planned: the previous prompt and its answer of max_output tokens
+    assert [sessions.cached_prefix_tokens(512, 64, 32, k) for k in range(3)] == [0, 544, 640]
     assert sessions.final_tokens(512, 64, 32, 3) == 704
     assert sessions.turn_ids(list(range(10)), 1, 5) == [0, 1, 2, 3]  # the server adds a BOS
 
@@ -511,6 +512,7 @@ def test_the_sessions_section_shows_first_and_last_turn_against_the_cached_prefi
                 "session_turns_per_s": 2.5,
                 "session_output_tok_s": 80.0,
                 "session_duration_s": 1.25,
+                "session_answer_source": {"stream": 4, "stand_in": 2},
             }
         ]
     )
@@ -518,7 +520,7 @@ def test_the_sessions_section_shows_first_and_last_turn_against_the_cached_prefi
     assert section is not None and section.charts == [report_traffic.SESSION_CHART]
     assert section.table.rows == [
         ["512", "2", "3", "110.0", "26.0 (608 cached, server 608)", "5.0", "2.50", "80.0",
-         "1.25", "valid"]
+         "1.25", "stand_in 2, stream 4", "valid"]
     ]  # fmt: skip
     line = report_traffic.ttft_by_cached_prefix(cells).axes[0].get_lines()[0]
     assert list(line.get_xdata()) == [0, 512, 608]

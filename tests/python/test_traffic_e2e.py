@@ -204,11 +204,14 @@ def test_sessions(tmp_path: Path) -> None:
     cell = cells["session-c512-n2-t3-r0"]
     assert cell["status"] == "valid", cell.get("reason")
     assert cell["session_turns_completed"] == 6
-    assert cell["session_turn_cached_tokens"] == [0, 512, 608]
+    # each turn finds the previous prompt and the answer the engine gave (its ids streamed:
+    # the vllm flavour with return_token_ids), 512 + 32 and 608 + 32
+    assert cell["session_answer_source"] == {"stream": 6}
+    assert cell["session_turn_cached_tokens"] == [0, 544, 640]
     # the engine reports what it served from its cache (whole 16-token blocks: all of it;
     # nothing said for the first turn, which it served cold)
     said = cell["session_turn_delivered_cached_tokens"]
-    assert said[0] in (None, 0) and said[1:] == [512, 608]
+    assert said[0] in (None, 0) and said[1:] == [544, 640]
     req = load(tmp_path).records(cell["id"]).requests
     turn = req["body"] // 2
     # exact prompt lengths per turn: C, C + (32 + 64), C + 2 (32 + 64)
@@ -218,7 +221,7 @@ def test_sessions(tmp_path: Path) -> None:
         [704],
     ]
     # each turn computes what the server had not seen: the whole first prompt, then the
-    # answer and the new message (96 tokens; the engine caches whole 16-token blocks)
+    # new message (64 tokens; the engine caches whole 16-token blocks)
     ttft = cell["session_ttft_ms_by_turn"]
     first_ms = 512 * SESSION_PREFILL_US / 1000
     assert first_ms <= ttft[0] <= 2 * first_ms + 80

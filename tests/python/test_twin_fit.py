@@ -37,3 +37,59 @@ def test_fit_from_10_cells_predicts_the_rest_within_10_percent() -> None:
 def test_too_few_cells_is_one_clear_error() -> None:
     with pytest.raises(ProfileError, match="3 valid cells"):
         fit_step(load_profile("seed-h200"), _measured()[:2])
+
+
+#: six cells measured on llama.cpp (one thread, a loaded machine): at 1920 x 6 the batch is
+#: still 4 (the slots), yet the figures are noisy enough that an unconstrained fit makes the
+#: per-request term negative, and with it the step of a batch of 2 at 128 tokens
+NOISY_LLAMACPP = [
+    MeasuredCell(128, 1, 374.5, 1.9),
+    MeasuredCell(128, 4, 510.5, 5.7),
+    MeasuredCell(128, 6, 374.5, 11.3),
+    MeasuredCell(1920, 1, 195.5, 3.8),
+    MeasuredCell(1920, 4, 270.5, 12.3),
+    MeasuredCell(1920, 6, 296.5, 12.4),
+]
+
+
+@pytest.mark.parametrize("window_s", [2.0, 30.0])
+def test_no_step_term_is_fitted_negative_so_no_cell_is_predicted_negative(window_s) -> None:
+    base = {"max_running": 4, "kv_tokens": 8192, "chunk_tokens": 2048}
+    fit = fit_step(base, NOISY_LLAMACPP, window_s=window_s)
+    assert all(fit.profile[k] >= 0 for k in STEP_KEYS), {k: fit.profile[k] for k in STEP_KEYS}
+    assert all(fit.sd[k] >= 0 for k in STEP_KEYS)
+    for context in (128, 512, 1024, 1920):
+        for n in (1, 2, 3, 4, 6):
+            p = predict_cell(fit.profile, context, n, max_output=64, sd=fit.sd)
+            assert p.tbt_ms > 0 and p.total_tok_s > 0, (context, n, p)
+
+
+def test_a_faster_one_sequence_path_is_fitted_as_the_batched_surcharge() -> None:
+    # llama.cpp on a CPU: a step of 2 costs ~2.7x a step of 1, then grows gently; three batch
+    # sizes with batch 1 among them pin the surcharge instead of a square term
+    truth = {
+        "step_base_ms": 1.0,
+        "step_per_seq_ms": 0.4,
+        "step_per_seq2_ms": 0.0,
+        "step_per_kv_token_ns": 300.0,
+        "step_batched_ms": 2.5,
+        "max_running": 4,
+        "kv_tokens": 8192,
+    }
+    grid = [(c, n) for c in (128, 512, 1024, 1920) for n in (1, 2, 3, 4)]
+    measured = []
+    for c, n in grid:
+        p = predict_cell(truth, c, n, max_output=64, window_s=2.0)
+        measured.append(MeasuredCell(c, n, p.total_tok_s, p.tbt_ms))
+    design = [m for m in measured if (m.context, m.concurrency) in DESIGN]
+    base = {k: v for k, v in truth.items() if k not in STEP_KEYS}
+    fit = fit_step(base, design, window_s=2.0, max_output=64)
+    assert fit.profile["step_batched_ms"] == pytest.approx(2.5, rel=0.02)
+    assert fit.profile["step_per_seq2_ms"] == 0.0
+    for m in measured:
+        p = predict_cell(fit.profile, m.context, m.concurrency, max_output=64, window_s=2.0)
+        assert p.tbt_ms == pytest.approx(m.tbt_ms, rel=0.01), (m.context, m.concurrency)
+
+
+#: the sparse design of that grid (tests/python/test_twin_sparse.py)
+DESIGN = {(128, 1), (1920, 4), (128, 4), (128, 2), (1920, 1)}

@@ -46,11 +46,18 @@ def test_the_knee_of_the_concurrency_axis(levels, max_running, expected) -> None
             4,
             [(1024, 1), (8192, 32), (1024, 128), (1024, 8)],
         ),
-        (  # beyond max_running 32 requests queue: the knee is 32
+        (  # beyond max_running 32 requests queue: the knee is 32, and 128 runs its batch,
+            # so 8 is the third batch size, before 128
             _grid([1024, 8192], [1, 8, 32, 128]),
             32,
             10,
-            [(1024, 1), (8192, 128), (1024, 128), (1024, 32), (8192, 1), (8192, 32)],
+            [(1024, 1), (8192, 128), (1024, 32), (1024, 8), (1024, 128), (8192, 1), (8192, 32)],
+        ),
+        (  # llama.cpp's 4 slots (tests/python/test_twin_llamacpp.py): batches 1, 2 and 4
+            _grid([128, 512, 1024, 1920], [1, 2, 4, 6]),
+            4,
+            6,
+            [(128, 1), (1920, 6), (128, 4), (128, 2), (128, 6), (1920, 1)],
         ),
         (_grid([2048], [1, 64]), None, 10, [(2048, 1), (2048, 64)]),  # one row, two levels
         ([], None, 10, []),

@@ -525,10 +525,12 @@ def test_cached_fraction_cells_deliver_the_asked_share(big_pool, tmp_path, capsy
     assert ttft[1] < ttft[0]
 
 
-def test_sessions_find_the_previous_turns_prompt_cached(big_pool, tmp_path, capsys):
-    """issue 23: sessions on a real vLLM. Each turn's prompt is exact, and vLLM's counters
-    show each later turn served from its cache the whole 128-token blocks of the previous
-    turn's prompt (256 + 112 and 256 + 224 tokens: 2 blocks each, the third is partial)."""
+def test_sessions_find_the_previous_turns_prompt_and_answer_cached(big_pool, tmp_path, capsys):
+    """issue 23: sessions on a real vLLM. Each turn's prompt is the previous prompt, the
+    answer vLLM gave (its ids streamed: return_token_ids) and a new message, exact; vLLM's
+    counters show each later turn served from its cache the whole 128-token blocks of the
+    previous prompt and answer (vLLM caches the answer's blocks too, all but its last token
+    computed: 256 + 48 - 1 -> 256, 368 + 48 - 1 -> 384 tokens)."""
     m = _matrix(contexts=[256], concurrency=[2], sessions=3, turn_tokens=64, duration_s=60.0)
     before = metrics(big_pool.url)
     result = run(big_pool.url, m, tmp_path, progress=False, report=False)
@@ -537,10 +539,14 @@ def test_sessions_find_the_previous_turns_prompt_cached(big_pool, tmp_path, caps
     _show(capsys, "sessions", [cell])
     assert cell["status"] == "valid", cell.get("reason")
     assert cell["session_turns_completed"] == 6
+    assert cell["session_answer_source"] == {"stream": 6}
+    assert cell["session_turn_answer_tokens"] == [MAX_OUTPUT] * 3
+    assert cell["session_turn_cached_tokens"] == [0, 256 + 48, 368 + 48]
     req = result.records(cell["id"]).requests
-    turns = [sorted(set(req["prompt_tokens"][req["body"] // 2 == k])) for k in range(3)]
+    turns = [sorted(set(req["prompt_tokens"][req["turn"] == k])) for k in range(3)]
     assert turns == [[256], [256 + 112], [256 + 224]]
+    assert list(req["prompt_tokens"]) == list(req["turn_prompt_tokens"])
     hits = total(after, "vllm:prefix_cache_hits_total") - total(
         before, "vllm:prefix_cache_hits_total"
     )
-    assert hits == 2 * (256 + 256), hits
+    assert hits == 2 * (256 + 384), hits

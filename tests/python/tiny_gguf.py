@@ -11,14 +11,26 @@ by letter, so text of those words is about one token per word, as in a real voca
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-N_EMBD = 64
-N_HEAD = 4
-N_LAYER = 2
-N_FF = 128
+
+@dataclass(frozen=True)
+class Shape:
+    """Layer sizes. TINY (the default) makes steps far under a millisecond; SMALL makes
+    each decode step cost real compute (a few ms on two cores) that grows with the context,
+    so a figure's noise from the client sharing the cores is small beside it."""
+
+    n_embd: int = 64
+    n_head: int = 4
+    n_layer: int = 2
+    n_ff: int = 128
+
+
+TINY = Shape()
+SMALL = Shape(n_embd=384, n_head=6, n_layer=6, n_ff=1024)
 #: the chat template: role markers are ordinary text, so the server's own
 #: /apply-template + /tokenize count is the exact prompt
 CHAT_TEMPLATE = (
@@ -67,7 +79,12 @@ def _word_merges(words) -> tuple[list[str], list[str]]:
 
 
 def write_tiny_model(
-    path: Path | str, n_ctx_train: int = 4096, seed: int = 0, words=(), template: str = "plain"
+    path: Path | str,
+    n_ctx_train: int = 4096,
+    seed: int = 0,
+    words=(),
+    template: str = "plain",
+    shape: Shape = TINY,
 ) -> Path:
     """``template``: a name in TEMPLATES (the chat template the server applies)."""
     import gguf  # test dependency (pyproject extras "test")
@@ -86,12 +103,12 @@ def write_tiny_model(
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_name("tiny-llama")
     w.add_context_length(n_ctx_train)
-    w.add_embedding_length(N_EMBD)
-    w.add_block_count(N_LAYER)
-    w.add_feed_forward_length(N_FF)
-    w.add_head_count(N_HEAD)
-    w.add_head_count_kv(N_HEAD)
-    w.add_rope_dimension_count(N_EMBD // N_HEAD)
+    w.add_embedding_length(shape.n_embd)
+    w.add_block_count(shape.n_layer)
+    w.add_feed_forward_length(shape.n_ff)
+    w.add_head_count(shape.n_head)
+    w.add_head_count_kv(shape.n_head)
+    w.add_rope_dimension_count(shape.n_embd // shape.n_head)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
     w.add_vocab_size(n_vocab)
@@ -110,19 +127,20 @@ def write_tiny_model(
         w.add_tensor(name, (rng.standard_normal(shape) * scale).astype(np.float32))
 
     def ones(name: str) -> None:
-        w.add_tensor(name, np.ones(N_EMBD, dtype=np.float32))
+        w.add_tensor(name, np.ones(embd, dtype=np.float32))
 
-    t("token_embd.weight", n_vocab, N_EMBD, scale=1.0)
-    for i in range(N_LAYER):
+    embd, ff = shape.n_embd, shape.n_ff
+    t("token_embd.weight", n_vocab, embd, scale=1.0)
+    for i in range(shape.n_layer):
         ones(f"blk.{i}.attn_norm.weight")
         for part in ("q", "k", "v", "output"):
-            t(f"blk.{i}.attn_{part}.weight", N_EMBD, N_EMBD)
+            t(f"blk.{i}.attn_{part}.weight", embd, embd)
         ones(f"blk.{i}.ffn_norm.weight")
-        t(f"blk.{i}.ffn_gate.weight", N_FF, N_EMBD)
-        t(f"blk.{i}.ffn_up.weight", N_FF, N_EMBD)
-        t(f"blk.{i}.ffn_down.weight", N_EMBD, N_FF)
+        t(f"blk.{i}.ffn_gate.weight", ff, embd)
+        t(f"blk.{i}.ffn_up.weight", ff, embd)
+        t(f"blk.{i}.ffn_down.weight", embd, ff)
     ones("output_norm.weight")
-    t("output.weight", n_vocab, N_EMBD, scale=1.0)
+    t("output.weight", n_vocab, embd, scale=1.0)
 
     w.write_header_to_file()
     w.write_kv_data_to_file()

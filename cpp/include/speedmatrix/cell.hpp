@@ -117,6 +117,15 @@ struct CellSpec {
   // the cores minus one). Never more loops than slots. A precision stop, and an open loop
   // capped by max_concurrency (one FIFO gate), run one loop.
   std::int32_t client_threads = 1;
+
+  // Keep what each request's stream delivered (CellResult::outputs): its content text and,
+  // where the server streams them (vLLM with `return_token_ids`), its token ids. Off: no
+  // string is read or copied on the hot path. Each request keeps at most
+  // keep_output_max_bytes (text bytes + 4 a token id; RequestOutput::truncated past it), so
+  // a hostile server cannot grow the client's memory; the whole cost is about that times
+  // the cell's requests: meant for cells of few requests (a session's turns).
+  bool keep_output = false;
+  std::size_t keep_output_max_bytes = std::size_t{1} << 20;
 };
 
 struct CellResult {
@@ -137,6 +146,8 @@ struct CellResult {
   std::int32_t warmup_retried = 0;
   RequestLog requests;  // warm-up first, then window, in send order (some maybe spilled)
   EventColumns events;
+  // CellSpec::keep_output: one per request (outputs[i] is requests[i]'s); else empty.
+  std::vector<RequestOutput> outputs;
   MetricSamples metrics;
   std::int32_t client_threads = 1;  // the event loops the cell ran with
   double client_cpu_s = 0;          // CPU time of the client's loop threads during the cell

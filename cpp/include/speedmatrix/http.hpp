@@ -27,6 +27,10 @@ struct HttpOptions {
   std::size_t max_event_bytes = 16u << 20;
   bool record_events = true;   // fill records.events
   bool server_stamps = false;  // keep the engine's "sm_t_ns" stamps in events.server_ns
+  // Keep what each stream delivers in records.outputs, at most keep_output_max_bytes a
+  // request (CellSpec::keep_output; the cell sets these two from its spec).
+  bool keep_output = false;
+  std::size_t keep_output_max_bytes = 0;
   // The most transfers expected at once. Sizes the connection cache so that
   // every stream keeps its connection; connections are never capped below it.
   std::int32_t max_concurrency = 1;

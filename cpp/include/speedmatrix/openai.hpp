@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace speedmatrix {
 
@@ -88,6 +89,19 @@ struct StreamSummary {
   bool done = false;          // "[DONE]" seen
 };
 
+// What one request's stream delivered, kept only when asked (CellSpec::keep_output): the
+// content text of choice 0 (`text` / `delta.content`, unescaped; reasoning is not kept) and,
+// where the server streams them, its token ids (a choice's `token_ids` array: vLLM with
+// `return_token_ids`). Bounded: text bytes + 4 x ids stop growing at the decoder's cap
+// (a hostile server cannot grow the client's memory), truncated then says so.
+struct RequestOutput {
+  std::string text;
+  std::vector<std::int32_t> token_ids;
+  bool ids_streamed = false;  // some chunk carried a token_ids array (possibly empty)
+  bool truncated = false;     // the cap was reached: text and ids stop there
+  std::size_t kept_bytes() const noexcept { return text.size() + 4 * token_ids.size(); }
+};
+
 class OpenAIStreamDecoder {
  public:
   explicit OpenAIStreamDecoder(ApiKind api = ApiKind::kCompletions);
@@ -101,12 +115,24 @@ class OpenAIStreamDecoder {
   ChunkResult decode_copy(std::string_view data);
 
   const StreamSummary& summary() const noexcept { return summary_; }
+  // Resets the counts and stops keeping output (keep_output(nullptr)).
   void reset(ApiKind api);
+  // From the next decode() on, appends what the chunks deliver to *out (null: keep nothing,
+  // the default: no string is read or copied), at most max_bytes of it (kept_bytes()).
+  // *out must outlive the decodes that follow (callers set it before each one).
+  void keep_output(RequestOutput* out, std::size_t max_bytes) noexcept {
+    keep_ = out;
+    keep_max_ = max_bytes;
+  }
 
  private:
   // summary_.source and output_tokens from the counts so far (the usage judged
   // against the chunks that carried text).
   void judge_usage();
+  // The tokens one chunk carries: from its usage (a running count when `continuous`, else
+  // a final total) or from its text; settles how the stream is counted (counted_).
+  std::int64_t chunk_tokens(bool continuous, bool has_usage, bool has_text,
+                            std::int64_t completion_tokens);
 
   struct Impl;  // simdjson parser state
   ApiKind api_;
@@ -122,6 +148,8 @@ class OpenAIStreamDecoder {
   TokenSource counted_ = TokenSource::kNone;
   bool seen_text_ = false;
   bool seen_content_ = false;
+  RequestOutput* keep_ = nullptr;
+  std::size_t keep_max_ = 0;
 };
 
 // Parses a non-streaming error body (an HTTP 4xx/5xx answer) of any of the

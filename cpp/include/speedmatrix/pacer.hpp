@@ -3,6 +3,7 @@
 // replayed and tested without a clock.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <random>
@@ -37,35 +38,45 @@ class ConstantPacer final : public Pacer {
   std::int64_t count_;
 };
 
-// Poisson arrivals at rate_per_s (exponential gaps), reproducible by seed.
-class PoissonPacer final : public Pacer {
+// Arrivals whose gaps (s) are drawn from `Gap`, reproducible by seed: request 0 is due at
+// once, each later one a drawn gap after the previous; `count` > 0 bounds the plan and
+// `count` < 0 means no arrival at all (the rate or shape given was not positive).
+template <class Gap>
+class RandomGapPacer : public Pacer {
  public:
-  PoissonPacer(double rate_per_s, std::uint64_t seed, std::int64_t count = 0);
-  ns_t due_ns(std::int64_t k) override;
+  ns_t due_ns(std::int64_t k) override {
+    if (count_ < 0 || (count_ > 0 && k >= count_)) return kNever;
+    while (next_k_ <= k) {
+      if (next_k_ > 0) t_s_ += gap_s_(rng_);
+      ++next_k_;
+    }
+    return static_cast<ns_t>(std::llround(t_s_ * 1e9));
+  }
+
+ protected:
+  RandomGapPacer(Gap gap_s, std::uint64_t seed, std::int64_t count)
+      : rng_(seed), gap_s_(gap_s), count_(count) {}
 
  private:
   std::mt19937_64 rng_;
-  std::exponential_distribution<double> gap_s_;
+  Gap gap_s_;
   std::int64_t count_;
   std::int64_t next_k_ = 0;
   double t_s_ = 0;
 };
 
+// Poisson arrivals at rate_per_s (exponential gaps).
+class PoissonPacer final : public RandomGapPacer<std::exponential_distribution<double>> {
+ public:
+  PoissonPacer(double rate_per_s, std::uint64_t seed, std::int64_t count = 0);
+};
+
 // Gamma-distributed gaps with mean 1/rate_per_s and shape `shape`: the
 // coefficient of variation of the gaps is 1/sqrt(shape), so shape 1 is
 // Poisson, < 1 burstier, > 1 more regular (vLLM's "burstiness").
-// Reproducible by seed; request 0 is due at once.
-class GammaPacer final : public Pacer {
+class GammaPacer final : public RandomGapPacer<std::gamma_distribution<double>> {
  public:
   GammaPacer(double rate_per_s, double shape, std::uint64_t seed, std::int64_t count = 0);
-  ns_t due_ns(std::int64_t k) override;
-
- private:
-  std::mt19937_64 rng_;
-  std::gamma_distribution<double> gap_s_;
-  std::int64_t count_;
-  std::int64_t next_k_ = 0;
-  double t_s_ = 0;
 };
 
 // Explicit send times (a replayed trace's arrivals, already divided by its

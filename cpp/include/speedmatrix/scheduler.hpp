@@ -36,6 +36,14 @@ struct CellRecords {
   // id (ns from the answer; kNever, or an index past the end: none). Written by
   // the transport when it finishes such a request; read by the loops' backoff.
   std::vector<ns_t> retry_after_ns;
+  // What each request's stream delivered, by request id, when the cell keeps output
+  // (CellSpec::keep_output; empty otherwise). Written by the transport as events arrive.
+  std::vector<RequestOutput> outputs;
+  RequestOutput& output(std::int32_t id) {
+    const auto i = static_cast<std::size_t>(id);
+    if (i >= outputs.size()) outputs.resize(i + 1);
+    return outputs[i];
+  }
   ns_t retry_after(std::int32_t id) const {
     const auto i = static_cast<std::size_t>(id);
     return id >= 0 && i < retry_after_ns.size() ? retry_after_ns[i] : kNever;

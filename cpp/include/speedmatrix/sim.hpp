@@ -53,12 +53,15 @@ struct Profile {
   std::int64_t eos_after = 0;
   std::int64_t vocab_size = 151936;
   bool prefix_cache = true;
-  // Decode step (ms) = base + per_seq * b + per_seq2 * b^2 + per_kv_token * kv,
-  // b = sequences in the step, kv = tokens they attend (prompt + generated).
+  // Decode step (ms) = base + per_seq * b + per_seq2 * b^2 + per_kv_token * kv
+  // (+ batched when b >= 2), b = sequences in the step, kv = tokens they attend (prompt +
+  // generated). `step_batched_ms` is a backend whose one-sequence path is faster than its
+  // batched one (llama.cpp on a CPU: a step of 2 costs ~2.7x a step of 1).
   double step_base_ms = 16.0;
   double step_per_seq_ms = 0.0;
   double step_per_seq2_ms = 0.0;
   double step_per_kv_token_ns = 0.0;
+  double step_batched_ms = 0.0;
   // Prefill: a token at position p costs prefill_per_token_us µs plus
   // prefill_per_token_ctx_ns ns per 1000 tokens of context before it (p / 1000),
   // so the rate falls with context. Plus a fixed cost per chunk.
@@ -97,6 +100,10 @@ struct RequestSpec {
   // Chained hashes of the prompt's full blocks (block_size tokens each); the
   // prefix cache matches on them. Empty = nothing cacheable.
   std::vector<std::uint64_t> block_hashes;
+  // The chain continued over the tokens it will generate: the full blocks of prompt +
+  // output past the prompt's. A finished request leaves them in the prefix cache as vLLM
+  // and SGLang do, so a conversation's next turn finds its prompt and its answer there.
+  std::vector<std::uint64_t> output_block_hashes;
   // A what-if shortcut for warm-ups (body field "sm_prefill_free"): the request
   // costs no front-end or prefill time but fills the prefix cache as usual.
   bool free_prefill = false;

@@ -14,7 +14,8 @@ namespace speedmatrix::sim {
 ns_t decode_step_ns(const Profile& p, std::int64_t batch, std::int64_t kv_tokens) {
   double b = static_cast<double>(batch);
   double ms = p.step_base_ms + p.step_per_seq_ms * b + p.step_per_seq2_ms * b * b +
-              p.step_per_kv_token_ns * 1e-6 * static_cast<double>(kv_tokens);
+              p.step_per_kv_token_ns * 1e-6 * static_cast<double>(kv_tokens) +
+              (batch >= 2 ? p.step_batched_ms : 0.0);
   return static_cast<ns_t>(std::llround(std::max(ms, 0.0) * 1e6));
 }
 
@@ -219,6 +220,13 @@ struct Engine::Impl {
     out.push_back(
         {r.spec.id, done ? EventKind::kFinished : EventKind::kToken, t, r.generated, r.cached});
     if (done) {
+      if (p.prefix_cache && r.pinned_blocks == r.spec.block_hashes.size()) {
+        for (std::uint64_t h : r.spec.output_block_hashes) {
+          r.spec.block_hashes.push_back(h);
+          pin(h);  // unpinned by release() below: cached, evictable
+        }
+        r.pinned_blocks = r.spec.block_hashes.size();
+      }
       st.requests_finished++;
       if (r.generated < r.spec.max_tokens) st.requests_stopped++;
       release(r);

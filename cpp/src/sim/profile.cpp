@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
+#include <type_traits>
 #include <utility>
 
 #include "speedmatrix/sim.hpp"
@@ -52,6 +53,41 @@ void get(const json& j, const char* key, T& out) {
   }
 }
 
+// Every field of a profile under its JSON name: the one list that reading, the check for
+// unknown keys and for costs, and writing walk. P is Profile or const Profile.
+template <class P, class F>
+void for_each_field(P& p, F&& f) {
+  f("name", p.name);
+  f("model", p.model);
+  f("model_path", p.model_path);
+  f("dtype", p.dtype);
+  f("flavour", p.flavour);
+  f("version", p.version);
+  f("mode", p.mode);
+  f("context_length", p.context_length);
+  f("kv_tokens", p.kv_tokens);
+  f("max_running", p.max_running);
+  f("block_size", p.block_size);
+  f("chunk_tokens", p.chunk_tokens);
+  f("default_max_tokens", p.default_max_tokens);
+  f("eos_after", p.eos_after);
+  f("vocab_size", p.vocab_size);
+  f("prefix_cache", p.prefix_cache);
+  f("step_base_ms", p.step_base_ms);
+  f("step_per_seq_ms", p.step_per_seq_ms);
+  f("step_per_seq2_ms", p.step_per_seq2_ms);
+  f("step_per_kv_token_ns", p.step_per_kv_token_ns);
+  f("step_batched_ms", p.step_batched_ms);
+  f("prefill_per_token_us", p.prefill_per_token_us);
+  f("prefill_per_token_ctx_ns", p.prefill_per_token_ctx_ns);
+  f("prefill_chunk_overhead_ms", p.prefill_chunk_overhead_ms);
+  f("frontend_overhead_ms", p.frontend_overhead_ms);
+  f("frontend_per_token_us", p.frontend_per_token_us);
+  f("fixed_ttft_ms", p.fixed_ttft_ms);
+  f("fixed_itl_ms", p.fixed_itl_ms);
+  f("trace_capacity", p.trace_capacity);
+}
+
 }  // namespace
 
 Profile parse_profile(const std::string& text, const std::vector<std::string>& overrides) {
@@ -59,68 +95,13 @@ Profile parse_profile(const std::string& text, const std::vector<std::string>& o
   if (j.is_discarded() || !j.is_object()) throw std::runtime_error("profile is not a JSON object");
   for (const auto& o : overrides) apply_override(j, o);
   Profile p;
-  static const char* kKeys[] = {"name",
-                                "model",
-                                "model_path",
-                                "dtype",
-                                "flavour",
-                                "version",
-                                "mode",
-                                "context_length",
-                                "kv_tokens",
-                                "max_running",
-                                "block_size",
-                                "chunk_tokens",
-                                "default_max_tokens",
-                                "eos_after",
-                                "vocab_size",
-                                "prefix_cache",
-                                "step_base_ms",
-                                "step_per_seq_ms",
-                                "step_per_seq2_ms",
-                                "step_per_kv_token_ns",
-                                "prefill_per_token_us",
-                                "prefill_per_token_ctx_ns",
-                                "prefill_chunk_overhead_ms",
-                                "frontend_overhead_ms",
-                                "frontend_per_token_us",
-                                "fixed_ttft_ms",
-                                "fixed_itl_ms",
-                                "trace_capacity"};
   for (auto it = j.begin(); it != j.end(); ++it) {
     bool known = is_note_key(it.key());
-    for (const char* k : kKeys) known = known || it.key() == k;
+    for_each_field(p, [&](const char* k, const auto&) { known = known || it.key() == k; });
     if (!known) throw std::runtime_error("unknown profile field '" + it.key() + "'");
   }
-  get(j, "name", p.name);
-  get(j, "model", p.model);
-  get(j, "model_path", p.model_path);
+  for_each_field(p, [&](const char* k, auto& v) { get(j, k, v); });
   if (p.model_path.empty()) p.model_path = p.model;
-  get(j, "dtype", p.dtype);
-  get(j, "flavour", p.flavour);
-  get(j, "version", p.version);
-  get(j, "mode", p.mode);
-  get(j, "context_length", p.context_length);
-  get(j, "kv_tokens", p.kv_tokens);
-  get(j, "max_running", p.max_running);
-  get(j, "block_size", p.block_size);
-  get(j, "chunk_tokens", p.chunk_tokens);
-  get(j, "default_max_tokens", p.default_max_tokens);
-  get(j, "eos_after", p.eos_after);
-  get(j, "vocab_size", p.vocab_size);
-  get(j, "prefix_cache", p.prefix_cache);
-  get(j, "step_base_ms", p.step_base_ms);
-  get(j, "step_per_seq_ms", p.step_per_seq_ms);
-  get(j, "step_per_seq2_ms", p.step_per_seq2_ms);
-  get(j, "step_per_kv_token_ns", p.step_per_kv_token_ns);
-  get(j, "prefill_per_token_us", p.prefill_per_token_us);
-  get(j, "prefill_per_token_ctx_ns", p.prefill_per_token_ctx_ns);
-  get(j, "prefill_chunk_overhead_ms", p.prefill_chunk_overhead_ms);
-  get(j, "frontend_overhead_ms", p.frontend_overhead_ms);
-  get(j, "frontend_per_token_us", p.frontend_per_token_us);
-  get(j, "fixed_ttft_ms", p.fixed_ttft_ms);
-  get(j, "fixed_itl_ms", p.fixed_itl_ms);
-  get(j, "trace_capacity", p.trace_capacity);
   if (p.flavour != "sglang" && p.flavour != "vllm")
     throw std::runtime_error("flavour must be 'sglang' or 'vllm', not '" + p.flavour + "'");
   if (p.mode != "batched" && p.mode != "fixed")
@@ -130,23 +111,15 @@ Profile parse_profile(const std::string& text, const std::vector<std::string>& o
     throw std::runtime_error("profile sizes must be positive");
   if (p.eos_after < 0)
     throw std::runtime_error("eos_after must be 0 (never) or a number of tokens");
-  // A negative cost would schedule steps in the past (a pace the tests then trust).
-  const std::pair<const char*, double> costs[] = {
-      {"step_base_ms", p.step_base_ms},
-      {"step_per_seq_ms", p.step_per_seq_ms},
-      {"step_per_seq2_ms", p.step_per_seq2_ms},
-      {"step_per_kv_token_ns", p.step_per_kv_token_ns},
-      {"prefill_per_token_us", p.prefill_per_token_us},
-      {"prefill_per_token_ctx_ns", p.prefill_per_token_ctx_ns},
-      {"prefill_chunk_overhead_ms", p.prefill_chunk_overhead_ms},
-      {"frontend_overhead_ms", p.frontend_overhead_ms},
-      {"frontend_per_token_us", p.frontend_per_token_us},
-      {"fixed_ttft_ms", p.fixed_ttft_ms},
-      {"fixed_itl_ms", p.fixed_itl_ms}};
-  for (const auto& [name, v] : costs)
-    if (!std::isfinite(v) || v < 0 || v > 3.6e6)
-      throw std::runtime_error(std::string(name) + " must be a number from 0 to 3600000, not " +
-                               std::to_string(v));
+  // A negative cost would schedule steps in the past (a pace the tests then trust); the
+  // costs are the profile's floating-point fields.
+  for_each_field(p, [](const char* name, const auto& v) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(v)>, double>) {
+      if (!std::isfinite(v) || v < 0 || v > 3.6e6)
+        throw std::runtime_error(std::string(name) + " must be a number from 0 to 3600000, not " +
+                                 std::to_string(v));
+    }
+  });
   return p;
 }
 
@@ -159,34 +132,8 @@ Profile load_profile(const std::string& path, const std::vector<std::string>& ov
 }
 
 std::string profile_to_json(const Profile& p) {
-  json j = {{"name", p.name},
-            {"model", p.model},
-            {"model_path", p.model_path},
-            {"dtype", p.dtype},
-            {"flavour", p.flavour},
-            {"version", p.version},
-            {"mode", p.mode},
-            {"context_length", p.context_length},
-            {"kv_tokens", p.kv_tokens},
-            {"max_running", p.max_running},
-            {"block_size", p.block_size},
-            {"chunk_tokens", p.chunk_tokens},
-            {"default_max_tokens", p.default_max_tokens},
-            {"eos_after", p.eos_after},
-            {"vocab_size", p.vocab_size},
-            {"prefix_cache", p.prefix_cache},
-            {"step_base_ms", p.step_base_ms},
-            {"step_per_seq_ms", p.step_per_seq_ms},
-            {"step_per_seq2_ms", p.step_per_seq2_ms},
-            {"step_per_kv_token_ns", p.step_per_kv_token_ns},
-            {"prefill_per_token_us", p.prefill_per_token_us},
-            {"prefill_per_token_ctx_ns", p.prefill_per_token_ctx_ns},
-            {"prefill_chunk_overhead_ms", p.prefill_chunk_overhead_ms},
-            {"frontend_overhead_ms", p.frontend_overhead_ms},
-            {"frontend_per_token_us", p.frontend_per_token_us},
-            {"fixed_ttft_ms", p.fixed_ttft_ms},
-            {"fixed_itl_ms", p.fixed_itl_ms},
-            {"trace_capacity", p.trace_capacity}};
+  json j = json::object();
+  for_each_field(p, [&](const char* k, const auto& v) { j[k] = v; });
   return j.dump();
 }
 

@@ -215,6 +215,12 @@ bool Server::read_flags(evhttp_request* req, simdjson::dom::object body, Generat
     }
     break;
   }
+  // vLLM streams each chunk's token ids on request (return_token_ids); other engines do not
+  if (prof_.flavour == "vllm" && body["return_token_ids"].get(v) == simdjson::SUCCESS &&
+      !v.is_null() && v.get_bool().get(a.return_ids) != simdjson::SUCCESS) {
+    reply_error(req, 400, "'return_token_ids' must be a boolean", "BadRequestError");
+    return false;
+  }
   if (body["sm_prefill_free"].get(v) == simdjson::SUCCESS && !v.is_null() &&
       v.get_bool().get(a.free_prefill) != simdjson::SUCCESS) {
     reply_error(req, 400, "'sm_prefill_free' must be a boolean", "BadRequestError");
@@ -261,6 +267,7 @@ Stream& Server::open_stream(evhttp_request* req, const GenerateArgs& a, RequestS
   s.streaming = a.streaming;
   s.include_usage = a.include_usage;
   s.continuous_usage = a.continuous;
+  s.return_ids = a.return_ids;
   s.prompt_tokens = a.prompt;
   s.max_tokens = a.max_tokens;
   // EOS ends the reply early unless the request ignores it; min_tokens holds it back.
@@ -348,8 +355,16 @@ void Server::handle_generate(evhttp_request* req, bool chat) {
     pump_unpaced(s.id);
     return;
   }
-  if (prof_.prefix_cache && prof_.mode == "batched")
-    spec.block_hashes = block_hashes(a.ids, prof_.block_size);
+  if (prof_.prefix_cache && prof_.mode == "batched") {
+    // the chain over prompt + the answer it will generate; the prompt's blocks first
+    std::vector<std::uint64_t> ids = a.ids;
+    for (std::int64_t k = 0; k < s.out_tokens; ++k) ids.push_back(word_token_id(word_at(s.id, k)));
+    spec.block_hashes = block_hashes(ids, prof_.block_size);
+    const std::size_t prompt_blocks = a.ids.size() / static_cast<std::size_t>(prof_.block_size);
+    spec.output_block_hashes.assign(spec.block_hashes.begin() + prompt_blocks,
+                                    spec.block_hashes.end());
+    spec.block_hashes.resize(prompt_blocks);
+  }
   engine_.submit(spec);
   s.in_engine = true;
 }

@@ -56,6 +56,7 @@ inline std::string jstr(const std::string& s) { return nlohmann::json(s).dump();
 struct GenerateArgs {
   bool chat = false, streaming = false, include_usage = false, continuous = false;
   bool ignore_eos = false, free_prefill = false;
+  bool return_ids = false;  // vLLM's return_token_ids (vllm flavour only)
   std::int64_t prompt = 0, max_tokens = 0, min_tokens = 0;
   Fault fault = Fault::kNone;
   std::vector<std::uint64_t> ids;  // the prompt's tokens
@@ -74,7 +75,8 @@ struct Stream {
   std::int64_t fault_at = 1;  // the fault fires after this many tokens
   bool stalled = false;
   bool in_engine = false;
-  std::string head;  // 'data: {"id":...,"choices":[{"index":0,"text":"' (or delta content)
+  bool return_ids = false;  // each chunk carries its "token_ids" (vLLM return_token_ids)
+  std::string head;         // 'data: {"id":...,"choices":[{"index":0,"text":"' (or delta content)
   std::string reasoning_head;  // chat: '... "delta":{"reasoning_content":"'
   std::string tail;            // '","logprobs":null,"finish_reason":'
   std::string obj_head;        // '{"id":"...","object":"...","created":N,"model":"..."'
@@ -85,9 +87,7 @@ class Server {
   explicit Server(const ServerOptions& o)
       : opt_(o), prof_(o.profile), engine_(o.profile, clock_), rng_(o.seed) {
     words_.reserve(kWords);
-    for (int i = 0; i < kWords; ++i)
-      words_.push_back(
-          " " + token_word(static_cast<std::uint64_t>((i * 2654435761ULL) % prof_.vocab_size)));
+    for (std::size_t i = 0; i < kWords; ++i) words_.push_back(" " + token_word(word_token_id(i)));
     owned_by_ = prof_.flavour;
   }
 
@@ -95,6 +95,14 @@ class Server {
 
  private:
   static constexpr int kWords = 1024;
+  // The word (and token) a stream generates at output position k: words_[word_at(id, k)],
+  // whose token id is word_token_id(word_at(id, k)).
+  static std::size_t word_at(RequestId id, std::int64_t k) {
+    return static_cast<std::size_t>((static_cast<std::uint64_t>(k) + id * 31) % kWords);
+  }
+  std::uint64_t word_token_id(std::size_t w) const {
+    return (w * 2654435761ULL) % static_cast<std::uint64_t>(prof_.vocab_size);
+  }
   ServerOptions opt_;
   Profile prof_;
   SystemClock clock_;

@@ -47,14 +47,21 @@ void Server::send_token(Stream& s, ns_t, bool last) {
     tokens_sent_++;
     return;
   }
-  const std::string& w = words_[static_cast<std::size_t>((s.sent + s.id * 31) % kWords)];
+  const std::size_t wi = word_at(s.id, s.sent);
+  const std::string& w = words_[wi];
   c += reasoning ? s.reasoning_head : s.head;
   if (s.sent == 0)
     c.append(w, 1, std::string::npos);  // no leading space on the first token
   else
     c += w;
   c += s.tail;
-  c += !last ? "null}]" : s.out_tokens < s.max_tokens ? "\"stop\"}]" : "\"length\"}]";
+  c += !last ? "null" : s.out_tokens < s.max_tokens ? "\"stop\"" : "\"length\"";
+  if (s.return_ids) {  // vLLM's CompletionResponseStreamChoice.token_ids: this chunk's
+    c += ",\"token_ids\":[";
+    append_int(c, static_cast<std::int64_t>(word_token_id(wi)));
+    c += ']';
+  }
+  c += "}]";
   s.sent++;
   tokens_sent_++;
   if (s.continuous_usage) {
@@ -105,7 +112,7 @@ void Server::write_chunk(Stream& s) {
 void Server::send_nonstream(Stream& s) {
   std::string text;
   for (std::int64_t k = 0; k < s.out_tokens; ++k) {
-    const std::string& w = words_[static_cast<std::size_t>((k + s.id * 31) % kWords)];
+    const std::string& w = words_[word_at(s.id, k)];
     if (k == 0)
       text.append(w, 1, std::string::npos);
     else

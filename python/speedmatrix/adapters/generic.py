@@ -5,15 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from speedmatrix.adapters.base import (
-    USAGE_FINAL,
-    Adapter,
-    MetricsSpec,
-    OutputControl,
-    ProbeContext,
-    TokenizeSpec,
-    first_metric,
-)
+from speedmatrix.adapters.base import Adapter, ProbeContext
+from speedmatrix.adapters.helpers import first_metric
+from speedmatrix.adapters.types import MetricsSpec, OutputControl, TokenizeSpec
 
 # (running, waiting, kv_usage) name sets of engines whose metric names other servers reuse
 _KNOWN_METRICS = (
@@ -25,7 +19,6 @@ _KNOWN_METRICS = (
 class GenericAdapter(Adapter):
     name = "generic"
     owned_by = ()
-    metrics = MetricsSpec(path=None)
     tokenize = (
         TokenizeSpec("/tokenize", "openai", messages=True),
         TokenizeSpec("/v1/tokenize", "openai", messages=True),
@@ -33,8 +26,6 @@ class GenericAdapter(Adapter):
     output = OutputControl(
         forced=False, note="unknown engine: only max_tokens is sent (add fields with extra)"
     )
-    token_id_prompts = False
-    stream_options = USAGE_FINAL
 
     def probe(self, ctx: ProbeContext) -> dict[str, Any] | None:
         found = ctx.found(
@@ -49,7 +40,6 @@ class GenericAdapter(Adapter):
                         running=running,
                         waiting=first_metric(samples, waiting),
                         kv_usage=first_metric(samples, kv),
-                        path="/metrics",
                     )
                     break
         return found

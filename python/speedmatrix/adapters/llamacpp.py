@@ -21,16 +21,9 @@ import re
 import shlex
 from typing import Any
 
-from speedmatrix.adapters.base import (
-    USAGE_FINAL,
-    Adapter,
-    MetricsSpec,
-    OutputControl,
-    ProbeContext,
-    TokenizeSpec,
-    first_metric,
-    positive_int,
-)
+from speedmatrix.adapters.base import Adapter, ProbeContext
+from speedmatrix.adapters.helpers import first_metric, positive_int
+from speedmatrix.adapters.types import USAGE_FINAL, MetricsSpec, OutputControl, TokenizeSpec
 from speedmatrix.naming import served_model_name
 
 _BUILD = re.compile(r"^b?(\d+)-([0-9a-f]{6,40}|unknown)$")
@@ -84,6 +77,15 @@ def layout_from_launch(command: str | None) -> dict[str, Any] | None:
     return None
 
 
+#: discovery's warning when /props leaves the layout open; `learn_layout` withdraws it once a
+#: launch command settles the layout
+LAYOUT_UNKNOWN = (
+    "llama.cpp does not say whether its KV cache is unified: only the per-slot "
+    "rule is applied, and a request refused for lack of context makes its cell "
+    "over capacity (give --launch-command or --kv-capacity to settle the pool)"
+)
+
+
 class LlamaCppAdapter(Adapter):
     name = "llamacpp"
     owned_by = ("llamacpp", "llama.cpp")
@@ -92,7 +94,6 @@ class LlamaCppAdapter(Adapter):
         running="llamacpp:requests_processing",
         waiting="llamacpp:requests_deferred",
         kv_usage=None,
-        path="/metrics",
     )
     # chats: rendered by the server's own template (/apply-template), then tokenized as the
     # chat endpoint does, so chat prompts are exact too
@@ -136,11 +137,7 @@ class LlamaCppAdapter(Adapter):
             found["kv_tokens"] = n_ctx * slots
             found["capacity_detail"]["kv_tokens"] = "/props n_ctx × total_slots: split slot caches"
         else:
-            found["warnings"].append(
-                "llama.cpp does not say whether its KV cache is unified: only the per-slot "
-                "rule is applied, and a request refused for lack of context makes its cell "
-                "over capacity (give --launch-command or --kv-capacity to settle the pool)"
-            )
+            found["warnings"].append(LAYOUT_UNKNOWN)
         ftype = props.get("model_ftype") or meta.get("ftype")
         if isinstance(ftype, str) and ftype:
             found["quantization"] = ftype
@@ -160,7 +157,6 @@ class LlamaCppAdapter(Adapter):
                 running="llamacpp:requests_processing",
                 waiting="llamacpp:requests_deferred",
                 kv_usage=first_metric(samples, "llamacpp:kv_cache_usage_ratio"),
-                path="/metrics",
             )
         return found
 

@@ -3,16 +3,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
-from speedmatrix.adapters.base import (
-    USAGE_FINAL,
-    Adapter,
-    MetricsSpec,
-    OutputControl,
-    ProbeContext,
-    TokenizeSpec,
-)
+from speedmatrix.adapters.base import Adapter, ProbeContext
+from speedmatrix.adapters.types import MetricsSpec, OutputControl, TokenizeSpec
 
 
 class LMDeployAdapter(Adapter):
@@ -23,7 +18,6 @@ class LMDeployAdapter(Adapter):
         running="lmdeploy:num_requests_running",
         waiting="lmdeploy:num_requests_waiting",
         kv_usage="lmdeploy:gpu_cache_usage_perc",
-        path="/metrics",
     )
     tokenize = (TokenizeSpec("/v1/encode", "lmdeploy"),)
     output = OutputControl(
@@ -32,8 +26,6 @@ class LMDeployAdapter(Adapter):
         min_tokens_field="min_new_tokens",
         chat_max_fields=("max_completion_tokens",),
     )
-    token_id_prompts = False
-    stream_options = USAGE_FINAL
 
     def probe(self, ctx: ProbeContext) -> dict[str, Any] | None:
         samples, has_metrics = ctx.metrics_named("lmdeploy:")
@@ -44,10 +36,5 @@ class LMDeployAdapter(Adapter):
             "(give --kv-capacity)"
         )
         if samples is None:
-            found["metrics"] = MetricsSpec(
-                running=self.metrics.running,
-                waiting=self.metrics.waiting,
-                kv_usage=self.metrics.kv_usage,
-                path=None,
-            )
+            found["metrics"] = replace(self.metrics, path=None)
         return found

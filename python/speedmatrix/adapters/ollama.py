@@ -6,27 +6,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from speedmatrix.adapters.base import (
-    USAGE_FINAL,
-    Adapter,
-    MetricsSpec,
-    OutputControl,
-    ProbeContext,
-    positive_int,
-)
+from speedmatrix.adapters.base import Adapter, ProbeContext
+from speedmatrix.adapters.helpers import positive_int
+from speedmatrix.adapters.types import OutputControl
 
 
 class OllamaAdapter(Adapter):
     name = "ollama"
     owned_by = ("ollama",)
     repository = "github.com/ollama/ollama"
-    metrics = MetricsSpec(path=None)
-    tokenize = ()
     output = OutputControl(
         forced=False, note="Ollama has no ignore_eos/min_tokens: outputs may end early at EOS"
     )
-    token_id_prompts = False
-    stream_options = USAGE_FINAL
 
     def probe(self, ctx: ProbeContext) -> dict[str, Any] | None:
         version = ctx.get_dict("/api/version")

@@ -26,6 +26,9 @@ class Adapter:
     token_id_prompts: ClassVar[bool] = False
     stream_options: ClassVar[Mapping[str, Any] | None] = USAGE_FINAL
     cache_reset: ClassVar[str | None] = None
+    #: a request field (set true) that makes the engine stream each chunk's token ids in
+    #: the choice's ``token_ids`` (vLLM ``return_token_ids``): sessions append them
+    answer_ids_field: ClassVar[str | None] = None
 
     def probe(self, ctx: ProbeContext) -> dict[str, Any] | None:
         """Return None if the server is not this engine, else what was found (PROBE_KEYS)."""

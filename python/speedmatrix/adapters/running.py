@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from speedmatrix.adapters.llamacpp import layout_from_launch
+from speedmatrix.adapters.llamacpp import LAYOUT_UNKNOWN, layout_from_launch
 from speedmatrix.adapters.probe import parse_prometheus
 
 __all__ = [
@@ -198,6 +198,8 @@ def learn_layout(target: Any, launch_command: str | None) -> None:
     if given is None:
         return
     target.info["kv_layout"] = given
+    if LAYOUT_UNKNOWN in target.warnings:
+        target.warnings.remove(LAYOUT_UNKNOWN)
     ctx, slots = target.context_length, target.max_running
     kv = target.capacity.get("kv_tokens")
     if ctx and slots and (kv is None or kv.source != "given"):

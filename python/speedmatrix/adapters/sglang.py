@@ -7,17 +7,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from speedmatrix.adapters.base import (
+from speedmatrix.adapters.base import Adapter, ProbeContext
+from speedmatrix.adapters.helpers import positive_int, split_version
+from speedmatrix.adapters.types import (
+    FORCED_BY_MIN_TOKENS,
     USAGE_CONTINUOUS,
-    Adapter,
     MetricsSpec,
-    OutputControl,
-    ProbeContext,
     TokenizeSpec,
-    positive_int,
-    precision_label,
-    split_version,
 )
+from speedmatrix.naming import precision_label
 
 INFO_PATHS = ("/server_info", "/get_server_info")
 _INFO_KEYS = ("max_total_num_tokens", "internal_states", "served_model_name", "tp_size")
@@ -65,13 +63,12 @@ class SGLangAdapter(Adapter):
         running="sglang:num_running_reqs",
         waiting="sglang:num_queue_reqs",
         kv_usage="sglang:token_usage",
-        path="/metrics",
     )
     tokenize = (
         TokenizeSpec("/v1/tokenize", "openai", messages=True),
         TokenizeSpec("/tokenize", "openai", messages=True),
     )
-    output = OutputControl(forced=True, ignore_eos=True, min_tokens_field="min_tokens")
+    output = FORCED_BY_MIN_TOKENS
     token_id_prompts = True
     stream_options = USAGE_CONTINUOUS
     cache_reset = "/flush_cache"

@@ -6,30 +6,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from speedmatrix.adapters.base import (
-    USAGE_FINAL,
-    Adapter,
-    MetricsSpec,
-    OutputControl,
-    ProbeContext,
-    TokenizeSpec,
-    positive_int,
-)
+from speedmatrix.adapters.base import Adapter, ProbeContext
+from speedmatrix.adapters.helpers import positive_int
+from speedmatrix.adapters.types import MetricsSpec, OutputControl, TokenizeSpec
 
 
 class TGIAdapter(Adapter):
     name = "tgi"
     owned_by = ("tgi", "text-generation-inference")
     repository = "github.com/huggingface/text-generation-inference"
-    metrics = MetricsSpec(
-        running="tgi_batch_current_size", waiting="tgi_queue_size", kv_usage=None, path="/metrics"
-    )
+    metrics = MetricsSpec(running="tgi_batch_current_size", waiting="tgi_queue_size", kv_usage=None)
     tokenize = (TokenizeSpec("/tokenize", "tgi"),)
     output = OutputControl(
         forced=False, note="TGI has no ignore_eos/min_tokens: outputs may end early at EOS"
     )
-    token_id_prompts = False
-    stream_options = USAGE_FINAL
 
     def probe(self, ctx: ProbeContext) -> dict[str, Any] | None:
         info = ctx.get_dict("/info")

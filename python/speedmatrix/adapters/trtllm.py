@@ -5,16 +5,15 @@ knows are sent."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
-from speedmatrix.adapters.base import (
+from speedmatrix.adapters.base import Adapter, ProbeContext
+from speedmatrix.adapters.helpers import positive_int, split_version
+from speedmatrix.adapters.types import (
+    FORCED_BY_MIN_TOKENS,
     USAGE_CONTINUOUS,
-    Adapter,
     MetricsSpec,
-    OutputControl,
-    ProbeContext,
-    positive_int,
-    split_version,
 )
 
 PROM_PATH = "/prometheus/metrics"
@@ -30,8 +29,7 @@ class TRTLLMAdapter(Adapter):
         kv_usage="trtllm_kv_cache_utilization",
         path=PROM_PATH,
     )
-    tokenize = ()
-    output = OutputControl(forced=True, ignore_eos=True, min_tokens_field="min_tokens")
+    output = FORCED_BY_MIN_TOKENS
     token_id_prompts = True
     stream_options = USAGE_CONTINUOUS
 
@@ -65,10 +63,5 @@ class TRTLLMAdapter(Adapter):
             found["warnings"].append(
                 "TensorRT-LLM exposed no KV statistics: KV capacity unknown (give --kv-capacity)"
             )
-        found["metrics"] = MetricsSpec(
-            running=self.metrics.running,
-            waiting=self.metrics.waiting,
-            kv_usage=self.metrics.kv_usage,
-            path=PROM_PATH if samples is not None else None,
-        )
+        found["metrics"] = replace(self.metrics, path=PROM_PATH if samples is not None else None)
         return found

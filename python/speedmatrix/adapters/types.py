@@ -167,6 +167,19 @@ class TokenizeSpec:
             return {"input": text}
         raise ValueError(f"unknown tokenize style {self.style!r}")
 
+    def ids(self, client: Any, model: str | None, text: str) -> list[int]:
+        """Token ids of a plain ``text`` with no special tokens added (an answer's text, as
+        it continues a prompt); ValueError when the endpoint gives no ids."""
+        body = self.request(model, text)
+        if self.style == "llamacpp":
+            body["add_special"] = False
+        elif self.style == "openai":
+            body["add_special_tokens"] = False
+        ids = self.parse(client.post_json(self.path, body))[1]
+        if ids is None:
+            raise ValueError(f"{self.path} answered a count without token ids")
+        return ids
+
     def parse(self, answer: Any) -> tuple[int, list[int] | None]:
         """(token count, token ids or None) from the endpoint's JSON answer."""
         if self.style == "tgi" and isinstance(answer, list):
@@ -210,3 +223,8 @@ class OutputControl:
         if self.min_tokens_field:
             out[self.min_tokens_field] = int(max_tokens)
         return out
+
+
+#: engines that take ``ignore_eos`` and ``min_tokens`` (vLLM, SGLang, TensorRT-LLM): output
+#: lengths are forced to ``max_tokens``
+FORCED_BY_MIN_TOKENS = OutputControl(forced=True, ignore_eos=True, min_tokens_field="min_tokens")

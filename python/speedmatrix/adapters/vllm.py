@@ -67,6 +67,8 @@ class VLLMAdapter(Adapter):
     stream_options = USAGE_CONTINUOUS
     # only with VLLM_SERVER_DEV_MODE=1; a 404 there means "not available"
     cache_reset = "/reset_prefix_cache"
+    # 0.10.2 on: each chunk's choice carries its "token_ids" (CompletionResponseStreamChoice)
+    answer_ids_field = "return_token_ids"
 
     def probe(self, ctx: ProbeContext) -> dict[str, Any] | None:
         samples, has_vllm_metrics = ctx.metrics_named("vllm:")

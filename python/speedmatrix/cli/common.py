@@ -47,6 +47,27 @@ class Formatter(argparse.HelpFormatter):
         return text
 
 
+def command(
+    sub: argparse._SubParsersAction, name: str, help: str, description: str, *examples: str
+) -> argparse.ArgumentParser:
+    """A command's parser: its one-line help, its description and its examples (one command
+    line each, shown as written)."""
+    return sub.add_parser(
+        name,
+        help=help,
+        description=description,
+        epilog="examples:\n" + "".join(f"  {line}\n" for line in examples),
+        formatter_class=Formatter,
+    )
+
+
+def value_flags(group: argparse._ActionsContainer, *rows: tuple[str, str, str]) -> None:
+    """Flags that take one value, kept as typed (the command parses it, saying which flag
+    was wrong): one (flag, metavar, help) row each."""
+    for flag, metavar, text in rows:
+        group.add_argument(flag, metavar=metavar, help=text)
+
+
 def version_text() -> str:
     return f"speedmatrix {_core.version}"  # speedmatrix.__version__ reads the same
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from speedmatrix.cli.common import Formatter
+from speedmatrix.cli.common import command
 from speedmatrix.cliargs import port as port_arg
 from speedmatrix.sim import add_engine_flags
 
@@ -27,14 +27,14 @@ COMPARE_DIR = "compare"
 
 def add_init(sub: argparse._SubParsersAction) -> None:
     """The `init` command."""
-    init = sub.add_parser(
+    init = command(
+        sub,
         "init",
-        help="write a commented matrix file to start from",
-        description="Write a matrix definition (TOML) with every setting explained, to edit "
-        "and pass to `speedmatrix run --matrix`.",
-        epilog="examples:\n  speedmatrix init matrix.toml\n"
-        "  speedmatrix init --preset quick small.toml\n",
-        formatter_class=Formatter,
+        "write a commented matrix file to start from",
+        "Write a matrix definition (TOML) with every setting explained, to edit and pass to "
+        "`speedmatrix run --matrix`.",
+        "speedmatrix init matrix.toml",
+        "speedmatrix init --preset quick small.toml",
     )
     init.add_argument("path", type=Path, help="file to write (not overwritten without --force)")
     init.add_argument(
@@ -45,14 +45,14 @@ def add_init(sub: argparse._SubParsersAction) -> None:
 
 def add_sim(sub: argparse._SubParsersAction) -> None:
     """The `sim` command."""
-    sim = sub.add_parser(
+    sim = command(
+        sub,
         "sim",
-        help="run the built-in engine in the foreground",
-        description="The built-in engine (speedmatrix-sim): an OpenAI-compatible server "
-        "modelled on a real one, to try speedmatrix without a GPU.",
-        epilog="examples:\n  speedmatrix sim --port 8000\n"
-        "  speedmatrix sim --profile fixed --fault-http500 0.05 --seed 1\n",
-        formatter_class=Formatter,
+        "run the built-in engine in the foreground",
+        "The built-in engine (speedmatrix-sim): an OpenAI-compatible server modelled on a real "
+        "one, to try speedmatrix without a GPU.",
+        "speedmatrix sim --port 8000",
+        "speedmatrix sim --profile fixed --fault-http500 0.05 --seed 1",
     )
     sim.add_argument("--port", type=port_arg, default=8000, help="port to listen on")
     sim.add_argument("--host", default="127.0.0.1", help="address to listen on")
@@ -74,13 +74,14 @@ def add_sim(sub: argparse._SubParsersAction) -> None:
 
 def add_demo(sub: argparse._SubParsersAction) -> None:
     """The `demo` command."""
-    demo = sub.add_parser(
+    demo = command(
+        sub,
         "demo",
-        help="built-in engine + the seed's matrix + report",
-        description="Start the built-in engine, run the seed's matrix against it, and write "
-        "the report: what a run looks like, in a few minutes, without a GPU.",
-        epilog="examples:\n  speedmatrix demo\n  speedmatrix demo --out /tmp/demo --duration 2s\n",
-        formatter_class=Formatter,
+        "built-in engine + the seed's matrix + report",
+        "Start the built-in engine, run the seed's matrix against it, and write the report: what a"
+        " run looks like, in a few minutes, without a GPU.",
+        "speedmatrix demo",
+        "speedmatrix demo --out /tmp/demo --duration 2s",
     )
     demo.add_argument(
         "--out", type=Path, default=Path("speedmatrix-demo"), help="output folder of the run"
@@ -95,14 +96,14 @@ def add_demo(sub: argparse._SubParsersAction) -> None:
 
 def add_report(sub: argparse._SubParsersAction) -> None:
     """The `report` command."""
-    rep = sub.add_parser(
+    rep = command(
+        sub,
         "report",
-        help="write report.md and report.html of a saved run",
-        description="(Re)write DIR/report.md, DIR/report.html and DIR/plots/ from DIR/run.json "
-        "and the saved records; run.json is checked against its schema first.",
-        epilog="examples:\n  speedmatrix report out/h200\n"
-        "  speedmatrix report out/h200 --slo ttft=2s,tpot=50ms --attainment 99%\n",
-        formatter_class=Formatter,
+        "write report.md and report.html of a saved run",
+        "(Re)write DIR/report.md, DIR/report.html and DIR/plots/ from DIR/run.json and the saved "
+        "records; run.json is checked against its schema first.",
+        "speedmatrix report out/h200",
+        "speedmatrix report out/h200 --slo ttft=2s,tpot=50ms --attainment 99%",
     )
     rep.add_argument("dir", type=run_dir, help="folder of a saved run (holds run.json)")
     rep.add_argument(
@@ -120,29 +121,28 @@ def add_report(sub: argparse._SubParsersAction) -> None:
 
 def add_show(sub: argparse._SubParsersAction) -> None:
     """The `show` command."""
-    show = sub.add_parser(
+    show = command(
+        sub,
         "show",
-        help="print a saved run's grid in the terminal",
-        description="Print DIR's headline grid: total tok/s by context × concurrency (or "
-        "request rate), with the status of every cell that has no figure, as the report's "
-        "Sustained decode table.",
-        epilog="examples:\n  speedmatrix show out/h200\n",
-        formatter_class=Formatter,
+        "print a saved run's grid in the terminal",
+        "Print DIR's headline grid: total tok/s by context × concurrency (or request rate), with "
+        "the status of every cell that has no figure, as the report's Sustained decode table.",
+        "speedmatrix show out/h200",
     )
     show.add_argument("dir", type=run_dir, help="folder of a saved run (holds run.json)")
 
 
 def add_recompute(sub: argparse._SubParsersAction) -> None:
     """The `recompute` command."""
-    rec = sub.add_parser(
+    rec = command(
+        sub,
         "recompute",
-        help="rebuild every cell of a saved run from its records (optionally with other rules)",
-        description="Judges every measured cell of a saved run again from its raw records, "
-        "the engine facts and the rules saved with it, and says which cells changed. "
-        "Nothing is written without --write.",
-        epilog="examples:\n  speedmatrix recompute out/h200\n"
-        "  speedmatrix recompute out/h200 --rule error_threshold=0.1 --write\n",
-        formatter_class=Formatter,
+        "rebuild every cell of a saved run from its records (optionally with other rules)",
+        "Judges every measured cell of a saved run again from its raw records, the engine facts "
+        "and the rules saved with it, and says which cells changed. Nothing is written without "
+        "--write.",
+        "speedmatrix recompute out/h200",
+        "speedmatrix recompute out/h200 --rule error_threshold=0.1 --write",
     )
     rec.add_argument(
         "dir", type=run_dir, help="folder of a saved run (holds run.json and records/)"
@@ -161,13 +161,13 @@ def add_recompute(sub: argparse._SubParsersAction) -> None:
 
 def add_compare(sub: argparse._SubParsersAction) -> None:
     """The `compare` command."""
-    cmp_ = sub.add_parser(
+    cmp_ = command(
+        sub,
         "compare",
-        help="compare two saved runs",
-        description="Compare two saved runs cell by cell (B against A): a cell differs where "
-        "the 95% intervals do not overlap, else by Welch's test on per-second throughput.",
-        epilog="examples:\n  speedmatrix compare out/before out/after\n",
-        formatter_class=Formatter,
+        "compare two saved runs",
+        "Compare two saved runs cell by cell (B against A): a cell differs where the 95% intervals"
+        " do not overlap, else by Welch's test on per-second throughput.",
+        "speedmatrix compare out/before out/after",
     )
     cmp_.add_argument("dir_a", type=run_dir, help="the baseline run (A)")
     cmp_.add_argument("dir_b", type=run_dir, help="the run compared with it (B)")
@@ -181,15 +181,15 @@ def add_compare(sub: argparse._SubParsersAction) -> None:
 
 def add_capacity(sub: argparse._SubParsersAction) -> None:
     """``speedmatrix capacity DIR --slo ... [--attainment 95%] [--json]``."""
-    cap = sub.add_parser(
+    cap = command(
+        sub,
         "capacity",
-        help="per context, the largest measured load meeting an SLO (judged from the records)",
-        description="Per context: the largest measured concurrency (or request rate) whose "
-        "requests meet every SLO target at the given attainment, the first that does not, "
-        "and an interpolated estimate between them, judged from the saved records.",
-        epilog="examples:\n  speedmatrix capacity results/h200 --slo ttft=2s,tpot=50ms\n"
-        "  speedmatrix capacity results/h200 --slo e2e=60s --attainment 99% --json\n",
-        formatter_class=Formatter,
+        "per context, the largest measured load meeting an SLO (judged from the records)",
+        "Per context: the largest measured concurrency (or request rate) whose requests meet every"
+        " SLO target at the given attainment, the first that does not, and an interpolated "
+        "estimate between them, judged from the saved records.",
+        "speedmatrix capacity results/h200 --slo ttft=2s,tpot=50ms",
+        "speedmatrix capacity results/h200 --slo e2e=60s --attainment 99% --json",
     )
     cap.add_argument("dir", type=run_dir, help="a saved run (the folder holding run.json)")
     cap.add_argument(
@@ -209,16 +209,15 @@ def add_capacity(sub: argparse._SubParsersAction) -> None:
 
 def add_predict(sub: argparse._SubParsersAction) -> None:
     """The `predict` command."""
-    p = sub.add_parser(
+    p = command(
+        sub,
         "predict",
-        help="predict a decode matrix from an engine profile (no load sent)",
-        description="Evaluates the built-in engine's model for every (context, concurrency) "
-        "decode cell of a profile (shipped, or fitted by `speedmatrix fit`); every figure is "
-        "predicted, never measured, with its interval (docs/metrics.md, Predicted cells).",
-        epilog="examples:\n  speedmatrix predict seed-h200 --contexts 8K,64K "
-        "--concurrency 1,16,64 --set kv_tokens=2x\n"
-        "  speedmatrix predict h200.json --contexts 8K,max --concurrency 1,64 --out out/pred\n",
-        formatter_class=Formatter,
+        "predict a decode matrix from an engine profile (no load sent)",
+        "Evaluates the built-in engine's model for every (context, concurrency) decode cell of a "
+        "profile (shipped, or fitted by `speedmatrix fit`); every figure is predicted, never "
+        "measured, with its interval (docs/metrics.md, Predicted cells).",
+        "speedmatrix predict seed-h200 --contexts 8K,64K --concurrency 1,16,64 --set kv_tokens=2x",
+        "speedmatrix predict h200.json --contexts 8K,max --concurrency 1,64 --out out/pred",
     )
     p.add_argument("profile", help="a shipped profile name or a .json path")
     p.add_argument("--contexts", required=True, help="context lengths, e.g. 8K,16K,max")
@@ -246,17 +245,17 @@ def add_predict(sub: argparse._SubParsersAction) -> None:
 
 def add_fit(sub: argparse._SubParsersAction) -> None:
     """The `fit` command."""
-    p = sub.add_parser(
+    p = command(
+        sub,
         "fit",
-        help="fit the built-in engine's profile to a measured run (for sim and predict)",
-        description="Fits the decode step (from the arrival gaps at each batch and context), "
-        "the cold prefill (from warm-ups that ran alone) and the KV pool and limits (from "
-        "discovery) to a saved run's raw records. The profile loads in `speedmatrix sim "
-        "--profile` and `speedmatrix predict`; its `fit` section holds each parameter's "
-        "standard deviation and the residuals (docs/metrics.md, Predicted cells).",
-        epilog="example:\n  speedmatrix fit out/h200 -o h200.json\n"
-        "  speedmatrix predict h200.json --contexts 8K,64K --concurrency 1,64 --out out/pred\n",
-        formatter_class=Formatter,
+        "fit the built-in engine's profile to a measured run (for sim and predict)",
+        "Fits the decode step (from the arrival gaps at each batch and context), the cold prefill "
+        "(from warm-ups that ran alone) and the KV pool and limits (from discovery) to a saved "
+        "run's raw records. The profile loads in `speedmatrix sim --profile` and `speedmatrix "
+        "predict`; its `fit` section holds each parameter's standard deviation and the residuals "
+        "(docs/metrics.md, Predicted cells).",
+        "speedmatrix fit out/h200 -o h200.json",
+        "speedmatrix predict h200.json --contexts 8K,64K --concurrency 1,64 --out out/pred",
     )
     p.add_argument("dir", type=Path, help="folder of a saved run (holds run.json and records/)")
     p.add_argument("-o", "--out", type=Path, required=True, help="profile JSON to write")
@@ -267,17 +266,17 @@ def add_fit(sub: argparse._SubParsersAction) -> None:
 
 def add_selftest(sub: argparse._SubParsersAction) -> None:
     """The `selftest` command."""
-    p = sub.add_parser(
+    p = command(
+        sub,
         "selftest",
-        help="the client's own limits on this host (requests/s, events/s, delay)",
-        description="Measure what the client can take in on this machine, for 1..N event "
-        "loops, against the built-in engine: requests/s and SSE events/s unpaced, and the p99 "
-        "delay from the engine's send to the client's read with streams in lockstep. The "
-        "result is kept per host and copied into run.json by every run; a cell whose load "
-        "needs more than half of it is flagged client_near_limit (docs/SCALE.md).",
-        epilog="examples:\n  speedmatrix selftest\n  speedmatrix selftest --loops 1,2 "
-        "--duration 3 --json\n",
-        formatter_class=Formatter,
+        "the client's own limits on this host (requests/s, events/s, delay)",
+        "Measure what the client can take in on this machine, for 1..N event loops, against the "
+        "built-in engine: requests/s and SSE events/s unpaced, and the p99 delay from the engine's"
+        " send to the client's read with streams in lockstep. The result is kept per host and "
+        "copied into run.json by every run; a cell whose load needs more than half of it is "
+        "flagged client_near_limit (docs/SCALE.md).",
+        "speedmatrix selftest",
+        "speedmatrix selftest --loops 1,2 --duration 3 --json",
     )
     p.add_argument(
         "--loops",

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from speedmatrix.cli.common import Formatter
+from speedmatrix.cli.common import Formatter, value_flags
 from speedmatrix.cli.ray_flags import add_ray_flags
 from speedmatrix.cli.sparse_flags import SPARSE_FLAGS, add_sparse_flags
 from speedmatrix.cli.traffic_flags import TRAFFIC_FLAGS, add_traffic_flags
@@ -225,16 +225,21 @@ def _load_flags(g: argparse._ArgumentGroup, d: dict[str, str]) -> None:
         "--shared-prefix",
         help="tokens shared by all prompts of a cell; negative: all but the last N (default: 0)",
     )
-    g.add_argument(
-        "--extra-body",
-        metavar="JSON",
-        help="JSON object merged into every request body, e.g. '{\"top_k\": 1}'",
-    )
-    g.add_argument(
-        "--client-threads",
-        metavar="N|auto",
-        help="the client's event loops per cell, each on its own core (default: auto, one "
-        "per 256 streams, at most the cores minus one; see speedmatrix selftest)",
+    value_flags(
+        g,
+        (
+            "--extra-body",
+            "JSON",
+            "JSON object merged into every request body, e.g. '{\"top_k\": 1}'",
+        ),
+        (
+            "--client-threads",
+            "N|auto",
+            (
+                "the client's event loops per cell, each on its own core (default: auto, one per "
+                "256 streams, at most the cores minus one; see speedmatrix selftest)"
+            ),
+        ),
     )
 
 
@@ -313,45 +318,57 @@ def add_open_loop_flags(p: argparse.ArgumentParser) -> None:
         "load (open loop)",
         "requests arrive on a schedule whatever the server does (docs/metrics.md)",
     )
-    load.add_argument(
-        "--request-rate",
-        metavar="RATES",
-        help="arrival rates in requests/s, e.g. 0.5,1,2,4: the decode cells become contexts "
-        "x rates (instead of x concurrency)",
-    )
-    load.add_argument(
-        "--arrival",
-        metavar="KIND",
-        help="poisson (default), constant, or gamma:SHAPE (burstiness; 1 = Poisson, < 1 burstier)",
-    )
-    load.add_argument(
-        "--max-concurrency",
-        metavar="N",
-        help="at most N requests in flight; the others wait at the client (that wait counts "
-        "in latency from the scheduled time)",
-    )
-    load.add_argument(
-        "--drain-timeout",
-        metavar="DURATION",
-        help="how long the window's requests may take to finish after it (default 60s)",
-    )
-    load.add_argument(
-        "--prompts",
-        metavar="FILE",
-        help="send a workload file's requests instead of synthetic prompts: JSONL "
-        '({"prompt"|"messages", "max_tokens"}) or ShareGPT JSON; each keeps its own output '
-        "length, and the context is only the row's label",
+    value_flags(
+        load,
+        (
+            "--request-rate",
+            "RATES",
+            (
+                "arrival rates in requests/s, e.g. 0.5,1,2,4: the decode cells become contexts x "
+                "rates (instead of x concurrency)"
+            ),
+        ),
+        (
+            "--arrival",
+            "KIND",
+            "poisson (default), constant, or gamma:SHAPE (burstiness; 1 = Poisson, < 1 burstier)",
+        ),
+        (
+            "--max-concurrency",
+            "N",
+            (
+                "at most N requests in flight; the others wait at the client (that wait counts in "
+                "latency from the scheduled time)"
+            ),
+        ),
+        (
+            "--drain-timeout",
+            "DURATION",
+            "how long the window's requests may take to finish after it (default 60s)",
+        ),
+        (
+            "--prompts",
+            "FILE",
+            (
+                "send a workload file's requests instead of synthetic prompts: JSONL "
+                '({"prompt"|"messages", "max_tokens"}) or ShareGPT JSON; each keeps its own output '
+                "length, and the context is only the row's label"
+            ),
+        ),
     )
     slo = p.add_argument_group("SLO", "latency targets, attainment and goodput per cell")
-    slo.add_argument(
-        "--percentiles",
-        metavar="LIST",
-        help="latency percentiles to report (default 50,90,95,99,99.9)",
-    )
-    slo.add_argument(
-        "--slo",
-        metavar="TARGETS",
-        help="per-request targets, any of ttft, tpot, e2e, tbt: e.g. ttft=2s,tpot=50ms,e2e=60s",
+    value_flags(
+        slo,
+        (
+            "--percentiles",
+            "LIST",
+            "latency percentiles to report (default 50,90,95,99,99.9)",
+        ),
+        (
+            "--slo",
+            "TARGETS",
+            "per-request targets, any of ttft, tpot, e2e, tbt: e.g. ttft=2s,tpot=50ms,e2e=60s",
+        ),
     )
     slo.add_argument(
         "--search",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from speedmatrix.cli.common import value_flags
 from speedmatrix.cliargs import UsageError, positive_int
 from speedmatrix.sparseaxes import PLANS
 
@@ -27,16 +28,21 @@ def add_sparse_flags(p: argparse.ArgumentParser) -> None:
         "profile, predict the rest; the report marks predicted cells (docs/metrics.md)",
     )
     g.add_argument("--plan", choices=PLANS, help="full (default) or sparse")
-    g.add_argument(
-        "--sparse-target",
-        metavar="FRACTION",
-        help="sparse: measure more cells until every predicted cell's interval is within "
-        "this relative half-width, e.g. 0.10 or 10%% (default 0.10)",
-    )
-    g.add_argument(
-        "--sparse-max-cells",
-        metavar="N",
-        help="sparse: the most decode cells measured (default: 40%% of the grid)",
+    value_flags(
+        g,
+        (
+            "--sparse-target",
+            "FRACTION",
+            (
+                "sparse: measure more cells until every predicted cell's interval is within this "
+                "relative half-width, e.g. 0.10 or 10%% (default 0.10)"
+            ),
+        ),
+        (
+            "--sparse-max-cells",
+            "N",
+            "sparse: the most decode cells measured (default: 40%% of the grid)",
+        ),
     )
 
 

@@ -8,6 +8,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from speedmatrix.cli.common import value_flags
 from speedmatrix.cliargs import UsageError
 from speedmatrix.prefixcache import parse_cached_fractions
 from speedmatrix.trace import TraceError, load_trace
@@ -32,35 +33,59 @@ def add_traffic_flags(p: argparse.ArgumentParser) -> None:
         "traffic shapes",
         "each replaces the closed-loop decode cells (docs/metrics.md); one at a time",
     )
-    g.add_argument(
-        "--cached-fraction",
-        metavar="SHARES",
-        help="shares of each prompt served from a prefix the server has seen, e.g. 0,0.5,0.9: "
-        "the decode cells become contexts x concurrency x share; the report shows the share "
-        "asked against the one the server delivered",
+    value_flags(
+        g,
+        (
+            "--cached-fraction",
+            "SHARES",
+            (
+                "shares of each prompt served from a prefix the server has seen, e.g. 0,0.5,0.9: "
+                "the decode cells become contexts x concurrency x share; the report shows the "
+                "share asked against the one the server delivered"
+            ),
+        ),
+        (
+            "--interference",
+            "EVERY",
+            (
+                "N streams (--concurrency) decode while one cold prompt of each --contexts arrives"
+                " every EVERY (e.g. 2s); reports the decoders' p99 time between tokens during "
+                "prefills against clear of them"
+            ),
+        ),
+        (
+            "--trace",
+            "FILE",
+            (
+                "replay a trace: JSONL {arrival_ms, input_tokens, output_tokens}, Mooncake JSONL "
+                "or the Azure LLM CSV; each request its own prompt and output length"
+            ),
+        ),
+        (
+            "--speedup",
+            "K",
+            "replay the trace K times faster (arrivals / K)",
+        ),
+        (
+            "--sessions",
+            "TURNS",
+            (
+                "conversations of TURNS turns, --concurrency of them at once, the first prompt of "
+                "each --contexts: each turn adds the answer (--max-output) and --turn-tokens new "
+                "tokens"
+            ),
+        ),
+        (
+            "--turn-tokens",
+            "N",
+            "new user tokens a turn adds (default 256)",
+        ),
+        (
+            "--think-time",
+            "DURATION",
+            "pause between turns (default 0)",
+        ),
     )
-    g.add_argument(
-        "--interference",
-        metavar="EVERY",
-        help="N streams (--concurrency) decode while one cold prompt of each --contexts "
-        "arrives every EVERY (e.g. 2s); reports the decoders' p99 time between tokens during "
-        "prefills against clear of them",
-    )
-    g.add_argument(
-        "--trace",
-        metavar="FILE",
-        help="replay a trace: JSONL {arrival_ms, input_tokens, output_tokens}, Mooncake JSONL "
-        "or the Azure LLM CSV; each request its own prompt and output length",
-    )
-    g.add_argument("--speedup", metavar="K", help="replay the trace K times faster (arrivals / K)")
-    g.add_argument(
-        "--sessions",
-        metavar="TURNS",
-        help="conversations of TURNS turns, --concurrency of them at once, the first prompt of "
-        "each --contexts: each turn adds the answer (--max-output) and --turn-tokens new tokens",
-    )
-    g.add_argument("--turn-tokens", metavar="N", help="new user tokens a turn adds (default 256)")
-    g.add_argument("--think-time", metavar="DURATION", help="pause between turns (default 0)")
 
 
 def apply_traffic_flags(m: Any, args: argparse.Namespace) -> None:

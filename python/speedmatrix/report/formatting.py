@@ -110,52 +110,47 @@ def _dash_if_missing(fn: Callable[[Any], str]) -> Callable[[Any], str]:
     return wrapper
 
 
-@_dash_if_missing
-def tok_s(v: Any) -> str:
-    """Throughput as in the tables: ``10.4K`` from 10,000 up, else ``1,583.9``."""
+def _thousands_k(v: Any, decimals: int) -> str:
+    """``10.4K`` from 10,000 up, else the value with ``decimals`` and thousands separators."""
     v = float(v)
     if abs(v) >= 10_000:
         return f"{v / 1000:,.1f}K"
-    return f"{v:,.1f}"
+    return f"{v:,.{decimals}f}"
+
+
+@_dash_if_missing
+def tok_s(v: Any) -> str:
+    """Throughput as in the tables: ``10.4K`` from 10,000 up, else ``1,583.9``."""
+    return _thousands_k(v, 1)
 
 
 @_dash_if_missing
 def tok_s_short(v: Any) -> str:
     """Throughput as in the prefill list: ``10.4K`` from 10,000 up, else ``9,995``."""
-    v = float(v)
-    if abs(v) >= 10_000:
-        return f"{v / 1000:,.1f}K"
-    return f"{v:,.0f}"
+    return _thousands_k(v, 0)
 
 
-@_dash_if_missing
-def ms(v: Any) -> str:
-    """Whole milliseconds: ``790 ms``, ``1,590 ms`` (TTFT)."""
-    return f"{float(v):,.0f} ms"
+def _fixed(spec: str, unit: str, doc: str) -> Callable[[Any], str]:
+    """The formatter of a number in format ``spec`` followed by ``unit`` ("—" when missing)."""
+
+    def fmt(v: Any) -> str:
+        return f"{float(v):{spec}}{unit}"
+
+    fmt.__doc__ = doc
+    return _dash_if_missing(fmt)
 
 
-@_dash_if_missing
-def ms1(v: Any) -> str:
-    """Milliseconds with one decimal: ``16.8 ms`` (time between tokens)."""
-    return f"{float(v):,.1f} ms"
-
-
-@_dash_if_missing
-def one(v: Any) -> str:
-    """One decimal with thousands separators: ``98.1``."""
-    return f"{float(v):,.1f}"
+ms = _fixed(",.0f", " ms", "Whole milliseconds: ``790 ms``, ``1,590 ms`` (TTFT).")
+ms1 = _fixed(",.1f", " ms", "Milliseconds with one decimal: ``16.8 ms`` (time between tokens).")
+one = _fixed(",.1f", "", "One decimal with thousands separators: ``98.1``.")
+seconds = _fixed(",.1f", " s", "A measured duration: ``30.0 s``.")
+ratio = _fixed(".2f", "×", "A ratio: ``1.07×``.")
 
 
 @_dash_if_missing
 def count(v: Any) -> str:
     """An integer count: ``1,779``."""
     return f"{round(float(v)):,d}"
-
-
-@_dash_if_missing
-def seconds(v: Any) -> str:
-    """A measured duration: ``30.0 s``."""
-    return f"{float(v):,.1f} s"
 
 
 @_dash_if_missing
@@ -182,12 +177,6 @@ def gigabytes(v: Any) -> str:
 def percent(v: Any) -> str:
     """A fraction shown as a signed percentage: ``+3.2%``."""
     return f"{float(v) * 100:+.1f}%"
-
-
-@_dash_if_missing
-def ratio(v: Any) -> str:
-    """A ratio: ``1.07×``."""
-    return f"{float(v):.2f}×"
 
 
 @_dash_if_missing

@@ -28,7 +28,6 @@ from speedmatrix.report.cells import (
     share_text,
     status_lines,
     status_notes,
-    status_of,
 )
 from speedmatrix.report.model import Section, Table
 from speedmatrix.report.rates import figure_grid, load_grid
@@ -134,13 +133,10 @@ def goodput_section(run: Run, s: SloSettings) -> Section:
     rows, classes, statuses, kinds = [], [], [], []
     below_any = flagged_any = skipped = False
     unjudged = 0
-    for i, ctx in enumerate(grid.contexts):
-        label = grid.labels[i]
+    for ctx, label in zip(grid.contexts, grid.labels):
         row: list[Any] = [label]
         cls = ["ctx"]
-        for x in grid.loads:
-            cells = grid.groups.get((ctx, x), [])
-            st = status_of(cells)
+        for x, cells, st in grid.row(ctx):
             c = cell_class(st)
             if st is None and search:
                 skipped = True

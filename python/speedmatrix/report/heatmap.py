@@ -76,51 +76,26 @@ def decode_heatmap(run: Run, figure: str = "total_tok_s") -> Figure:
     return fig
 
 
+def _patch(ax: Any, i: int, j: int, half: float, **style: Any) -> None:
+    """A square of side 2 * half on grid cell (i, j): 0.5 covers it whole."""
+    ax.add_patch(Rectangle((j - half, i - half), 2 * half, 2 * half, **style))
+
+
 def _annotate_cell(ax, i: int, j: int, s: Any, v: float, colours: tuple[Any, Any, Any]) -> None:
     """One grid cell's mark and text: hatched when over capacity or an error, outlined when
     queued, its figure (in a colour readable on its shade) otherwise."""
     cmap, norm, text_fn = colours
     if s == "over_capacity":
-        ax.add_patch(
-            Rectangle(
-                (j - 0.5, i - 0.5),
-                1,
-                1,
-                facecolor="0.85",
-                hatch="//",
-                edgecolor="0.6",
-                lw=0,
-            )
-        )
+        _patch(ax, i, j, 0.5, facecolor="0.85", hatch="//", edgecolor="0.6", lw=0)
         ax.text(j, i, "Over\ncapacity", ha="center", va="center", fontsize=7, color="0.3")
         return
     if s is None:
         ax.text(j, i, "not run", ha="center", va="center", fontsize=7, color="0.5")
         return
     if s == "error":
-        ax.add_patch(
-            Rectangle(
-                (j - 0.5, i - 0.5),
-                1,
-                1,
-                facecolor="none",
-                hatch="xx",
-                edgecolor="#c0392b",
-                lw=0,
-            )
-        )
+        _patch(ax, i, j, 0.5, facecolor="none", hatch="xx", edgecolor="#c0392b", lw=0)
     if s == "queued":
-        ax.add_patch(
-            Rectangle(
-                (j - 0.45, i - 0.45),
-                0.9,
-                0.9,
-                facecolor="none",
-                edgecolor="#e67e22",
-                lw=1.5,
-                ls="--",
-            )
-        )
+        _patch(ax, i, j, 0.45, facecolor="none", edgecolor="#e67e22", lw=1.5, ls="--")
     label = text_fn(v).replace(" ms", "") if np.isfinite(v) else "Error"
     if s == "queued":
         label += "\nqueued"
@@ -179,17 +154,7 @@ def _mark_predicted(ax, run: Run) -> None:
     for i, ctx in enumerate(md["contexts"]):
         for j, n in enumerate(md["concurrency"]):
             if (int(ctx), int(n)) in guessed:
-                ax.add_patch(
-                    Rectangle(
-                        (j - 0.47, i - 0.47),
-                        0.94,
-                        0.94,
-                        facecolor="none",
-                        edgecolor="white",
-                        lw=1.2,
-                        ls=":",
-                    )
-                )
+                _patch(ax, i, j, 0.47, facecolor="none", edgecolor="white", lw=1.2, ls=":")
                 ax.text(
                     j,
                     i + 0.33,

@@ -285,6 +285,18 @@ def _source_text(src: Any) -> str:
     return SOURCE_TEXT.get(src, fmt.code_text(src)) if not fmt.missing(src) else fmt.DASH
 
 
+def _source_rows(
+    part: str, facts: tuple[tuple[str, str], ...], values: dict[str, Any], sources: Any
+) -> list[list[str]]:
+    """[part, label, value, source] of each fact that has a value and a recorded source."""
+    sources = sources if isinstance(sources, dict) else {}
+    return [
+        [part, label, str(values[key]), _source_text(sources[key])]
+        for key, label in facts
+        if key in sources and not fmt.missing(values[key])
+    ]
+
+
 def sources_section(run: Run) -> Section | None:
     """Where the model name, the engine facts and the hardware came from (probed, detected or
     given); capacity has its own table. None for runs that recorded no sources."""
@@ -296,20 +308,10 @@ def sources_section(run: Run) -> Section | None:
         name_source = "model_path"  # the title derives it here (see model_name)
     if name_source:
         rows.append(["Model", "Name", model_name(meta), _source_text(name_source)])
-    e_src = e.get("sources")
-    if not isinstance(e_src, dict):
-        e_src = {}
-    for key, label in ENGINE_FACTS:
-        value = engine_name(meta) if key == "name" else e.get(key)
-        if key in e_src and not fmt.missing(value):
-            rows.append(["Engine", label, str(value), _source_text(e_src[key])])
-    h_src = hw.get("sources")
-    if not isinstance(h_src, dict):
-        h_src = {}
-    for key, label in HARDWARE_FACTS:
-        value = vram_text(hw) if key == "vram_gb" else hw.get(key)
-        if key in h_src and not fmt.missing(value):
-            rows.append(["Hardware", label, str(value), _source_text(h_src[key])])
+    engine = {key: engine_name(meta) if key == "name" else e.get(key) for key, _ in ENGINE_FACTS}
+    rows += _source_rows("Engine", ENGINE_FACTS, engine, e.get("sources"))
+    hardware = {k: vram_text(hw) if k == "vram_gb" else hw.get(k) for k, _ in HARDWARE_FACTS}
+    rows += _source_rows("Hardware", HARDWARE_FACTS, hardware, hw.get("sources"))
     if not rows:
         return None
     return Section(

@@ -40,6 +40,14 @@ class LoadGrid:
     loads: list[Any]
     groups: dict[tuple[int, Any], list[dict]]
 
+    def row(self, context: int) -> list[tuple[Any, list[dict], str | None]]:
+        """(load, its cells, their status) of each column at ``context``, in order."""
+        out = []
+        for x in self.loads:
+            cells = self.groups.get((context, x), [])
+            out.append((x, cells, status_of(cells)))
+        return out
+
 
 def load_grid(run: Run) -> LoadGrid:
     """The decode cells grouped as `Run.load_matrix` pivots them: rows = contexts, columns =
@@ -104,13 +112,10 @@ def rate_decode_section(run: Run) -> Section:
     tot = figure_grid(run, "total_tok_s")
     ttft = figure_grid(run, "ttft_ms")
     rows, classes, statuses, kinds, flagged = [], [], [], [], False
-    for i, ctx in enumerate(grid.contexts):
-        label = grid.labels[i]
+    for ctx, label in zip(grid.contexts, grid.labels):
         row: list[Any] = [label]
         cls = ["ctx"]
-        for x in grid.loads:
-            cells = grid.groups.get((ctx, x), [])
-            st = status_of(cells)
+        for x, cells, st in grid.row(ctx):
             statuses.append(st)
             c = cell_class(st)
             if st in ("valid", "queued"):

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from speedmatrix.report import formatting as fmt
-from speedmatrix.report.cells import FLAG_SHORT, cell_flags, load_text, ordered_cells, status_of
+from speedmatrix.report.cells import FLAG_SHORT, cell_flags, load_text, ordered_cells
 from speedmatrix.report.model import Section, Table
 from speedmatrix.report.predicted import PREDICTED_MARK, is_predicted
 from speedmatrix.report.rates import figure_grid, load_grid
@@ -257,9 +257,7 @@ def rate_summary_section(run: Run) -> Section:
         kept: list[Any] = []
         behind: list[Any] = []
         over: list[Any] = []
-        for x in grid.loads:
-            cells = grid.groups.get((ctx, x), [])
-            st = status_of(cells)
+        for x, cells, st in grid.row(ctx):
             if st == "over_capacity":
                 over.append(x)
             if st not in ("valid", "queued"):

@@ -225,13 +225,23 @@ _SESSION_COLUMNS = [
     "Turns/s",
     "Output tok/s",
     "Session s",
+    "Answers",
     "Status",
 ]
 _SESSION_TEXT = (
-    "Each session's turn adds the previous answer and a new user message to its prompt; "
-    "the server has seen the previous turn's prompt (the cached prefix). Turns run in "
-    "lock step across the sessions, with the think time between them."
+    "Each session's turn adds the answer the server gave (its ids from the stream, the "
+    "server's tokenize endpoint or the local tokenizer; else a stand-in) and a new user "
+    "message to its prompt; the server has seen the previous turn's prompt and answer "
+    "(the cached prefix). Turns run in lock step across the sessions, with the think time "
+    "between them."
 )
+
+
+def _answers(value: object) -> str:
+    """Answers by source (`session_answer_source`), e.g. "stream 6"; — for a run without."""
+    if not isinstance(value, dict) or not value:
+        return "—"
+    return ", ".join(f"{k} {v}" for k, v in sorted(value.items()))
 
 
 def _session_row(c: pd.Series) -> list[str]:
@@ -251,6 +261,7 @@ def _session_row(c: pd.Series) -> list[str]:
         _num(c.get("session_turns_per_s"), 2),
         _num(c.get("session_output_tok_s")),
         _num(c.get("session_duration_s"), 2),
+        _answers(c.get("session_answer_source")),
         _status(c),
     ]
 
@@ -283,7 +294,7 @@ def ttft_by_cached_prefix(cells: pd.DataFrame) -> Figure:
         if not drawn:
             empty(ax, "no session measured")
             return fig
-        ax.set_xlabel("prompt tokens cached (the previous turn's prompt)")
+        ax.set_xlabel("prompt tokens cached (the previous turn's prompt and answer)")
         ax.set_ylabel("TTFT (ms, median of the turn)")
         ax.set_title("Sessions: time to first token by turn")
         ax.legend(fontsize=7.5, ncols=2)

@@ -2,12 +2,12 @@
 
 Decode step: each cell gives two measures of one step time, its median per-token gap (time
 between tokens) and its mean step (``batch × 1000 / total tok/s``). Least squares on the
-relative error of ``step = a + b n + c n² + d kv`` (the model of :mod:`speedmatrix.twin.model`),
+relative error of ``step = a + b n + c n² + d kv + g [n ≥ 2]`` (the model of :mod:`speedmatrix.twin.model`),
 ``n`` the batch and ``kv`` the tokens it attends. From a run's raw records both come measured
 (`speedmatrix.twin.samples`); from figures alone (`fit_step`) ``n = min(N, max_running)`` and
 ``kv`` is the batch times the context plus half the window's generated tokens. Each parameter's
 standard deviation comes from the fit's covariance (residual variance × (XᵀX)⁻¹); a negative
-square term is dropped and the rest refitted, so the curve stays convex.
+term is dropped and the rest refitted (`_solve_terms`), so the step never falls with load.
 
 Cold prefill: ``ttft = f + p C + q C(C-1)/2`` (front-end overhead, per-token and per-token-pair
 prefill cost) by least squares on the relative error over the alone warm-up requests; with
@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from speedmatrix.twin.model import STEP_KEYS, ProfileError
+from speedmatrix.twin.model import STEP_KEYS, ProfileError, attended_tokens, step_row
 from speedmatrix.twin.samples import PrefillSample, StepSample
 
 __all__ = ["MeasuredCell", "PrefillFit", "StepFit", "fit_prefill", "fit_step", "fit_steps"]
@@ -71,8 +71,38 @@ def _solve(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return coef, np.sqrt(np.clip(np.diag(cov), 0.0, None))
 
 
-def _step_row(batch: float, kv: float) -> np.ndarray:
-    return np.array([1.0, batch, batch * batch, kv * 1e-6])
+def _solve_terms(
+    x: np.ndarray, y: np.ndarray, terms: list[int]
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """`_solve_cov` over the columns ``terms`` with every coefficient at least 0 (a step's
+    cost never falls as the batch or the cache grows; a negative term fitted to noisy cells
+    predicts negative steps): the most negative term is dropped and the rest refitted until
+    none is; a term left out is 0 with no variance."""
+    keep = list(terms)
+    while True:
+        part, part_cov, scatter = _solve_cov(x[:, keep], y)
+        if len(keep) == 1 or part.min() >= 0:
+            break
+        del keep[int(np.argmin(part))]
+    coef, cov = np.zeros(x.shape[1]), np.zeros((x.shape[1], x.shape[1]))
+    coef[keep] = np.clip(part, 0.0, None)
+    cov[np.ix_(keep, keep)] = part_cov
+    return coef, cov, scatter
+
+
+def _step_terms(batches: set[int]) -> list[list[int]]:
+    """The candidate term sets (`STEP_KEYS` indices) the batch sizes measured can pin: the
+    base, per-sequence and KV terms always; each further batch size pins one more batch term,
+    the square (a step convex in the batch) or the batched surcharge (a faster one-sequence
+    path; only with a batch of 1 measured). With room for one of the two, both are tried."""
+    base = [0, 1, 3]
+    extra = [2, 4] if 1 in batches else [2]
+    room = len(batches) - 2
+    if room <= 0:
+        return [base]
+    if room >= len(extra):
+        return [sorted(base + extra)]
+    return [sorted([*base, term]) for term in extra]
 
 
 def fit_steps(base: Mapping[str, Any], samples: Sequence[StepSample]) -> StepFit:
@@ -84,16 +114,16 @@ def fit_steps(base: Mapping[str, Any], samples: Sequence[StepSample]) -> StepFit
     rows, y = [], []
     for s in cells:
         for target in (s.tbt_ms, s.mean_step_ms):
-            rows.append(_step_row(s.batch, s.kv_tokens) / target)
+            rows.append(step_row(s.batch, s.kv_tokens) / target)
             y.append(1.0)
     x = np.array(rows)
-    coef, cov, scatter = _solve_cov(x, np.array(y))
-    if coef[2] < 0:
-        keep = [0, 1, 3]
-        coef3, cov3, scatter = _solve_cov(x[:, keep], np.array(y))
-        coef, cov = np.zeros(4), np.zeros((4, 4))
-        coef[keep] = coef3
-        cov[np.ix_(keep, keep)] = cov3
+    coef, cov, scatter = min(
+        (
+            _solve_terms(x, np.array(y), terms)
+            for terms in _step_terms({round(s.batch) for s in cells})
+        ),
+        key=lambda fitted: fitted[2],
+    )
     sd = np.sqrt(np.clip(np.diag(cov), 0.0, None))
     profile = dict(base)
     profile.update({k: float(v) for k, v in zip(STEP_KEYS, coef, strict=True)})
@@ -101,23 +131,27 @@ def fit_steps(base: Mapping[str, Any], samples: Sequence[StepSample]) -> StepFit
     fit.cov = cov.tolist()
     fit.scatter = scatter
     for s in cells:
-        model = float(_step_row(s.batch, s.kv_tokens) @ coef)
+        model = float(step_row(s.batch, s.kv_tokens) @ coef)
         fit.residuals[s.cell_id] = model / s.tbt_ms - 1
     return fit
 
 
 def fit_step(
-    base: Mapping[str, Any], measured: Iterable[MeasuredCell], window_s: float = 30.0
+    base: Mapping[str, Any],
+    measured: Iterable[MeasuredCell],
+    window_s: float = 30.0,
+    max_output: int = 1 << 30,
 ) -> StepFit:
     """`fit_steps` from cells' figures alone (no records): ``batch = min(N, max_running)``,
-    each request attending its context plus half the window's generated tokens."""
+    each request attending its context plus half the window's generated tokens (half its
+    output when it finishes sooner: `attended_tokens`)."""
     max_running = int(base.get("max_running", 1 << 30))
     samples = []
     for c in measured:
         if c.total_tok_s <= 0 or c.tbt_ms <= 0:
             continue
         batch = min(c.concurrency, max_running)
-        kv = batch * (c.context + (1000.0 / c.tbt_ms) * window_s / 2)
+        kv = batch * attended_tokens(c.context, c.tbt_ms, window_s, max_output)
         step = 1000.0 * batch / c.total_tok_s
         samples.append(
             StepSample(

@@ -61,7 +61,7 @@ def _rule(meta: Mapping[str, Any]) -> dict[str, Any] | None:
     model = ((meta.get("run") or {}).get("plan") or {}).get("capacity_model") or {}
     if model.get("family") in (None, "shared_pool"):
         return None
-    rule = {"family": str(model["family"])}
+    rule: dict[str, Any] = {"family": str(model["family"])}
     if model.get("slot_tokens"):
         rule["slot_tokens"] = int(model["slot_tokens"])
     return rule

@@ -2,10 +2,11 @@
 
 Mirrors ``cpp/src/sim/engine.cpp``: a decode step of a batch of ``n`` requests attending
 ``kv`` tokens in all takes ``step_base_ms + step_per_seq_ms n + step_per_seq2_ms n² +
-step_per_kv_token_ns kv``; a cold prompt of ``C`` tokens takes the front-end's cost plus the
+step_per_kv_token_ns kv + step_batched_ms [n ≥ 2]``; a cold prompt of ``C`` tokens takes the front-end's cost plus the
 prefill's (``C τ0 + τ1 C²/2``). A closed-loop decode cell of ``N`` streams at context ``C``
 holds ``min(N, max_running)`` requests in the batch; each has ``C`` plus, on average, half
-the window's generated tokens in the KV cache. A cell is over capacity when its running
+the window's generated tokens (half its output when it finishes within the window) in the
+KV cache. A cell is over capacity when its running
 requests could not all hold ``C + max_output`` tokens in the pool (the sweep's rule), queued
 when ``N`` exceeds ``max_running``. Intervals: for a fitted profile (``fit.cov``, ``fit.scatter``: `speedmatrix fit`) the
 step's prediction interval at the confidence level of every interval: the fitted mean's
@@ -26,7 +27,14 @@ import numpy as np
 from speedmatrix.capacity import CapacityModel
 from speedmatrix.figures import Z_TWO_SIDED
 
-STEP_KEYS = ("step_base_ms", "step_per_seq_ms", "step_per_seq2_ms", "step_per_kv_token_ns")
+STEP_KEYS = (
+    "step_base_ms",
+    "step_per_seq_ms",
+    "step_per_seq2_ms",
+    "step_per_kv_token_ns",
+    "step_batched_ms",
+)
+OPTIONAL_STEP_KEYS = frozenset({"step_batched_ms"})
 PREFILL_KEYS = ("prefill_per_token_us", "prefill_per_token_ctx_ns", "frontend_overhead_ms")
 #: fixed-point iterations of the per-request rate (the KV attended depends on it); 8 settle
 #: every seed cell to under 0.01 %
@@ -57,14 +65,28 @@ def _need(profile: Mapping[str, Any], key: str) -> float:
     return float(profile[key])
 
 
+def step_row(batch: float, kv_tokens: float) -> np.ndarray:
+    """The step model's terms in `STEP_KEYS` order (a step = row · coefficients). The batched
+    term is the share of steps with two or more sequences: 0 at a batch of 1, 1 from 2 up,
+    between for a measured mean batch between them (a window that ran 1 and 2 in turn)."""
+    batched = min(1.0, max(0.0, batch - 1.0))
+    return np.array([1.0, batch, batch * batch, kv_tokens * 1e-6, batched])
+
+
+def step_coefficients(profile: Mapping[str, Any]) -> np.ndarray:
+    """A profile's step parameters in `STEP_KEYS` order; `OPTIONAL_STEP_KEYS` read 0 when
+    absent (profiles and fits made before them)."""
+    return np.array(
+        [
+            float(profile.get(k, 0.0)) if k in OPTIONAL_STEP_KEYS else _need(profile, k)
+            for k in STEP_KEYS
+        ]
+    )
+
+
 def step_ms(profile: Mapping[str, Any], batch: float, kv_tokens: float) -> float:
     """One decode step of ``batch`` requests attending ``kv_tokens`` in all (engine.cpp)."""
-    return (
-        _need(profile, "step_base_ms")
-        + _need(profile, "step_per_seq_ms") * batch
-        + _need(profile, "step_per_seq2_ms") * batch * batch
-        + _need(profile, "step_per_kv_token_ns") * 1e-6 * kv_tokens
-    )
+    return float(step_row(batch, kv_tokens) @ step_coefficients(profile))
 
 
 def cold_ttft_ms(profile: Mapping[str, Any], context: int) -> float:
@@ -104,11 +126,19 @@ def status(profile: Mapping[str, Any], context: int, concurrency: int, max_outpu
     return "queued" if fit.queued else "valid"
 
 
-def _decode_step_ms(profile: Mapping[str, Any], context: int, batch: int, window_s: float) -> float:
+def attended_tokens(context: int, step: float, window_s: float, max_output: int) -> float:
+    """The tokens one request attends on average: its prompt and half of what it generates
+    while the window lasts, or half its output when it finishes sooner (a closed loop then
+    starts the next request from its prompt)."""
+    return context + min((1000.0 / step) * window_s, float(max_output)) / 2
+
+
+def _decode_step_ms(
+    profile: Mapping[str, Any], context: int, batch: int, window_s: float, max_output: int
+) -> float:
     step = step_ms(profile, batch, batch * context)
     for _ in range(_ITERATIONS):
-        generated = (1000.0 / step) * window_s / 2
-        step = step_ms(profile, batch, batch * (context + generated))
+        step = step_ms(profile, batch, batch * attended_tokens(context, step, window_s, max_output))
     return step
 
 
@@ -116,16 +146,17 @@ def _half_width_ms(fit: Mapping[str, Any], batch: float, kv: float, step: float)
     """Half the prediction interval of one step: the fitted mean's uncertainty
     (``r Cov rᵀ``, ``r`` the step model's row) and the fit's relative scatter about it, at
     the confidence level of every interval (`speedmatrix.figures.CONFIDENCE`)."""
-    row = np.array([1.0, batch, batch * batch, kv * 1e-6])
-    var_mean = float(row @ np.asarray(fit["cov"], dtype=float) @ row)
+    cov = np.asarray(fit["cov"], dtype=float)
+    row = step_row(batch, kv)[: len(cov)]  # a fit made before the batched term has 4 rows
+    var_mean = float(row @ cov @ row)
     scatter = float(fit.get("scatter", 0.0)) * step
     return Z_TWO_SIDED * math.sqrt(max(0.0, var_mean) + scatter * scatter)
 
 
 def _shifted(profile: Mapping[str, Any], sd: Mapping[str, float], sign: float) -> dict[str, Any]:
     out = dict(profile)
-    for key in STEP_KEYS:
-        out[key] = max(0.0, _need(profile, key) + sign * float(sd.get(key, 0.0)))
+    for key, value in zip(STEP_KEYS, step_coefficients(profile), strict=True):
+        out[key] = max(0.0, float(value) + sign * float(sd.get(key, 0.0)))
     return out
 
 
@@ -147,13 +178,14 @@ def predict_cell(
     batch = min(concurrency, int(_need(profile, "max_running")))
     fit = profile.get("fit") or {}
     if sd is None and fit.get("cov") is not None:
-        mid_step = _decode_step_ms(profile, context, batch, window_s)
-        half = _half_width_ms(fit, batch, batch * (context + 500.0 * window_s / mid_step), mid_step)
+        mid_step = _decode_step_ms(profile, context, batch, window_s, max_output)
+        kv = batch * attended_tokens(context, mid_step, window_s, max_output)
+        half = _half_width_ms(fit, batch, kv, mid_step)
         low_step, high_step = max(1e-9, mid_step - half), mid_step + half
     else:
         sd = fit.get("sd") or {} if sd is None else sd
         low_step, mid_step, high_step = (
-            _decode_step_ms(p, context, batch, window_s)
+            _decode_step_ms(p, context, batch, window_s, max_output)
             for p in (_shifted(profile, sd, -1.0), profile, _shifted(profile, sd, 1.0))
         )
     return PredictedCell(

@@ -82,7 +82,9 @@ def design(grid: Iterable[Cell], max_running: int | None, most: int = DESIGN_MAX
     """The first cells of a sparse run, at most ``most``, in order of need: the shortest
     context's lowest level, the longest context's highest, the shortest's highest, the knee
     at the shortest (three batch sizes pin the batch terms, two contexts the KV term), the
-    longest context's lowest level, the knee at the longest, then at the middle context."""
+    longest context's lowest level, the knee at the longest, then at the middle context.
+    When the highest level is above ``max_running`` (it runs the knee's batch: two sizes
+    only), the shortest's knee, a level between its lowest and the knee, then its highest."""
     cells = sorted(set(grid))
     if not cells:
         return []
@@ -90,9 +92,14 @@ def design(grid: Iterable[Cell], max_running: int | None, most: int = DESIGN_MAX
     levels_at = {c: sorted(n for cc, n in cells if cc == c) for c in contexts}
     k = knee(sorted({n for _, n in cells}), max_running)
     lo, hi = contexts[0], contexts[-1]
-    wanted: list[Cell] = [(lo, levels_at[lo][0]), (hi, levels_at[hi][-1]), (lo, levels_at[lo][-1])]
-    if k is not None:
-        wanted.append((lo, k))
+    lowest, highest = levels_at[lo][0], levels_at[lo][-1]
+    wanted: list[Cell] = [(lo, lowest), (hi, levels_at[hi][-1])]
+    between = _between(levels_at[lo], lowest, k)
+    if k is not None and max_running and highest > max_running and between is not None:
+        # the highest level runs the knee's batch: a level below the knee is the third size
+        wanted += [(lo, k), (lo, between), (lo, highest)]
+    else:
+        wanted += [(lo, highest)] + ([(lo, k)] if k is not None else [])
     wanted.append((hi, levels_at[hi][0]))
     if k is not None:
         wanted += [(hi, k), (contexts[len(contexts) // 2], k)]
@@ -101,6 +108,17 @@ def design(grid: Iterable[Cell], max_running: int | None, most: int = DESIGN_MAX
         if cell in cells and cell not in out:
             out.append(cell)
     return out[:most]
+
+
+def _between(levels: Sequence[int], low: int, knee_level: int | None) -> int | None:
+    """The level strictly between ``low`` and the knee nearest their geometric middle."""
+    if knee_level is None:
+        return None
+    inner = [n for n in levels if low < n < knee_level]
+    if not inner:
+        return None
+    middle = math.sqrt(low * knee_level)
+    return min(inner, key=lambda n: (abs(math.log(n / middle)), n))
 
 
 def relative_half_width(p: PredictedCell) -> float:

@@ -20,7 +20,7 @@ from speedmatrix import figures, slo
 from speedmatrix._native import _core
 from speedmatrix.reasoning import hidden_evidence, reasoning_figures
 from speedmatrix.records import Records
-from speedmatrix.verdict import openloop, preemption
+from speedmatrix.verdict import openloop, preemption, window
 from speedmatrix.verdict.cache import cache_columns
 from speedmatrix.verdict.client import cell_headroom
 from speedmatrix.verdict.counts import (
@@ -37,17 +37,6 @@ from speedmatrix.verdict.refusal import refused_for_capacity
 from speedmatrix.verdict.rules import EngineFacts, Rules
 from speedmatrix.verdict.server import server_view
 from speedmatrix.verdict.status import decode_status, error_text
-from speedmatrix.verdict.window import (
-    ERROR,
-    OK,
-    client_queue_signal,
-    first_wave_settled,
-    first_wave_streamed,
-    tokens_estimated,
-    ttft_unserved,
-    usage_mismatches,
-    warmup_unfinished,
-)
 
 __all__ = [
     "ERROR_EXAMPLE_CHARS",
@@ -218,7 +207,7 @@ def prefill_cell(
     ttfts = []
     reported = []
     for i in rows:
-        if req["outcome"][i] == ERROR:
+        if req["outcome"][i] == window.ERROR:
             kind = req["error_kind"][i] or "unknown"
             errors[kind] = errors.get(kind, 0) + 1
         elif req["first_token_ns"][i] > 0:
@@ -262,7 +251,7 @@ def prefill_rows(records: Records, from_warmup: bool) -> np.ndarray:
         # the first warm-up prompt; when its first try failed or timed out and was
         # sent again (warmup_retried), the try that answered
         first = np.flatnonzero((phase == 0) & (records.requests["body"] == 0))
-        ok = first[records.requests["outcome"][first] == OK]
+        ok = first[records.requests["outcome"][first] == window.OK]
         return ok[:1] if len(ok) else first[:1]
     return np.flatnonzero(phase == 1)
 
@@ -290,7 +279,7 @@ def decode_cell(
         return _never_started(base, records, errors, idle=idle, facts=facts)
     pct = tuple(percentiles or figures.DEFAULT_PERCENTILES)
     fig = _window_figures(base, shape, records, facts, errors, w, figures.tbt_levels(pct))
-    unserved, unserved_longer = ttft_unserved(req, w.ramp, w.t1, base["ttft_ms"])
+    unserved, unserved_longer = window.ttft_unserved(req, w.ramp, w.t1, base["ttft_ms"])
     base["ttft_unserved"] = unserved
     base["flags"] = []
     rate = getattr(shape, "rate_per_s", None)
@@ -300,8 +289,8 @@ def decode_cell(
         # the send of the first N to the window's opening (a run saved before steady
         # windows opened at the send: its ramp is the first wave's settling)
         base["ramp_s"] = (w.settle - w.ramp) / 1e9
-        base["first_wave_streamed"] = first_wave_streamed(req, shape.concurrency)
-    base["waiting_without_tokens"] = client_queue_signal(req, w.settle, w.t1)
+        base["first_wave_streamed"] = window.first_wave_streamed(req, shape.concurrency)
+    base["waiting_without_tokens"] = window.client_queue_signal(req, w.settle, w.t1)
     base["client_headroom"] = cell_headroom(records, w.t0, w.t1, client_roofline)
     base.update(cache_columns(shape, records))
     e = _evidence(base, shape, records, facts, fig, w, idle=idle, unserved_longer=unserved_longer)
@@ -369,7 +358,9 @@ def _window(shape: _Shape, records: Records) -> _Window | None:
     steady = not open_loop and not one_wave and int(records.ramp_start_ns) > 0
     ramp = int(records.ramp_start_ns) if steady else t0
     req = records.requests
-    settle = t0 if (open_loop or steady) else first_wave_settled(req, shape.concurrency, t0, t1)
+    settle = (
+        t0 if (open_loop or steady) else window.first_wave_settled(req, shape.concurrency, t0, t1)
+    )
     return _Window(t0, t1, ramp, settle, steady, open_loop)
 
 
@@ -386,19 +377,19 @@ def _evidence(
 ) -> Evidence:
     """What the flag rules read, from the cell's figures and its records."""
     req = records.requests
-    window = req["phase"] == 1
+    in_window = req["phase"] == 1
     # every window request sent from the ramp's start: the first wave and its refills
-    sent = window & (req["sent_ns"] >= w.ramp) & (req["sent_ns"] <= w.t1)
-    below, above = usage_mismatches(req["token_source"][window])
+    sent = in_window & (req["sent_ns"] >= w.ramp) & (req["sent_ns"] <= w.t1)
+    below, above = window.usage_mismatches(req["token_source"][in_window])
     ol = base.get("open_loop") or {}
     return Evidence(
         idle=idle,
         output_forced=facts.output_forced,
         drifting=bool(fig.get("drifting")),
         prompt_exact=base["prompt_tokens"]["exact"],
-        tokens_estimated=tokens_estimated(
-            req["token_source"][window],
-            req["outcome"][window],
+        tokens_estimated=window.tokens_estimated(
+            req["token_source"][in_window],
+            req["outcome"][in_window],
             req["token_source"][req["phase"] == 0],
             req["outcome"][req["phase"] == 0],
         ),
@@ -421,7 +412,7 @@ def _evidence(
         window_ns=w.t1 - w.t0,
         usage_below=below,
         usage_above=above,
-        warmup_unfinished=warmup_unfinished(req),
+        warmup_unfinished=window.warmup_unfinished(req),
         coalesced_share=finite(base.get("coalesced_share", fig.get("coalesced_share"))),
         cached_fraction=base.get("cached_fraction"),
         delivered_cached_fraction=base.get("delivered_cached_fraction"),
@@ -435,7 +426,7 @@ def _never_started(
     """A decode cell whose window never started: the warm-up's failures say why."""
     req = records.requests
     errors = errors or error_counts(req, np.flatnonzero(req["phase"] == 0))
-    examples = error_examples(req, np.flatnonzero(req["outcome"] == ERROR))
+    examples = error_examples(req, np.flatnonzero(req["outcome"] == window.ERROR))
     never = records.fatal_error or "the window never started (every warm-up request failed)" + (
         f": {error_text(errors, examples)}" if errors else ""
     )
@@ -492,10 +483,10 @@ def _window_figures(
     returns the C++ figures (with the TBT sample set's quantiles at ``tbt_qs``)."""
     req, ev = records.requests, records.events
     t0, t1, settle = w.t0, w.t1, w.settle
-    window = req["phase"] == 1
+    in_window = req["phase"] == 1
     fig = _core.summarize_cell(req, ev, t0, t1, 1.0, settle, w.ramp, tbt_qs)
     server = server_view(records.metrics, facts, t0, t1, settle)
-    reported = [int(x) for x in req["prompt_tokens"][window] if x >= 0]
+    reported = [int(x) for x in req["prompt_tokens"][in_window] if x >= 0]
     ptok = prompt_check(shape.context, reported)
     if getattr(shape, "prompts_file", ""):
         # a workload file's prompts have their own lengths: the server's counts are kept
@@ -517,12 +508,12 @@ def _window_figures(
             "started": int(fig["started"]),
             "errors": errors,
             "error_examples": error_examples(
-                req, np.flatnonzero(window & (req["outcome"] == ERROR))
+                req, np.flatnonzero(in_window & (req["outcome"] == window.ERROR))
             ),
             "errors_total": sum(errors.values()),
             # re-sent on a new connection after a kept-alive one died before any byte of
             # the answer (a keep-alive close racing the request): counted apart, not errors
-            "retried": int(np.count_nonzero(req["retries"][window])) if "retries" in req else 0,
+            "retried": int(np.count_nonzero(req["retries"][in_window])) if "retries" in req else 0,
             "t0_ns": t0,
             "t1_ns": t1,
             "ramp_start_ns": int(records.ramp_start_ns),

@@ -2,12 +2,20 @@
 turns; per turn the median TTFT against the cached prefix the turn found, and over the
 cell the time between tokens, the sessions' duration, turns/s and output tok/s.
 
-Reads the merged records: request rows of turn k carry bodies k x N .. k x N + N - 1.
+Reads the merged records: request rows of turn k carry bodies k x N .. k x N + N - 1, and
+the columns `speedmatrix.sessions.TURN_COLUMNS` (a run saved before them: every answer was
+a stand-in of max_output tokens, and the figures below fall back to that plan).
 
 - ``session_ttft_ms_by_turn``: per turn, the median first token - send over its requests that
   reached a first token (None for a turn where none did);
-- ``session_turn_cached_tokens``: per turn, the prompt tokens the server had seen (the
-  previous turn's prompt; `sessions.cached_prefix_tokens`);
+- ``session_turn_prompt_tokens``: per turn, the median prompt tokens sent (the server's own
+  tokens included);
+- ``session_turn_cached_tokens``: per turn, the median over sessions of the prompt tokens
+  the server had seen: the previous turn's prompt and, unless it was a stand-in, its answer;
+- ``session_turn_answer_tokens``: per turn, the median tokens of its answers (the ids the
+  next prompt carries);
+- ``session_answer_source``: how many answers' ids came from each source (stream, tokenize,
+  tokenizer, stand_in); ``session_answer_reason``: why the first stand-in was one ("" none);
 - ``session_turn_delivered_cached_tokens``: per turn, the median cached prompt tokens the
   server reported (usage ``cached_tokens``; None where it did not say);
 - ``session_tbt_ms``: the median gap between two token deliveries of one request, over
@@ -28,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from speedmatrix.records import Records
-from speedmatrix.sessions import cached_prefix_tokens
+from speedmatrix.sessions import turn_tokens_at
 from speedmatrix.verdict.cells import base_cell
 from speedmatrix.verdict.counts import window_errors
 from speedmatrix.verdict.flags import Evidence, flags_of
@@ -70,6 +78,45 @@ def _delivered_by_turn(req: dict, rows: np.ndarray, turn: np.ndarray, turns: int
     return out
 
 
+def _per_turn(values: np.ndarray, turn: np.ndarray, turns: int) -> list[int | None]:
+    return [int(np.median(values[turn == k])) if (turn == k).any() else None for k in range(turns)]
+
+
+def _turn_figures(req: dict, rows: np.ndarray, turn: np.ndarray, shape: Any) -> dict[str, Any]:
+    """The per-turn prompt and cached prefix, and the answers, from the turn columns; a run
+    saved before them from the plan (stand-ins of max_output tokens, none of them cached)."""
+    turns, out = int(shape.sessions), int(shape.max_output)
+    planned = [turn_tokens_at(shape.context, shape.turn_tokens, out, k) for k in range(turns)]
+    if "answer_source" not in req:
+        return {
+            "session_turn_prompt_tokens": planned,
+            "session_turn_cached_tokens": [0] + planned[:-1],
+            "session_turn_answer_tokens": [out] * turns,
+            "session_answer_source": None,
+            "session_answer_reason": None,
+        }
+    prompt = req["turn_prompt_tokens"][rows]
+    answer = req["answer_tokens"][rows]
+    source = np.asarray(req["answer_source"])[rows]
+    seen = prompt + np.where(source == "stand_in", 0, answer)  # what the next turn finds
+    session = req["session"][rows]
+    cached: list[int | None] = [0]
+    for k in range(1, turns):
+        before = {int(s): int(v) for s, v in zip(session[turn == k - 1], seen[turn == k - 1])}
+        mine = [before[int(s)] for s in session[turn == k] if int(s) in before]
+        cached.append(int(np.median(mine)) if mine else None)
+    reasons = [str(r) for r in np.asarray(req["answer_reason"])[rows] if str(r)]
+    return {
+        "session_turn_prompt_tokens": _per_turn(prompt, turn, turns),
+        "session_turn_cached_tokens": cached,
+        "session_turn_answer_tokens": _per_turn(answer, turn, turns),
+        "session_answer_source": {
+            str(s): int(np.count_nonzero(source == s)) for s in np.unique(source)
+        },
+        "session_answer_reason": reasons[0] if reasons else "",
+    }
+
+
 def session_figures(records: Records, shape: Any) -> dict[str, Any]:
     """The cell's figures from its merged records and its plan (`shape`)."""
     req = records.requests
@@ -85,10 +132,7 @@ def session_figures(records: Records, shape: Any) -> dict[str, Any]:
     out: dict[str, Any] = {
         "session_ttft_ms_by_turn": ttft,
         "session_turn_delivered_cached_tokens": _delivered_by_turn(req, rows, turn, turns),
-        "session_turn_cached_tokens": [
-            cached_prefix_tokens(shape.context, shape.turn_tokens, shape.max_output, k)
-            for k in range(turns)
-        ],
+        **_turn_figures(req, rows, turn, shape),
         "session_tbt_ms": _median(_tbt_samples(records, rows)),
         "session_turns_completed": int(np.count_nonzero(ok)),
     }
