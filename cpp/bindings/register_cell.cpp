@@ -8,6 +8,7 @@
 
 #include "register.hpp"
 #include "speedmatrix/cell.hpp"
+#include "speedmatrix/pacer.hpp"
 
 namespace py = pybind11;
 
@@ -412,9 +413,30 @@ void register_cell_runner(py::module_& m) {
 
 }  // namespace
 
+// The arrivals an open-loop cell's pacer makes in [0, duration_s): what a cell of that
+// arrival law, rate, shape and seed sends (the shards deal this one schedule).
+std::vector<ns_t> arrival_offsets(const std::string& arrival, double rate_per_s, double shape,
+                                  std::uint64_t seed, double duration_s) {
+  std::string why;
+  const std::unique_ptr<Pacer> pacer = make_pacer(arrival, rate_per_s, shape, seed, &why);
+  if (!pacer) throw py::value_error(why);
+  const auto end = static_cast<ns_t>(duration_s * 1e9);
+  std::vector<ns_t> out;
+  for (std::int64_t k = 0;; ++k) {
+    const ns_t due = pacer->due_ns(k);
+    if (due == kNever || due >= end) break;
+    out.push_back(due);
+  }
+  return out;
+}
+
 void register_cell(py::module_& m) {
   register_cell_spec(m);
   register_cell_runner(m);
+  m.def("arrival_offsets_ns", &arrival_offsets, py::arg("arrival"), py::arg("rate_per_s"),
+        py::arg("gamma_shape"), py::arg("seed"), py::arg("duration_s"),
+        "An open-loop cell's arrival times (ns from its window's start) in [0, duration_s), "
+        "from the same pacer the cell runs.");
 }
 
 }  // namespace speedmatrix::bindings

@@ -29,6 +29,18 @@ void register_prom(py::module_& m) {
       py::arg("text"), py::arg("strict") = false,
       "Parses a Prometheus text page: [(name, {label: value}, value)]; malformed lines are "
       "skipped,\nor with strict=True raise ValueError (a page that is not Prometheus text).");
+  m.def(
+      "reduce_prometheus",
+      [](std::string_view text, const std::vector<std::string>& names,
+         const std::vector<std::string>& how) {
+        std::vector<Reduce> reduce;
+        reduce.reserve(how.size());
+        for (const std::string& h : how) reduce.push_back(h == "max" ? Reduce::kMax : Reduce::kSum);
+        return reduce_by_name(parse_prometheus(text), names, reduce);
+      },
+      py::arg("text"), py::arg("names"), py::arg("how") = std::vector<std::string>{},
+      "One value per name from a Prometheus text page, reduced over its label sets as the "
+      "cell's\nsampler does (\"sum\" or \"max\" per name; NaN for a name without a number).");
 }
 
 }  // namespace speedmatrix::bindings

@@ -233,6 +233,7 @@ _ENTRIES: tuple[Figure, ...] = (
     _f("client_cpu_s", "s", "Client CPU", "CPU time of the client thread over the cell", "cell", "value", _V, "client"),
     _f("client_loop_lag_max_ms", "ms", "Client loop lag", "longest lateness of the client's event loop", "cell", "max", _V, "client"),
     _f("client_threads", "", "Client threads", "event loops the client ran the cell with (--client-threads)", "cell", "value", _V, "client"),
+    _f("shards", "", "Client shards", "client processes the cell ran on (--ray --shards), each with client_threads loops; records pooled", "cell", "value", _V, "client"),
     _f("client_headroom", "×", "Client headroom", "the client's roofline on this host (speedmatrix selftest) over the window's token events/s and finished requests/s, the smaller ratio", "events", "value", _V, "client"),
     # --- open loop (latency.open_loop_figures; run.json's open_loop) ---
     # --- the prefix-cache axis (--cached-fraction) ---

@@ -43,6 +43,7 @@ STAMPS = (
     "end_ns",
     "client_cpu_s",
     "client_threads",
+    "shards",
     "loop_lag_max_ms",
     "fatal_error",
     "events_note",
@@ -88,6 +89,9 @@ class Records:
     client_cpu_s: float = 0.0
     #: the event loops the client ran the cell with (1: a run saved before there were more)
     client_threads: int = 1
+    #: the client processes the cell ran on (--ray --shards: its records are their pooled
+    #: records, `speedmatrix.shards`; 1: one process)
+    shards: int = 1
     loop_lag_max_ms: float = 0.0
     fatal_error: str = ""
     #: why the token events were held in memory instead of spilled to disk ("" = as planned)
@@ -148,6 +152,7 @@ class Records:
                 "end_ns": cell.get("end_ns"),
                 "client_cpu_s": client.get("cpu_s"),
                 "client_threads": cell.get("client_threads"),
+                "shards": cell.get("shards"),
                 "loop_lag_max_ms": client.get("loop_lag_max_ms"),
             }
 
@@ -173,6 +178,7 @@ class Records:
             end_ns=num("end_ns", -1, int),
             client_cpu_s=num("client_cpu_s", 0.0, float),
             client_threads=num("client_threads", 1, int),
+            shards=num("shards", 1, int),
             loop_lag_max_ms=num("loop_lag_max_ms", 0.0, float),
             fatal_error=str(stamps.get("fatal_error") or ""),
             events_note=str(stamps.get("events_note") or ""),

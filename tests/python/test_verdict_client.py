@@ -86,3 +86,15 @@ def test_without_a_selftest_there_is_no_headroom_and_no_flag():
     cell = _judged(None)
     assert cell["client_headroom"] is None
     assert "client_near_limit" not in cell["flags"]
+
+
+@pytest.mark.parametrize("shards", [1, 2, 4])
+def test_a_sharded_cells_demand_is_spread_over_its_shards(shards):
+    # --ray --shards: each shard's host takes 1/K of the window's events
+    tight = {"loops": [{"client_threads": 1, "events_per_s": 80.0, "requests_per_s": 1000.0}]}
+    records = _records()
+    records.shards = shards
+    cell = decode_cell(SHAPE, records, EngineFacts(), Rules(), idle=True, client_roofline=tight)
+    assert cell["shards"] == shards
+    assert cell["client_headroom"] == pytest.approx(shards * 80 / (97 / 1.95), rel=0.03)
+    assert ("client_near_limit" in cell["flags"]) is (shards == 1)

@@ -15,6 +15,7 @@ from typing import Any
 
 from speedmatrix import dryrun, http, runfile, sweep
 from speedmatrix.cli.common import api_key_of
+from speedmatrix.cli.ray_flags import ray_options
 from speedmatrix.cli.run_flags import MATRIX_FLAGS, META_KEYS
 from speedmatrix.cli.sparse_flags import apply_sparse_flags
 from speedmatrix.cli.traffic_flags import apply_traffic_flags
@@ -36,6 +37,7 @@ from speedmatrix.matrix import (
     toml_fields,
 )
 from speedmatrix.runfile import ensure_unlocked
+from speedmatrix.shards.pool import open_pool
 from speedmatrix.slo import parse_attainment, parse_slo
 from speedmatrix.units import parse_duration, parse_tokens
 from speedmatrix.verdict import exit_status
@@ -242,6 +244,7 @@ def _dry_run(args: argparse.Namespace, api_key: str | None, client: Any) -> int:
 
 
 def _resume(args: argparse.Namespace, api_key: str | None, client: Any) -> int:
+    address, shards = ray_options(args)
     doc = runfile.read_run(args.resume)
     conc = ((doc.get("meta") or {}).get("run") or {}).get("matrix", {}).get("concurrency")
     ensure_descriptors(max(conc or [1]))
@@ -253,6 +256,8 @@ def _resume(args: argparse.Namespace, api_key: str | None, client: Any) -> int:
         tokenizer=args.tokenizer,
         client=client,
         force=args.force,
+        ray=address,
+        shards=shards,
     )
     return run_exit_status(runfile.read_run(args.resume, strict=False))
 
@@ -286,24 +291,27 @@ def _new_run(args: argparse.Namespace, api_key: str | None, client: Any) -> int:
     if not args.out:
         raise UsageError("--out DIR is required")
     matrix = matrix_from_args(args)
+    address, shards = ray_options(args)
     ensure_descriptors(max(matrix.concurrency or [1]))
     created = not args.out.exists()
     prepare_out(args.out, force=args.force)
-    run = sweep.Sweep(
-        url,
-        matrix,
-        out=args.out,
-        api_key=api_key,
-        model=args.model,
-        overrides=target_overrides(args),
-        info=_report_info(args, matrix),
-        progress=not args.quiet,
-        report=not args.no_report,
-        tokenizer=args.tokenizer,
-        client=client,
-    )
     try:
-        run.execute()
+        with open_pool(address, shards) as pool:
+            run = sweep.Sweep(
+                url,
+                matrix,
+                out=args.out,
+                api_key=api_key,
+                model=args.model,
+                overrides=target_overrides(args),
+                info=_report_info(args, matrix),
+                progress=not args.quiet,
+                report=not args.no_report,
+                tokenizer=args.tokenizer,
+                client=client,
+                shards=pool,
+            )
+            run.execute()
     finally:
         # a run that could not start (server unreachable, bad tokenizer) leaves no empty
         # folder behind; one that wrote anything keeps it

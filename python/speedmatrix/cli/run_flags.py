@@ -8,6 +8,7 @@ import argparse
 from pathlib import Path
 
 from speedmatrix.cli.common import Formatter, value_flags
+from speedmatrix.cli.ray_flags import add_ray_flags
 from speedmatrix.cli.sparse_flags import SPARSE_FLAGS, add_sparse_flags
 from speedmatrix.cli.traffic_flags import TRAFFIC_FLAGS, add_traffic_flags
 
@@ -140,6 +141,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_open_loop_flags(run)
     add_traffic_flags(run)
     add_sparse_flags(run)
+    add_ray_flags(run)
 
 
 def _target_flags(g: argparse._ArgumentGroup, d: dict[str, str]) -> None:

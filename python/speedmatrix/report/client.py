@@ -39,10 +39,11 @@ def _roofline_text(roof: dict | None) -> str:
 
 def client_section(run: Run) -> Section | None:
     """The client's view per decode cell; None for a run with none."""
-    rows = []
+    rows, kept = [], []
     for c in ordered_cells(run):
         if c["phase"] != "decode" or c["status"] in ("over_capacity", "error"):
             continue
+        kept.append(c)
         head = c.get("client_headroom")
         near = NEAR in (c.get("flags") or [])
         rows.append(
@@ -57,11 +58,13 @@ def client_section(run: Run) -> Section | None:
         )
     if not rows:
         return None
-    tbl = Table(
-        ["Context", load_header(run), "Client threads", "Client CPU (s)", "Headroom", ""],
-        rows,
-        caption="The benchmark client in each cell.",
-    )
+    columns = ["Context", load_header(run), "Client threads", "Client CPU (s)", "Headroom", ""]
+    shards = [int(c.get("shards") or 1) for c in kept]
+    if any(k > 1 for k in shards):  # --ray: loops per shard, CPU summed over the shards
+        columns.insert(2, "Client shards")
+        for row, k in zip(rows, shards):
+            row.insert(2, fmt.count(k))
+    tbl = Table(columns, rows, caption="The benchmark client in each cell.")
     return Section(
         "Client headroom",
         table=tbl,

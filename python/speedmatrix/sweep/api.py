@@ -13,6 +13,7 @@ from speedmatrix import runfile
 from speedmatrix.cliargs import UsageError, base_url
 from speedmatrix.errors import SpeedmatrixError
 from speedmatrix.matrix import Matrix
+from speedmatrix.shards.pool import open_pool
 from speedmatrix.sweep.runner import Sweep
 from speedmatrix.sweep.state import KEPT_ON_RESUME
 
@@ -34,6 +35,8 @@ def run(
     target: Any = None,
     tokenizer: Any = None,
     probe_running: bool = True,
+    ray: str | None = None,
+    shards: int | None = None,
 ) -> Run:
     """Measures `matrix` against the server at `url` and returns the saved run
     (`speedmatrix.results.Run`). `out` defaults to a new temporary folder.
@@ -44,7 +47,9 @@ def run(
     (write report.md/html), `target` (a discovered Target: no discovery), `tokenizer` (a
     local tokenizer: `callable(text) -> int | list`, an object with `encode`, or a Hugging
     Face name/path loaded with `transformers`/`tokenizers`), `probe_running` (False: never
-    send the short load probe that learns a running cap the server does not publish).
+    send the short load probe that learns a running cap the server does not publish),
+    `ray` (a Ray cluster's address or "auto": each cell's load dealt over `shards` shard
+    actors, one per client node, default one per live node; docs/SCALE.md).
 
     The URL (the CLI's rule: http:// or https://, HOST:PORT as http://) and the matrix are
     checked before anything is sent or written: ValueError naming what is wrong."""
@@ -58,21 +63,23 @@ def run(
     matrix.validate()
     if out is None:
         out = tempfile.mkdtemp(prefix="speedmatrix-")
-    sweep = Sweep(
-        url,
-        matrix,
-        out,
-        api_key=api_key,
-        model=model,
-        overrides=overrides,
-        info=info,
-        progress=progress,
-        report=report,
-        target=target,
-        tokenizer=tokenizer,
-        probe_running=probe_running,
-    )
-    code = sweep.execute()
+    with open_pool(ray, shards) as pool:
+        sweep = Sweep(
+            url,
+            matrix,
+            out,
+            api_key=api_key,
+            model=model,
+            overrides=overrides,
+            info=info,
+            progress=progress,
+            report=report,
+            target=target,
+            tokenizer=tokenizer,
+            probe_running=probe_running,
+            shards=pool,
+        )
+        code = sweep.execute()
     if code == 130:
         raise KeyboardInterrupt
     return sweep.run_result()
@@ -87,18 +94,21 @@ def resume(
     tokenizer=None,
     client=None,
     force: bool = False,
+    ray: str | None = None,
+    shards: int | None = None,
 ) -> int:
     """Continues the interrupted run saved in `out`: cells already in run.json are kept
     (those left unrun when the server stopped answering are measured now). ``client``: how
     to reach the server (a ClientConfig: key, Basic auth, TLS); the saved URL has none.
     A server whose engine, version, model or limits differ from the saved run's is refused
-    unless ``force`` (the difference is then recorded in the run's warnings)."""
+    unless ``force`` (the difference is then recorded in the run's warnings). ``ray`` and
+    ``shards``: the cells left run on shards, as `run`'s."""
     out = Path(out)
     _saved_run(out)  # a folder without a run is said before any lock file is made in it
     # the lock covers reading the saved run too: a resume never continues a stale copy
-    with runfile.run_lock(out, "run --resume"):
+    with runfile.run_lock(out, "run --resume"), open_pool(ray, shards) as pool:
         return _resume_locked(
-            out, _saved_run(out), api_key, progress, report, tokenizer, client, force
+            out, _saved_run(out), api_key, progress, report, tokenizer, client, force, pool
         )
 
 
@@ -110,7 +120,15 @@ def _saved_run(out: Path) -> dict:
 
 
 def _resume_locked(
-    out: Path, doc: dict, api_key, progress: bool, report: bool, tokenizer, client, force: bool
+    out: Path,
+    doc: dict,
+    api_key,
+    progress: bool,
+    report: bool,
+    tokenizer,
+    client,
+    force: bool,
+    pool=None,
 ) -> int:
     meta = doc["meta"]
     matrix = Matrix.from_dict(meta["run"]["matrix"])
@@ -144,5 +162,6 @@ def _resume_locked(
         tokenizer=tokenizer,
         client=client,
         force=force,
+        shards=pool,
     )
     return sweep.execute()

@@ -14,6 +14,7 @@ from speedmatrix._native import _core
 from speedmatrix.errors import SpeedmatrixError
 from speedmatrix.matrix import parse_arrival
 from speedmatrix.records import Records
+from speedmatrix.shards import driver as shards_driver
 from speedmatrix.sweep.prompting import SweepPrompts
 from speedmatrix.sweep.state import CellOutcome
 
@@ -120,6 +121,8 @@ class SweepMeasure(SweepPrompts):
     def _measure_records(self, spec) -> Records | None:
         """Runs a cell's spec and returns its records; None when interrupted (the sweep
         is then marked interrupted)."""
+        if self.shards is not None:  # --ray: the cell's load dealt over the shard actors
+            return shards_driver.sweep_cell(self, spec)
         res, interrupted = self._run_spec(spec)
         if interrupted:
             self.interrupted = True

@@ -25,6 +25,7 @@ from speedmatrix.runmeta import (
     utc_now,
     verdict_meta,
 )
+from speedmatrix.shards.driver import refuse_unsharded
 from speedmatrix.sweep.prompting import sent_its_prompts
 from speedmatrix.sweep.search import SweepSearch
 from speedmatrix.sweep.sparse import SparseRun, closed_loop_decode
@@ -60,6 +61,7 @@ class Sweep(SweepSearch):
         probe_running: bool = True,
         client=None,
         force: bool = False,
+        shards=None,
     ):
 
         if client is None and target is not None:
@@ -109,6 +111,8 @@ class Sweep(SweepSearch):
         self.progress.secrets = self._secrets  # every line shown is redacted too
         self.facts = EngineFacts()
         self.rules = Rules(error_threshold=float(matrix.error_threshold))
+        #: --ray: a `speedmatrix.shards.pool.ShardPool` the cells' load is dealt over
+        self.shards = shards
 
     def execute(self) -> int:
         """Runs every planned cell not yet in run.json. Returns 0 when the matrix was
@@ -147,7 +151,11 @@ class Sweep(SweepSearch):
         planned = plan_learning_running(
             self.matrix, self.target, self.info.get("launch_command"), self.probe_running
         )
+        if self.shards is not None:  # refused before run.json is written
+            refuse_unsharded([c for c in planned if c.runnable], self.shards.size)
         self._begin(planned, given_tokenizer)
+        if self.shards is not None:
+            self.doc["meta"]["run"]["shards"] = self.shards.describe()
 
         todo = [c for c in planned if c.runnable and not self._done(c.id)]
         sparse = self._sparse_plan(planned)

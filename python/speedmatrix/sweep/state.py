@@ -64,6 +64,9 @@ class SweepState:
     tokenizer: Any
     facts: EngineFacts
     rules: Rules
+    #: --ray: the shard pool each cell's load is dealt over (`speedmatrix.shards`); None:
+    #: this process runs every cell
+    shards: Any
     _nonce: str
     _cold_prompts: int
     #: notes of the cell being measured (the wait before it), saved in its ``notes``

@@ -541,6 +541,8 @@ def _window_figures(
             "prompt_tokens": ptok,
             "client": {"cpu_s": records.client_cpu_s, "loop_lag_max_ms": records.loop_lag_max_ms},
             "client_threads": int(records.client_threads),
+            # client processes (--ray --shards), each with client_threads loops
+            "shards": int(records.shards),
         }
     )
     return dict(fig)

@@ -57,7 +57,9 @@ def client_headroom(
 
 def cell_headroom(records: Records, t0: int, t1: int, roofline: dict | None) -> float | None:
     """A cell's headroom: the roofline for its loops over what its window [t0, t1] made the
-    client take in (token events and finished requests per second), to 2 decimals."""
+    client take in (token events and finished requests per second; a sharded cell's, per
+    shard: each client node is assumed as fast as the host that ran the selftest), to 2
+    decimals."""
     limit = limit_for(roofline, int(records.client_threads))
     if limit is None or t1 <= t0:
         return None
@@ -66,7 +68,9 @@ def cell_headroom(records: Records, t0: int, t1: int, roofline: dict | None) -> 
     done = np.asarray(records.requests["done_ns"])
     events = int(np.count_nonzero((ev_t >= t0) & (ev_t <= t1)))
     finished = int(np.count_nonzero((done >= t0) & (done <= t1)))
-    h = client_headroom(events / window_s, finished / window_s, limit)
+    # a sharded cell's demand is spread over its shards, each on a host like this one
+    per_shard_s = window_s * max(int(records.shards), 1)
+    h = client_headroom(events / per_shard_s, finished / per_shard_s, limit)
     return None if h is None else round(h, 2)
 
 
