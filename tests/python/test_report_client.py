@@ -74,3 +74,24 @@ def test_without_a_selftest_the_section_says_the_headroom_is_unknown():
     md, _, _ = render_report(Run(_doc(None, [_cell(4, None, [])])), charts=False)
     sec = _section(md)
     assert "—" in sec and "never ran there): the headroom is unknown" in sec
+
+
+def test_a_predicted_cell_beside_measured_ones_is_left_out_and_breaks_nothing():
+    # `run --plan sparse`: the twin's cells carry no client figures and no shard count (NaN
+    # in the frame); the report once failed on them ("cannot convert float NaN to integer")
+    measured = _cell(1, 25.0, [])
+    predicted = {**_cell(8, None, []), "predicted": True, "client_threads": None}
+    predicted.pop("client")
+    md, _, _ = render_report(Run(_doc(ROOF, [measured, predicted])), charts=False)
+    sec = _section(md)
+    rows = [[x.strip() for x in ln.strip("|").split(" | ")] for ln in sec.splitlines()[2:]]
+    assert [r[1] for r in rows if len(r) == 6 and r[0] == "512"] == ["1"]
+
+
+def test_a_sharded_run_shows_each_cells_shards():
+    cells = [{**_cell(1, 25.0, []), "shards": 2}, {**_cell(64, 3.0, []), "shards": 2}]
+    md, _, _ = render_report(Run(_doc(ROOF, cells)), charts=False)
+    sec = _section(md)
+    assert "Client shards" in sec
+    rows = [[x.strip() for x in ln.strip("|").split(" | ")] for ln in sec.splitlines()[2:]]
+    assert [r[2] for r in rows if len(r) == 7 and r[0] == "512"] == ["2", "2"]

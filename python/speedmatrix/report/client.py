@@ -43,6 +43,8 @@ def client_section(run: Run) -> Section | None:
     for c in ordered_cells(run):
         if c["phase"] != "decode" or c["status"] in ("over_capacity", "error"):
             continue
+        if c.get("predicted") is True:  # the twin's cell: no client ever ran it
+            continue
         kept.append(c)
         head = c.get("client_headroom")
         near = NEAR in (c.get("flags") or [])
@@ -59,7 +61,7 @@ def client_section(run: Run) -> Section | None:
     if not rows:
         return None
     columns = ["Context", load_header(run), "Client threads", "Client CPU (s)", "Headroom", ""]
-    shards = [int(c.get("shards") or 1) for c in kept]
+    shards = [1 if fmt.missing(c.get("shards")) else int(c["shards"]) for c in kept]
     if any(k > 1 for k in shards):  # --ray: loops per shard, CPU summed over the shards
         columns.insert(2, "Client shards")
         for row, k in zip(rows, shards):
