@@ -74,8 +74,13 @@ def knee(levels: Sequence[int], max_running: int | None) -> int | None:
         under = [n for n in ordered if n <= max_running]
         if under and under[-1] in inner:
             return under[-1]
-    middle = math.sqrt(ordered[0] * ordered[-1])
-    return min(inner, key=lambda n: (abs(math.log(n / middle)), n))
+    return _nearest_middle(inner, ordered[0], ordered[-1])
+
+
+def _nearest_middle(levels: Sequence[int], low: int, high: int) -> int:
+    """The level nearest the geometric middle of ``low`` and ``high`` (ties: the lower)."""
+    middle = math.sqrt(low * high)
+    return min(levels, key=lambda n: (abs(math.log(n / middle)), n))
 
 
 def design(grid: Iterable[Cell], max_running: int | None, most: int = DESIGN_MAX) -> list[Cell]:
@@ -115,10 +120,7 @@ def _between(levels: Sequence[int], low: int, knee_level: int | None) -> int | N
     if knee_level is None:
         return None
     inner = [n for n in levels if low < n < knee_level]
-    if not inner:
-        return None
-    middle = math.sqrt(low * knee_level)
-    return min(inner, key=lambda n: (abs(math.log(n / middle)), n))
+    return _nearest_middle(inner, low, knee_level) if inner else None
 
 
 def relative_half_width(p: PredictedCell) -> float:
