@@ -32,6 +32,8 @@ if [[ "${SPEEDMATRIX_VLLM:-}" != skip ]]; then bash scripts/vllm.sh; fi
 echo "test: hardening (fuzzing, ASan+UBSan, TSan; docs/RELIABILITY.md)"
 bash scripts/ci-hardening.sh
 
-echo "test: pytest (both tiers: -m 'not e2e' is the fast one)"
-# Run from the tests folder against the installed package, not the source tree.
-$PY -m pytest -q tests/python -p no:cacheprovider "$@"
+echo "test: pytest, the fast tier on every core, then the end-to-end tier alone"
+# Run from the tests folder against the installed package, not the source tree. The
+# end-to-end tier runs serially: its real-time windows and engines must not share the cores.
+$PY -m pytest -q tests/python -p no:cacheprovider -m "not e2e" -n auto "$@"
+$PY -m pytest -q tests/python -p no:cacheprovider -m e2e "$@"
