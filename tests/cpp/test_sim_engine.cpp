@@ -105,6 +105,12 @@ TEST(SimModel, StepAndPrefillCosts) {
   q.step_batched_ms = 3.0;
   EXPECT_EQ(sm::decode_step_ns(q, 1, 0), sm::decode_step_ns(p, 1, 0));
   EXPECT_EQ(sm::decode_step_ns(q, 2, 1000), sm::decode_step_ns(p, 2, 1000) + 3 * kMs);
+  // A per-step context cost reads the batch's mean context: 2 x 1000 tokens cost as 1 x 1000.
+  sm::Profile r = p;
+  r.step_per_ctx_token_ns = 2000.0;  // 2 µs per token of the mean context
+  EXPECT_EQ(sm::decode_step_ns(r, 1, 1000), sm::decode_step_ns(p, 1, 1000) + 2 * kMs);
+  EXPECT_EQ(sm::decode_step_ns(r, 2, 2000), sm::decode_step_ns(p, 2, 2000) + 2 * kMs);
+  EXPECT_EQ(sm::decode_step_ns(r, 0, 0), sm::decode_step_ns(p, 0, 0));
   EXPECT_EQ(sm::prefill_ns(p, 0, 100), 1 * kMs);
   p.prefill_per_token_ctx_ns = 1000.0;  // +1 ns per token per 1000 tokens of context
   // Positions 1000..1999: mean 1499.5 -> 10 µs + 1.4995 ns per token.

@@ -93,3 +93,31 @@ def test_a_faster_one_sequence_path_is_fitted_as_the_batched_surcharge() -> None
 
 #: the sparse design of that grid (tests/python/test_twin_sparse.py)
 DESIGN = {(128, 1), (1920, 4), (128, 4), (128, 2), (1920, 1)}
+
+
+def test_a_step_cost_per_token_of_context_is_fitted_as_the_context_term() -> None:
+    # llama.cpp on a CPU: the step grows ~3 µs per token of context at a batch of 1 and at
+    # a batch of 4 alike, not 4x as fast: the per-step context term, not the per-sequence KV
+    truth = {
+        "step_base_ms": 0.2,
+        "step_per_seq_ms": 1.2,
+        "step_per_seq2_ms": 0.0,
+        "step_per_kv_token_ns": 0.0,
+        "step_batched_ms": 0.8,
+        "step_per_ctx_token_ns": 3000.0,
+        "max_running": 4,
+        "kv_tokens": 8192,
+    }
+    grid = [(c, n) for c in (128, 512, 1024, 1920) for n in (1, 2, 3, 4)]
+    measured = []
+    for c, n in grid:
+        p = predict_cell(truth, c, n, max_output=64, window_s=2.0)
+        measured.append(MeasuredCell(c, n, p.total_tok_s, p.tbt_ms))
+    design = [m for m in measured if (m.context, m.concurrency) in DESIGN]
+    base = {k: v for k, v in truth.items() if k not in STEP_KEYS}
+    fit = fit_step(base, design, window_s=2.0, max_output=64)
+    assert fit.profile["step_per_ctx_token_ns"] == pytest.approx(3000.0, rel=0.02)
+    assert fit.profile["step_per_kv_token_ns"] == 0.0
+    for m in measured:
+        p = predict_cell(fit.profile, m.context, m.concurrency, max_output=64, window_s=2.0)
+        assert p.tbt_ms == pytest.approx(m.tbt_ms, rel=0.01), (m.context, m.concurrency)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from speedmatrix.cli import EXIT_PARTIAL, main
 from speedmatrix.prompts import WORDS
+from speedmatrix.twin.model import slot_passes
 from speedmatrix.verdict.run import combined_status
 from test_llamacpp import LlamaServer, _binary
 from tiny_gguf import SMALL, write_tiny_model
@@ -29,6 +30,10 @@ MAX_OUTPUT = 64
 #: measured 278 tok/s between 436 at 512 x 1 before and 311 at 1024 x 1): the typical
 #: prediction is held to 15 % (the median error) and 4 of 5 figures to 30 %
 TYPICAL, MOST, SHARE = 0.15, 0.30, 0.8
+#: a cell with 2 of the 4 split slots busy runs its step in one pass or two by the slots
+#: llama.cpp gives its requests (1.9K x 2 measured 7.8 and 14.9 ms between tokens in two
+#: runs): its prediction is an interval, and every repetition of the truth falls in it
+SLACK = 0.15
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +92,10 @@ def test_a_sparse_run_predicts_the_held_out_cells_a_full_run_measures(
             t = truth[c["id"]]
             print(
                 f"  {c['id']:22} {c['status']:8} total {c['total_tok_s']:7.1f} vs "
-                f"{t['total_tok_s']:7.1f} tok/s, tbt {c['tbt_ms']:6.2f} vs {t['tbt_ms']:6.2f} ms"
+                f"{t['total_tok_s']:7.1f} tok/s, tbt {c['tbt_ms']:6.2f} "
+                f"[{c['tbt_ms_low']:6.2f}, {c['tbt_ms_high']:6.2f}] vs "
+                + ", ".join(f"{r['tbt_ms']:6.2f}" for r in t["reps"])
+                + " ms"
             )
     assert plan["measured"] <= 10 and predicted, plan
     for c in sparse["cells"]:
@@ -98,8 +106,18 @@ def test_a_sparse_run_predicts_the_held_out_cells_a_full_run_measures(
         c.get("predicted") for c in beyond
     )
     assert any(c["status"] == "queued" for c in predicted), "a queued cell is predicted too"
+    split = [
+        c for c in predicted if slot_passes("per_slot", SLOTS, min(c["concurrency"], SLOTS)) > 1
+    ]
+    assert split and all("1 to 2 forward passes" in c["reason"] for c in split)
+    for c in split:
+        for rep in truth[c["id"]]["reps"]:
+            assert (1 - SLACK) * c["tbt_ms_low"] <= rep["tbt_ms"] <= (1 + SLACK) * c["tbt_ms_high"]
     errors = [
-        abs(c[f] / truth[c["id"]][f] - 1) for c in predicted for f in ("total_tok_s", "tbt_ms")
+        abs(c[f] / truth[c["id"]][f] - 1)
+        for c in predicted
+        if c not in split
+        for f in ("total_tok_s", "tbt_ms")
     ]
     with capsys.disabled():
         print(f"  within 15 %: {sum(e <= 0.15 for e in errors)} of {len(errors)} figures")

@@ -6,7 +6,8 @@ import pytest
 from seed import label_tokens, reproducible, seed_cells
 from speedmatrix.sim import load_profile
 from speedmatrix.twin import predict_cell, predict_matrix
-from speedmatrix.twin.model import ProfileError, cold_ttft_ms, status
+from speedmatrix.twin.model import ProfileError, cold_ttft_ms, slot_passes, status
+from speedmatrix.twin.predictrun import predicted_cell
 
 K = 1024
 CONTEXTS = [8 * K, 16 * K, 32 * K, 64 * K, 123 * K]
@@ -92,3 +93,43 @@ def test_missing_parameter_is_one_clear_error(profile) -> None:
     bad = {k: v for k, v in profile.items() if k != "step_base_ms"}
     with pytest.raises(ProfileError, match="step_base_ms"):
         predict_cell(bad, 8 * K, 4)
+
+
+@pytest.mark.parametrize(
+    ("family", "slots", "batch", "expected"),
+    [
+        ("per_slot", 4, 1, 1),  # one request: one pass
+        ("per_slot", 4, 2, 2),  # slots 0 and 2: two micro-batches
+        ("per_slot", 4, 3, 2),  # slots 0, 1 and 3: {0, 1} then {3}
+        ("per_slot", 4, 4, 1),  # every slot busy: consecutive
+        ("per_slot", 8, 4, 4),  # 0, 2, 4, 6
+        ("per_slot", 8, 6, 3),  # 0, 1, 3, 4, 6, 7: three runs of consecutive slots
+        ("unified_slots", 4, 2, 1),  # one stream: split_simple keeps the batch whole
+        ("shared_pool", 4, 2, 1),
+        (None, 4, 2, 1),
+    ],
+)
+def test_the_passes_a_split_slot_step_may_take(family, slots, batch, expected) -> None:
+    assert slot_passes(family, slots, batch) == expected
+
+
+def test_a_partly_busy_split_slot_cell_spans_one_to_several_passes(profile) -> None:
+    """llama.cpp's split slots, 2 of 4 busy: the point is one pass; the interval reaches from
+    one request's step to two passes of one request each or a full batch's step, whichever
+    is slower, and the cell says why."""
+    slots = {
+        **profile,
+        "kv_tokens": 4 * 2048,
+        "max_running": 4,
+        "fit": {"capacity": {"family": "per_slot", "slot_tokens": 2048}},
+    }
+    one = predict_cell(slots, 1024, 1, max_output=64, window_s=2.0)
+    two = predict_cell(slots, 1024, 2, max_output=64, window_s=2.0)
+    full = predict_cell(slots, 1024, 4, max_output=64, window_s=2.0)
+    assert (one.slot_passes, two.slot_passes, full.slot_passes) == (1, 2, 1)
+    assert two.tbt_ms_low == pytest.approx(one.tbt_ms, rel=1e-4)
+    # two passes of one request (each attends a little less: the step is slower)
+    slowest = max(2 * one.tbt_ms, full.tbt_ms)
+    assert two.tbt_ms < two.tbt_ms_high == pytest.approx(slowest, rel=1e-4)
+    assert "1 to 2 forward passes" in predicted_cell(two, 4, 2.0)["reason"]
+    assert predicted_cell(full, 4, 2.0)["reason"] == "predicted, not measured"

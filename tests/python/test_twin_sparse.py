@@ -3,6 +3,8 @@ inputs; the run itself against the built-in engine is in test_twin_sparse_e2e.py
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from speedmatrix.cli.main import build_parser
 from speedmatrix.cli.run import matrix_from_args
@@ -46,18 +48,18 @@ def test_the_knee_of_the_concurrency_axis(levels, max_running, expected) -> None
             4,
             [(1024, 1), (8192, 32), (1024, 128), (1024, 8)],
         ),
-        (  # beyond max_running 32 requests queue: the knee is 32, and 128 runs its batch,
-            # so 8 is the third batch size, before 128
+        (  # beyond max_running 32 requests queue: the knee is 32, and 128 runs its batch
+            # (one of the two per context), so 8 is the third batch size
             _grid([1024, 8192], [1, 8, 32, 128]),
             32,
             10,
-            [(1024, 1), (8192, 128), (1024, 32), (1024, 8), (1024, 128), (8192, 1), (8192, 32)],
+            [(1024, 1), (8192, 128), (1024, 32), (1024, 8), (8192, 1)],
         ),
         (  # llama.cpp's 4 slots (tests/python/test_twin_llamacpp.py): batches 1, 2 and 4
             _grid([128, 512, 1024, 1920], [1, 2, 4, 6]),
             4,
             6,
-            [(128, 1), (1920, 6), (128, 4), (128, 2), (128, 6), (1920, 1)],
+            [(128, 1), (1920, 6), (128, 4), (128, 2), (1920, 1), (1024, 4)],
         ),
         (_grid([2048], [1, 64]), None, 10, [(2048, 1), (2048, 64)]),  # one row, two levels
         ([], None, 10, []),
@@ -65,6 +67,20 @@ def test_the_knee_of_the_concurrency_axis(levels, max_running, expected) -> None
 )
 def test_the_design_is_the_corners_and_the_knee(grid, max_running, most, expected) -> None:
     assert design(grid, max_running, most) == expected
+
+
+@pytest.mark.parametrize(
+    ("family", "expected"),
+    [
+        # split slots: 2 of 4 busy may run in 2 passes, so level 2 pins nothing and the
+        # design keeps the full and single batches at both ends
+        ("per_slot", [(128, 1), (1920, 6), (128, 6), (1920, 1), (1024, 4)]),
+        ("unified_slots", [(128, 1), (1920, 6), (128, 4), (128, 2), (1920, 1), (1024, 4)]),
+    ],
+)
+def test_the_design_leaves_out_levels_that_split_slots_may_split(family, expected) -> None:
+    grid = _grid([128, 512, 1024, 1920], [1, 2, 4, 6])
+    assert design(grid, 4, 6, family) == expected
 
 
 @pytest.mark.parametrize(
@@ -104,6 +120,13 @@ def test_the_stopping_rule(widths, measured, most, cell, why) -> None:
     predictions = {k: _p(100.0, w) for k, w in widths.items()}
     choice = next_cell(predictions, measured, 0.10, most)
     assert (choice.cell, choice.why) == (cell, why)
+
+
+def test_a_cell_whose_step_may_split_is_never_chosen() -> None:
+    """Its interval spans the slots the server assigns: measuring it narrows nothing."""
+    split = dataclasses.replace(_p(100.0, 0.6), slot_passes=2)
+    assert next_cell({(1, 2): split, (1, 1): _p(100.0, 0.3)}, 4, 0.10, 8).cell == (1, 1)
+    assert next_cell({(1, 2): split}, 4, 0.10, 8).why == "done"
 
 
 @pytest.mark.parametrize(

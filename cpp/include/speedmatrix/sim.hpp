@@ -54,14 +54,18 @@ struct Profile {
   std::int64_t vocab_size = 151936;
   bool prefix_cache = true;
   // Decode step (ms) = base + per_seq * b + per_seq2 * b^2 + per_kv_token * kv
-  // (+ batched when b >= 2), b = sequences in the step, kv = tokens they attend (prompt +
-  // generated). `step_batched_ms` is a backend whose one-sequence path is faster than its
-  // batched one (llama.cpp on a CPU: a step of 2 costs ~2.7x a step of 1).
+  // (+ batched when b >= 2) + per_ctx_token * kv / b, b = sequences in the step, kv =
+  // tokens they attend (prompt + generated). `step_batched_ms` is a backend whose
+  // one-sequence path is faster than its batched one (llama.cpp on a CPU: a step of 2
+  // costs ~2.7x a step of 1). `step_per_ctx_token_ns` is a cost paid once per step per
+  // token of the batch's mean context, not once per sequence (llama.cpp on a CPU: a step
+  // of 4 sequences at 1,920 tokens costs ~6 ms more than at 128, as does a step of 1).
   double step_base_ms = 16.0;
   double step_per_seq_ms = 0.0;
   double step_per_seq2_ms = 0.0;
   double step_per_kv_token_ns = 0.0;
   double step_batched_ms = 0.0;
+  double step_per_ctx_token_ns = 0.0;
   // Prefill: a token at position p costs prefill_per_token_us µs plus
   // prefill_per_token_ctx_ns ns per 1000 tokens of context before it (p / 1000),
   // so the rate falls with context. Plus a fixed cost per chunk.

@@ -13,9 +13,10 @@ namespace speedmatrix::sim {
 
 ns_t decode_step_ns(const Profile& p, std::int64_t batch, std::int64_t kv_tokens) {
   double b = static_cast<double>(batch);
+  double kv = static_cast<double>(kv_tokens);
   double ms = p.step_base_ms + p.step_per_seq_ms * b + p.step_per_seq2_ms * b * b +
-              p.step_per_kv_token_ns * 1e-6 * static_cast<double>(kv_tokens) +
-              (batch >= 2 ? p.step_batched_ms : 0.0);
+              p.step_per_kv_token_ns * 1e-6 * kv + (batch >= 2 ? p.step_batched_ms : 0.0) +
+              (batch >= 1 ? p.step_per_ctx_token_ns * 1e-6 * kv / b : 0.0);
   return static_cast<ns_t>(std::llround(std::max(ms, 0.0) * 1e6));
 }
 

@@ -78,6 +78,7 @@ void for_each_field(P& p, F&& f) {
   f("step_per_seq2_ms", p.step_per_seq2_ms);
   f("step_per_kv_token_ns", p.step_per_kv_token_ns);
   f("step_batched_ms", p.step_batched_ms);
+  f("step_per_ctx_token_ns", p.step_per_ctx_token_ns);
   f("prefill_per_token_us", p.prefill_per_token_us);
   f("prefill_per_token_ctx_ns", p.prefill_per_token_ctx_ns);
   f("prefill_chunk_overhead_ms", p.prefill_chunk_overhead_ms);

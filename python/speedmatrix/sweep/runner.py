@@ -280,8 +280,9 @@ class Sweep(SweepSearch):
             return None
         grid = [c for c in planned if closed_loop_decode(c)]
         done = {c.id for c in grid if self._done(c.id)}
+        family = (planned.capacity_model or {}).get("family")
         return SparseRun(
-            grid, done, self.matrix, self.out, planned.max_running, self.progress.message
+            grid, done, self.matrix, self.out, planned.max_running, self.progress.message, family
         )
 
     def _store_predicted(self, sparse: SparseRun, tried: set[str]) -> None:

@@ -30,7 +30,9 @@ def closed_loop_decode(cell: Any) -> bool:
 
 class SparseRun:
     """The order of a sparse run's decode cells. ``grid``: the planned closed-loop decode
-    cells the plan can run; ``done``: ids of those already measured (a resumed run)."""
+    cells the plan can run; ``done``: ids of those already measured (a resumed run);
+    ``family``: the server's capacity family (`speedmatrix.capacity`), whose slots may split
+    a step (`speedmatrix.twin.model.slot_passes`)."""
 
     def __init__(
         self,
@@ -40,6 +42,7 @@ class SparseRun:
         out: Path,
         max_running: int | None,
         say: Callable[[str], None],
+        family: str | None = None,
     ) -> None:
         self.by_key = {(int(c.context), int(c.concurrency)): c for c in grid}
         self.measured = {k for k, c in self.by_key.items() if c.id in done}
@@ -47,7 +50,7 @@ class SparseRun:
         self.out = out
         self.say = say
         self.most = budget(len(self.by_key), int(matrix.sparse_max_cells))
-        first = design(self.by_key, max_running, min(self.most, 10))
+        first = design(self.by_key, max_running, min(self.most, 10), family)
         self.first = [self.by_key[k] for k in first if k not in self.measured]
         self.profile: dict[str, Any] | None = None
         self.failed: str | None = None

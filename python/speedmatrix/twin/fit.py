@@ -2,7 +2,8 @@
 
 Decode step: each cell gives two measures of one step time, its median per-token gap (time
 between tokens) and its mean step (``batch × 1000 / total tok/s``). Least squares on the
-relative error of ``step = a + b n + c n² + d kv + g [n ≥ 2]`` (the model of :mod:`speedmatrix.twin.model`),
+relative error of ``step = a + b n + c n² + d kv + g [n ≥ 2] + e kv / n`` (the model of
+:mod:`speedmatrix.twin.model`; ``d`` or ``e``, whichever fits closer),
 ``n`` the batch and ``kv`` the tokens it attends. From a run's raw records both come measured
 (`speedmatrix.twin.samples`); from figures alone (`fit_step`) ``n = min(N, max_running)`` and
 ``kv`` is the batch times the context plus half the window's generated tokens. Each parameter's
@@ -92,17 +93,23 @@ def _solve_terms(
 
 def _step_terms(batches: set[int]) -> list[list[int]]:
     """The candidate term sets (`STEP_KEYS` indices) the batch sizes measured can pin: the
-    base, per-sequence and KV terms always; each further batch size pins one more batch term,
-    the square (a step convex in the batch) or the batched surcharge (a faster one-sequence
+    base and per-sequence terms always, and one context term, per sequence (the KV each
+    sequence attends: a paged-attention GPU server) or per step (the batch's mean context:
+    llama.cpp on a CPU), both tried; each further batch size pins one more batch term, the
+    square (a step convex in the batch) or the batched surcharge (a faster one-sequence
     path; only with a batch of 1 measured). With room for one of the two, both are tried."""
-    base = [0, 1, 3]
     extra = [2, 4] if 1 in batches else [2]
     room = len(batches) - 2
-    if room <= 0:
-        return [base]
-    if room >= len(extra):
-        return [sorted(base + extra)]
-    return [sorted([*base, term]) for term in extra]
+    out = []
+    for context_term in (3, 5):
+        base = [0, 1, context_term]
+        if room <= 0:
+            out.append(base)
+        elif room >= len(extra):
+            out.append(sorted(base + extra))
+        else:
+            out += [sorted([*base, term]) for term in extra]
+    return out
 
 
 def fit_steps(base: Mapping[str, Any], samples: Sequence[StepSample]) -> StepFit:

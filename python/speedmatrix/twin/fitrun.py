@@ -18,8 +18,8 @@ from typing import Any
 
 from speedmatrix.results import Run, load
 from speedmatrix.twin.fit import PrefillFit, fit_prefill, fit_steps
-from speedmatrix.twin.model import ProfileError
-from speedmatrix.twin.samples import prefill_samples, step_sample
+from speedmatrix.twin.model import ProfileError, slot_passes
+from speedmatrix.twin.samples import StepSample, prefill_samples, step_sample
 
 __all__ = ["fit", "fit_run"]
 
@@ -67,6 +67,26 @@ def _rule(meta: Mapping[str, Any]) -> dict[str, Any] | None:
     return rule
 
 
+def _single_pass(
+    samples: list[StepSample], rule: Mapping[str, Any] | None, slots: int
+) -> tuple[list[StepSample], dict[str, str]]:
+    """The samples whose step is one forward pass, and the cells left out with why: on split
+    slot caches a partly busy batch runs in 1 to `slot_passes` passes by the slots the
+    server gave it, which the records do not show, so its step pins no term."""
+    family = (rule or {}).get("family")
+    kept, left_out = [], {}
+    for s in samples:
+        batch = min(s.concurrency, slots)
+        passes = slot_passes(family, slots, batch)
+        if passes == 1:
+            kept.append(s)
+        else:
+            left_out[s.cell_id] = (
+                f"{batch} of {slots} split slots busy: 1 to {passes} forward passes a step"
+            )
+    return kept, left_out
+
+
 def _identity(meta: Mapping[str, Any], run: Run) -> dict[str, Any]:
     target = meta.get("target") or {}
     engine = meta.get("engine") or {}
@@ -108,6 +128,8 @@ def fit_run(run: Run, base: Mapping[str, Any] | None = None) -> dict[str, Any]:
     profile: dict[str, Any] = {**_identity(meta, run), **dict(base or {})}
     profile.update(_capacity(meta))
     profile.setdefault("chunk_tokens", _DEFAULT_CHUNK_TOKENS)
+    rule = _rule(meta)
+    samples, left_out = _single_pass(samples, rule, int(profile["max_running"]))
     step = fit_steps(profile, samples)
     profile = step.profile
     matrix = (meta.get("run") or {}).get("matrix") or {}
@@ -121,7 +143,8 @@ def fit_run(run: Run, base: Mapping[str, Any] | None = None) -> dict[str, Any]:
         "scatter": step.scatter,
         "residuals": {"tbt_ms": {k: round(v, 6) for k, v in step.residuals.items()}},
     }
-    rule = _rule(meta)
+    if left_out:
+        section["left_out"] = left_out
     if rule is not None:
         section["capacity"] = rule
     prefill = _prefill(run, cells)

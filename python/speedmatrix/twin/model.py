@@ -2,7 +2,7 @@
 
 Mirrors ``cpp/src/sim/engine.cpp``: a decode step of a batch of ``n`` requests attending
 ``kv`` tokens in all takes ``step_base_ms + step_per_seq_ms n + step_per_seq2_ms n² +
-step_per_kv_token_ns kv + step_batched_ms [n ≥ 2]``; a cold prompt of ``C`` tokens takes the front-end's cost plus the
+step_per_kv_token_ns kv + step_batched_ms [n ≥ 2] + step_per_ctx_token_ns kv / n``; a cold prompt of ``C`` tokens takes the front-end's cost plus the
 prefill's (``C τ0 + τ1 C²/2``). A closed-loop decode cell of ``N`` streams at context ``C``
 holds ``min(N, max_running)`` requests in the batch; each has ``C`` plus, on average, half
 the window's generated tokens (half its output when it finishes within the window) in the
@@ -33,8 +33,9 @@ STEP_KEYS = (
     "step_per_seq2_ms",
     "step_per_kv_token_ns",
     "step_batched_ms",
+    "step_per_ctx_token_ns",
 )
-OPTIONAL_STEP_KEYS = frozenset({"step_batched_ms"})
+OPTIONAL_STEP_KEYS = frozenset({"step_batched_ms", "step_per_ctx_token_ns"})
 PREFILL_KEYS = ("prefill_per_token_us", "prefill_per_token_ctx_ns", "frontend_overhead_ms")
 #: fixed-point iterations of the per-request rate (the KV attended depends on it); 8 settle
 #: every seed cell to under 0.01 %
@@ -57,6 +58,9 @@ class PredictedCell:
     tbt_ms_low: float | None
     tbt_ms_high: float | None
     predicted: bool = True
+    #: the most forward passes one decode step may take (`slot_passes`): above 1, the
+    #: interval spans one pass to that many
+    slot_passes: int = 1
 
 
 def _need(profile: Mapping[str, Any], key: str) -> float:
@@ -68,9 +72,11 @@ def _need(profile: Mapping[str, Any], key: str) -> float:
 def step_row(batch: float, kv_tokens: float) -> np.ndarray:
     """The step model's terms in `STEP_KEYS` order (a step = row · coefficients). The batched
     term is the share of steps with two or more sequences: 0 at a batch of 1, 1 from 2 up,
-    between for a measured mean batch between them (a window that ran 1 and 2 in turn)."""
+    between for a measured mean batch between them (a window that ran 1 and 2 in turn). The
+    context term is the batch's mean context (``kv / batch``), paid once per step."""
     batched = min(1.0, max(0.0, batch - 1.0))
-    return np.array([1.0, batch, batch * batch, kv_tokens * 1e-6, batched])
+    mean_context = kv_tokens / batch if batch > 0 else 0.0
+    return np.array([1.0, batch, batch * batch, kv_tokens * 1e-6, batched, mean_context * 1e-6])
 
 
 def step_coefficients(profile: Mapping[str, Any]) -> np.ndarray:
@@ -126,6 +132,27 @@ def status(profile: Mapping[str, Any], context: int, concurrency: int, max_outpu
     return "queued" if fit.queued else "valid"
 
 
+def slot_passes(family: str | None, slots: int, batch: int) -> int:
+    """The most forward passes one decode step of ``batch`` requests may take on ``slots``
+    slots. llama.cpp with split slot caches (capacity family ``per_slot``; also the family of
+    a layout it does not state) splits a batch into micro-batches of consecutive slot ids
+    only (llama-batch.cpp ``split_equal``: "accept only increasing sequence ids"), so ``b``
+    busy slots of ``K`` with idle ones between them run in up to ``min(b, K - b + 1)``
+    passes, by the slots the server gave them, which a client cannot see. A full or
+    single-request batch, and every other family, takes one."""
+    if family != "per_slot" or batch < 2 or batch >= slots:
+        return 1
+    return min(batch, slots - batch + 1)
+
+
+def profile_slot_passes(profile: Mapping[str, Any], batch: int) -> int:
+    """`slot_passes` for a profile: the measured server's family (``fit.capacity``), its
+    running limit as the slots."""
+    measured = (profile.get("fit") or {}).get("capacity") or {}
+    family = measured.get("family")
+    return slot_passes(str(family) if family else None, int(profile.get("max_running") or 0), batch)
+
+
 def attended_tokens(context: int, step: float, window_s: float, max_output: int) -> float:
     """The tokens one request attends on average: its prompt and half of what it generates
     while the window lasts, or half its output when it finishes sooner (a closed loop then
@@ -142,12 +169,30 @@ def _decode_step_ms(
     return step
 
 
+def _split_step_ms(
+    profile: Mapping[str, Any],
+    context: int,
+    batch: int,
+    passes: int,
+    window_s: float,
+    max_output: int,
+) -> float:
+    """One decode step of ``batch`` requests run as ``passes`` forward passes: ``passes - 1``
+    of one request and one of the rest (the most a split by slot gaps can take)."""
+    sizes = [1] * (passes - 1) + [batch - passes + 1]
+    step = sum(_decode_step_ms(profile, context, n, window_s, max_output) for n in sizes)
+    for _ in range(_ITERATIONS):
+        per_request = attended_tokens(context, step, window_s, max_output)
+        step = sum(step_ms(profile, n, n * per_request) for n in sizes)
+    return step
+
+
 def _half_width_ms(fit: Mapping[str, Any], batch: float, kv: float, step: float) -> float:
     """Half the prediction interval of one step: the fitted mean's uncertainty
     (``r Cov rᵀ``, ``r`` the step model's row) and the fit's relative scatter about it, at
     the confidence level of every interval (`speedmatrix.figures.CONFIDENCE`)."""
     cov = np.asarray(fit["cov"], dtype=float)
-    row = step_row(batch, kv)[: len(cov)]  # a fit made before the batched term has 4 rows
+    row = step_row(batch, kv)[: len(cov)]  # a fit made before the later terms has fewer rows
     var_mean = float(row @ cov @ row)
     scatter = float(fit.get("scatter", 0.0)) * step
     return Z_TWO_SIDED * math.sqrt(max(0.0, var_mean) + scatter * scatter)
@@ -188,10 +233,23 @@ def predict_cell(
             _decode_step_ms(p, context, batch, window_s, max_output)
             for p in (_shifted(profile, sd, -1.0), profile, _shifted(profile, sd, 1.0))
         )
+    passes = profile_slot_passes(profile, batch)
+    if passes > 1:
+        # one pass or several, by the slots the server gave; and a fit that left such
+        # batches out (`speedmatrix.twin.fitrun`) knows a one-pass step of this size only to
+        # lie between a step of one request and a step of every slot (it never falls as the
+        # batch grows)
+        slots = int(_need(profile, "max_running"))
+        single = _decode_step_ms(profile, context, 1, window_s, max_output)
+        full = _decode_step_ms(profile, context, slots, window_s, max_output)
+        split = _split_step_ms(profile, context, batch, passes, window_s, max_output)
+        low_step = min(low_step, single * low_step / mid_step)
+        high_step = max(high_step, max(split, full) * high_step / mid_step)
     return PredictedCell(
         context,
         concurrency,
         st,
+        slot_passes=passes,
         total_tok_s=batch * 1000.0 / mid_step,
         total_tok_s_low=batch * 1000.0 / high_step,
         total_tok_s_high=batch * 1000.0 / low_step,

@@ -81,8 +81,20 @@ def predicted_cell(p: PredictedCell, max_running: int, window_s: float) -> dict[
         "measured_s": 0.0,
         "errors": {},
         "flags": [],
-        "reason": "over capacity (the sweep's KV rule)" if over else "predicted, not measured",
+        "reason": "over capacity (the sweep's KV rule)" if over else _reason(p, max_running),
     }
+
+
+def _reason(p: PredictedCell, max_running: int) -> str:
+    if p.slot_passes <= 1:
+        return "predicted, not measured"
+    batch = min(p.concurrency, max_running)
+    return (
+        f"predicted, not measured; split slot caches batch only consecutive slots, so these "
+        f"{batch} requests take 1 to {p.slot_passes} forward passes a step by the slots the "
+        "server gives them; the interval spans both, from one request's step to a full "
+        "batch's"
+    )
 
 
 def _resolve_contexts(

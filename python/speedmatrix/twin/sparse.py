@@ -20,7 +20,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from speedmatrix.twin.model import PredictedCell
+from speedmatrix.twin.model import PredictedCell, slot_passes
 
 __all__ = [
     "DESIGN_MAX",
@@ -47,7 +47,8 @@ MIN_BUDGET = 4
 class Choice:
     """The next cell to measure (None: stop) and why: ``widest`` (its interval is the
     widest, above the target), ``target`` (every interval within it), ``budget`` (the
-    measured cells reached the budget) or ``done`` (no cell is left unmeasured)."""
+    measured cells reached the budget) or ``done`` (no cell is left that measuring could
+    narrow)."""
 
     cell: Cell | None
     why: str
@@ -83,14 +84,24 @@ def _nearest_middle(levels: Sequence[int], low: int, high: int) -> int:
     return min(levels, key=lambda n: (abs(math.log(n / middle)), n))
 
 
-def design(grid: Iterable[Cell], max_running: int | None, most: int = DESIGN_MAX) -> list[Cell]:
+def design(
+    grid: Iterable[Cell],
+    max_running: int | None,
+    most: int = DESIGN_MAX,
+    family: str | None = None,
+) -> list[Cell]:
     """The first cells of a sparse run, at most ``most``, in order of need: the shortest
     context's lowest level, the longest context's highest, the shortest's highest, the knee
     at the shortest (three batch sizes pin the batch terms, two contexts the KV term), the
     longest context's lowest level, the knee at the longest, then at the middle context.
     When the highest level is above ``max_running`` (it runs the knee's batch: two sizes
-    only), the shortest's knee, a level between its lowest and the knee, then its highest."""
-    cells = sorted(set(grid))
+    only), the shortest's knee, then a level between its lowest and the knee.
+    Of two levels that run the same batch at one context (the knee and a level above
+    ``max_running``) only the first is kept. Levels whose step may take several passes (`slot_passes` of the capacity ``family``:
+    llama.cpp's split slots partly busy) are left out: their step depends on slots the
+    client cannot see, so they pin nothing."""
+    slots = int(max_running or 0)
+    cells = sorted(c for c in set(grid) if _single_pass(c[1], family, slots))
     if not cells:
         return []
     contexts = sorted({c for c, _ in cells})
@@ -109,9 +120,13 @@ def design(grid: Iterable[Cell], max_running: int | None, most: int = DESIGN_MAX
     if k is not None:
         wanted += [(hi, k), (contexts[len(contexts) // 2], k)]
     out: list[Cell] = []
+    batches: set[Cell] = set()
     for cell in wanted:
-        if cell in cells and cell not in out:
+        # a level above max_running runs the knee's batch: one of the two per context
+        batch = (cell[0], min(cell[1], slots) if slots else cell[1])
+        if cell in cells and batch not in batches:
             out.append(cell)
+            batches.add(batch)
     return out[:most]
 
 
@@ -121,6 +136,10 @@ def _between(levels: Sequence[int], low: int, knee_level: int | None) -> int | N
         return None
     inner = [n for n in levels if low < n < knee_level]
     return _nearest_middle(inner, low, knee_level) if inner else None
+
+
+def _single_pass(concurrency: int, family: str | None, slots: int) -> bool:
+    return slot_passes(family, slots, min(concurrency, slots) if slots else concurrency) == 1
 
 
 def relative_half_width(p: PredictedCell) -> float:
@@ -142,7 +161,10 @@ def next_cell(
 ) -> Choice:
     """The stopping rule: ``predictions`` of the cells not measured; ``measured``: how many
     decode cells the run measured; stop when none is left, when the budget ``most`` is spent,
-    or when every interval is within ``target``; else the widest (ties: the lower cell)."""
+    or when every interval is within ``target``; else the widest (ties: the lower cell).
+    A cell whose step may take several passes (``slot_passes``) is never chosen: its
+    interval spans the server's slot assignment, which measuring it does not narrow."""
+    predictions = {k: p for k, p in predictions.items() if p.slot_passes == 1}
     if not predictions:
         return Choice(None, "done")
     widths = {cell: relative_half_width(p) for cell, p in predictions.items()}
