@@ -282,11 +282,11 @@ def test_imports_inside_functions_are_few_and_say_why():
     assert in_sections <= 6, in_sections
 
 
-def test_the_report_is_in_sections_of_short_files_and_functions():
+def test_no_file_over_600_lines_and_no_function_over_80():
+    """Issue 19's lengths, held over the whole package (the sections and split packages
+    first, and since every module met them, all of it)."""
     checked = set()
     for mod, path in _modules().items():
-        if not mod.startswith(SECTIONED + SPLIT):
-            continue
         checked.add(mod)
         text, tree = _parsed(path)
         assert text.count("\n") <= MAX_SECTION_LINES, f"{mod}: {text.count(chr(10))} lines"
