@@ -106,7 +106,18 @@ void Server::write_chunk(Stream& s) {
   c += "\r\n";
   bufferevent* bev = evhttp_connection_get_bufferevent(s.conn);
   if (!(bufferevent_get_enabled(bev) & EV_WRITE)) bufferevent_enable(bev, EV_WRITE);
-  evbuffer_add(bufferevent_get_output(bev), c.data() + start, c.size() - start);
+  evbuffer* out = bufferevent_get_output(bev);
+  evbuffer_add(out, c.data() + start, c.size() - start);
+  // Stamped: the chunk goes to the socket now, so "sm_t_ns" is its send time. Left to the
+  // loop, a lockstep step's 512 chunks would be written only after all were formatted,
+  // and the last stream's stamp would precede its write by the whole step's writes
+  // (~5 ms here): the client's receive delay would carry the engine's send queue. What
+  // the socket does not take now (a full send buffer: a client that lags) the bufferevent
+  // writes later, and that delay is the client's own.
+  if (opt_.stamp) {
+    evutil_socket_t fd = bufferevent_getfd(bev);
+    if (fd >= 0) evbuffer_write(out, fd);
+  }
 }
 
 void Server::send_nonstream(Stream& s) {
