@@ -64,6 +64,24 @@ def test_no_step_term_is_fitted_negative_so_no_cell_is_predicted_negative(window
             assert p.tbt_ms > 0 and p.total_tok_s > 0, (context, n, p)
 
 
+def _fit_the_design(truth: dict) -> tuple[dict, list[MeasuredCell]]:
+    """The 4 x 4 llama.cpp-shaped grid predicted from ``truth`` (the measured cells), and the
+    profile fitted to its `DESIGN` cells."""
+    measured = []
+    for c, n in [(c, n) for c in (128, 512, 1024, 1920) for n in (1, 2, 3, 4)]:
+        p = predict_cell(truth, c, n, max_output=64, window_s=2.0)
+        measured.append(MeasuredCell(c, n, p.total_tok_s, p.tbt_ms))
+    design = [m for m in measured if (m.context, m.concurrency) in DESIGN]
+    base = {k: v for k, v in truth.items() if k not in STEP_KEYS}
+    return fit_step(base, design, window_s=2.0, max_output=64).profile, measured
+
+
+def _assert_predicts(profile: dict, measured: list[MeasuredCell]) -> None:
+    for m in measured:
+        p = predict_cell(profile, m.context, m.concurrency, max_output=64, window_s=2.0)
+        assert p.tbt_ms == pytest.approx(m.tbt_ms, rel=0.01), (m.context, m.concurrency)
+
+
 def test_a_faster_one_sequence_path_is_fitted_as_the_batched_surcharge() -> None:
     # llama.cpp on a CPU: a step of 2 costs ~2.7x a step of 1, then grows gently; three batch
     # sizes with batch 1 among them pin the surcharge instead of a square term
@@ -76,22 +94,13 @@ def test_a_faster_one_sequence_path_is_fitted_as_the_batched_surcharge() -> None
         "max_running": 4,
         "kv_tokens": 8192,
     }
-    grid = [(c, n) for c in (128, 512, 1024, 1920) for n in (1, 2, 3, 4)]
-    measured = []
-    for c, n in grid:
-        p = predict_cell(truth, c, n, max_output=64, window_s=2.0)
-        measured.append(MeasuredCell(c, n, p.total_tok_s, p.tbt_ms))
-    design = [m for m in measured if (m.context, m.concurrency) in DESIGN]
-    base = {k: v for k, v in truth.items() if k not in STEP_KEYS}
-    fit = fit_step(base, design, window_s=2.0, max_output=64)
-    assert fit.profile["step_batched_ms"] == pytest.approx(2.5, rel=0.02)
-    assert fit.profile["step_per_seq2_ms"] == 0.0
-    for m in measured:
-        p = predict_cell(fit.profile, m.context, m.concurrency, max_output=64, window_s=2.0)
-        assert p.tbt_ms == pytest.approx(m.tbt_ms, rel=0.01), (m.context, m.concurrency)
+    fitted, measured = _fit_the_design(truth)
+    assert fitted["step_batched_ms"] == pytest.approx(2.5, rel=0.02)
+    assert fitted["step_per_seq2_ms"] == 0.0
+    _assert_predicts(fitted, measured)
 
 
-#: the sparse design of that grid (tests/python/test_twin_sparse.py)
+#: the first five cells of the sparse design of that grid (speedmatrix.twin.sparse.design)
 DESIGN = {(128, 1), (1920, 4), (128, 4), (128, 2), (1920, 1)}
 
 
@@ -108,16 +117,7 @@ def test_a_step_cost_per_token_of_context_is_fitted_as_the_context_term() -> Non
         "max_running": 4,
         "kv_tokens": 8192,
     }
-    grid = [(c, n) for c in (128, 512, 1024, 1920) for n in (1, 2, 3, 4)]
-    measured = []
-    for c, n in grid:
-        p = predict_cell(truth, c, n, max_output=64, window_s=2.0)
-        measured.append(MeasuredCell(c, n, p.total_tok_s, p.tbt_ms))
-    design = [m for m in measured if (m.context, m.concurrency) in DESIGN]
-    base = {k: v for k, v in truth.items() if k not in STEP_KEYS}
-    fit = fit_step(base, design, window_s=2.0, max_output=64)
-    assert fit.profile["step_per_ctx_token_ns"] == pytest.approx(3000.0, rel=0.02)
-    assert fit.profile["step_per_kv_token_ns"] == 0.0
-    for m in measured:
-        p = predict_cell(fit.profile, m.context, m.concurrency, max_output=64, window_s=2.0)
-        assert p.tbt_ms == pytest.approx(m.tbt_ms, rel=0.01), (m.context, m.concurrency)
+    fitted, measured = _fit_the_design(truth)
+    assert fitted["step_per_ctx_token_ns"] == pytest.approx(3000.0, rel=0.02)
+    assert fitted["step_per_kv_token_ns"] == 0.0
+    _assert_predicts(fitted, measured)

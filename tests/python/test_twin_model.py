@@ -96,12 +96,14 @@ def test_missing_parameter_is_one_clear_error(profile) -> None:
 
 
 @pytest.mark.parametrize(
-    ("family", "slots", "batch", "expected"),
+    ("family", "slots", "concurrency", "expected"),
     [
         ("per_slot", 4, 1, 1),  # one request: one pass
         ("per_slot", 4, 2, 2),  # slots 0 and 2: two micro-batches
         ("per_slot", 4, 3, 2),  # slots 0, 1 and 3: {0, 1} then {3}
         ("per_slot", 4, 4, 1),  # every slot busy: consecutive
+        ("per_slot", 4, 6, 1),  # more requests than slots: the slots run full
+        ("per_slot", 0, 2, 1),  # slots not known
         ("per_slot", 8, 4, 4),  # 0, 2, 4, 6
         ("per_slot", 8, 6, 3),  # 0, 1, 3, 4, 6, 7: three runs of consecutive slots
         ("unified_slots", 4, 2, 1),  # one stream: split_simple keeps the batch whole
@@ -109,8 +111,8 @@ def test_missing_parameter_is_one_clear_error(profile) -> None:
         (None, 4, 2, 1),
     ],
 )
-def test_the_passes_a_split_slot_step_may_take(family, slots, batch, expected) -> None:
-    assert slot_passes(family, slots, batch) == expected
+def test_the_passes_a_split_slot_step_may_take(family, slots, concurrency, expected) -> None:
+    assert slot_passes(family, slots, concurrency) == expected
 
 
 def test_a_partly_busy_split_slot_cell_spans_one_to_several_passes(profile) -> None:

@@ -76,13 +76,13 @@ def _single_pass(
     family = (rule or {}).get("family")
     kept, left_out = [], {}
     for s in samples:
-        batch = min(s.concurrency, slots)
-        passes = slot_passes(family, slots, batch)
+        passes = slot_passes(family, slots, s.concurrency)
         if passes == 1:
             kept.append(s)
         else:
             left_out[s.cell_id] = (
-                f"{batch} of {slots} split slots busy: 1 to {passes} forward passes a step"
+                f"{min(s.concurrency, slots)} of {slots} split slots busy: "
+                f"1 to {passes} forward passes a step"
             )
     return kept, left_out
 

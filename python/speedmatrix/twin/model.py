@@ -2,8 +2,8 @@
 
 Mirrors ``cpp/src/sim/engine.cpp``: a decode step of a batch of ``n`` requests attending
 ``kv`` tokens in all takes ``step_base_ms + step_per_seq_ms n + step_per_seq2_ms n² +
-step_per_kv_token_ns kv + step_batched_ms [n ≥ 2] + step_per_ctx_token_ns kv / n``; a cold prompt of ``C`` tokens takes the front-end's cost plus the
-prefill's (``C τ0 + τ1 C²/2``). A closed-loop decode cell of ``N`` streams at context ``C``
+step_per_kv_token_ns kv + step_batched_ms [n ≥ 2] + step_per_ctx_token_ns kv / n``; a cold
+prompt of ``C`` tokens takes the front-end's cost plus the prefill's (``C τ0 + τ1 C²/2``). A closed-loop decode cell of ``N`` streams at context ``C``
 holds ``min(N, max_running)`` requests in the batch; each has ``C`` plus, on average, half
 the window's generated tokens (half its output when it finishes within the window) in the
 KV cache. A cell is over capacity when its running
@@ -132,14 +132,15 @@ def status(profile: Mapping[str, Any], context: int, concurrency: int, max_outpu
     return "queued" if fit.queued else "valid"
 
 
-def slot_passes(family: str | None, slots: int, batch: int) -> int:
-    """The most forward passes one decode step of ``batch`` requests may take on ``slots``
-    slots. llama.cpp with split slot caches (capacity family ``per_slot``; also the family of
+def slot_passes(family: str | None, slots: int, concurrency: int) -> int:
+    """The most forward passes one decode step may take with ``concurrency`` requests on
+    ``slots`` slots (0: not known); above the slots, the slots run full. llama.cpp with split slot caches (capacity family ``per_slot``; also the family of
     a layout it does not state) splits a batch into micro-batches of consecutive slot ids
     only (llama-batch.cpp ``split_equal``: "accept only increasing sequence ids"), so ``b``
     busy slots of ``K`` with idle ones between them run in up to ``min(b, K - b + 1)``
     passes, by the slots the server gave them, which a client cannot see. A full or
     single-request batch, and every other family, takes one."""
+    batch = min(concurrency, slots)
     if family != "per_slot" or batch < 2 or batch >= slots:
         return 1
     return min(batch, slots - batch + 1)

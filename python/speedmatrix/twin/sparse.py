@@ -97,11 +97,11 @@ def design(
     When the highest level is above ``max_running`` (it runs the knee's batch: two sizes
     only), the shortest's knee, then a level between its lowest and the knee.
     Of two levels that run the same batch at one context (the knee and a level above
-    ``max_running``) only the first is kept. Levels whose step may take several passes (`slot_passes` of the capacity ``family``:
-    llama.cpp's split slots partly busy) are left out: their step depends on slots the
-    client cannot see, so they pin nothing."""
+    ``max_running``) only the first is kept. Levels whose step may take several passes
+    (`slot_passes` of the capacity ``family``: llama.cpp's split slots partly busy) are left
+    out: their step depends on slots the client cannot see, so they pin nothing."""
     slots = int(max_running or 0)
-    cells = sorted(c for c in set(grid) if _single_pass(c[1], family, slots))
+    cells = sorted(c for c in set(grid) if slot_passes(family, slots, c[1]) == 1)
     if not cells:
         return []
     contexts = sorted({c for c, _ in cells})
@@ -136,10 +136,6 @@ def _between(levels: Sequence[int], low: int, knee_level: int | None) -> int | N
         return None
     inner = [n for n in levels if low < n < knee_level]
     return _nearest_middle(inner, low, knee_level) if inner else None
-
-
-def _single_pass(concurrency: int, family: str | None, slots: int) -> bool:
-    return slot_passes(family, slots, min(concurrency, slots) if slots else concurrency) == 1
 
 
 def relative_half_width(p: PredictedCell) -> float:
