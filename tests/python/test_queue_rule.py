@@ -8,6 +8,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from speedmatrix.verdict import Rules, held_waiting
+from speedmatrix.verdict.names import Status
+from speedmatrix.verdict.rules import EngineFacts
+from speedmatrix.verdict.server import server_view
+from speedmatrix.verdict.status import decode_status
 
 QUEUE_GAP_REQUESTS = Rules().queue_gap_requests
 
@@ -75,3 +79,45 @@ def test_missing_samples_are_not_a_queue():
     nan = float("nan")
     assert held([4, nan, 4, 4], [nan, nan, 0, 0]) == 0.0
     assert held([4], [0], judge_from=1) is None
+
+
+def _judge(running, waiting, concurrency, settle_at=0):
+    """The status of a closed-loop cell from its sampled series, as the verdict judges it."""
+    t_ns = np.arange(len(running), dtype=np.int64) * 250_000_000
+    metrics = {
+        "names": ["running", "waiting"],
+        "t_ns": t_ns,
+        "values": np.column_stack([running, waiting]).astype(float).ravel(),
+    }
+    facts = EngineFacts(metric_running="running", metric_waiting="waiting")
+    server = server_view(metrics, facts, int(t_ns[0]), int(t_ns[-1]), int(t_ns[settle_at]))
+    status, _ = decode_status(
+        Rules(),
+        errors={},
+        error_examples={},
+        started=100,
+        output_tokens=1000,
+        server=server,
+        queued_client=0.0,
+        concurrency=concurrency,
+    )
+    return status
+
+
+@pytest.mark.parametrize(
+    "running, waiting, concurrency, status",
+    [
+        # llama.cpp, 4 slots, 5 sent, 70 ms requests against 250 ms samples: a sample often
+        # falls between a slot freeing and the closed loop's next send, so no two held
+        # samples follow each other, yet running never reaches 5 (once judged valid in CI)
+        ([4] * 8, [1, 1, 0, 1, 0, 1, 0, 1], 5, Status.QUEUED),
+        # the same server at N = 4: running reaches N
+        ([4] * 8, [1, 1, 0, 1, 0, 1, 0, 1], 4, Status.VALID),
+        # steady state at N with a replacement request seen waiting once
+        ([16, 16, 16, 15, 16, 16, 16, 16], [0, 0, 0, 1, 0, 0, 0, 0], 16, Status.VALID),
+        # a slow front-end still admitting, one blip: running below N, waiting below the gap
+        ([0, 0, 1, 1, 1, 2, 2, 3], [0, 0, 0, 0, 1, 0, 0, 0], 8, Status.VALID),
+    ],
+)
+def test_running_held_below_n_with_waiting_is_queuing(running, waiting, concurrency, status):
+    assert _judge(running, waiting, concurrency) is status

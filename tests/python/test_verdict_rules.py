@@ -217,6 +217,63 @@ def _status(**kw):
             Status.VALID,
             None,
         ),
+        # running never reached N and waiting settled at the gap: queued even when no two
+        # samples in a row held (short requests against the sampling interval)
+        (
+            {
+                "server": {
+                    "waiting_held_mean": 0.375,
+                    "running_max": 4.0,
+                    "waiting_max": 1.0,
+                    "waiting_mean_settled": 0.75,
+                },
+                "concurrency": 5,
+            },
+            Status.QUEUED,
+            "never ran more than 4 of the 5 requests at once and kept 0.8 waiting",
+        ),
+        # the same gauges with N within what the server ran: valid
+        (
+            {
+                "server": {
+                    "waiting_held_mean": 0.375,
+                    "running_max": 5.0,
+                    "waiting_max": 1.0,
+                    "waiting_mean_settled": 0.75,
+                },
+                "concurrency": 5,
+            },
+            Status.VALID,
+            None,
+        ),
+        # running below N but waiting under the gap (a sample between a request's end and
+        # the next send reads one fewer running): valid
+        (
+            {
+                "server": {
+                    "waiting_held_mean": 0.0,
+                    "running_max": 4.0,
+                    "waiting_max": 1.0,
+                    "waiting_mean_settled": 0.25,
+                },
+                "concurrency": 5,
+            },
+            Status.VALID,
+            None,
+        ),
+        # an open loop has no N to compare with: the held rule alone
+        (
+            {
+                "server": {
+                    "waiting_held_mean": 0.375,
+                    "running_max": 4.0,
+                    "waiting_max": 1.0,
+                    "waiting_mean_settled": 0.75,
+                },
+            },
+            Status.VALID,
+            None,
+        ),
         ({"queued_client": 0.6}, Status.QUEUED, "(no server metrics)"),
         ({"queued_client": 0.5}, Status.VALID, None),
         (

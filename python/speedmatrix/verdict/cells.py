@@ -311,6 +311,7 @@ def decode_cell(
         queued_client=base["waiting_without_tokens"],
         stopped_by=records.stopped_by,
         stop_reason=records.stop_reason,
+        concurrency=None if w.open_loop else int(shape.concurrency),
     )
     status, reason = refused_for_capacity(status, reason, base["error_examples"])
     base["status"] = status.value

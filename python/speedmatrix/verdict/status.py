@@ -35,12 +35,14 @@ def decode_status(
     queued_client: float,
     stopped_by: str = "",
     stop_reason: str = "",
+    concurrency: int | None = None,
 ) -> tuple[Status, str | None]:
     """A measured decode cell's status and its reason (None for a valid cell).
 
     ``started``: the requests failures count against (closed loop: sent from the ramp's
     start; open loop: the window's arrivals), at least 1; ``server``: `server_view` (None
-    without metrics); ``queued_client``: `client_queue_signal`."""
+    without metrics); ``queued_client``: `client_queue_signal`; ``concurrency``: a closed
+    loop's N (None for an open loop, whose in-flight count is not asked)."""
     errors_total = sum(errors.values())
     if stopped_by == "unreachable":
         # the core ended the window: connections kept failing (its one line says how)
@@ -58,6 +60,9 @@ def decode_status(
             f"average (up to {server['waiting_max']:g}) once the first wave was "
             "admitted, while it ran no more than before"
         )
+    capped = _running_capped(rules, server, concurrency)
+    if capped:
+        return Status.QUEUED, capped
     if held is None and queued_client > rules.queue_gap_requests:
         # No waiting count from the server (no metrics, or metrics without a waiting
         # gauge): the client's view decides.
@@ -66,3 +71,23 @@ def decode_status(
             f"on average {queued_client:.1f} requests were in flight without streaming ({why})"
         )
     return Status.VALID, None
+
+
+def _running_capped(rules: Rules, server: dict | None, concurrency: int | None) -> str | None:
+    """The reason a cell is queued when the server never ran all N at once and requests
+    waited on average at least the gap once the first wave settled, held or not. Short
+    requests against the sampling interval can hide a queue from the held rule: a sample
+    that falls between one request's end and the closed loop's next send reads no
+    waiting, breaking every run of held samples (llama.cpp, 70 ms requests against
+    250 ms samples), while its running gauge never once reaches N."""
+    if not server or not concurrency:
+        return None
+    running_max, settled = server.get("running_max"), server.get("waiting_mean_settled")
+    if running_max is None or settled is None:
+        return None
+    if running_max >= concurrency or settled < rules.queue_gap_requests:
+        return None
+    return (
+        f"the server never ran more than {running_max:g} of the {concurrency} requests "
+        f"at once and kept {settled:.1f} waiting on average once the first wave settled"
+    )
