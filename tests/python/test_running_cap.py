@@ -2,6 +2,8 @@
 tables on synthetic targets: block rounding, launch-command flags, the load probe's
 reading, cells left to the measurement, preemptions in a cell's verdict."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 from speedmatrix.adapters import Target
@@ -130,6 +132,39 @@ def test_read_plateau(samples, sent, cap, at_least):
     got = read_plateau(samples, sent)
     assert isinstance(got, Plateau)
     assert (got.cap, got.at_least) == (cap, at_least), got.detail
+
+
+# readings of the probe's tries -> output tokens the tries asked for, cap, at_least
+RETRIES = [
+    ([(None, None, 3)], (96, 384), None, None),  # no plateau: taken again, longer
+    ([(None, None, 3), (4, None, 4)], (96, 384), 4, None),  # the longer try proves it
+    ([(4, None, 4)], (96,), 4, None),  # proved at once: no second try
+    ([(None, 7, 7)], (96,), None, 7),  # all ran at once: no second try
+    ([(None, None, None)], (96,), None, None),  # no samples at all: nothing to gain
+]
+
+
+@pytest.mark.parametrize(("tries", "asked", "cap", "at_least"), RETRIES)
+def test_probe_retries_an_inconclusive_reading_once_with_longer_requests(
+    monkeypatch, tries, asked, cap, at_least
+):
+    from speedmatrix.adapters import running
+
+    readings = [Plateau(c, a, "read", p) for c, a, p in tries]
+    readings += [readings[-1]] * 2
+    seen = []
+
+    def once(target, requests, output_tokens, deadline):
+        seen.append(output_tokens)
+        return readings[len(seen) - 1]
+
+    monkeypatch.setattr(running, "_probe_once", once)
+    t = vllm_target()
+    t.metrics = dataclasses.replace(t.metrics, path="/metrics")
+    got = running.probe_max_running(t, 7)
+    assert tuple(seen) == asked
+    assert (got.cap, got.at_least) == (cap, at_least)
+    assert ("tries:" in got.detail) is (len(asked) > 1)
 
 
 def _metrics(counter):

@@ -8,7 +8,9 @@
 - :func:`probe_max_running`: sends K small requests at once and samples the server's
   running and waiting gauges until they finish. A running count that stops at S while
   requests wait (and the KV cache is not full) is the cap S; all K running at once says
-  only "at least K". Ten-odd seconds at most.
+  only "at least K". A reading that saw neither (the plateau lasted fewer than two
+  samples: a busy host, a fast server) is taken again once with requests four times as
+  long, so that the plateau spans more samples. A minute at most, all tries together.
 - :func:`learn_max_running`: the order the sweep uses (a given ``--max-running`` or a
   probed figure is kept; then the launch command; then the probe, only when some cell's
   verdict depends on it).
@@ -42,8 +44,10 @@ LAUNCH_FLAGS: dict[str, tuple[str, ...]] = {
     "llamacpp": ("-np", "--parallel"),
     "tgi": ("--max-batch-size",),
 }
-#: requests of the probe: a few prompt tokens, this many output tokens (one KV block or two)
-PROBE_OUTPUT_TOKENS = 96
+#: requests of the probe: a few prompt tokens, this many output tokens (one KV block or
+#: two); the second try's, taken only when the first read nothing, keeps the plateau
+#: (S running, the rest waiting) four times as long
+PROBE_OUTPUT_TOKENS = (96, 384)
 PROBE_POLL_S = 0.05
 PROBE_LIMIT_S = 60.0
 
@@ -73,11 +77,18 @@ def max_running_from_launch(engine: str, command: str | None) -> tuple[int | Non
 @dataclass(frozen=True)
 class Plateau:
     """A probe's reading: ``cap`` the running cap it proved (None = not proved),
-    ``at_least`` a lower bound when every request ran at once, ``detail`` why."""
+    ``at_least`` a lower bound when every request ran at once, ``detail`` why, ``peak``
+    the most requests seen running (None: no sample)."""
 
     cap: int | None
     at_least: int | None
     detail: str
+    peak: int | None = None
+
+    @property
+    def inconclusive(self) -> bool:
+        """The server was seen running requests, but neither a cap nor all of them at once."""
+        return self.peak is not None and self.cap is None and self.at_least is None
 
 
 def read_plateau(
@@ -107,23 +118,43 @@ def read_plateau(
             peak,
             None,
             f"load probe: {sent} requests at once, at most {peak} ran while up to {waited} waited",
+            peak,
         )
     if peak >= sent:
-        return Plateau(None, sent, f"load probe: all {sent} requests ran at once")
-    return Plateau(None, None, f"load probe: running reached {peak} of {sent}, no plateau held")
+        return Plateau(None, sent, f"load probe: all {sent} requests ran at once", peak)
+    return Plateau(
+        None, None, f"load probe: running reached {peak} of {sent}, no plateau held", peak
+    )
 
 
 def probe_max_running(target: Any, requests: int, *, limit_s: float = PROBE_LIMIT_S) -> Plateau:
     """Sends ``requests`` small completions at once to ``target`` (a discovered Target)
-    and reads its running/waiting gauges until they finish (``limit_s`` at most)."""
-
-    url = target.metrics_url
-    if url is None or not target.model:
+    and reads its running/waiting gauges until they finish; an inconclusive reading is
+    taken again with the longer requests of `PROBE_OUTPUT_TOKENS`. ``limit_s`` bounds all
+    tries together; the reading returned is the last one's, its detail naming the tries."""
+    if target.metrics_url is None or not target.model:
         return Plateau(None, None, "no metrics: the load probe cannot see the server")
+    deadline = time.monotonic() + limit_s
+    readings: list[Plateau] = []
+    for output_tokens in PROBE_OUTPUT_TOKENS:
+        if readings and (not readings[-1].inconclusive or time.monotonic() >= deadline):
+            break
+        readings.append(_probe_once(target, requests, output_tokens, deadline))
+    last = readings[-1]
+    if len(readings) == 1:
+        return last
+    tries = ", then ".join(f"{n} output tokens" for n in PROBE_OUTPUT_TOKENS[: len(readings)])
+    return Plateau(last.cap, last.at_least, f"{last.detail} (tries: {tries})", last.peak)
+
+
+def _probe_once(target: Any, requests: int, output_tokens: int, deadline: float) -> Plateau:
+    """One try of `probe_max_running`: ``requests`` completions of ``output_tokens``."""
+    url = target.metrics_url
+    limit_s = max(1.0, deadline - time.monotonic())
     body = {
         "model": target.model,
         "prompt": "a b c",
-        **target.output.fields("completions", PROBE_OUTPUT_TOKENS),
+        **target.output.fields("completions", output_tokens),
     }
     done = threading.Event()
     left = [requests]
@@ -144,7 +175,6 @@ def probe_max_running(target: Any, requests: int, *, limit_s: float = PROBE_LIMI
     for t in threads:
         t.start()
     samples: list[tuple[float, float | None, float | None]] = []
-    deadline = time.monotonic() + limit_s
     with target.client(timeout_s=5.0) as client:
         while not done.is_set() and time.monotonic() < deadline:
             try:
