@@ -232,8 +232,10 @@ _SESSION_TEXT = (
     "Each session's turn adds the answer the server gave (its ids from the stream, the "
     "server's tokenize endpoint or the local tokenizer; else a stand-in) and a new user "
     "message to its prompt; the server has seen the previous turn's prompt and answer "
-    "(the cached prefix). Turns run in lock step across the sessions, with the think time "
-    "between them."
+    "(the cached prefix). Sessions run free: each sends its next turn at its own answer's "
+    "end + the think time, never waiting for the others, so later turns reach the server "
+    "as their sessions get there, not as a burst; how late the client sent them after they "
+    "were due is the cell's session_send_late_p99_ms (flag sessions_late past 50 ms)."
 )
 
 
