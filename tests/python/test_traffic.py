@@ -533,3 +533,22 @@ def test_the_sessions_section_shows_first_and_last_turn_against_the_cached_prefi
     line = report_traffic.ttft_by_cached_prefix(cells).axes[0].get_lines()[0]
     assert list(line.get_xdata()) == [0, 512, 608]
     assert list(line.get_ydata()) == [110.0, 24.0, 26.0]
+
+
+def test_the_sessions_answers_column_reads_the_flattened_cells_frame() -> None:
+    # Run flattens session_answer_source to session_answer_source_<source> columns
+    cell = {
+        "id": "session-c512-n2-t3-r0",
+        "phase": "session",
+        "context": 512,
+        "concurrency": 2,
+        "status": "valid",
+        "sessions": 3,
+        "session_ttft_ms_by_turn": [110.0, 24.0, 26.0],
+        "session_turn_cached_tokens": [0, 512, 608],
+        "session_answer_source": {"stream": 5, "stand_in": 1},
+    }
+    cells = Run({"meta": {}, "cells": [cell]}).all_cells
+    assert "session_answer_source" not in cells.columns
+    section = report_traffic.session_section(cells)
+    assert section is not None and section.table.rows[0][-2] == "stand_in 1, stream 5"

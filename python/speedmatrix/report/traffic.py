@@ -6,6 +6,7 @@ the numbers are the cells' stored figures, this module only arranges them."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import matplotlib.pyplot as plt
@@ -239,11 +240,20 @@ _SESSION_TEXT = (
 )
 
 
-def _answers(value: object) -> str:
-    """Answers by source (`session_answer_source`), e.g. "stream 6"; — for a run without."""
-    if not isinstance(value, dict) or not value:
+def _answers(c: pd.Series) -> str:
+    """Answers by source (`session_answer_source`), e.g. "stream 6"; — for a run without.
+    The cells frame flattens the dict to ``session_answer_source_<source>`` columns."""
+    value = c.get("session_answer_source")
+    if not isinstance(value, dict):
+        prefix = "session_answer_source_"
+        value = {
+            k[len(prefix) :]: v
+            for k, v in c.items()
+            if str(k).startswith(prefix) and isinstance(v, (int, float)) and not math.isnan(v)
+        }
+    if not value:
         return "—"
-    return ", ".join(f"{k} {v}" for k, v in sorted(value.items()))
+    return ", ".join(f"{k} {int(v)}" for k, v in sorted(value.items()))
 
 
 def _session_row(c: pd.Series) -> list[str]:
@@ -263,7 +273,7 @@ def _session_row(c: pd.Series) -> list[str]:
         _num(c.get("session_turns_per_s"), 2),
         _num(c.get("session_output_tok_s")),
         _num(c.get("session_duration_s"), 2),
-        _answers(c.get("session_answer_source")),
+        _answers(c),
         _status(c),
     ]
 
