@@ -181,5 +181,34 @@ TEST_F(ChainCellTest, EndedSessionsEndTheCellAndABadSpecIsRefused) {
   EXPECT_TRUE(bad.chain->closed());
 }
 
+TEST_F(ChainCellTest, AFailedTurnIsHandedOverAndItsNextTurnWaitsOutTheErrorBackoff) {
+  auto feed = std::make_shared<ChainFeed>(2, 2, 0);  // no think time: the backoff decides
+  CellSpec s = spec(feed);
+  s.http.url = server.url("/500");
+  std::vector<FinishedTurn> seen;
+  std::thread feeder([&] {
+    FinishedTurn t;
+    while (!feed->closed() || feed->next_finished(&t, 0)) {
+      if (!feed->next_finished(&t, 0.05)) continue;
+      seen.push_back(t);
+      if (t.turn == 0) feed->push(t.session, "n=2");  // a stand-in's turn, say
+    }
+  });
+  const CellResult res = CellRunner(s).run();
+  feeder.join();
+  ASSERT_TRUE(res.fatal_error.empty()) << res.fatal_error;
+  EXPECT_EQ(res.stopped_by, "requests");
+  ASSERT_EQ(seen.size(), 4u);
+  for (const FinishedTurn& t : seen) {
+    EXPECT_EQ(t.outcome, Outcome::kError);
+    EXPECT_EQ(t.error_kind, "http_500");
+    // ClosedLoopPlan::error_backoff_ns (50 ms) from its send, at least
+    EXPECT_GE(t.due_ns, t.sent_ns + 50 * kMs);
+  }
+  for (const RequestRecord& r : res.requests) {
+    if (r.body >= 2) EXPECT_GE(r.sent_ns, r.scheduled_ns);
+  }
+}
+
 }  // namespace
 }  // namespace speedmatrix
