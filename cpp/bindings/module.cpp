@@ -12,5 +12,6 @@ PYBIND11_MODULE(_core, m) {
   speedmatrix::bindings::register_clock(m);
   speedmatrix::bindings::register_prom(m);
   speedmatrix::bindings::register_stats(m);
+  speedmatrix::bindings::register_chain(m);
   speedmatrix::bindings::register_cell(m);
 }

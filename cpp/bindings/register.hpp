@@ -10,6 +10,7 @@ namespace speedmatrix::bindings {
 void register_clock(pybind11::module_& m);
 void register_prom(pybind11::module_& m);
 void register_stats(pybind11::module_& m);
+void register_chain(pybind11::module_& m);
 void register_cell(pybind11::module_& m);
 
 // Text from the network may not be valid UTF-8: decode with replacement

@@ -321,6 +321,8 @@ void register_cell_spec(py::module_& m) {
                      "Keep each request's delivered text and token ids (CellResult.outputs).")
       .def_readwrite("keep_output_max_bytes", &CellSpec::keep_output_max_bytes,
                      "Cap per request of the kept output: text bytes + 4 a token id.")
+      .def_readwrite("chain", &CellSpec::chain,
+                     "free-running sessions: a ChainFeed their later turns are pushed into")
       .def_readwrite("client_threads", &CellSpec::client_threads,
                      "event loops: N > 1 on their own threads, 1 one loop, 0 auto (loops.hpp)")
       .def("__repr__", [](const CellSpec& s) {

@@ -168,8 +168,11 @@ std::string check_spec(const CellSpec& spec) {
   if (spec.bodies.empty()) return "CellSpec.bodies is empty";
   if (spec.mode != "closed") return check_open_loop(spec);
   if (spec.concurrency < 1) return "CellSpec.concurrency must be >= 1";
-  if (!(spec.duration_s > 0) && spec.max_requests <= 0)
+  if (!(spec.duration_s > 0) && spec.max_requests <= 0 && !spec.chain)
     return "CellSpec needs duration_s > 0 or max_requests > 0";
+  if (spec.chain && (spec.chain->sessions() != spec.concurrency ||
+                     spec.bodies.size() != static_cast<std::size_t>(spec.concurrency)))
+    return "CellSpec.chain needs concurrency == its sessions == len(bodies) (one first turn each)";
   if (std::isnan(spec.precision) || spec.precision < 0 || spec.precision >= 1)
     return "CellSpec.precision must be in [0, 1) (0.02 = 2%)";
   return check_url(spec.http.url);
@@ -193,6 +196,7 @@ ClosedLoopPlan closed_loop_plan(const CellSpec& spec) {
   plan.backoff.give_up_ns = seconds_to_ns(spec.unreachable_after_s);
   plan.min_duration_ns = seconds_to_ns(spec.min_duration_s);
   plan.check_interval_ns = std::max<ns_t>(seconds_to_ns(spec.precision_check_s), 100'000'000);
+  plan.chain = spec.chain.get();
   return plan;
 }
 
@@ -276,6 +280,7 @@ namespace {
 // The loops the cell runs (CellSpec::client_threads).
 std::int32_t loops_for(const CellSpec& spec, std::int64_t streams) {
   if (spec.precision > 0) return 1;  // the precision stop reads one loop's records
+  if (spec.chain) return 1;          // one loop takes the chain's pushes
   if (spec.mode == "open" && spec.max_concurrency > 0) return 1;  // one FIFO gate
   const auto cores = static_cast<std::int32_t>(std::max(1u, std::thread::hardware_concurrency()));
   std::int32_t n = auto_client_threads(spec.client_threads, streams, cores);
@@ -364,6 +369,14 @@ CellResult CellRunner::run() {
     res.fatal_error = "CellRunner::run() may be called only once";
     return res;
   }
+  // Whatever ends the cell (all done, its duration, a stop, a bad spec, a failure), the
+  // chain's feeder stops waiting and its pushes are refused.
+  struct CloseChain {
+    ChainFeed* chain;
+    ~CloseChain() {
+      if (chain) chain->close();
+    }
+  } close_chain{spec.chain.get()};
   res.fatal_error = check_spec(spec);
   if (!res.fatal_error.empty()) return res;
 

@@ -1,7 +1,8 @@
 // The closed loop of a cell (scheduler.hpp run_closed_loop): warm-up, then N
 // slots refilled as each finishes, the window's opening, stalls, backoffs and
-// the early end, then cancellation. One ClosedLoop object per run; each step of
-// its event loop is a short method.
+// the early end, then cancellation; with a chain (chain.hpp), free-running sessions whose
+// later turns a feeder pushes. One ClosedLoop object per run; each step of its event loop
+// is a short method.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -16,6 +17,7 @@
 #include "loop_book.hpp"
 #include "loop_run.hpp"
 #include "speedmatrix/cell.hpp"
+#include "speedmatrix/chain.hpp"
 #include "speedmatrix/loops.hpp"
 #include "speedmatrix/scheduler.hpp"
 #include "warmup.hpp"
@@ -29,6 +31,12 @@ struct Refill {
   ns_t since_ns;      // the failed request's end: a backoff's wait runs from there
   bool backoff;       // imposed by the BackoffPolicy (counted in backoffs / backoff_ns)
   bool operator>(const Refill& o) const { return due_ns > o.due_ns; }
+};
+
+// A session's next turn, pushed by the chain's feeder, waiting for its due time.
+struct ChainSend {
+  ChainBody body;
+  bool operator>(const ChainSend& o) const { return body.due_ns > o.body.due_ns; }
 };
 
 // Running median of the gaps between a window request's token arrivals (ns
@@ -103,9 +111,11 @@ class ClosedLoop : LoopRun<ClosedLoopPlan> {
                 std::max<std::int32_t>(plan.concurrency, 1)),
         n_(static_cast<std::size_t>(
             group_.share(index_, std::max<std::int32_t>(plan.concurrency, 1)))),
+        transport_(transport),
         slot_request_(n_, -1),
         slot_first_token_(n_, kNever),
-        stalls_on_(plan.stall_min_ns > 0) {
+        stalls_on_(plan.stall_min_ns > 0),
+        chain_(plan.chain) {
     times_.stall_median_gap_ms = std::nan("");
   }
 
@@ -116,6 +126,15 @@ class ClosedLoop : LoopRun<ClosedLoopPlan> {
     // Every loop's warm-up is over: the ramp starts at one time for all.
     ramp_start_ = group_.arrive(clock_, loop_.stop_requested_flag());
     if (ramp_start_ == kNever) return stopped_before_window();
+    // A push wakes this loop's poll from the feeder's thread (detached before the
+    // transport goes: run_loop destroys it after this returns).
+    if (chain_) chain_->attach(&transport_);
+    struct Detach {
+      ChainFeed* chain;
+      ~Detach() {
+        if (chain) chain->attach(nullptr);
+      }
+    } detach{chain_};
     start_ramp();
     while (step()) {
     }
@@ -147,7 +166,8 @@ class ClosedLoop : LoopRun<ClosedLoopPlan> {
   // from when they were sent, not from when the last of N was queued.
   void start_ramp() {
     times_.ramp_start_ns = ramp_start_;
-    const bool steady = plan_.steady_window && plan_.max_requests <= 0;
+    // sessions (a chain): the window opens at the first turns' send, as a request-count cell's
+    const bool steady = plan_.steady_window && plan_.max_requests <= 0 && !chain_;
     if (!steady) open_window(ramp_start_);
     for (std::size_t k = 0; k < n_ && may_start(); ++k) launch_slot(k, ramp_start_);
     next_tick_ = ramp_start_ + plan_.tick_ns;
@@ -292,10 +312,13 @@ class ClosedLoop : LoopRun<ClosedLoopPlan> {
     rec.error_message = stall_message(silence, median_ms, plan_);
     if (progress_) progress_->errors.fetch_add(1, std::memory_order_relaxed);
     ++times_.stalls;
-    backoff_after(id);
+    const ns_t wait = backoff_after(id);
     slot_request_[slot] = -1;
     last_done_ = std::max(last_done_, now);
-    if (may_start()) launch_slot(slot, now);
+    if (chain_)
+      hand_to_chain(id, now, wait);  // the feeder decides the session's next turn
+    else if (may_start())
+      launch_slot(slot, now);
   }
 
   void launch_due_refills(ns_t now) {
@@ -307,9 +330,55 @@ class ClosedLoop : LoopRun<ClosedLoopPlan> {
     }
   }
 
+  // A session's request ended: the chain gets it, with the time its next turn is due (the
+  // answer's end + the think time; a failed one no sooner than error_backoff_ns from its send
+  // and what the BackoffPolicy asks, as a refill would wait).
+  void hand_to_chain(std::int32_t id, ns_t finished_at, ns_t wait) {
+    const RequestRecord& rec = std::as_const(records_.requests)[static_cast<std::size_t>(id)];
+    FinishedTurn t;
+    t.session = rec.slot;
+    t.body = rec.body;
+    t.turn = rec.body / chain_->sessions();
+    t.outcome = rec.outcome;
+    t.error_kind = rec.error_kind;
+    t.sent_ns = rec.sent_ns;
+    t.done_ns = finished_at;
+    t.due_ns = finished_at + chain_->think_ns();
+    if (rec.outcome == Outcome::kError && rec.sent_ns != kNever)
+      t.due_ns = std::max(t.due_ns, rec.sent_ns + plan_.error_backoff_ns);
+    if (wait > 0) t.due_ns = std::max(t.due_ns, finished_at + wait);
+    // a copy: the cell's outputs keep theirs (CellResult::outputs)
+    if (static_cast<std::size_t>(id) < records_.outputs.size())
+      t.output = records_.outputs[static_cast<std::size_t>(id)];
+    chain_->finished(std::move(t));
+  }
+
+  // Takes what the feeder pushed, and sends each session's next turn once due. Its
+  // scheduled_ns is the due time even when its body came later: sent - scheduled is then the
+  // feeder's lateness, measured (session_send_late_p99_ms), not hidden.
+  void launch_chain(ns_t now) {
+    taken_.clear();
+    chain_->take(taken_);
+    for (const ChainBody& b : taken_) chain_due_.push({b});
+    while (!chain_due_.empty() && chain_due_.top().body.due_ns <= now) {
+      const ChainBody b = chain_due_.top().body;
+      chain_due_.pop();
+      const std::size_t slot = local_slot(b.session);
+      if (slot >= n_ || slot_request_[slot] >= 0) continue;  // never: one turn a session
+      slot_request_[slot] = loop_.launch(b.session, b.body, b.text, Phase::kWindow, b.due_ns);
+    }
+  }
+
+  // Free-running sessions are over: nothing in flight or waiting, and no session will send
+  // again (all_done: no push can come any more).
+  bool chain_over() const {
+    return loop_.in_flight() == 0 && chain_due_.empty() && chain_->all_done();
+  }
+
   ns_t poll_deadline() const {
     ns_t deadline = std::min(end_at_, next_check_);
     if (!refills_.empty()) deadline = std::min(deadline, refills_.top().due_ns);
+    if (!chain_due_.empty()) deadline = std::min(deadline, chain_due_.top().body.due_ns);
     if (t0_ == kNever || stalls_on_) deadline = std::min(deadline, next_tick_);
     return deadline;
   }
@@ -333,6 +402,10 @@ class ClosedLoop : LoopRun<ClosedLoopPlan> {
       gave_up_ = true;
       times_.stop_reason = backoff_.give_up_reason(finished_at);
       group_.abort(times_.stop_reason);  // every loop ends
+    }
+    if (chain_) {  // a session's turn: no refill, the feeder pushes its next one
+      hand_to_chain(id, finished_at, wait);
+      return;
     }
     if (gave_up_ || !may_start() || now >= end_at_ || loop_.stop_requested()) return;
     // A failed request's slot waits at least error_backoff_ns from its send,
@@ -366,7 +439,10 @@ class ClosedLoop : LoopRun<ClosedLoopPlan> {
     if (stalls_on_ && now >= next_tick_) cut_stalls(now);
     if (now >= next_tick_) next_tick_ = now + std::max<ns_t>(plan_.tick_ns, 1'000'000);
     launch_due_refills(now);
-    if (loop_.in_flight() == 0 && (refills_.empty() || !may_start())) {  // budget spent
+    if (chain_) launch_chain(now);
+    const bool over = chain_ ? chain_over()  // every session done
+                             : loop_.in_flight() == 0 && (refills_.empty() || !may_start());
+    if (over) {  // budget spent
       times_.stopped_by = StopReason::kRequests;
       return false;
     }
@@ -409,6 +485,7 @@ class ClosedLoop : LoopRun<ClosedLoopPlan> {
   }
 
   const std::size_t n_;                     // this loop's slots
+  Transport& transport_;                    // woken by the chain's pushes
   std::vector<std::int32_t> slot_request_;  // by slot: its request in flight, or -1
   std::priority_queue<Refill, std::vector<Refill>, std::greater<>> refills_;
   ns_t ramp_start_ = kNever;
@@ -426,6 +503,9 @@ class ClosedLoop : LoopRun<ClosedLoopPlan> {
   GapHistogram gaps_;
   bool gave_up_ = false;
   ns_t gave_up_at_ = kNever;
+  ChainFeed* const chain_;  // free-running sessions, else nullptr
+  std::vector<ChainBody> taken_;
+  std::priority_queue<ChainSend, std::vector<ChainSend>, std::greater<>> chain_due_;
 };
 
 }  // namespace

@@ -272,6 +272,7 @@ _ENTRIES: tuple[Figure, ...] = (
     _f("session_duration_s", "s", "Session duration", "median over sessions of its last end - its first send", "requests", "median", "sessions", "sessions"),
     _f("session_turns_per_s", "requests/s", "Turns/s", "completed turns / (last end - first send)", "requests", "rate", "sessions", "sessions"),
     _f("session_output_tok_s", "tok/s", "Session output tok/s", "output tokens of every turn / (last end - first send)", "requests", "rate", "sessions", "sessions"),
+    _f("session_send_late_p99_ms", "ms", "Late sends p99", "p99 over later turns (k >= 1) of sent - scheduled: how long after its answer's end + think time a turn was sent (the feeder's lateness: its body came late)", "requests", "percentile", "sessions", "sessions"),
     _f("open_loop_rate_per_s", "requests/s", "Rate asked", "arrival rate asked", "cell", "value", _L, "open_loop"),
     _f("open_loop_arrivals", "requests", "Arrivals", "arrivals scheduled in the window", "requests", "count", _L, "open_loop"),
     _f("open_loop_offered_rate_per_s", "requests/s", "Offered rate", "arrivals / window", "requests", "rate", _L, "open_loop"),

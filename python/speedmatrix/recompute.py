@@ -124,7 +124,7 @@ def _rejudge(
     elif cell["phase"] == "interference":
         new = interference_cell(shape, records, idle=idle)
     elif cell["phase"] == "session":
-        new = session_cell(shape, records, idle=idle)
+        new = session_cell(shape, records, idle=idle, rules=rules)
     else:
         new = verdict.prefill_cell(shape, records, idle=idle, measured_in=cell.get("measured_in"))
     method = (cell.get("prompt_tokens") or {}).get("method")

@@ -14,10 +14,20 @@ A re-tokenized text may not be the ids the server generated (a tokenizer need no
 round-trip, a random model's words least of all): the server's own cached-token count
 (`session_turn_delivered_cached_tokens`) says what it found.
 
-Turns run in **lock step**: turn k of every session is one closed-loop run of N slots, one
-request each, then ``think_time_s`` of quiet, then turn k + 1 (whose prompts need turn k's
-answers). `merge` joins the turns' records into the cell's one record set: turn k's requests
-carry bodies k x N .. k x N + N - 1 (session s = body mod N) and the columns `TURN_COLUMNS`.
+Sessions run **free**, as real conversations do: the cell is one closed-loop run of N
+slots whose core holds a chain feed (`_core.ChainFeed`, cpp/include/speedmatrix/chain.hpp).
+The core sends the N first turns; when a session's request ends it hands the turn (outcome
+and kept output) to the feed; `run_feeder`, on a Python thread, builds that session's next
+prompt (the answer's ids, then the next message) and pushes its body; the core sends it at
+the answer's end + ``think_time_s``, never waiting for the other sessions. So a session
+whose answer came early goes on early, and later turns arrive as their sessions reach them,
+not as a burst of N prefills. The cell ends when every session has done its T turns (or its
+duration, T x ``duration_s``, ran out). One record set: session s's turn k is body
+k x N + s, with the columns `TURN_COLUMNS`. A request's ``scheduled_ns`` is when its turn
+was due, ``body_ready_ns`` when the feeder pushed its body: a feeder late by the GIL or a
+slow tokenize endpoint shows in ``sent_ns - scheduled_ns`` (`session_send_late_p99_ms`, flag
+``sessions_late``), it is not hidden. A turn that failed still gets a stand-in answer, so its
+session goes on; a session whose next body cannot be built ends there, with the reason.
 Prompts are token ids (the completions API), so that each turn's prompt is a true prefix of
 the next; `speedmatrix.trafficrun` refuses another method in one line.
 """
@@ -25,21 +35,20 @@ the next; `speedmatrix.trafficrun` refuses another method in one line.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-
-from speedmatrix.records import Records
 
 __all__ = [
     "ANSWER_SOURCES",
     "TURN_COLUMNS",
     "Answer",
+    "Chat",
     "answer_of",
     "cached_prefix_tokens",
     "final_tokens",
-    "merge",
+    "run_feeder",
     "segment",
     "turn_columns",
     "turn_ids",
@@ -56,7 +65,11 @@ TURN_COLUMNS = (
     "answer_tokens",
     "answer_source",
     "answer_reason",
+    "body_ready_ns",
 )
+_OK = 1  # the records' outcome code of a completed request (Outcome::kOk)
+#: a session's request body from its prompt ids: ``body_of(session, ids)``
+BodyOf = Callable[[int, list[int]], bytes]
 
 
 def turn_tokens_at(context: int, turn_tokens: int, output: int, k: int) -> int:
@@ -134,66 +147,115 @@ def answer_of(
     return Answer(stand_in, "stand_in", why)
 
 
-def turn_columns(
-    turn: int, sessions: np.ndarray, prompt_tokens: list[int], answers: list[Answer]
-) -> dict[str, np.ndarray]:
-    """The `TURN_COLUMNS` of one turn's request rows: ``sessions`` per row, and per
-    session its prompt tokens (server's own tokens included) and answer."""
-    rows = [int(s) for s in sessions]
+@dataclass
+class Chat:
+    """A cell's sessions as they grow, shared by the feeder thread (which writes) and the
+    cell's measuring code (which reads once the cell and the feeder ended): each session's id
+    pool (`segment`: the last turn's prompt, exactly), its current prompt ids, the tokens the
+    server adds to every prompt (a BOS); and by body index (turn x N + session), each turn's
+    prompt tokens and answer, and why a session ended early."""
+
+    pools: list[list[int]]
+    first: int  # ids of turn 0's prompt
+    overhead: int
+    output: int  # max_output: a stand-in answer's tokens
+    turn_tokens: int
+    turns: int
+    prompts: list[list[int]] = field(default_factory=list)
+    prompt_tokens: dict[int, int] = field(default_factory=dict)
+    answers: dict[int, Answer] = field(default_factory=dict)
+    ended: dict[int, str] = field(default_factory=dict)  # session -> why it ended early
+
+    def __post_init__(self) -> None:
+        if not self.prompts:
+            self.prompts = [list(pool[: self.first]) for pool in self.pools]
+        for s, ids in enumerate(self.prompts):
+            self.prompt_tokens[s] = len(ids) + self.overhead
+
+    @property
+    def sessions(self) -> int:
+        return len(self.pools)
+
+    def cut(self, session: int, k: int) -> tuple[list[int], list[int]]:
+        """(stand-in answer of turn k, message of turn k + 1) of a session (empty past the
+        last turn)."""
+        return segment(self.pools[session], self.first, self.output, self.turn_tokens, k + 1)
+
+    def answer(self, body: int) -> Answer:
+        """The answer of a turn: the feeder's, else (the cell ended first) a stand-in."""
+        if body in self.answers:
+            return self.answers[body]
+        stand_in, _ = self.cut(body % self.sessions, body // self.sessions)
+        return Answer(stand_in, "stand_in", "the turn did not complete")
+
+
+def _next_turn(chat: Chat, done: Any, body_of: BodyOf, ways: dict) -> Any:
+    """One finished turn: its answer kept; the session's next body (its prompt + the answer
+    + the next message), or None after its last turn."""
+    s, k = int(done.session), int(done.turn)
+    stand_in, message = chat.cut(s, k)
+    answer = answer_of(done.output, done.outcome == _OK, stand_in, **ways)
+    chat.answers[int(done.body)] = answer
+    if k + 1 >= chat.turns:
+        return None
+    ids = chat.prompts[s] + answer.ids + message
+    body = body_of(s, ids)
+    chat.prompts[s] = ids
+    chat.prompt_tokens[(k + 1) * chat.sessions + s] = len(ids) + chat.overhead
+    return body
+
+
+def run_feeder(
+    feed: Any,
+    chat: Chat,
+    body_of: BodyOf,
+    ways: dict[str, Callable[[str], list[int]]],
+    wait_s: float = 0.05,
+) -> None:
+    """The feeder of a free-running sessions cell, on its own thread until the feed is
+    closed and drained: each finished turn (``feed.next_finished``, which waits with the GIL
+    released) gets its answer (`answer_of`: stream ids, tokenize endpoint, local tokenizer,
+    stand-in) and the session's next turn is pushed at once; the core holds it to its due
+    time. A turn whose next body cannot be built (any exception) ends its session, the
+    reason kept in ``chat.ended``: the cell never waits on a feeder that failed.
+    ``body_of(session, ids)``: the request body of a session's prompt ids."""
+    while True:
+        # closed read first: once it is, next_finished returns at once, and None only when
+        # every finished turn was taken (none is lost to a close racing a timeout)
+        closed = bool(feed.closed)
+        done = feed.next_finished(0.0 if closed else wait_s)
+        if done is None:
+            if closed:
+                return
+            continue
+        try:
+            body = _next_turn(chat, done, body_of, ways)
+        except Exception as exc:  # noqa: BLE001 - a bad answer or body ends its session, said
+            chat.ended[int(done.session)] = f"{type(exc).__name__}: {str(exc)[:160]}"
+            feed.end_session(int(done.session))
+            continue
+        if body is not None:
+            feed.push(int(done.session), body)
+
+
+def turn_columns(bodies: np.ndarray, chat: Chat, ready_ns: list[int]) -> dict[str, np.ndarray]:
+    """The `TURN_COLUMNS` of a sessions cell's request rows, from their body indices (turn
+    x N + session), the chat the feeder grew and the feed's body_ready_ns by body."""
+    n = chat.sessions
+    rows = [int(b) for b in bodies]
+    answers = [chat.answer(b) for b in rows]
+    reasons = [
+        a.reason or (f"session ended: {chat.ended[b % n]}" if b % n in chat.ended else "")
+        for a, b in zip(answers, rows)
+    ]
     return {
-        "turn": np.full(len(rows), turn, np.int32),
-        "session": np.asarray(rows, np.int32),
-        "turn_prompt_tokens": np.asarray([prompt_tokens[s] for s in rows], np.int64),
-        "answer_tokens": np.asarray([len(answers[s].ids) for s in rows], np.int64),
-        "answer_source": np.asarray([answers[s].source for s in rows], np.str_),
-        "answer_reason": np.asarray([answers[s].reason for s in rows], np.str_),
+        "turn": np.asarray([b // n for b in rows], np.int32),
+        "session": np.asarray([b % n for b in rows], np.int32),
+        "turn_prompt_tokens": np.asarray([chat.prompt_tokens.get(b, -1) for b in rows], np.int64),
+        "answer_tokens": np.asarray([len(a.ids) for a in answers], np.int64),
+        "answer_source": np.asarray([a.source for a in answers], np.str_),
+        "answer_reason": np.asarray(reasons, np.str_),
+        "body_ready_ns": np.asarray(
+            [ready_ns[b] if 0 <= b < len(ready_ns) else -1 for b in rows], np.int64
+        ),
     }
-
-
-_SUMMED = ("stalls", "warmup_retried", "backoffs", "backoff_s", "client_cpu_s")
-
-
-def merge(parts: list[Records], streams: int) -> Records:
-    """One record set from the turns' (in turn order): requests and events concatenated,
-    bodies shifted by k x ``streams``, events' request indices by the requests before them;
-    the window is the first turn's start to the last turn's end."""
-    req: dict[str, Any] = {}
-    keys = list(parts[0].requests)
-    for key in keys:
-        cols = [p.requests[key] for p in parts]
-        if isinstance(cols[0], np.ndarray):
-            if key == "body":
-                cols = [c + k * streams for k, c in enumerate(cols)]
-            req[key] = np.concatenate(cols)
-        else:
-            req[key] = [v for c in cols for v in c]
-    offsets = np.cumsum([0] + [len(p.requests["phase"]) for p in parts[:-1]])
-    ev: dict[str, Any] = {}
-    for key in parts[0].events:
-        cols = [p.events[key] for p in parts]
-        if key == "request":
-            cols = [c + int(o) for c, o in zip(cols, offsets)]
-        ev[key] = np.concatenate(cols)
-    names = parts[0].metrics.get("names") or []
-    metrics = dict(parts[0].metrics)
-    if names and all(p.metrics.get("names") == names for p in parts):
-        metrics["t_ns"] = np.concatenate([p.metrics["t_ns"] for p in parts])
-        metrics["values"] = np.concatenate([p.metrics["values"] for p in parts])
-        metrics["failures"] = sum(int(p.metrics.get("failures", 0)) for p in parts)
-    first, last = parts[0], parts[-1]
-    return Records(
-        requests=req,
-        events=ev,
-        metrics=metrics,
-        ramp_start_ns=first.ramp_start_ns,
-        ramp_capped=any(p.ramp_capped for p in parts),
-        stopped_by=last.stopped_by,
-        stop_reason=next((p.stop_reason for p in parts if p.stop_reason), ""),
-        window_start_ns=first.window_start_ns,
-        window_end_ns=last.window_end_ns,
-        warmup_start_ns=first.warmup_start_ns,
-        end_ns=last.end_ns,
-        loop_lag_max_ms=max(p.loop_lag_max_ms for p in parts),
-        fatal_error=next((p.fatal_error for p in parts if p.fatal_error), ""),
-        **{k: sum(getattr(p, k) for p in parts) for k in _SUMMED},
-    )

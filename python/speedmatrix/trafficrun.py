@@ -12,10 +12,11 @@ when the run was interrupted. `measure` picks the one a cell needs, None for a g
 from __future__ import annotations
 
 import dataclasses
-import time
+import threading
 from typing import Any, cast
 
 from speedmatrix import interference, sessions
+from speedmatrix._native import _core
 from speedmatrix.adapters.discovery import get_adapter
 from speedmatrix.cachedcell import WARM_INDEX, prompt_seed, read_counters, warm_prefix
 from speedmatrix.errors import SpeedmatrixError
@@ -26,7 +27,6 @@ from speedmatrix.trace import BLOCK_TOKENS, load_trace, schedule_ns, shared_bloc
 from speedmatrix.trafficplan import DECODE_PROMPT_TOKENS
 from speedmatrix.verdict.interference import interference_cell
 from speedmatrix.verdict.sessions import session_cell
-from speedmatrix.verdict.window import OK
 
 __all__ = ["is_traffic_cell", "measure"]
 
@@ -191,19 +191,9 @@ def _trace(sweep: Any, cell: Any) -> Any:
     return sweep._store_measured(stored, records, prompts)
 
 
-@dataclasses.dataclass
-class _Conversations:
-    """The sessions of a cell as they grow: each one's id pool (`sessions.segment`), its
-    current prompt ids, and the tokens the server adds to every prompt (a BOS)."""
-
-    pools: list[list[int]]
-    first: int  # ids of turn 0's prompt
-    overhead: int
-    prompts: list[list[int]]
-    made: list[Any]  # the pool prompts, for the stored cell's prompt method
-
-
-def _conversations(sweep: Any, cell: Any) -> _Conversations:
+def _conversations(sweep: Any, cell: Any) -> tuple[sessions.Chat, list[Any]]:
+    """The cell's chat (each session's id pool: its last turn's prompt, exactly) and the pool
+    prompts (for the stored cell's prompt method)."""
     turns, step, out_tokens = cell.sessions, cell.turn_tokens, cell.max_output
     last = sessions.final_tokens(cell.context, step, out_tokens, turns)
     salt = f"{sweep.doc['meta']['run']['seed']}/{cell.id}/{sweep._nonce}"
@@ -215,8 +205,8 @@ def _conversations(sweep: Any, cell: Any) -> _Conversations:
         )
     overhead = last - len(full[0].payload)
     pools = [list(cast(list[int], p.payload)) for p in full]
-    first = cell.context - overhead
-    return _Conversations(pools, first, overhead, [pool[:first] for pool in pools], full)
+    chat = sessions.Chat(pools, cell.context - overhead, overhead, out_tokens, step, turns)
+    return chat, full
 
 
 def _answer_sources(sweep: Any) -> dict[str, Any]:
@@ -232,60 +222,52 @@ def _answer_sources(sweep: Any) -> dict[str, Any]:
     return out
 
 
-def _session_turn(sweep: Any, cell: Any, conv: _Conversations, k: int, ways: dict):
-    """Turn k of every session: its run, and each session's answer appended (then the next
-    turn's message) to its prompt. Returns the turn's records, None when interrupted."""
+def _sessions(sweep: Any, cell: Any) -> Any:
+    """Free-running sessions: one cell whose core sends each session's next turn at its own
+    answer's end + the think time (a `_core.ChainFeed`), the bodies built by
+    `sessions.run_feeder` on a thread beside it; bounded by T x the cell's duration."""
+    idle, _ = sweep._wait_idle()
+    try:
+        chat, made = _conversations(sweep, cell)
+    except (SpeedmatrixError, ValueError) as exc:
+        return _failed(sweep, cell, exc)
     extra = dict(cell.extra or {})
     field = get_adapter(sweep.target.engine).answer_ids_field
     if field:
         extra[field] = True  # the engine streams the answer's ids on request
-    bodies = [
-        request_body(sweep.target, cell.api, ids, cell.max_output, extra=extra)
-        for ids in conv.prompts
-    ]
-    spec = sweep._spec(cell, cell.concurrency, bodies, [], cell.duration_s, cell.concurrency)
+
+    def body_of(session: int, ids: list[int]) -> bytes:
+        return request_body(sweep.target, cell.api, ids, cell.max_output, extra=extra)
+
+    n, turns = int(cell.concurrency), int(cell.sessions)
+    spec = sweep._spec(
+        cell,
+        n,
+        [body_of(s, ids) for s, ids in enumerate(chat.prompts)],
+        [],
+        turns * cell.duration_s,
+    )
     spec.steady_window = False
     spec.keep_output = True
-    res, interrupted = sweep._run_spec(spec)
+    feed = _core.ChainFeed(n, turns, float(cell.think_time_s))
+    spec.chain = feed
+    feeder = threading.Thread(
+        target=sessions.run_feeder,
+        args=(feed, chat, body_of, _answer_sources(sweep)),
+        name="speedmatrix-session-feeder",
+        daemon=True,
+    )
+    feeder.start()
+    try:
+        res, interrupted = sweep._run_spec(spec)
+    finally:
+        feed.close()  # the core closed it; again here in case it never ran
+        feeder.join()
     if interrupted:
         sweep.interrupted = True
         return None
     records = Records.from_result(res)
     req = records.requests
-    n = len(conv.prompts)
-    cuts = [
-        sessions.segment(pool, conv.first, cell.max_output, cell.turn_tokens, k + 1)
-        for pool in conv.pools
-    ]  # (stand-in answer, next message) per session
-    answers = [
-        sessions.Answer(stand_in, "stand_in", "the turn was not sent") for stand_in, _ in cuts
-    ]
-    for i, s in enumerate(req["body"]):
-        output = res.outputs[i] if i < len(res.outputs) else None
-        answers[s] = sessions.answer_of(output, req["outcome"][i] == OK, cuts[s][0], **ways)
-    tokens = [len(ids) + conv.overhead for ids in conv.prompts]
-    req.update(sessions.turn_columns(k, req["body"], tokens, answers))
-    conv.prompts = [conv.prompts[s] + answers[s].ids + cuts[s][1] for s in range(n)]
-    return records
-
-
-def _sessions(sweep: Any, cell: Any) -> Any:
-    """The turns in lock step: turn k of every session, one request a slot, then the
-    think time; the turns' records merged into the cell's."""
-    idle, _ = sweep._wait_idle()
-    try:
-        conv = _conversations(sweep, cell)
-    except (SpeedmatrixError, ValueError) as exc:
-        return _failed(sweep, cell, exc)
-    ways = _answer_sources(sweep)
-    parts = []
-    for k in range(cell.sessions):
-        if k and cell.think_time_s > 0:
-            time.sleep(cell.think_time_s)
-        records = _session_turn(sweep, cell, conv, k, ways)
-        if records is None:
-            return None
-        parts.append(records)
-    merged = sessions.merge(parts, int(cell.concurrency))
-    stored = session_cell(cell, merged, idle=idle)
-    return sweep._store_measured(stored, merged, conv.made)
+    req.update(sessions.turn_columns(req["body"], chat, feed.ready_ns()))
+    stored = session_cell(cell, records, idle=idle)
+    return sweep._store_measured(stored, records, made)

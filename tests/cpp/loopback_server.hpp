@@ -279,7 +279,8 @@ inline std::string finish_event(int completion_tokens, int prompt_tokens = 7) {
 }
 
 // The routes the tests use. Query: n (tokens), itl_ms, ttft_ms.
-//   /sse       n tokens ITL apart after ttft_ms, finish + usage + [DONE]
+//   /sse       n tokens ITL apart after ttft_ms, finish + usage + [DONE]; a body
+//              "n=K" overrides n (bodies of one cell answer at their own lengths)
 //   /500       a JSON error body        /json      200 application/json (not SSE)
 //   /malformed a broken event           /nodone    tokens, then the stream just ends
 //   /reset     tokens, then a RST       /stall     one token, then silence
@@ -300,8 +301,8 @@ struct RouteLog {
 
 inline LoopbackServer::Handler openai_routes(RouteLog& log) {
   return [&log](Conn& c, const HttpRequest& r) {
-    const int n = r.query_int("n", 5), itl = r.query_int("itl_ms", 10),
-              ttft = r.query_int("ttft_ms", 0);
+    const int itl = r.query_int("itl_ms", 10), ttft = r.query_int("ttft_ms", 0);
+    const int n = r.body.rfind("n=", 0) == 0 ? std::atoi(r.body.c_str() + 2) : r.query_int("n", 5);
     auto stamp_token = [&](int i) {
       const ns_t t = now_ns();
       {

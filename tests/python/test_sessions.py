@@ -120,12 +120,14 @@ def test_local_ids_refuse_a_count() -> None:
 
 
 def _turn(k: int, prompts: list[int], answers: list[sessions.Answer], cached: list[int]):
-    """Turn k of len(prompts) sessions, every request completed, with its turn columns."""
+    """Turn k of len(prompts) sessions, every request completed, with its turn columns:
+    session s's request sends body k x N + s."""
     n = len(prompts)
     t0 = (1 + 2 * k) * 1_000 * MS
-    req = {
+    return {
         "phase": np.ones(n, np.uint8),
-        "body": np.arange(n, dtype=np.int32),
+        "body": k * n + np.arange(n, dtype=np.int32),
+        "scheduled_ns": np.full(n, t0, np.int64),
         "sent_ns": np.full(n, t0, np.int64),
         "first_token_ns": np.full(n, t0 + 50 * MS, np.int64),
         "done_ns": np.full(n, t0 + 100 * MS, np.int64),
@@ -134,17 +136,32 @@ def _turn(k: int, prompts: list[int], answers: list[sessions.Answer], cached: li
         "output_tokens": np.asarray([len(a.ids) for a in answers], np.int64),
         "cached_tokens": np.asarray(cached, np.int64),
         "error_kind": [""] * n,
+        "turn": np.full(n, k, np.int32),
+        "session": np.arange(n, dtype=np.int32),
+        "turn_prompt_tokens": np.asarray(prompts, np.int64),
+        "answer_tokens": np.asarray([len(a.ids) for a in answers], np.int64),
+        "answer_source": np.asarray([a.source for a in answers], np.str_),
+        "answer_reason": np.asarray([a.reason for a in answers], np.str_),
+        "body_ready_ns": np.full(n, -1 if k == 0 else t0, np.int64),
     }
-    req.update(sessions.turn_columns(k, req["body"], prompts, answers))
+
+
+def _records(turns: list[dict]) -> Records:
+    """The cell's one record set from its turns' request rows."""
+    req = {
+        key: np.concatenate([t[key] for t in turns])
+        if isinstance(turns[0][key], np.ndarray)
+        else [v for t in turns for v in t[key]]
+        for key in turns[0]
+    }
     ev = {
         "request": np.zeros(0, np.int32),
         "t_ns": np.zeros(0, np.int64),
         "tokens": np.zeros(0, np.int32),
         "server_ns": np.zeros(0, np.int64),
     }
-    return Records(
-        requests=req, events=ev, window_start_ns=t0, window_end_ns=t0 + 100 * MS, end_ns=t0
-    )
+    end = int(req["done_ns"].max())
+    return Records(requests=req, events=ev, window_start_ns=MS, window_end_ns=end, end_ns=end)
 
 
 def _answer(n: int, source: str = "stream", reason: str = "") -> sessions.Answer:
@@ -165,7 +182,7 @@ def test_the_cached_prefix_of_a_turn_is_the_previous_prompt_and_its_real_answer(
         _turn(1, p1, a1, [512 + 20, 512]),
         _turn(2, p2, a2, [p1[0] + 30, p1[1] + 10]),
     ]
-    merged = sessions.merge(parts, 2)
+    merged = _records(parts)
     assert list(merged.requests["turn"]) == [0, 0, 1, 1, 2, 2]
     assert list(merged.requests["session"]) == [0, 1, 0, 1, 0, 1]
     shape = CellShape(
@@ -190,13 +207,11 @@ def test_the_cached_prefix_of_a_turn_is_the_previous_prompt_and_its_real_answer(
 
 def test_a_run_saved_before_the_turn_columns_keeps_its_stand_in_figures() -> None:
     part = _turn(0, [512, 512], [_answer(32), _answer(32)], [0, 0])
-    for key in sessions.TURN_COLUMNS:
-        del part.requests[key]
     part2 = _turn(1, [608, 608], [_answer(32), _answer(32)], [512, 512])
     for key in sessions.TURN_COLUMNS:
-        del part2.requests[key]
+        del part[key], part2[key]
     shape = CellShape("s", "session", 512, "512", 2, sessions=2, turn_tokens=64, max_output=32)
-    cell = session_cell(shape, sessions.merge([part, part2], 2), idle=True)
+    cell = session_cell(shape, _records([part, part2]), idle=True)
     assert cell["session_turn_cached_tokens"] == [0, 512]  # stand-ins: the prompt alone
     assert cell["session_turn_prompt_tokens"] == [512, 608]
     assert cell["session_answer_source"] is None

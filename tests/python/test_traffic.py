@@ -411,11 +411,12 @@ def test_sessions_fields(fields: dict, problem: str | None) -> None:
 
 
 def _turn(k: int, n: int, t0: int, ttft_ms: float, tokens: int, gap_ms: float):
-    """Turn k of n sessions: sent at t0, first token after ttft_ms, then a token each gap_ms."""
+    """Turn k of n sessions (bodies k x n + s, request rows k x n + s of the cell): sent at
+    t0, first token after ttft_ms, then a token each gap_ms."""
     first = t0 + int(ttft_ms * MS)
     req = {
         "phase": np.ones(n, np.uint8),
-        "body": np.arange(n, dtype=np.int32),
+        "body": k * n + np.arange(n, dtype=np.int32),
         "sent_ns": np.full(n, t0, np.int64),
         "first_byte_ns": np.full(n, first, np.int64),
         "first_token_ns": np.full(n, first, np.int64),
@@ -426,7 +427,7 @@ def _turn(k: int, n: int, t0: int, ttft_ms: float, tokens: int, gap_ms: float):
     }
     times = [first + int(j * gap_ms * MS) for j in range(tokens)]
     ev = {
-        "request": np.repeat(np.arange(n, dtype=np.int32), tokens),
+        "request": np.repeat(k * n + np.arange(n, dtype=np.int32), tokens),
         "t_ns": np.tile(np.asarray(times, np.int64), n),
         "tokens": np.ones(n * tokens, np.int32),
         "server_ns": np.full(n * tokens, -1, np.int64),
@@ -434,7 +435,14 @@ def _turn(k: int, n: int, t0: int, ttft_ms: float, tokens: int, gap_ms: float):
     return _records(req, ev, t0, int(req["done_ns"].max()))
 
 
-def test_session_figures_from_merged_turns() -> None:
+def _cell_records(parts: list[Records]) -> Records:
+    """A sessions cell's one record set from its turns' rows, in turn order."""
+    req = {k: np.concatenate([p.requests[k] for p in parts]) for k in parts[0].requests}
+    ev = {k: np.concatenate([p.events[k] for p in parts]) for k in parts[0].events}
+    return _records(req, ev, parts[0].window_start_ns, parts[-1].window_end_ns)
+
+
+def test_session_figures_from_one_record_set() -> None:
     n = 2
     parts = [
         _turn(0, n, 1_000 * MS, 200.0, 11, 10.0),  # ends at 1.3 s
@@ -442,7 +450,7 @@ def test_session_figures_from_merged_turns() -> None:
     ]
     parts[1].requests["cached_tokens"] = np.asarray([96, 80], np.int64)
     parts[0].requests["cached_tokens"] = np.asarray([-1, -1], np.int64)
-    merged = sessions.merge(parts, n)
+    merged = _cell_records(parts)
     assert list(merged.requests["body"]) == [0, 1, 2, 3]
     assert list(np.unique(merged.events["request"])) == [0, 1, 2, 3]
     shape = CellShape(
@@ -473,7 +481,7 @@ def test_a_session_turn_that_failed_makes_the_cell_an_error() -> None:
     part.requests["outcome"][1] = 3
     part.requests["error_kind"][1] = "http_500"
     shape = CellShape("s", "session", 100, "100", 2, sessions=1, turn_tokens=10, max_output=5)
-    cell = session_cell(shape, sessions.merge([part], 2), idle=True)
+    cell = session_cell(shape, part, idle=True)
     assert cell["status"] == "error"
     assert cell["reason"] == "1 of 2 turns did not complete (http_500: 1)"
 
@@ -525,3 +533,22 @@ def test_the_sessions_section_shows_first_and_last_turn_against_the_cached_prefi
     line = report_traffic.ttft_by_cached_prefix(cells).axes[0].get_lines()[0]
     assert list(line.get_xdata()) == [0, 512, 608]
     assert list(line.get_ydata()) == [110.0, 24.0, 26.0]
+
+
+def test_the_sessions_answers_column_reads_the_flattened_cells_frame() -> None:
+    # Run flattens session_answer_source to session_answer_source_<source> columns
+    cell = {
+        "id": "session-c512-n2-t3-r0",
+        "phase": "session",
+        "context": 512,
+        "concurrency": 2,
+        "status": "valid",
+        "sessions": 3,
+        "session_ttft_ms_by_turn": [110.0, 24.0, 26.0],
+        "session_turn_cached_tokens": [0, 512, 608],
+        "session_answer_source": {"stream": 5, "stand_in": 1},
+    }
+    cells = Run({"meta": {}, "cells": [cell]}).all_cells
+    assert "session_answer_source" not in cells.columns
+    section = report_traffic.session_section(cells)
+    assert section is not None and section.table.rows[0][-2] == "stand_in 1, stream 5"

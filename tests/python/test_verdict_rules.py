@@ -120,6 +120,12 @@ FLAG_CASES = [
         {"reasoning": ((100, 50), (100, 50))},
     ),
     (Flag.REASONING_HIDDEN, {"reasoning": ((40, 0),)}, {"reasoning": ((-1, 0),)}),
+    # 50 ms at p99 (sessions_late_ms): 50.1 ms flags, 50 ms does not
+    (
+        Flag.SESSIONS_LATE,
+        {"session_send_late_p99_ms": 50.1},
+        {"session_send_late_p99_ms": 50.0},
+    ),
 ]
 
 

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "speedmatrix/chain.hpp"
 #include "speedmatrix/clock.hpp"
 #include "speedmatrix/http.hpp"
 #include "speedmatrix/openai.hpp"
@@ -126,6 +127,14 @@ struct CellSpec {
   // the cell's requests: meant for cells of few requests (a session's turns).
   bool keep_output = false;
   std::size_t keep_output_max_bytes = std::size_t{1} << 20;
+
+  // Free-running sessions (chain.hpp): non-null, the closed loop sends `bodies` (one per
+  // session: concurrency == chain->sessions() == bodies.size()) once each, hands every
+  // finished request to the chain, and sends each session's later turns as a feeder pushes
+  // them, no sooner than their due time; no slot is refilled otherwise. The cell ends when
+  // every session is done (stopped_by "requests"), at duration_s, or on a stop; it runs one
+  // event loop, and closes the chain when it ends. Turn k of session s is body k x N + s.
+  std::shared_ptr<ChainFeed> chain;
 };
 
 struct CellResult {

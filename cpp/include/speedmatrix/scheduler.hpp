@@ -21,6 +21,7 @@ namespace speedmatrix {
 
 struct CellProgress;  // cell.hpp
 class LoopGroup;      // loops.hpp
+class ChainFeed;      // chain.hpp
 
 // The loops spill request records (RequestLog::spill_finished) that finished at least this
 // long ago: a just-finished record is still read (and a stalled one written) by the loop
@@ -181,6 +182,11 @@ struct ClosedLoopPlan {
   // and the end are the group's. nullptr: the only loop (slots 0..concurrency-1).
   LoopGroup* group = nullptr;
   std::int32_t loop = 0;
+
+  // Free-running sessions (chain.hpp, CellSpec::chain): slot s sends bodies[s] once, then
+  // session s's later turns as the chain hands them; finished requests go to the chain and
+  // no slot is refilled. REQUIRES one loop and bodies.size() == concurrency == sessions.
+  ChainFeed* chain = nullptr;
 };
 
 enum class StopReason : std::uint8_t {

@@ -6,6 +6,7 @@ the numbers are the cells' stored figures, this module only arranges them."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import matplotlib.pyplot as plt
@@ -232,16 +233,27 @@ _SESSION_TEXT = (
     "Each session's turn adds the answer the server gave (its ids from the stream, the "
     "server's tokenize endpoint or the local tokenizer; else a stand-in) and a new user "
     "message to its prompt; the server has seen the previous turn's prompt and answer "
-    "(the cached prefix). Turns run in lock step across the sessions, with the think time "
-    "between them."
+    "(the cached prefix). Sessions run free: each sends its next turn at its own answer's "
+    "end + the think time, never waiting for the others, so later turns reach the server "
+    "as their sessions get there, not as a burst; how late the client sent them after they "
+    "were due is the cell's session_send_late_p99_ms (flag sessions_late past 50 ms)."
 )
 
 
-def _answers(value: object) -> str:
-    """Answers by source (`session_answer_source`), e.g. "stream 6"; — for a run without."""
-    if not isinstance(value, dict) or not value:
+def _answers(c: pd.Series) -> str:
+    """Answers by source (`session_answer_source`), e.g. "stream 6"; — for a run without.
+    The cells frame flattens the dict to ``session_answer_source_<source>`` columns."""
+    value = c.get("session_answer_source")
+    if not isinstance(value, dict):
+        prefix = "session_answer_source_"
+        value = {
+            k[len(prefix) :]: v
+            for k, v in c.items()
+            if str(k).startswith(prefix) and isinstance(v, (int, float)) and not math.isnan(v)
+        }
+    if not value:
         return "—"
-    return ", ".join(f"{k} {v}" for k, v in sorted(value.items()))
+    return ", ".join(f"{k} {int(v)}" for k, v in sorted(value.items()))
 
 
 def _session_row(c: pd.Series) -> list[str]:
@@ -261,7 +273,7 @@ def _session_row(c: pd.Series) -> list[str]:
         _num(c.get("session_turns_per_s"), 2),
         _num(c.get("session_output_tok_s")),
         _num(c.get("session_duration_s"), 2),
-        _answers(c.get("session_answer_source")),
+        _answers(c),
         _status(c),
     ]
 

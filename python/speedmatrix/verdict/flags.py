@@ -74,6 +74,8 @@ class Evidence:
     #: per window request that completed: (reasoning tokens its usage reported, -1 unsaid;
     #: reasoning chunks it streamed) (`speedmatrix.reasoning.hidden_evidence`)
     reasoning: tuple[tuple[int, int], ...] = ()
+    #: a sessions cell: p99 of its later turns' sent - scheduled, ms (None: not one, or none)
+    session_send_late_p99_ms: float | None = None
     # (an engine's own evidence, such as the preemptions a server reports, goes here too)
 
 
@@ -164,6 +166,11 @@ def reasoning_hidden_rule(e: Evidence, rules: Rules) -> bool:
     return reasoning_hidden(e.reasoning)
 
 
+def sessions_late(e: Evidence, rules: Rules) -> bool:
+    late = e.session_send_late_p99_ms
+    return late is not None and late > rules.sessions_late_ms
+
+
 #: every decode-cell flag rule, in the order the flags are stored
 FLAG_RULES: tuple[tuple[Flag, Callable[[Evidence, Rules], bool]], ...] = (
     (Flag.BUSY_AT_START, busy_at_start),
@@ -184,6 +191,7 @@ FLAG_RULES: tuple[tuple[Flag, Callable[[Evidence, Rules], bool]], ...] = (
     (Flag.CACHE_HIT_MISMATCH, cache_hit_mismatch_rule),
     (Flag.CLIENT_NEAR_LIMIT, client_near_limit),
     (Flag.REASONING_HIDDEN, reasoning_hidden_rule),
+    (Flag.SESSIONS_LATE, sessions_late),
 )
 
 

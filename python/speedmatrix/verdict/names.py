@@ -51,6 +51,8 @@ class Flag(str, Enum):
     CACHE_HIT_MISMATCH = "cache_hit_mismatch"
     #: reported reasoning tokens mostly never streamed (`speedmatrix.verdict.reasoning`)
     REASONING_HIDDEN = "reasoning_hidden"
+    #: a sessions cell's feeder sent later turns late (`speedmatrix.verdict.sessions`)
+    SESSIONS_LATE = "sessions_late"
     #: the measurement's rule, not a FLAG_RULES one (`speedmatrix.verdict.preemption`)
     PREEMPTED = "preempted"
     #: written by no rule today; kept for the report's text of runs that carry it
@@ -88,6 +90,7 @@ _SHORT = {
     Flag.COALESCED_DELIVERY: "Coalesced delivery",
     Flag.CACHE_HIT_MISMATCH: "Cache hit mismatch",
     Flag.REASONING_HIDDEN: "Reasoning hidden",
+    Flag.SESSIONS_LATE: "Sessions late",
 }
 
 _TEXT = {
@@ -171,5 +174,11 @@ _TEXT = {
         "Reasoning hidden: the server reported reasoning tokens in its usage that it never "
         "streamed, so the first visible chunk came after a silent thinking phase: TTFT and "
         "per-request speed read the thinking as waiting."
+    ),
+    Flag.SESSIONS_LATE: (
+        "Sessions late: the client sent later turns well after they were due (their answer's "
+        "end + the think time), at p99 beyond the sessions_late_ms rule (see the cell's "
+        "session_send_late_p99_ms): the feeder that builds each next turn was slow, so the "
+        "server saw a lighter, later load than the sessions asked for."
     ),
 }

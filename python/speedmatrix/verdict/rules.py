@@ -49,6 +49,12 @@ class Rules:
     #: `cache_hit_mismatch` when the delivered cached fraction is more than this far from
     #: the asked one (`speedmatrix.verdict.cache`)
     cache_hit_tolerance: float = CACHE_HIT_TOLERANCE
+    #: `sessions_late` when a sessions cell's later turns were sent, at p99, more than this
+    #: many ms after they were due (their answer's end + the think time): the Python feeder
+    #: that builds each next turn (GIL, a tokenize round trip) shifted the load the server
+    #: saw. 50 ms is several decode steps and about a cached turn's TTFT on a real engine,
+    #: while a healthy feeder adds about a millisecond (docs/metrics.md "Sessions")
+    sessions_late_ms: float = 50.0
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)

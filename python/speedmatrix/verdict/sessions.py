@@ -2,9 +2,10 @@
 turns; per turn the median TTFT against the cached prefix the turn found, and over the
 cell the time between tokens, the sessions' duration, turns/s and output tok/s.
 
-Reads the merged records: request rows of turn k carry bodies k x N .. k x N + N - 1, and
-the columns `speedmatrix.sessions.TURN_COLUMNS` (a run saved before them: every answer was
-a stand-in of max_output tokens, and the figures below fall back to that plan).
+Reads the cell's one record set (free-running sessions: `speedmatrix.sessions`): session
+s's turn k is body k x N + s, and the rows carry the columns
+`speedmatrix.sessions.TURN_COLUMNS` (a run saved before them: every answer was a stand-in of
+max_output tokens, and the figures below fall back to that plan).
 
 - ``session_ttft_ms_by_turn``: per turn, the median first token - send over its requests that
   reached a first token (None for a turn where none did);
@@ -23,10 +24,15 @@ a stand-in of max_output tokens, and the figures below fall back to that plan).
 - ``session_duration_s``: the median over sessions of its last answer's end - its first
   send (think time included);
 - ``session_turns_per_s``: completed turns / (the last end - the first send);
-- ``session_output_tok_s``: output tokens of every turn / that same span.
+- ``session_output_tok_s``: output tokens of every turn / that same span;
+- ``session_send_late_p99_ms``: the p99 over later turns (k >= 1) that were sent of
+  sent - scheduled, scheduled being when the turn was due (its answer's end + the think
+  time): how late the feeder's body made the send (None: no later turn was sent). A run
+  saved in lock step scheduled each turn at its own start, so it reads about 0.
 
 Status: ``valid`` when every turn of every session completed; ``error`` otherwise, with how
-many did not and the errors by kind.
+many did not and the errors by kind. Flags: `flags_of` with the send lateness as evidence
+(``sessions_late``: beyond `Rules.sessions_late_ms`).
 """
 
 from __future__ import annotations
@@ -76,6 +82,15 @@ def _delivered_by_turn(req: dict, rows: np.ndarray, turn: np.ndarray, turns: int
         said = cached[(turn == k) & (cached >= 0)]
         out.append(int(np.median(said)) if said.size else None)
     return out
+
+
+def send_late_p99_ms(req: dict, rows: np.ndarray, turn: np.ndarray) -> float | None:
+    """p99 of sent - scheduled (ms) over the later turns among ``rows`` that were sent."""
+    sent, due = req["sent_ns"][rows], req["scheduled_ns"][rows]
+    mine = (turn >= 1) & (sent > 0) & (due > 0)
+    if not mine.any():
+        return None
+    return float(np.percentile((sent[mine] - due[mine]) / 1e6, 99))
 
 
 def _per_turn(values: np.ndarray, turn: np.ndarray, turns: int) -> list[int | None]:
@@ -135,6 +150,9 @@ def session_figures(records: Records, shape: Any) -> dict[str, Any]:
         **_turn_figures(req, rows, turn, shape),
         "session_tbt_ms": _median(_tbt_samples(records, rows)),
         "session_turns_completed": int(np.count_nonzero(ok)),
+        "session_send_late_p99_ms": send_late_p99_ms(req, rows, turn)
+        if "scheduled_ns" in req
+        else None,
     }
     done = req["done_ns"][rows]
     if ok.any():
@@ -155,8 +173,9 @@ def session_figures(records: Records, shape: Any) -> dict[str, Any]:
     return out
 
 
-def session_cell(shape: Any, records: Records, *, idle: bool) -> dict:
-    """The stored cell: `base_cell`'s fields, the session figures, status and flags."""
+def session_cell(shape: Any, records: Records, *, idle: bool, rules: Rules | None = None) -> dict:
+    """The stored cell: `base_cell`'s fields, the session figures, status and flags (judged
+    by ``rules``, the defaults when None)."""
     base = base_cell(shape)
     base.update(
         sessions=int(shape.sessions),
@@ -167,7 +186,8 @@ def session_cell(shape: Any, records: Records, *, idle: bool) -> dict:
     base.update(window_errors(records))
     errors = base["errors"]
     base.update(session_figures(records, shape))
-    base["flags"] = flags_of(Evidence(idle=idle), Rules())
+    late = base["session_send_late_p99_ms"]
+    base["flags"] = flags_of(Evidence(idle=idle, session_send_late_p99_ms=late), rules or Rules())
     expected = int(shape.sessions) * int(shape.concurrency)
     missing = expected - base["session_turns_completed"]
     if records.fatal_error:
