@@ -104,18 +104,19 @@ fi
 
 if [[ $SKIP != *" tsan "* ]]; then
   # The suites with threads: the cell runner (loop thread, /metrics sampler, stop from
-  # another thread), the scheduler, the HTTP client and the many-loop runner (loops.hpp); the
-  # parsers are single-threaded.
-  step "C++ tests with threads under TSan (cell, scheduler, http, loops)"
+  # another thread), the scheduler, the HTTP client, the many-loop runner (loops.hpp) and the
+  # sessions' chain feed (a feeder thread pushes while the loop takes); the parsers are
+  # single-threaded.
+  step "C++ tests with threads under TSan (cell, scheduler, http, loops, chain)"
   TS="-fsanitize=thread -fno-omit-frame-pointer"
   cmake -S . -B build/tsan -DSPEEDMATRIX_BUILD_TESTS=ON -DSPEEDMATRIX_BUILD_PYTHON=OFF \
     "${SAN_BUILD[@]}" -DCMAKE_CXX_FLAGS="-O1 -g1 $TS" -DCMAKE_EXE_LINKER_FLAGS="$TS" >/dev/null
-  cmake --build build/tsan -j"$JOBS" --target test_cell test_scheduler test_http test_loops >/dev/null
+  cmake --build build/tsan -j"$JOBS" --target test_cell test_scheduler test_http test_loops test_chain >/dev/null
   # TSan slows the loop ~5-15x: timing assertions of these suites (test_cell's "all four
   # cancelled streams seen closed" wait) can miss their bounds. A race report or a crash
   # fails CI; a timing miss alone is listed as a warning.
   if ! TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-    ctest --test-dir build/tsan --output-on-failure -j"$JOBS" -R "^test_(cell|scheduler|http|loops)\." \
+    ctest --test-dir build/tsan --output-on-failure -j"$JOBS" -R "^test_(cell|scheduler|http|loops|chain)\." \
     >build/tsan/ctest.log 2>&1; then
     if grep -q "ThreadSanitizer\|Exception: \|SEGFAULT\|Child aborted" build/tsan/ctest.log; then
       tail -80 build/tsan/ctest.log >&2

@@ -520,6 +520,7 @@ def test_the_sessions_section_shows_first_and_last_turn_against_the_cached_prefi
                 "session_turns_per_s": 2.5,
                 "session_output_tok_s": 80.0,
                 "session_duration_s": 1.25,
+                "session_send_late_p99_ms": 0.4321,
                 "session_answer_source": {"stream": 4, "stand_in": 2},
             }
         ]
@@ -528,7 +529,7 @@ def test_the_sessions_section_shows_first_and_last_turn_against_the_cached_prefi
     assert section is not None and section.charts == [report_traffic.SESSION_CHART]
     assert section.table.rows == [
         ["512", "2", "3", "110.0", "26.0 (608 cached, server 608)", "5.0", "2.50", "80.0",
-         "1.25", "stand_in 2, stream 4", "valid"]
+         "1.25", "0.43", "stand_in 2, stream 4", "valid"]
     ]  # fmt: skip
     line = report_traffic.ttft_by_cached_prefix(cells).axes[0].get_lines()[0]
     assert list(line.get_xdata()) == [0, 512, 608]

@@ -226,6 +226,7 @@ _SESSION_COLUMNS = [
     "Turns/s",
     "Output tok/s",
     "Session s",
+    "Sent late p99 ms",
     "Answers",
     "Status",
 ]
@@ -236,7 +237,7 @@ _SESSION_TEXT = (
     "(the cached prefix). Sessions run free: each sends its next turn at its own answer's "
     "end + the think time, never waiting for the others, so later turns reach the server "
     "as their sessions get there, not as a burst; how late the client sent them after they "
-    "were due is the cell's session_send_late_p99_ms (flag sessions_late past 50 ms)."
+    'were due is "Sent late p99" (session_send_late_p99_ms; flag sessions_late past 50 ms).'
 )
 
 
@@ -273,6 +274,7 @@ def _session_row(c: pd.Series) -> list[str]:
         _num(c.get("session_turns_per_s"), 2),
         _num(c.get("session_output_tok_s")),
         _num(c.get("session_duration_s"), 2),
+        _num(c.get("session_send_late_p99_ms"), 2),
         _answers(c),
         _status(c),
     ]
@@ -280,7 +282,8 @@ def _session_row(c: pd.Series) -> list[str]:
 
 def session_section(cells: pd.DataFrame) -> Section | None:
     """Per (C, N): the turns, TTFT of the first and last turn against the cached prefix,
-    time between tokens, turns/s, output tok/s and session duration; None without such cells."""
+    time between tokens, turns/s, output tok/s, session duration and how late later turns
+    were sent; None without such cells."""
     rows = [_session_row(c) for _, c in session_cells(cells).iterrows()]
     return chart_section(
         "Sessions", "sessions", SESSION_CHART, _SESSION_COLUMNS, rows, _SESSION_TEXT
