@@ -63,9 +63,52 @@ struct Figures {
   std::int64_t tokens = 0;
   // ts only: engine send -> kernel receive, and kernel receive -> user read
   double kern_p50_ms = NAN, kern_p99_ms = NAN, wait_p50_ms = NAN, wait_p99_ms = NAN;
+  double engine_cores = NAN;   // the engine process's CPU time / the window (when started here)
+  double machine_cores = NAN;  // busy CPU time of the whole machine (/proc/stat) / the window
   double reads_per_token = NAN, waits_per_token = NAN;  // direct paths: recv and epoll_wait calls
   std::string error;
 };
+
+pid_t g_sim_pid = -1;  // the engine, when this process started it
+
+// CPU seconds so far: the engine's (utime + stime) and the machine's busy time (all CPUs).
+struct Probe {
+  double engine_s = NAN, busy_s = NAN;
+};
+
+Probe probe() {
+  Probe p;
+  const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
+  if (FILE* f = std::fopen("/proc/stat", "r")) {
+    unsigned long long v[8] = {};
+    if (std::fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
+                    &v[4], &v[5], &v[6], &v[7]) == 8)
+      p.busy_s = static_cast<double>(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / tick;
+    std::fclose(f);
+  }
+  if (g_sim_pid > 0) {
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(g_sim_pid));
+    if (FILE* f = std::fopen(path, "r")) {
+      char line[1024];
+      if (std::fgets(line, sizeof line, f)) {
+        const char* q = std::strrchr(line, ')');
+        unsigned long long ut = 0, st = 0;
+        if (q && std::sscanf(q + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut,
+                             &st) == 2)
+          p.engine_s = static_cast<double>(ut + st) / tick;
+      }
+      std::fclose(f);
+    }
+  }
+  return p;
+}
+
+void set_cores(Figures& f, const Probe& a, const Probe& b, ns_t ta, ns_t tb) {
+  const double w = static_cast<double>(tb - ta) / 1e9;
+  f.engine_cores = (b.engine_s - a.engine_s) / w;
+  f.machine_cores = (b.busy_s - a.busy_s) / w;
+}
 
 double pct(std::vector<double>& v, double p) {
   if (v.empty()) return NAN;
@@ -198,9 +241,12 @@ Figures run_curl(const Url& u, const std::string& body, int n, double duration_s
     return f;
   }
   sleep_until_ns(t0 + kSettleNs);
+  const Probe qa = probe();
   const ns_t ta = now_ns(), ca = cpu(), pa = process_cpu_ns();
   sleep_until_ns(ta + static_cast<ns_t>(duration_s * 1e9));
   const ns_t tb = now_ns(), cb = cpu(), pb = process_cpu_ns();
+  const Probe qb = probe();
+  set_cores(f, qa, qb, ta, tb);
   runner.stop();
   t.join();
   if (!res.fatal_error.empty()) f.error = res.fatal_error;
@@ -331,6 +377,7 @@ Figures run_direct(const Url& u, const std::string& body, int n, double duration
   alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(timespec)) * 2];
   std::vector<epoll_event> ready(1024);
   ns_t ta = kNever, tb = kNever, ca = 0, cb = 0, pa = 0, pb = 0;
+  Probe qa, qb;
   std::int64_t reads_a = 0, waits_a = 0, reads = 0, waits = 0;
   int open = n;
   const ns_t give_up = now_ns() + 60'000'000'000LL;
@@ -340,7 +387,8 @@ Figures run_direct(const Url& u, const std::string& body, int n, double duration
       tb = now + kSettleNs;  // first the settle: ta set when it ends
     }
     if (ta == kNever && tb != kNever && now >= tb) {
-      ta = now;
+      qa = probe();
+      ta = now_ns();
       ca = thread_cpu_ns();
       pa = process_cpu_ns();
       reads_a = reads;
@@ -349,7 +397,8 @@ Figures run_direct(const Url& u, const std::string& body, int n, double duration
     } else if (ta != kNever && now >= tb) {
       cb = thread_cpu_ns();
       pb = process_cpu_ns();
-      tb = now;
+      tb = now_ns();
+      qb = probe();
       break;
     }
     if (ta == kNever && tb == kNever && now > give_up) {
@@ -418,6 +467,7 @@ Figures run_direct(const Url& u, const std::string& body, int n, double duration
   f.tok_s = static_cast<double>(tokens) / (static_cast<double>(tb - ta) / 1e9);
   f.p50_ms = pct(delay, 50);
   f.p99_ms = pct(delay, 99);
+  set_cores(f, qa, qb, ta, tb);
   f.kern_p50_ms = pct(kern, 50);
   f.kern_p99_ms = pct(kern, 99);
   f.wait_p50_ms = pct(wait, 50);
@@ -481,6 +531,8 @@ void print_row(const char* name, const Figures& f) {
       name, f.cpu_us_per_token, f.thread_cpu_us_per_token, f.p50_ms, f.p99_ms, f.tok_s);
   if (!std::isnan(f.reads_per_token))
     std::printf("  recv/token %.2f epoll_wait/token %.2f", f.reads_per_token, f.waits_per_token);
+  std::printf("\n          engine %.2f cores, machine busy %.2f of %ld cores", f.engine_cores,
+              f.machine_cores, sysconf(_SC_NPROCESSORS_ONLN));
   if (!std::isnan(f.kern_p50_ms))
     std::printf(
         "\n          send->kernel p50 %6.3f p99 %7.3f ms  kernel->read p50 %6.3f p99 %7.3f ms",
@@ -555,6 +607,7 @@ int main(int argc, char** argv) {
     Url u;
     if (url.empty()) {
       sim = start_sim(sim_path, profile);
+      g_sim_pid = sim.pid;
       u = sim.url;
       if (u.port <= 0) {
         std::fprintf(stderr, "read_path_bench: cannot start %s\n", sim_path.c_str());
@@ -567,7 +620,7 @@ int main(int argc, char** argv) {
     std::printf("\n%d streams, profile %s%s\n", n, profile.c_str(),
                 url.empty() ? " (engine started here, --stamp)" : "");
     std::vector<double> cpu_ratio, p99_ratio, p50_ratio, tok_ratio, ts_cpu_ratio;
-    std::vector<double> cpu[3], p50[3], p99[3], tok[3], kp99, wp99, kp50, wp50;
+    std::vector<double> cpu[3], p50[3], p99[3], tok[3], eng[3], busy[3], kp99, wp99, kp50, wp50;
     const char* names[3] = {"curl", "direct", "ts"};
     for (int rep = 0; rep < repeats; ++rep) {
       std::printf(" repeat %d (load %.2f)\n", rep + 1, (getloadavg(load, 1), load[0]));
@@ -581,6 +634,8 @@ int main(int argc, char** argv) {
         p50[p].push_back(fs[p].p50_ms);
         p99[p].push_back(fs[p].p99_ms);
         tok[p].push_back(fs[p].tok_s);
+        eng[p].push_back(fs[p].engine_cores);
+        busy[p].push_back(fs[p].machine_cores);
       }
       if (fs[0].error.empty() && fs[1].error.empty()) {
         cpu_ratio.push_back(fs[1].cpu_us_per_token / fs[0].cpu_us_per_token);
@@ -601,8 +656,11 @@ int main(int argc, char** argv) {
     }
     std::printf(" median over repeats, %d streams %s:\n", n, profile.c_str());
     for (int p = 0; p < (with_ts ? 3 : 2); ++p)
-      std::printf("  %-7s CPU/token %6.2f us  delay p50 %6.3f p99 %7.3f ms  %9.0f tok/s\n",
-                  names[p], median(cpu[p]), median(p50[p]), median(p99[p]), median(tok[p]));
+      std::printf(
+          "  %-7s CPU/token %6.2f us  delay p50 %6.3f p99 %7.3f ms  %9.0f tok/s  engine %.2f "
+          "cores, machine busy %.2f\n",
+          names[p], median(cpu[p]), median(p50[p]), median(p99[p]), median(tok[p]), median(eng[p]),
+          median(busy[p]));
     if (with_ts)
       std::printf(
           "  ts      send->kernel p50 %.3f p99 %.3f ms, kernel->read p50 %.3f p99 %.3f ms\n",
