@@ -117,6 +117,21 @@ double pct(std::vector<double>& v, double p) {
   return v[k];
 }
 
+// The figures every path takes from its window [ta, tb]: tokens, CPU per token (the
+// process's, pa..pb, and the loop thread's, ca..cb, all ns), tok/s and the delay percentiles.
+void set_window(Figures& f, std::int64_t tokens, std::vector<double>& delay_ms, ns_t ta, ns_t tb,
+                ns_t pa, ns_t pb, ns_t ca, ns_t cb) {
+  const auto us_per_token = [tokens](ns_t a, ns_t b) {
+    return tokens ? static_cast<double>(b - a) / 1e3 / static_cast<double>(tokens) : NAN;
+  };
+  f.tokens = tokens;
+  f.cpu_us_per_token = us_per_token(pa, pb);
+  f.thread_cpu_us_per_token = us_per_token(ca, cb);
+  f.tok_s = static_cast<double>(tokens) / (static_cast<double>(tb - ta) / 1e9);
+  f.p50_ms = pct(delay_ms, 50);
+  f.p99_ms = pct(delay_ms, 99);
+}
+
 void sleep_until_ns(ns_t t) {
   for (ns_t now = now_ns(); now < t; now = now_ns())
     std::this_thread::sleep_for(std::chrono::nanoseconds(std::min<ns_t>(t - now, 50'000'000)));
@@ -259,14 +274,7 @@ Figures run_curl(const Url& u, const std::string& body, int n, double duration_s
     const ns_t s = res.events.server_ns(i);
     if (s > 0) delay.push_back(static_cast<double>(at - s) / 1e6);
   }
-  f.tokens = tokens;
-  f.cpu_us_per_token =
-      tokens ? static_cast<double>(pb - pa) / 1e3 / static_cast<double>(tokens) : NAN;
-  f.thread_cpu_us_per_token =
-      tokens ? static_cast<double>(cb - ca) / 1e3 / static_cast<double>(tokens) : NAN;
-  f.tok_s = static_cast<double>(tokens) / (static_cast<double>(tb - ta) / 1e9);
-  f.p50_ms = pct(delay, 50);
-  f.p99_ms = pct(delay, 99);
+  set_window(f, tokens, delay, ta, tb, pa, pb, ca, cb);
   return f;
 }
 
@@ -459,14 +467,7 @@ Figures run_direct(const Url& u, const std::string& body, int n, double duration
       wait.push_back(static_cast<double>(e.t - e.kernel) / 1e6);
     }
   }
-  f.tokens = tokens;
-  f.cpu_us_per_token =
-      tokens ? static_cast<double>(pb - pa) / 1e3 / static_cast<double>(tokens) : NAN;
-  f.thread_cpu_us_per_token =
-      tokens ? static_cast<double>(cb - ca) / 1e3 / static_cast<double>(tokens) : NAN;
-  f.tok_s = static_cast<double>(tokens) / (static_cast<double>(tb - ta) / 1e9);
-  f.p50_ms = pct(delay, 50);
-  f.p99_ms = pct(delay, 99);
+  set_window(f, tokens, delay, ta, tb, pa, pb, ca, cb);
   set_cores(f, qa, qb, ta, tb);
   f.kern_p50_ms = pct(kern, 50);
   f.kern_p99_ms = pct(kern, 99);

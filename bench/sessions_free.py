@@ -22,7 +22,6 @@ import argparse
 import json
 import sys
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -32,30 +31,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 from speedmatrix import sessions
 from speedmatrix._native import _core
 from speedmatrix.sim import Sim
-
-
-def _lockstep_feeder(feed, chat, body_of, think_s: float) -> None:
-    """Pushes turn k + 1 of every session only once turn k of all finished (+ think)."""
-    n, waiting = chat.sessions, {}
-    while True:
-        closed = feed.closed
-        done = feed.next_finished(0.0 if closed else 0.05)
-        if done is None:
-            if closed:
-                return
-            continue
-        stand_in, message = chat.cut(done.session, done.turn)
-        answer = sessions.answer_of(done.output, done.outcome == 1, stand_in)
-        chat.answers[done.body] = answer
-        if done.turn + 1 >= chat.turns:
-            continue
-        chat.prompts[done.session] = chat.prompts[done.session] + answer.ids + message
-        waiting[done.session] = done.turn
-        if len(waiting) == n:
-            time.sleep(think_s)
-            for s in sorted(waiting):
-                feed.push(s, body_of(s, chat.prompts[s]))
-            waiting.clear()
 
 
 def run(url: str, model: str, args, free: bool) -> dict:
@@ -82,7 +57,9 @@ def run(url: str, model: str, args, free: bool) -> dict:
     if free:
         feeder = threading.Thread(target=sessions.run_feeder, args=(feed, chat, body_of, {}))
     else:
-        feeder = threading.Thread(target=_lockstep_feeder, args=(feed, chat, body_of, args.think))
+        feeder = threading.Thread(
+            target=sessions.run_lockstep_feeder, args=(feed, chat, body_of, {}, args.think)
+        )
     feeder.start()
     res = _core.CellRunner(spec).run()
     feeder.join()

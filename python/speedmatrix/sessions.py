@@ -34,7 +34,8 @@ the next; `speedmatrix.trafficrun` refuses another method in one line.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,7 +49,10 @@ __all__ = [
     "answer_of",
     "cached_prefix_tokens",
     "final_tokens",
+    "finished_turns",
+    "next_turn",
     "run_feeder",
+    "run_lockstep_feeder",
     "segment",
     "turn_columns",
     "turn_ids",
@@ -189,7 +193,7 @@ class Chat:
         return Answer(stand_in, "stand_in", "the turn did not complete")
 
 
-def _next_turn(chat: Chat, done: Any, body_of: BodyOf, ways: dict) -> Any:
+def next_turn(chat: Chat, done: Any, body_of: BodyOf, ways: dict) -> Any:
     """One finished turn: its answer kept; the session's next body (its prompt + the answer
     + the next message), or None after its last turn."""
     s, k = int(done.session), int(done.turn)
@@ -213,29 +217,56 @@ def run_feeder(
     wait_s: float = 0.05,
 ) -> None:
     """The feeder of a free-running sessions cell, on its own thread until the feed is
-    closed and drained: each finished turn (``feed.next_finished``, which waits with the GIL
-    released) gets its answer (`answer_of`: stream ids, tokenize endpoint, local tokenizer,
-    stand-in) and the session's next turn is pushed at once; the core holds it to its due
-    time. A turn whose next body cannot be built (any exception) ends its session, the
-    reason kept in ``chat.ended``: the cell never waits on a feeder that failed.
+    closed and drained: each finished turn (`finished_turns`) gets its answer (`answer_of`:
+    stream ids, tokenize endpoint, local tokenizer, stand-in) and the session's next turn
+    (`next_turn`) is pushed at once; the core holds it to its due time. A turn whose next
+    body cannot be built (any exception) ends its session, the reason kept in
+    ``chat.ended``: the cell never waits on a feeder that failed.
     ``body_of(session, ids)``: the request body of a session's prompt ids."""
-    while True:
-        # closed read first: once it is, next_finished returns at once, and None only when
-        # every finished turn was taken (none is lost to a close racing a timeout)
-        closed = bool(feed.closed)
-        done = feed.next_finished(0.0 if closed else wait_s)
-        if done is None:
-            if closed:
-                return
-            continue
+    for done in finished_turns(feed, wait_s):
         try:
-            body = _next_turn(chat, done, body_of, ways)
+            body = next_turn(chat, done, body_of, ways)
         except Exception as exc:  # noqa: BLE001 - a bad answer or body ends its session, said
             chat.ended[int(done.session)] = f"{type(exc).__name__}: {str(exc)[:160]}"
             feed.end_session(int(done.session))
             continue
         if body is not None:
             feed.push(int(done.session), body)
+
+
+def run_lockstep_feeder(
+    feed: Any, chat: Chat, body_of: BodyOf, ways: dict, think_time_s: float
+) -> None:
+    """The old lock step on the same chain, kept as the baseline free sessions are measured
+    against (bench/sessions_free.py, tests/python/test_sessions_e2e.py): turn k + 1 of every
+    session is pushed only once turn k of all of them finished, then ``think_time_s``, as one
+    burst of N prefills. A body that cannot be built raises here: a baseline has no one to
+    tell."""
+    waiting: dict[int, Any] = {}
+    for done in finished_turns(feed):
+        body = next_turn(chat, done, body_of, ways)
+        if body is not None:
+            waiting[int(done.session)] = body
+        if len(waiting) == chat.sessions:
+            time.sleep(think_time_s)
+            for s in sorted(waiting):
+                feed.push(s, waiting[s])
+            waiting.clear()
+
+
+def finished_turns(feed: Any, wait_s: float = 0.05) -> Iterator[Any]:
+    """Each finished turn of a chained cell (``feed.next_finished``, which waits up to
+    ``wait_s`` with the GIL released), in the order they finished, until the feed is closed
+    and every finished turn was taken."""
+    while True:
+        # closed read first: once it is, next_finished returns at once, and None only when
+        # every finished turn was taken (none is lost to a close racing a timeout)
+        closed = bool(feed.closed)
+        done = feed.next_finished(0.0 if closed else wait_s)
+        if done is not None:
+            yield done
+        elif closed:
+            return
 
 
 def turn_columns(bodies: np.ndarray, chat: Chat, ready_ns: list[int]) -> dict[str, np.ndarray]:

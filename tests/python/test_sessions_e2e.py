@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -115,30 +114,6 @@ def test_kept_outputs_follow_their_requests_across_event_loops(threads: int) -> 
         assert _core.CellRunner(spec).run().outputs == []
 
 
-def _lockstep_feeder(feed, chat, body_of) -> None:
-    """The old lock step, emulated on the chain: turn k + 1 of every session is pushed only
-    once turn k of all of them finished (then the think time), as one burst."""
-    waiting: dict[int, int] = {}
-    while True:
-        closed = feed.closed
-        done = feed.next_finished(0.0 if closed else 0.05)
-        if done is None:
-            if closed:
-                return
-            continue
-        stand_in, message = chat.cut(done.session, done.turn)
-        answer = sessions.answer_of(done.output, done.outcome == 1, stand_in)
-        chat.answers[done.body] = answer
-        if done.turn + 1 < chat.turns:
-            chat.prompts[done.session] += answer.ids + message
-            waiting[done.session] = done.turn
-        if len(waiting) == chat.sessions:
-            time.sleep(THINK_S)
-            for s in sorted(waiting):
-                feed.push(s, body_of(s, chat.prompts[s]))
-            waiting.clear()
-
-
 THINK_S, N, TURNS, CONTEXT = 0.05, 8, 2, 512
 #: session s answers this many tokens: unequal, as real answers are
 ANSWERS = [16 + s * 112 // (N - 1) for s in range(N)]
@@ -164,9 +139,9 @@ def _free_or_lockstep(free: bool) -> dict:
         spec.steady_window = False
         spec.keep_output = True
         spec.chain = feed = _core.ChainFeed(N, TURNS, THINK_S)
-        args = (feed, chat, body_of, {}) if free else (feed, chat, body_of)
         feeder = threading.Thread(
-            target=sessions.run_feeder if free else _lockstep_feeder, args=args
+            target=sessions.run_feeder if free else sessions.run_lockstep_feeder,
+            args=(feed, chat, body_of, {}) if free else (feed, chat, body_of, {}, THINK_S),
         )
         feeder.start()
         res = _core.CellRunner(spec).run()
